@@ -1,0 +1,26 @@
+"""Boolean [B, B] masks of candidate pairs, shared by every sampler and loss.
+
+A pair (i, j) is a candidate when i != j and, if the batch has ``pair_id``
+(pair designs such as Hong's p-random, §4.1), when i and j share it.
+"""
+
+import tensorflow as tf
+
+
+def candidate_mask(labels, pair_id=None):
+    """Off-diagonal pairs, restricted to equal ``pair_id`` when given."""
+    labels = tf.reshape(labels, [-1])
+    size = tf.shape(labels)[0]
+    mask = tf.logical_not(tf.eye(size, dtype=tf.bool))
+    if pair_id is not None:
+        pair_id = tf.reshape(pair_id, [-1])
+        mask = tf.logical_and(mask, tf.equal(pair_id[:, None], pair_id[None, :]))
+    return mask
+
+
+def pair_masks(labels, pair_id=None):
+    """``(positive, negative)`` masks: candidate pairs of equal / different label."""
+    labels = tf.reshape(labels, [-1])
+    same = tf.equal(labels[:, None], labels[None, :])
+    candidates = candidate_mask(labels, pair_id)
+    return tf.logical_and(candidates, same), tf.logical_and(candidates, tf.logical_not(same))

@@ -11,6 +11,8 @@ column                  dtype      meaning
 ``w_pos``, ``w_neg``    float32    design constants: W_ij = w_pos·N_i(N_i−1) for a
                                    positive pair, w_neg·N_i·N_j for a negative one
 ``pair_id``             int32      optional: only pairs sharing it are scored
+``example_id``          int32      optional: index of the example in the training
+                                   split (for per-image parameters, Wu's β_img)
 ======================  =========  =============================================
 
 :func:`unpack` turns either form into a :class:`Targets` tuple whose missing
@@ -21,7 +23,7 @@ import collections
 
 import tensorflow as tf
 
-COLUMNS = ("label", "class_size", "w_pos", "w_neg", "pair_id")
+COLUMNS = ("label", "class_size", "w_pos", "w_neg", "pair_id", "example_id")
 REQUIRED_COLUMNS = ("label",)
 
 Targets = collections.namedtuple("Targets", COLUMNS)
@@ -58,14 +60,16 @@ def unpack(y_true):
             "w_pos": None,
             "w_neg": None,
             "pair_id": None,
+            "example_id": None,
         }
         for name in ("class_size", "w_pos", "w_neg"):
             if name in y_true and y_true[name] is not None:
                 cols[name] = _flat(y_true[name], tf.float32)
-        if y_true.get("pair_id") is not None:
-            cols["pair_id"] = _flat(y_true["pair_id"], tf.int32)
+        for name in ("pair_id", "example_id"):
+            if y_true.get(name) is not None:
+                cols[name] = _flat(y_true[name], tf.int32)
         return Targets(**cols)
-    return Targets(_flat(y_true, tf.int32), None, None, None, None)
+    return Targets(_flat(y_true, tf.int32), None, None, None, None, None)
 
 
 def has_importance(targets):

@@ -1,0 +1,94 @@
+"""In-graph samplers: fixed-shape selections of pairs, triplets or sets.
+
+Each sampler is called as ``sampler(dist, labels, candidates=None, seed=None,
+embedding_dim=None)`` on a [B, B] matrix of the batch and returns one of
+:class:`PairSelection`, :class:`TripletSelection` or :class:`SetSelection`
+(see :mod:`tfdml.samplers.base`). ``dist`` is a distance (larger = farther),
+except for :class:`TopKMisplacedSampler`, which takes similarity scores.
+
+Names for configs (:func:`get`):
+
+=====================  ==========================  =========  ============
+name                   class                       kind       paper
+=====================  ==========================  =========  ============
+``all``                :class:`AllPairsSampler`    pairs      Wu §3
+``random``             :class:`RandomPairSampler`  pairs      Wu §5.1
+``semi_hard``          :class:`SemiHardSampler`    triplets   Wu §3
+``hard``               :class:`HardSampler`        triplets   Wu §3
+``distance_weighted``  DistanceWeightedSampler     triplets   Wu §4, §5
+``top_k``              TopKMisplacedSampler        sets       Lu §3.3
+=====================  ==========================  =========  ============
+"""
+
+import keras
+
+from tfdml.samplers.base import (
+    KINDS,
+    PairSelection,
+    Sampler,
+    SetSelection,
+    TripletSelection,
+    split_candidates,
+)
+from tfdml.samplers.hard import HardSampler
+from tfdml.samplers.pairs import AllPairsSampler, RandomPairSampler
+from tfdml.samplers.semi_hard import SemiHardSampler
+
+_BY_NAME = {
+    "all": AllPairsSampler,
+    "random": RandomPairSampler,
+    "semi_hard": SemiHardSampler,
+    "hard": HardSampler,
+}
+
+SAMPLERS = tuple(_BY_NAME)
+
+
+def get(identifier):
+    """A sampler instance from a name, a serialized config dict or an instance.
+
+    * a name of :data:`SAMPLERS` (``"semi_hard"``), built with default arguments;
+    * a dict ``{"name": "semi_hard", **kwargs}`` (config-file form), or the dict
+      of ``keras.saving.serialize_keras_object(sampler)``;
+    * a :class:`Sampler` instance, returned as is; ``None`` returns ``None``.
+    """
+    if identifier is None or isinstance(identifier, Sampler):
+        return identifier
+    if isinstance(identifier, str):
+        try:
+            return _BY_NAME[identifier]()
+        except KeyError:
+            raise ValueError(
+                f"Unknown sampler {identifier!r}; choose one of {', '.join(SAMPLERS)}."
+            ) from None
+    if isinstance(identifier, dict):
+        if "name" in identifier and "class_name" not in identifier:
+            kwargs = dict(identifier)
+            name = kwargs.pop("name")
+            if name not in _BY_NAME:
+                raise ValueError(f"Unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}.")
+            return _BY_NAME[name](**kwargs)
+        obj = keras.saving.deserialize_keras_object(identifier)
+        if not isinstance(obj, Sampler):
+            raise ValueError(f"The config {identifier!r} does not describe a tfdml sampler.")
+        return obj
+    raise ValueError(
+        f"Cannot build a sampler from {identifier!r}: pass one of the names "
+        f"{', '.join(SAMPLERS)}, a config dict or a Sampler instance."
+    )
+
+
+__all__ = [
+    "KINDS",
+    "SAMPLERS",
+    "AllPairsSampler",
+    "HardSampler",
+    "PairSelection",
+    "RandomPairSampler",
+    "Sampler",
+    "SemiHardSampler",
+    "SetSelection",
+    "TripletSelection",
+    "get",
+    "split_candidates",
+]

@@ -1,0 +1,183 @@
+"""Base class and selection types shared by every in-graph sampler.
+
+A sampler looks at a [B, B] matrix of the batch (a distance, except for
+:class:`~tfdml.samplers.TopKMisplacedSampler`, which takes similarity
+scores), the labels and the candidate-pair mask of
+:func:`tfdml.masks.candidate_mask`, and returns a fixed-shape selection that a
+loss turns into its pair, triplet or set terms:
+
+* ``kind == "pairs"``: :class:`PairSelection`, two [B, B] float32 matrices of
+  multiplicities (0 = not selected, the diagonal is always 0);
+* ``kind == "triplets"``: :class:`TripletSelection`, [T] int32 indices of
+  anchor, positive and negative plus a [T] bool mask of the valid slots, where
+  T is a fixed function of B; the indices of invalid slots are in range but
+  meaningless;
+* ``kind == "sets"``: :class:`SetSelection`, two [B, B] bool matrices, row a
+  holding query a's misplaced positive set P and negative set N (Lu et al.
+  2019, §3.3).
+
+Selections never carry gradients: the matrix is wrapped in
+``tf.stop_gradient`` before anything is computed from it. Everything is
+vectorised with fixed shapes and compiles under ``tf.function(jit_compile=True)``.
+Random draws use stateless philox bits, so a seed gives the same selection
+with and without XLA.
+"""
+
+import collections
+
+import tensorflow as tf
+
+from tfdml import masks
+
+PairSelection = collections.namedtuple("PairSelection", ["pos_weight", "neg_weight"])
+PairSelection.__doc__ = """Selected pairs as [B, B] float32 multiplicities (0 = not selected; diagonal 0)."""
+
+TripletSelection = collections.namedtuple(
+    "TripletSelection", ["anchor", "positive", "negative", "mask"]
+)
+TripletSelection.__doc__ = """[T] int32 anchor / positive / negative indices and a [T] bool mask of valid slots."""
+
+SetSelection = collections.namedtuple("SetSelection", ["positive", "negative"])
+SetSelection.__doc__ = """[B, B] bool: row a = query a, columns = its misplaced sets P (positive) and N (negative)."""
+
+KINDS = ("pairs", "triplets", "sets")
+
+
+def _prepare(dist, labels, candidates):
+    """Stopped float matrix, flat labels and the candidate mask (diagonal removed)."""
+    dist = tf.convert_to_tensor(dist)
+    if not dist.dtype.is_floating:
+        dist = tf.cast(dist, tf.float32)
+    elif dist.dtype not in (tf.float32, tf.float64):  # float16 / bfloat16: order-preserving upcast
+        dist = tf.cast(dist, tf.float32)
+    dist = tf.stop_gradient(dist)
+    if dist.shape.rank is not None and dist.shape.rank != 2:
+        raise ValueError(
+            f"A sampler needs a [B, B] matrix of the batch, got shape {dist.shape}; "
+            "compute it with tfdml.distances.pairwise(embeddings)."
+        )
+    if dist.shape.rank == 2 and None not in dist.shape.as_list() and dist.shape[0] != dist.shape[1]:
+        raise ValueError(
+            f"A sampler needs a square [B, B] matrix of the batch against itself, got shape {dist.shape}."
+        )
+    labels = tf.reshape(tf.convert_to_tensor(labels), [-1])
+    if candidates is None:
+        candidates = masks.candidate_mask(labels)
+    else:
+        candidates = tf.cast(tf.convert_to_tensor(candidates), tf.bool)
+        size = tf.shape(candidates)[0]
+        candidates = tf.logical_and(candidates, tf.logical_not(tf.eye(size, dtype=tf.bool)))
+    return dist, labels, candidates
+
+
+def split_candidates(labels, candidates):
+    """``(positive, negative)`` [B, B] bool masks: candidate pairs of equal / different label."""
+    same = tf.equal(labels[:, None], labels[None, :])
+    return tf.logical_and(candidates, same), tf.logical_and(candidates, tf.logical_not(same))
+
+
+def check_seed(seed, owner):
+    """The seed as a shape-[2] integer tensor accepted by the stateless random ops."""
+    if seed is None:
+        raise ValueError(
+            f"{owner} draws random numbers and needs seed=, a shape-[2] int32 tensor for the "
+            "stateless random ops (e.g. keras.random.SeedGenerator(1).next(), or "
+            "tf.random.split of a base seed per step), so that a run can be replayed."
+        )
+    seed = tf.convert_to_tensor(seed)
+    if not seed.dtype.is_integer:
+        raise ValueError(f"{owner}: seed must be an integer tensor of shape [2], got dtype {seed.dtype.name}.")
+    if seed.shape.rank is not None and seed.shape.as_list() != [2] and None not in seed.shape.as_list():
+        raise ValueError(f"{owner}: seed must have shape [2], got {seed.shape}.")
+    if seed.dtype in (tf.int64, tf.uint32, tf.uint64):
+        return tf.cast(seed, tf.int64)
+    return tf.cast(seed, tf.int32)
+
+
+def uniform01(shape, seed):
+    """Uniform floats in [0, 1) with 24 random bits, identical with and without XLA.
+
+    ``tf.random.stateless_uniform`` with a float dtype gives different numbers
+    under ``jit_compile`` than eagerly (TF 2.21, CPU), while its raw uint32
+    philox bits agree; so the float is built here from the top 24 bits.
+    """
+    bits = tf.random.stateless_uniform(
+        shape, seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox"
+    )
+    return tf.cast(tf.bitwise.right_shift(bits, 8), tf.float32) * (1.0 / (1 << 24))
+
+
+def uniform_int(shape, seed, maxval):
+    """Uniform int32 in [0, maxval) from philox bits (identical with and without XLA).
+
+    ``maxval`` may be a scalar tensor; a value below 1 is treated as 1.
+    """
+    maxval = tf.maximum(tf.cast(maxval, tf.int32), 1)
+    return tf.random.stateless_uniform(
+        shape, seed, minval=0, maxval=maxval, dtype=tf.int32, alg="philox"
+    )
+
+
+def check_positive_int(value, name, owner, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}.")
+    value = int(value)
+    if value < 1:
+        raise ValueError(f"{owner}: {name} must be a positive integer, got {value}.")
+    return value
+
+
+class Sampler:
+    """Base class of the in-graph samplers.
+
+    Subclasses set ``kind`` (``"pairs"``, ``"triplets"`` or ``"sets"``) and
+    ``needs_seed``, and implement :meth:`sample`. Calling a sampler:
+
+    ``sampler(dist, labels, candidates=None, seed=None, embedding_dim=None)``
+
+    * ``dist``: [B, B] float matrix. A DISTANCE (larger = farther) for every
+      sampler except :class:`~tfdml.samplers.TopKMisplacedSampler`, which takes
+      SCORES (larger = closer; Lu et al.'s ŝ of Eq. 4).
+    * ``labels``: [B] integer class ids.
+    * ``candidates``: [B, B] bool mask from :func:`tfdml.masks.candidate_mask`;
+      ``None`` means all off-diagonal pairs. Only candidate pairs are selected;
+      the diagonal is never selected, whatever the mask says.
+    * ``seed``: shape-[2] integer tensor for the stateless random ops, required
+      when ``needs_seed``.
+    * ``embedding_dim``: the embedding dimension n (distance weighted sampling).
+
+    The matrix is wrapped in ``tf.stop_gradient``: selections carry no gradient.
+    Distances (scores) are assumed finite.
+    """
+
+    kind = None
+    needs_seed = False
+
+    def __call__(self, dist, labels, candidates=None, seed=None, embedding_dim=None):
+        dist, labels, candidates = _prepare(dist, labels, candidates)
+        if self.needs_seed:
+            seed = check_seed(seed, type(self).__name__)
+        return self.sample(dist, labels, candidates, seed=seed, embedding_dim=embedding_dim)
+
+    def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
+        """The selection from prepared inputs (stopped float matrix, flat labels, bool mask)."""
+        raise NotImplementedError
+
+    def get_config(self):
+        return {}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.get_config() == other.get_config()
+
+    def __hash__(self):
+        return hash((type(self).__name__, tuple(sorted(self.get_config().items()))))
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
+        return f"{type(self).__name__}({args})"

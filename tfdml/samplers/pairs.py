@@ -1,0 +1,69 @@
+"""Pair samplers: all candidate pairs, or uniform random pairs (Wu et al. 2017, §5.1)."""
+
+import keras
+import tensorflow as tf
+
+from tfdml.samplers import base
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class AllPairsSampler(base.Sampler):
+    """Every candidate pair once (kind ``"pairs"``).
+
+    Returns :class:`~tfdml.samplers.PairSelection` with weight 1 on every
+    candidate positive pair (same label) and every candidate negative pair,
+    0 elsewhere (and on the diagonal). This is the "all pairs" objective of
+    Wu et al. 2017, §3 (sum over all pairs) restricted to the batch.
+    """
+
+    kind = "pairs"
+    needs_seed = False
+
+    def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
+        pos, neg = base.split_candidates(labels, candidates)
+        return base.PairSelection(tf.cast(pos, tf.float32), tf.cast(neg, tf.float32))
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class RandomPairSampler(base.Sampler):
+    """Uniform random pairs with replacement (Wu et al. 2017, §5.1 "random").
+
+    Wu et al. (§5.1): "By random sampling, we refer to uniform sampling from
+    all positive and negative pairs." ``num_pairs`` ordered pairs (i, j) are
+    drawn independently and uniformly, with replacement, from all candidate
+    pairs (positive and negative alike; (i, j) and (j, i) are two candidates).
+    The returned :class:`~tfdml.samplers.PairSelection` holds how many times
+    each pair was drawn, so ``sum(pos_weight) + sum(neg_weight) == num_pairs``
+    whenever the batch has at least one candidate pair (all zeros otherwise).
+
+    Args:
+      num_pairs: number of draws per batch; ``None`` (default) draws B.
+
+    Needs ``seed``. Cost: O(B² + num_pairs · log B).
+    """
+
+    kind = "pairs"
+    needs_seed = True
+
+    def __init__(self, num_pairs=None):
+        self.num_pairs = base.check_positive_int(num_pairs, "num_pairs", "RandomPairSampler", allow_none=True)
+
+    def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
+        size = tf.shape(candidates)[0]
+        num_pairs = size if self.num_pairs is None else self.num_pairs
+        flat = tf.reshape(tf.cast(candidates, tf.int32), [-1])
+        cumulative = tf.cumsum(flat)  # cumulative[i] = number of candidates at flat positions <= i
+        total = tf.reduce_sum(flat)
+        draws = base.uniform_int([num_pairs], seed, total)  # rank of the drawn candidate, 0-based
+        # The draw-th candidate sits at the first flat position whose count exceeds the draw.
+        position = tf.searchsorted(cumulative, draws, side="right")
+        position = tf.minimum(position, size * size - 1)
+        ones = tf.fill([num_pairs], tf.cast(total > 0, tf.float32))
+        counts = tf.math.unsorted_segment_sum(ones, position, size * size)
+        counts = tf.reshape(counts, [size, size])
+        pos, neg = base.split_candidates(labels, candidates)
+        zeros = tf.zeros_like(counts)
+        return base.PairSelection(tf.where(pos, counts, zeros), tf.where(neg, counts, zeros))
+
+    def get_config(self):
+        return {"num_pairs": self.num_pairs}

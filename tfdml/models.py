@@ -1,0 +1,223 @@
+"""Embedding models: a backbone, an embedding head, and a train step that
+mines on the *global* batch under ``tf.distribute``.
+
+:class:`EmbeddingModel` wraps any Keras encoder (inputs -> [B, d] embeddings)
+and adds what plain ``keras.Model.fit`` lacks for metric learning:
+
+* ``y`` may be the batch-contract dict of DESIGN.md (label, class_size,
+  w_pos, w_neg, pair_id, example_id). Keras' compile-loss insists that ``y``
+  and the model's outputs have one structure; here the loss receives ``y``
+  as it is.
+* The loss's own state (Wu et al. 2017 §4: the learned margins β0, β_class,
+  β_img of :class:`tfdml.losses.MarginLoss`; a sampler's seed) lives in the
+  layers listed by ``loss.parameter_layers``. ``compile`` tracks them, so the
+  optimizer trains them and checkpoints save and restore them.
+* Under a distribution strategy each replica sees a slice of the global
+  batch; mining on a slice silently changes the objective (the semi-hard
+  negative of an anchor may sit on another replica, m-per-class groups are
+  cut apart). ``compute_loss`` all-gathers embeddings and target columns
+  across replicas first, so every replica evaluates the loss of the global
+  batch, and scales it by 1 / replicas: the gradient that reaches a replica's
+  embeddings through the all-gather is summed over replicas, and the
+  optimizer sums replica gradients, so the applied gradient equals the
+  single-device gradient of the same global batch.
+"""
+
+import keras
+import tensorflow as tf
+
+BACKBONES = ("small_cnn", "mlp")
+
+
+def small_cnn(input_shape, width=32, sync_batchnorm=True, name="small_cnn"):
+    """A small convolutional backbone for the bundled 28×28 / 8×8 data.
+
+    Three conv-BN-ReLU stages (width, 2·width, 4·width), the first two followed
+    by 2×2 max-pooling where the image is large enough, then global average
+    pooling. Inputs are float images [H, W, C]. With ``sync_batchnorm`` the
+    batch statistics are computed over the global batch under a distribution
+    strategy (otherwise each replica normalises with its own slice, and the
+    result differs from single-device training).
+    """
+    inputs = keras.Input(shape=tuple(input_shape), name="image")
+    x = inputs
+    size = min(input_shape[0], input_shape[1])
+    for stage, filters in enumerate((width, 2 * width, 4 * width)):
+        x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False, name=f"conv{stage}")(x)
+        x = keras.layers.BatchNormalization(synchronized=sync_batchnorm, name=f"bn{stage}")(x)
+        x = keras.layers.ReLU(name=f"relu{stage}")(x)
+        if stage < 2 and size >= 8:
+            x = keras.layers.MaxPooling2D(2, name=f"pool{stage}")(x)
+            size //= 2
+    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    return keras.Model(inputs, x, name=name)
+
+
+def mlp(input_shape, width=128, depth=2, name="mlp"):
+    """A fully connected backbone for non-image features (flattens its input)."""
+    inputs = keras.Input(shape=tuple(input_shape), name="features")
+    x = keras.layers.Flatten(name="flatten")(inputs)
+    for i in range(depth):
+        x = keras.layers.Dense(width, activation="relu", name=f"dense{i}")(x)
+    return keras.Model(inputs, x, name=name)
+
+
+def get_backbone(name, input_shape, **kwargs):
+    """A backbone by name: ``small_cnn``, ``mlp``, or one of :mod:`tfdml.backbones`."""
+    if name == "small_cnn":
+        return small_cnn(input_shape, **kwargs)
+    if name == "mlp":
+        return mlp(input_shape, **kwargs)
+    try:
+        from tfdml import backbones
+    except ImportError:  # pragma: no cover - the backbones package is optional
+        backbones = None
+    if backbones is not None and name in getattr(backbones, "BACKBONES", ()):
+        return backbones.get_backbone(name, input_shape=input_shape, **kwargs)
+    valid = list(BACKBONES) + list(getattr(backbones, "BACKBONES", ()))
+    raise ValueError(f"Unknown backbone {name!r}; choose one of {', '.join(valid)}.")
+
+
+def build_encoder(backbone, embedding_dim=128, normalize=True, name="encoder"):
+    """``backbone`` followed by a linear embedding head (Dense to ``embedding_dim``).
+
+    With ``normalize=True`` the embeddings are L2-normalised (Wu et al. 2017
+    §3: embeddings on the unit sphere, which distance weighted sampling
+    assumes). The head layer is named ``embedding`` so that it can be given its
+    own learning rate.
+    """
+    inputs = keras.Input(shape=backbone.input_shape[1:], name="input")
+    features = backbone(inputs)
+    emb = keras.layers.Dense(embedding_dim, name="embedding")(features)
+    if normalize:
+        emb = keras.layers.UnitNormalization(name="l2_normalize")(emb)
+    return keras.Model(inputs, emb, name=name)
+
+
+def _gather(value, context):
+    return context.all_gather(value, axis=0)
+
+
+def gather_across_replicas(y, y_pred):
+    """All-gather ``y`` (any structure, None leaves kept) and ``y_pred`` along the batch axis.
+
+    Returns ``(y, y_pred, num_replicas)``; outside a multi-replica context the
+    inputs come back unchanged with ``num_replicas = 1``.
+    """
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync <= 1:
+        return y, y_pred, 1
+    y_pred = _gather(y_pred, context)
+    if isinstance(y, dict):
+        y = {k: (None if v is None else _gather(v, context)) for k, v in y.items()}
+    elif y is not None:
+        y = _gather(y, context)
+    return y, y_pred, context.num_replicas_in_sync
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class EmbeddingModel(keras.Model):
+    """A Keras model whose output is an embedding, trained by a tfdml loss.
+
+    Args:
+      encoder: a Keras model mapping inputs to [B, d] embeddings (e.g. from
+        :func:`build_encoder`).
+      gather_replicas: mine on the global batch under a distribution strategy
+        (see the module docstring). Turn off only to reproduce per-replica
+        mining.
+
+    Usage::
+
+        model = tfdml.models.EmbeddingModel(encoder)
+        model.compile(optimizer="adam", loss=tfdml.losses.MarginLoss(num_classes=100))
+        model.fit(dataset_of_x_and_targets, ...)
+    """
+
+    def __init__(self, encoder, gather_replicas=True, **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(encoder, keras.Model) and not isinstance(encoder, keras.layers.Layer):
+            raise ValueError(
+                f"EmbeddingModel needs a Keras model or layer as encoder, got {type(encoder).__name__}."
+            )
+        self.encoder = encoder
+        self.gather_replicas = gather_replicas
+        self._metric_loss = None
+        self.loss_parameters = []
+
+    def call(self, inputs, training=False):
+        return self.encoder(inputs, training=training)
+
+    def compile(self, optimizer="adam", loss=None, **kwargs):
+        """Like ``keras.Model.compile``; ``loss`` is a tfdml loss (or any
+        ``loss(y_true, y_pred)`` callable) that receives ``y`` unchanged."""
+        if loss is None:
+            raise ValueError("EmbeddingModel.compile needs a loss, e.g. tfdml.losses.MarginLoss().")
+        layers = list(getattr(loss, "parameter_layers", []) or [])
+        # Track the loss's state layers (learned margins, sampler seeds) before
+        # compile so the optimizer and checkpoints see them. A model loaded
+        # from a .keras file is already built (and its state locked) when it
+        # is re-compiled; Keras itself unlocks the same way to untrack state.
+        was_locked = self._tracker.locked
+        self._tracker.unlock()
+        self.loss_parameters = layers
+        if was_locked:
+            self._tracker.lock()
+        super().compile(optimizer=optimizer, loss=loss, **kwargs)
+        self._metric_loss = loss
+        # The structure check of Keras' compile-loss rejects a dict of target
+        # columns for a single output; compute_loss calls the loss directly.
+        self._compile_loss = None
+
+    def compile_from_config(self, config):
+        """Re-compile from a saved compile config (``.keras`` loading), which
+        also re-attaches the loss's parameter layers before weights load."""
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if getattr(self, "optimizer", None) is not None and self.built:
+            self.optimizer.build(self.trainable_variables)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        if self._metric_loss is None:
+            raise ValueError("Call compile(loss=...) before training or evaluating.")
+        if y is None:
+            raise ValueError(
+                "The dataset gives no targets: metric-learning losses need labels, "
+                "as (x, labels) or (x, {'label': ..., ...})."
+            )
+        replicas = 1
+        if self.gather_replicas:
+            y, y_pred, replicas = gather_across_replicas(y, y_pred)
+        loss = self._metric_loss(y, y_pred)
+        if replicas > 1:
+            loss = loss / tf.cast(replicas, loss.dtype)
+        for extra in self.losses:
+            loss = loss + self._aggregate_additional_loss(extra)
+        return loss
+
+    def embed(self, x, batch_size=256, verbose=0):
+        """Embeddings of ``x`` (arrays or a dataset), as a NumPy array."""
+        return self.predict(x, batch_size=batch_size, verbose=verbose)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "encoder": keras.saving.serialize_keras_object(self.encoder),
+                "gather_replicas": self.gather_replicas,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        encoder = keras.saving.deserialize_keras_object(
+            config.pop("encoder"), custom_objects=custom_objects
+        )
+        return cls(encoder=encoder, **config)
+
+    def build(self, input_shape):
+        if not self.encoder.built:
+            self.encoder.build(input_shape)
+        super().build(input_shape)
+

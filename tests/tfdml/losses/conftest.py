@@ -1,0 +1,179 @@
+"""Shared brute-force helpers for the loss tests (exposed through the ``ref`` fixture).
+
+Everything here is plain NumPy with Python loops, written from the papers'
+definitions, independent of the TensorFlow code under test.
+"""
+
+import types
+
+import numpy as np
+import pytest
+
+# Label layouts used across the tests: unequal class sizes with a class of one
+# example (class 2), a batch of one class, a batch without any positive pair.
+LABELS = {
+    "mixed": np.array([0, 0, 0, 1, 1, 2, 3, 3, 3, 3, 1, 0], np.int32),
+    "one_class": np.array([5, 5, 5, 5, 5], np.int32),
+    "no_positive": np.array([0, 1, 2, 3, 4], np.int32),
+}
+# Training-split class sizes N_c for the importance columns (classes 0..5).
+CLASS_SIZES = np.array([10.0, 4.0, 1.0, 7.0, 3.0, 6.0], np.float32)
+
+
+def embeddings(num, dim=6, seed=0, normalize=True):
+    e = np.random.default_rng(seed).normal(size=(num, dim))
+    if normalize:
+        e /= np.linalg.norm(e, axis=1, keepdims=True)
+    return e.astype(np.float32)
+
+
+def pairwise(e):
+    """D_ij = ||e_i − e_j|| (Wu et al. 2017 §3), by a double loop in float64."""
+    e = np.asarray(e, np.float64)
+    n = len(e)
+    d = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            d[i, j] = np.sqrt(np.sum((e[i] - e[j]) ** 2))
+    return d
+
+
+def cosine(e):
+    e = np.asarray(e, np.float64)
+    n = len(e)
+    s = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            s[i, j] = e[i] @ e[j] / (np.linalg.norm(e[i]) * np.linalg.norm(e[j]))
+    return s
+
+
+def candidates(labels, pair_id=None):
+    n = len(labels)
+    c = np.zeros((n, n), bool)
+    for i in range(n):
+        for j in range(n):
+            c[i, j] = i != j and (pair_id is None or pair_id[i] == pair_id[j])
+    return c
+
+
+def pos_neg(labels, cand):
+    n = len(labels)
+    pos = np.zeros((n, n))
+    neg = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            if cand[i, j]:
+                if labels[i] == labels[j]:
+                    pos[i, j] = 1
+                else:
+                    neg[i, j] = 1
+    return pos, neg
+
+
+def triplet_list(selection):
+    """Selected (a, p, n) of a TripletSelection as a Python list."""
+    a, p, n, m = (np.asarray(x) for x in selection)
+    return [(int(a[t]), int(p[t]), int(n[t])) for t in range(len(m)) if m[t]]
+
+
+def pairs_from_triplets(triplets, n):
+    """Wu et al. §5: each (a, p, n) gives the positive pair (a, p) and the negative (a, n)."""
+    pos = np.zeros((n, n))
+    neg = np.zeros((n, n))
+    for a, p, q in triplets:
+        pos[a, p] += 1
+        neg[a, q] += 1
+    return pos, neg
+
+
+def semi_hard_triplets(d, labels, cand):
+    """FaceNet / Wu §3: n* = argmin_{n: D_an > D_ap} D_an for every positive pair (a, p);
+    if there is none, the farthest negative (the samplers' "hardest_inside" fallback)."""
+    out = []
+    n = len(labels)
+    for a in range(n):
+        negs = [q for q in range(n) if cand[a, q] and labels[q] != labels[a]]
+        for p in range(n):
+            if not (cand[a, p] and labels[p] == labels[a]) or not negs:
+                continue
+            farther = [q for q in negs if d[a, q] > d[a, p]]
+            if farther:
+                q = min(farther, key=lambda q: (d[a, q], q))
+            else:
+                q = max(negs, key=lambda q: (d[a, q], -q))
+            out.append((a, p, q))
+    return out
+
+
+def hard_triplets(d, labels, cand):
+    """Batch hard: per anchor the farthest positive and the closest negative."""
+    out = []
+    n = len(labels)
+    for a in range(n):
+        poss = [p for p in range(n) if cand[a, p] and labels[p] == labels[a]]
+        negs = [q for q in range(n) if cand[a, q] and labels[q] != labels[a]]
+        if poss and negs:
+            p = max(poss, key=lambda p: (d[a, p], -p))
+            q = min(negs, key=lambda q: (d[a, q], q))
+            out.append((a, p, q))
+    return out
+
+
+def importance_targets(labels, w_pos=0.02, w_neg=0.005, pair_id=None, example_id=None):
+    """A batch-contract dict with the importance columns (Hong et al. Eq. 24 / 25)."""
+    labels = np.asarray(labels, np.int32)
+    y = {
+        "label": labels,
+        "class_size": CLASS_SIZES[labels],
+        "w_pos": np.full(len(labels), w_pos, np.float32),
+        "w_neg": np.full(len(labels), w_neg, np.float32),
+    }
+    if pair_id is not None:
+        y["pair_id"] = np.asarray(pair_id, np.int32)
+    if example_id is not None:
+        y["example_id"] = np.asarray(example_id, np.int32)
+    return y
+
+
+def hong_weights(labels, sizes, w_pos, w_neg):
+    """W_ij of Hong et al. Eq. 24 / 25 in the factorised form of tfdml.importance."""
+    n = len(labels)
+    w = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            ni, nj = sizes[labels[i]], sizes[labels[j]]
+            w[i, j] = w_pos * ni * (ni - 1) if labels[i] == labels[j] else w_neg * ni * nj
+    return w
+
+
+def central_gradient(f, x, eps=1e-6):
+    """Central finite differences of a scalar function of a float64 array."""
+    x = np.array(x, np.float64)
+    g = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        up, down = x.copy(), x.copy()
+        up[idx] += eps
+        down[idx] -= eps
+        g[idx] = (f(up) - f(down)) / (2 * eps)
+    return g
+
+
+@pytest.fixture(scope="session")
+def ref():
+    return types.SimpleNamespace(
+        LABELS=LABELS,
+        CLASS_SIZES=CLASS_SIZES,
+        embeddings=embeddings,
+        pairwise=pairwise,
+        cosine=cosine,
+        candidates=candidates,
+        pos_neg=pos_neg,
+        triplet_list=triplet_list,
+        pairs_from_triplets=pairs_from_triplets,
+        semi_hard_triplets=semi_hard_triplets,
+        hard_triplets=hard_triplets,
+        importance_targets=importance_targets,
+        hong_weights=hong_weights,
+        central_gradient=central_gradient,
+    )

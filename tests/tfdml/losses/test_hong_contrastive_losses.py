@@ -1,0 +1,113 @@
+"""Weighted (Hong et al. Eq. 10 / 23) and balanced (Eq. 15 / 23) contrastive losses."""
+
+import numpy as np
+import pytest
+
+from tfdml.losses import BalancedContrastiveLoss, WeightedContrastiveLoss
+
+
+def np_weighted(d, labels, cand, margin, eta, w=None):
+    """Eq. 23: 1/B Σ_(i,j) W_ij (Y_ij g(D_ij) + (1 − Y_ij) η_ij h(D_ij)), g = d², h = [α − d]_+² (Eq. 5)."""
+    n = len(labels)
+    total, count = 0.0, 0
+    for i in range(n):
+        for j in range(n):
+            if not cand[i, j]:
+                continue
+            wij = 1.0 if w is None else w[i, j]
+            e = eta(i, j) if callable(eta) else eta
+            if labels[i] == labels[j]:
+                total += wij * d[i, j] ** 2
+            else:
+                total += wij * e * max(margin - d[i, j], 0.0) ** 2
+            count += 1
+    return total / count if count else 0.0
+
+
+def balanced_eta(lam, num_classes, sizes, labels):
+    """η_ij = λ/(L−1) · (N_{y_i} − 1)/N_{y_j} (Eq. 15)."""
+    return lambda i, j: lam / (num_classes - 1) * (sizes[labels[i]] - 1) / sizes[labels[j]]
+
+
+@pytest.mark.parametrize("case", ["mixed", "one_class", "no_positive"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_weighted_eq23_with_importance_columns(ref, case, seed):
+    labels = ref.LABELS[case]
+    e = ref.embeddings(len(labels), seed=seed)
+    d, cand = ref.pairwise(e), ref.candidates(labels)
+    w = ref.hong_weights(labels, ref.CLASS_SIZES, 0.02, 0.005)
+    y = ref.importance_targets(labels, 0.02, 0.005)
+    loss = WeightedContrastiveLoss(margin=1.3, eta=0.7)
+    np.testing.assert_allclose(float(loss(y, e)), np_weighted(d, labels, cand, 1.3, 0.7, w), rtol=1e-5)
+    # Plain labels: W = 1.
+    np.testing.assert_allclose(float(loss(labels, e)), np_weighted(d, labels, cand, 1.3, 0.7), rtol=1e-5)
+
+
+def test_weighted_eq23_p_random_pairs(ref):
+    """p-random design (§4.1): only pairs sharing pair_id, weighted by Eq. 24."""
+    labels = np.array([0, 0, 1, 3, 3, 3, 4, 1], np.int32)
+    pair_id = np.array([0, 0, 1, 1, 2, 2, 3, 3], np.int32)
+    e = ref.embeddings(len(labels), seed=4)
+    d, cand = ref.pairwise(e), ref.candidates(labels, pair_id)
+    w = ref.hong_weights(labels, ref.CLASS_SIZES, 0.1, 0.03)
+    y = ref.importance_targets(labels, 0.1, 0.03, pair_id=pair_id)
+    got = WeightedContrastiveLoss(margin=1.5)(y, e)
+    np.testing.assert_allclose(float(got), np_weighted(d, labels, cand, 1.5, 1.0, w), rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["mixed", "one_class", "no_positive"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_balanced_eq15_eq23(ref, case, seed):
+    labels = ref.LABELS[case]
+    e = ref.embeddings(len(labels), seed=seed)
+    d, cand = ref.pairwise(e), ref.candidates(labels)
+    w = ref.hong_weights(labels, ref.CLASS_SIZES, 0.02, 0.005)
+    y = ref.importance_targets(labels, 0.02, 0.005)
+    loss = BalancedContrastiveLoss(margin=1.2, lam=8.0, num_classes=6)
+    eta = balanced_eta(8.0, 6, ref.CLASS_SIZES, labels)
+    np.testing.assert_allclose(float(loss(y, e)), np_weighted(d, labels, cand, 1.2, eta, w), rtol=1e-5)
+    # Class sizes without the design constants: W = 1.
+    y_sizes = {"label": labels, "class_size": ref.CLASS_SIZES[labels]}
+    np.testing.assert_allclose(float(loss(y_sizes, e)), np_weighted(d, labels, cand, 1.2, eta), rtol=1e-5)
+
+
+def test_balanced_weights_follow_eq14_not_printed_eq16(ref):
+    """Erratum check. Over a whole data set with all pairs, Eq. 14 is the expected tuplet loss
+    Σ_(i,j)∈P+ [g(D_ij) + Σ_{l ≠ y_i} λ/(L−1) · mean_{k ∈ X_l} h(D_ik)]; the loss must equal
+    it (times 1/B), which holds for η_ij = λ/(L−1)(N_{y_i}−1)/N_{y_j} and not for Eq. 16's
+    (N_{y_i}−1)/N_{y_i}."""
+    labels = np.array([0, 0, 0, 0, 1, 1, 2, 2, 2], np.int32)  # the whole 'training split'
+    sizes = np.array([4.0, 2.0, 3.0], np.float32)
+    num_classes, lam, margin = 3, 5.0, 1.4
+    e = ref.embeddings(len(labels), seed=6)
+    d = ref.pairwise(e)
+    n = len(labels)
+    h = lambda i, k: max(margin - d[i, k], 0.0) ** 2  # noqa: E731
+    eq14 = 0.0
+    for i in range(n):
+        for j in range(n):
+            if i == j or labels[i] != labels[j]:
+                continue
+            eq14 += d[i, j] ** 2
+            for cls in range(num_classes):
+                if cls == labels[i]:
+                    continue
+                members = [k for k in range(n) if labels[k] == cls]
+                eq14 += lam / (num_classes - 1) * np.mean([h(i, k) for k in members])
+    eq14 /= n * (n - 1)  # Eq. 23's 1/B over the B = n(n−1) ordered pairs
+    y = {"label": labels, "class_size": sizes[labels]}
+    got = float(BalancedContrastiveLoss(margin=margin, lam=lam, num_classes=num_classes)(y, e))
+    np.testing.assert_allclose(got, eq14, rtol=1e-5)
+    printed = lambda i, j: lam / (num_classes - 1) * (sizes[labels[i]] - 1) / sizes[labels[i]]  # noqa: E731
+    assert abs(np_weighted(d, labels, ref.candidates(labels), margin, printed) - eq14) > 1e-3
+
+
+def test_balanced_needs_class_sizes_and_num_classes(ref):
+    labels = ref.LABELS["mixed"]
+    e = ref.embeddings(len(labels))
+    with pytest.raises(ValueError, match="class_size"):
+        BalancedContrastiveLoss(num_classes=4)(labels, e)
+    with pytest.raises(ValueError, match="num_classes"):
+        BalancedContrastiveLoss()
+    with pytest.raises(ValueError, match="eta"):
+        WeightedContrastiveLoss(eta=0.0)

@@ -1,0 +1,83 @@
+"""Losses of deep metric learning, as serialisable ``keras.losses.Loss`` subclasses.
+
+Every loss takes ``y_true`` as plain integer labels or as the batch-contract
+dict (:mod:`tfdml.targets`), ``y_pred`` as the [B, d] embeddings, and returns
+the scalar loss of the batch; see :mod:`tfdml.losses.base` and
+:mod:`tfdml.losses.reductions` for what they share.
+
+==============================  ==============================================
+:class:`ContrastiveLoss`        Hadsell / Wu et al. 2017 §3; ℓ2 form draft Eq. 18
+:class:`TripletLoss`            FaceNet ℓ2² and Wu et al. 2017 §4 ℓ2
+:class:`MarginLoss`             Wu et al. 2017 §4, learned β (MarginParameters)
+:class:`WeightedContrastiveLoss`  Hong et al. Eq. 10 / 23 with importance weights
+:class:`BalancedContrastiveLoss`  Hong et al. Eq. 15 / 23
+:class:`NPairLoss`              Sohn; Duan et al. 2019 Eq. 9
+:class:`PrecisionAtKLoss`       Lu et al. 2019 ℓ_k, Eq. 4–10
+:class:`StableContrastLoss`     deep-embeddings draft Eq. 16
+:class:`RobustHardContrastiveLoss`  deep-embeddings draft Eq. 22
+==============================  ==============================================
+"""
+
+import keras
+
+from tfdml.losses.balanced_contrastive import BalancedContrastiveLoss
+from tfdml.losses.base import MetricLoss, SeedState, select_pairs, triplets_to_pairs
+from tfdml.losses.contrastive import ContrastiveLoss
+from tfdml.losses.margin import MarginLoss, MarginParameters
+from tfdml.losses.npair import NPairLoss
+from tfdml.losses.precision_at_k import PrecisionAtKLoss
+from tfdml.losses.reductions import REDUCTIONS, reduce_tuples
+from tfdml.losses.robust_hard_contrastive import RobustHardContrastiveLoss
+from tfdml.losses.stable_contrast import StableContrastLoss
+from tfdml.losses.triplet import TripletLoss
+from tfdml.losses.weighted_contrastive import WeightedContrastiveLoss
+
+LOSSES = {
+    "contrastive": ContrastiveLoss,
+    "triplet": TripletLoss,
+    "margin": MarginLoss,
+    "weighted_contrastive": WeightedContrastiveLoss,
+    "balanced_contrastive": BalancedContrastiveLoss,
+    "npair": NPairLoss,
+    "precision_at_k": PrecisionAtKLoss,
+    "stable_contrast": StableContrastLoss,
+    "robust_hard_contrastive": RobustHardContrastiveLoss,
+}
+
+
+def get(identifier, **kwargs):
+    """A loss from a short name (:data:`LOSSES`) with ``kwargs``, a serialised
+    config dict, or a loss object (returned as is)."""
+    if isinstance(identifier, keras.losses.Loss):
+        return identifier
+    if isinstance(identifier, dict):
+        return keras.saving.deserialize_keras_object(identifier)
+    try:
+        cls = LOSSES[identifier]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"Unknown loss {identifier!r}; choose one of {', '.join(sorted(LOSSES))}."
+        ) from None
+    return cls(**kwargs)
+
+
+__all__ = [
+    "BalancedContrastiveLoss",
+    "ContrastiveLoss",
+    "LOSSES",
+    "MarginLoss",
+    "MarginParameters",
+    "MetricLoss",
+    "NPairLoss",
+    "PrecisionAtKLoss",
+    "REDUCTIONS",
+    "RobustHardContrastiveLoss",
+    "SeedState",
+    "StableContrastLoss",
+    "TripletLoss",
+    "WeightedContrastiveLoss",
+    "get",
+    "reduce_tuples",
+    "select_pairs",
+    "triplets_to_pairs",
+]

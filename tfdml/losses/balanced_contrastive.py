@@ -1,0 +1,85 @@
+"""Balanced contrastive loss (Hong et al., Eq. 15; weights η of Eq. 16 corrected)."""
+
+import keras
+import tensorflow as tf
+
+from tfdml.losses import base
+from tfdml.losses.weighted_contrastive import WeightedContrastiveLoss
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class BalancedContrastiveLoss(WeightedContrastiveLoss):
+    """Hong et al. Eq. 15 in the mini-batch form Eq. 23:
+
+        L = 1/B Σ_(i,j) W_ij ( Y_ij g(D_ij) + (1 − Y_ij) η_ij h(D_ij) ),
+        η_ij = λ / (L − 1) · (N_{y_i} − 1) / N_{y_j}
+
+    λ is the expected number of negative examples compared with each positive
+    pair (§5.1; Hong et al. use λ = 256), L the number of classes of the
+    training split and N_c the size of class c there (the ``class_size``
+    column of the batch contract).
+
+    Erratum: Eq. 16 prints η_ij = λ/(L−1) · (N_{y_i}−1)/N_{y_i}. Eq. 14 gives,
+    for an anchor i, λ/(L−1) · h(D_{iK_l}) per positive pair (i, j) and
+    negative class l, with K_l uniform on the N_l examples of class l; there
+    are N_{y_i} − 1 positive pairs with anchor i, so the negative pair (i, k)
+    carries λ/(L−1) · (N_{y_i} − 1)/N_{y_k}, which is Eq. 15 and the summary
+    after Eq. 25. This class implements that η.
+
+    W_ij: as in :class:`WeightedContrastiveLoss` (1 without importance columns).
+
+    Needs the batch-contract dict with a ``class_size`` column; plain labels
+    raise ``ValueError`` (η depends on the training-split class sizes).
+
+    Args:
+      margin: α > 0 of h(d) = [α − d]_+².
+      lam: λ > 0 of Eq. 13–16 (the number of negatives per positive pair; not
+        Wu's λ of distance weighted sampling).
+      num_classes: L ≥ 2, the number of classes of the training split.
+    """
+
+    def __init__(
+        self,
+        margin=1.0,
+        lam=256.0,
+        num_classes=None,
+        distance="euclidean",
+        tuple_reduction=None,
+        name=None,
+        reduction="sum_over_batch_size",
+        dtype=None,
+    ):
+        super().__init__(
+            margin=margin,
+            eta=1.0,
+            distance=distance,
+            tuple_reduction=tuple_reduction,
+            name=name,
+            reduction=reduction,
+            dtype=dtype,
+        )
+        self.lam = base.check_positive("lam", lam)
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(
+                "BalancedContrastiveLoss needs num_classes=L, the number of classes in the "
+                f"training split (an int >= 2), got {num_classes!r}."
+            )
+        self.num_classes = num_classes
+
+    def negative_weights(self, targets, dtype):
+        if targets.class_size is None:
+            raise ValueError(
+                "BalancedContrastiveLoss needs the class sizes N_c of the training split: pass "
+                "y as the batch-contract dict with a 'class_size' column (see tfdml.targets), "
+                "not plain labels."
+            )
+        n = tf.cast(targets.class_size, dtype)
+        safe_n = tf.where(n > 0, n, tf.ones_like(n))
+        scale = self.lam / (self.num_classes - 1.0)
+        return scale * (n[:, None] - 1.0) / safe_n[None, :]
+
+    def get_config(self):
+        config = super().get_config()
+        del config["eta"]
+        config.update(lam=self.lam, num_classes=self.num_classes)
+        return config

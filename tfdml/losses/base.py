@@ -1,0 +1,281 @@
+"""What every tfdml loss shares.
+
+* :class:`MetricLoss`: a ``keras.losses.Loss`` whose ``y_true`` is either plain
+  integer labels ([B] or [B, 1]) or the batch-contract dict (see
+  :mod:`tfdml.targets`), whose ``y_pred`` is the [B, d] batch of embeddings and
+  whose ``call`` returns the scalar loss of the batch. It resolves the
+  ``distance``, the ``sampler`` (:mod:`tfdml.samplers`), the per-call seed and
+  the tuple reduction (:mod:`tfdml.losses.reductions`), and serialises them.
+* :class:`SeedState`: the layer that holds a loss's ``keras.random.SeedGenerator``
+  so that checkpoints save and restore the position of its random stream.
+* :func:`triplets_to_pairs` / :func:`select_pairs`: the one place where a
+  triplet selection becomes pair multiplicities, so that any pair loss accepts
+  any sampler.
+
+Seeds. A loss built with ``seed=s`` draws the sampler seed ``[s, c]`` (int32)
+on its c-th call (c = 0, 1, ...): deterministic for a given ``s``, different
+from call to call, and restored from a checkpoint together with the model.
+"""
+
+import collections
+
+import keras
+import tensorflow as tf
+
+from tfdml import distances as distances_lib
+from tfdml import masks as masks_lib
+from tfdml import targets as targets_lib
+from tfdml.losses import reductions
+
+PairWeights = collections.namedtuple("PairWeights", ["pos_weight", "neg_weight"])
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class SeedState(keras.layers.Layer):
+    """Holds the ``keras.random.SeedGenerator`` of a loss's sampler.
+
+    The generator's state is tracked as a non-trainable weight of this layer, so
+    ``model.save_weights`` / checkpoints restore the random stream of a loss
+    whose ``parameter_layers`` the model tracks.
+    """
+
+    def __init__(self, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed must be an int or None, got {seed!r}.")
+        self.seed = seed
+        # Bypass the layer's automatic SeedGenerator tracking (which would list
+        # the state twice and not save it) and track the state as a weight.
+        object.__setattr__(self, "generator", keras.random.SeedGenerator(seed))
+        self._track_variable(self.generator.state)
+        self.built = True
+
+    def next(self):
+        """The [2] int32 seed for this call (then advance the stream)."""
+        return tf.cast(self.generator.next(), tf.int32)
+
+    def call(self, inputs):  # pragma: no cover - never used as a layer in a model
+        return inputs
+
+    def get_config(self):
+        config = super().get_config()
+        config["seed"] = self.seed
+        return config
+
+
+def triplets_to_pairs(selection, batch_size, dtype=tf.float32):
+    """Pair multiplicities [B, B] of a ``TripletSelection``.
+
+    Each selected triplet (a, p, n) (``mask`` true) adds 1 to the positive pair
+    (a, p) and 1 to the negative pair (a, n); this is how Wu et al. 2017 §5
+    feed pair losses (contrastive, margin) from triplet samplers: one negative
+    per end of each positive pair.
+    """
+    anchor = tf.clip_by_value(tf.cast(selection.anchor, tf.int32), 0, batch_size - 1)
+    positive = tf.clip_by_value(tf.cast(selection.positive, tf.int32), 0, batch_size - 1)
+    negative = tf.clip_by_value(tf.cast(selection.negative, tf.int32), 0, batch_size - 1)
+    mask = tf.cast(selection.mask, dtype)
+    zeros = tf.zeros([batch_size, batch_size], dtype)
+    pos = tf.tensor_scatter_nd_add(zeros, tf.stack([anchor, positive], axis=1), mask)
+    neg = tf.tensor_scatter_nd_add(zeros, tf.stack([anchor, negative], axis=1), mask)
+    return PairWeights(pos, neg)
+
+
+def all_pairs(labels, candidates, dtype=tf.float32):
+    """Multiplicity 1 for every candidate positive / negative pair."""
+    same = tf.equal(labels[:, None], labels[None, :])
+    pos = tf.logical_and(candidates, same)
+    neg = tf.logical_and(candidates, tf.logical_not(same))
+    return PairWeights(tf.cast(pos, dtype), tf.cast(neg, dtype))
+
+
+def select_pairs(selection, batch_size, dtype=tf.float32):
+    """Pair multiplicities from a ``PairSelection`` or a ``TripletSelection``."""
+    if hasattr(selection, "pos_weight"):
+        return PairWeights(
+            tf.cast(selection.pos_weight, dtype), tf.cast(selection.neg_weight, dtype)
+        )
+    if hasattr(selection, "anchor"):
+        return triplets_to_pairs(selection, batch_size, dtype)
+    raise ValueError(
+        f"Expected a PairSelection or a TripletSelection, got {type(selection).__name__}."
+    )
+
+
+def _samplers_module():
+    try:
+        from tfdml import samplers
+    except ModuleNotFoundError as err:  # pragma: no cover - samplers ship with tfdml
+        raise ValueError(
+            "This loss needs tfdml.samplers, which is not available in this installation."
+        ) from err
+    return samplers
+
+
+def resolve_sampler(sampler, kinds, owner):
+    """A sampler object from a name, an object or a serialised config.
+
+    Raises ``ValueError`` when its ``kind`` is not one of ``kinds``.
+    """
+    if sampler is None:
+        return None
+    if isinstance(sampler, dict):
+        sampler = keras.saving.deserialize_keras_object(sampler)
+    sampler = _samplers_module().get(sampler)
+    kind = getattr(sampler, "kind", None)
+    if kind not in kinds:
+        raise ValueError(
+            f"{owner} needs a sampler that selects {' or '.join(kinds)}, but "
+            f"{type(sampler).__name__} selects {kind!r}; pass one of those kinds."
+        )
+    return sampler
+
+
+def distance_matrix(embeddings, distance):
+    """[B, B] distances (larger = farther) for the named ``distance``.
+
+    A similarity (cosine, Lu et al. 2019 §3.1) becomes the distance ``1 − s``,
+    so margins keep their meaning and samplers see larger = farther.
+    """
+    values = distances_lib.pairwise(embeddings, distance=distance)
+    if distances_lib.is_similarity(distance):
+        values = 1.0 - values
+    return values
+
+
+def check_distance(distance):
+    if not isinstance(distance, str):
+        raise ValueError(
+            f"distance must be the name of one of {', '.join(distances_lib.DISTANCES)} "
+            f"(so the loss can be serialised), got {distance!r}."
+        )
+    distances_lib.get(distance)  # raises ValueError naming the choices
+    return distance
+
+
+def check_positive(name, value, allow_zero=False):
+    try:
+        ok = float(value) >= 0 if allow_zero else float(value) > 0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a number {bound}, got {value!r}.")
+    return float(value)
+
+
+class MetricLoss(keras.losses.Loss):
+    """Base class of tfdml losses (not registered; use a subclass).
+
+    Subclasses set ``sampler_kinds`` (the selection kinds they accept, empty
+    for losses without a sampler) and ``default_tuple_reduction``, and implement
+    ``compute(targets, embeddings)`` returning the scalar loss.
+
+    Args:
+      distance: name of the pairwise distance (:data:`tfdml.distances.DISTANCES`);
+        a similarity is used as ``1 − s``.
+      sampler: ``None``, a name for :func:`tfdml.samplers.get`, a sampler
+        object or its serialised config.
+      seed: int seed of the sampler's random stream (see module docstring);
+        ``None`` draws one.
+      tuple_reduction: one of :data:`tfdml.losses.reductions.REDUCTIONS`.
+      name, reduction, dtype: as for ``keras.losses.Loss``. ``call`` returns a
+        scalar, so Keras' ``reduction`` has nothing left to reduce.
+    """
+
+    sampler_kinds = ()
+    takes_distance = True
+    default_tuple_reduction = "mean"
+
+    def __init__(
+        self,
+        distance="euclidean",
+        sampler=None,
+        seed=None,
+        tuple_reduction=None,
+        name=None,
+        reduction="sum_over_batch_size",
+        dtype=None,
+    ):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.distance = check_distance(distance)
+        if sampler is not None and not self.sampler_kinds:
+            raise ValueError(f"{type(self).__name__} takes no sampler; got sampler={sampler!r}.")
+        self.sampler = resolve_sampler(sampler, self.sampler_kinds, type(self).__name__)
+        if tuple_reduction is None:
+            tuple_reduction = self.default_tuple_reduction
+        self.tuple_reduction = reductions.check_reduction(tuple_reduction)
+        self.seed = seed
+        self._seed_state = None
+        if self.sampler is not None and getattr(self.sampler, "needs_seed", False):
+            self._seed_state = SeedState(seed, name=f"{self.name}_seed")
+
+    # -- state ---------------------------------------------------------------
+    @property
+    def parameter_layers(self):
+        """Keras layers holding this loss's state (learned parameters, seeds)."""
+        return [self._seed_state] if self._seed_state is not None else []
+
+    def next_seed(self):
+        """The sampler seed of this call ([2] int32), or ``None`` without randomness."""
+        return None if self._seed_state is None else self._seed_state.next()
+
+    # -- batch helpers -------------------------------------------------------
+    def distances(self, embeddings):
+        return distance_matrix(embeddings, self.distance)
+
+    @staticmethod
+    def candidates(targets):
+        return masks_lib.candidate_mask(targets.label, targets.pair_id)
+
+    def sample(self, dist, targets, embeddings, candidates=None):
+        """Run the sampler on ``dist`` (no gradient) with this call's seed."""
+        if candidates is None:
+            candidates = self.candidates(targets)
+        return self.sampler(
+            tf.stop_gradient(dist),
+            targets.label,
+            candidates=candidates,
+            seed=self.next_seed(),
+            embedding_dim=embeddings.shape[-1],
+        )
+
+    def pair_weights(self, dist, targets, embeddings):
+        """Pair multiplicities: all candidate pairs without a sampler, else the
+        sampler's pairs (a triplet selection converted by :func:`triplets_to_pairs`)."""
+        candidates = self.candidates(targets)
+        if self.sampler is None:
+            return all_pairs(targets.label, candidates, dist.dtype)
+        selection = self.sample(dist, targets, embeddings, candidates)
+        return select_pairs(selection, tf.shape(dist)[0], dist.dtype)
+
+    def reduce(self, losses, counts, weights=None, extra=None):
+        return reductions.reduce_tuples(
+            losses, counts, self.tuple_reduction, weights=weights, extra=extra
+        )
+
+    # -- keras.losses.Loss ---------------------------------------------------
+    def call(self, y_true, y_pred):
+        targets = targets_lib.unpack(y_true)
+        embeddings = tf.convert_to_tensor(y_pred)
+        if embeddings.shape.rank != 2:
+            raise ValueError(
+                f"{type(self).__name__} expects y_pred of shape [batch, dim], got {embeddings.shape}."
+            )
+        return self.compute(targets, tf.cast(embeddings, self.dtype))
+
+    def compute(self, targets, embeddings):
+        raise NotImplementedError
+
+    def get_config(self):
+        config = super().get_config()
+        config["dtype"] = self.dtype
+        if self.takes_distance:
+            config["distance"] = self.distance
+        if self.sampler_kinds:
+            config["sampler"] = (
+                None if self.sampler is None else keras.saving.serialize_keras_object(self.sampler)
+            )
+            config["seed"] = self.seed
+        config["tuple_reduction"] = self.tuple_reduction
+        return config

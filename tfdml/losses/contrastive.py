@@ -1,0 +1,87 @@
+"""Contrastive loss (Hadsell et al.; Wu et al. 2017 §3) and its ℓ2 form (draft Eq. 18)."""
+
+import keras
+import tensorflow as tf
+
+from tfdml.losses import base
+
+
+def contrastive_terms(dist, margin, squared=True):
+    """Per-pair terms ``(g(D), h(D))`` of the contrastive loss.
+
+    squared=True (Wu et al. 2017 §3, Hong et al. Eq. 5):
+        g(D) = D²,   h(D) = [α − D]_+²
+    squared=False (ℓ2 contrastive, deep-embeddings draft Eq. 18):
+        g(D) = D,    h(D) = [α − D]_+
+    """
+    hinge = tf.nn.relu(margin - dist)
+    if squared:
+        return tf.square(dist), tf.square(hinge)
+    return dist, hinge
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class ContrastiveLoss(base.MetricLoss):
+    """ℓ(i, j) = y_ij D_ij² + (1 − y_ij) [α − D_ij]_+²  (Wu et al. 2017 §3).
+
+    With ``squared=False`` the ℓ2 contrastive loss of the deep-embeddings draft,
+    Eq. 18: ℓ(i, j) = y_ij D_ij + (1 − y_ij) [α − D_ij]_+.
+
+    Pairs: without a ``sampler`` every ordered candidate pair of the batch
+    (i ≠ j, sharing ``pair_id`` when the batch has one), as in Hadsell et al.
+    With a pair sampler its pair multiplicities; with a triplet sampler
+    (semi-hard, distance weighted: Wu et al. Table 1) each selected (a, p, n)
+    contributes the positive pair (a, p) and the negative pair (a, n).
+
+    Reduction (``tuple_reduction="mean"``): the sum of the pair terms divided
+    by the number of selected pairs (with multiplicity). Importance columns of
+    the batch are not used: see :class:`WeightedContrastiveLoss` for Hong et
+    al.'s importance-weighted form.
+
+    Args:
+      margin: α > 0.
+      squared: Eq. of Wu §3 (True) or draft Eq. 18 (False).
+      distance: pairwise distance D (default euclidean).
+      sampler: ``None`` (all pairs) or a pair / triplet sampler.
+      seed: seed of a random sampler's stream.
+    """
+
+    sampler_kinds = ("pairs", "triplets")
+    default_tuple_reduction = "mean"
+
+    def __init__(
+        self,
+        margin=1.0,
+        squared=True,
+        distance="euclidean",
+        sampler=None,
+        seed=None,
+        tuple_reduction=None,
+        name=None,
+        reduction="sum_over_batch_size",
+        dtype=None,
+    ):
+        super().__init__(
+            distance=distance,
+            sampler=sampler,
+            seed=seed,
+            tuple_reduction=tuple_reduction,
+            name=name,
+            reduction=reduction,
+            dtype=dtype,
+        )
+        self.margin = base.check_positive("margin", margin)
+        self.squared = bool(squared)
+
+    def compute(self, targets, embeddings):
+        dist = self.distances(embeddings)
+        weights = self.pair_weights(dist, targets, embeddings)
+        g, h = contrastive_terms(dist, self.margin, self.squared)
+        return self.reduce(
+            tf.stack([g, h]), tf.stack([weights.pos_weight, weights.neg_weight])
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(margin=self.margin, squared=self.squared)
+        return config

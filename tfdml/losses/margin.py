@@ -1,0 +1,217 @@
+"""Margin based loss with learned boundary β (Wu et al. 2017 §4)."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfdml.losses import base
+
+
+def _check_count(name, value):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}.")
+    return int(value)
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class MarginParameters(keras.layers.Layer):
+    """The learned boundaries of the margin loss, β(i) = β0 + β_class_{c(i)} + β_img_i.
+
+    Real variables created (and the layer built) in ``__init__``: ``beta0`` (a
+    scalar, trainable if ``learn_beta0``), ``beta_class`` ([num_classes], if
+    ``num_classes``) and ``beta_img`` ([num_examples], if ``num_examples``),
+    initialised as in Wu et al. 2017 §5: β0 = 1.2, β_class = β_img = 0.
+    """
+
+    def __init__(self, beta0=1.2, num_classes=None, num_examples=None, learn_beta0=True, **kwargs):
+        super().__init__(**kwargs)
+        self.initial_beta0 = float(beta0)
+        self.num_classes = _check_count("num_classes", num_classes)
+        self.num_examples = _check_count("num_examples", num_examples)
+        self.learn_beta0 = bool(learn_beta0)
+        self.beta0 = self.add_weight(
+            name="beta0",
+            shape=(),
+            initializer=keras.initializers.Constant(self.initial_beta0),
+            trainable=self.learn_beta0,
+        )
+        self.beta_class = None
+        if self.num_classes is not None:
+            self.beta_class = self.add_weight(
+                name="beta_class", shape=(self.num_classes,), initializer="zeros"
+            )
+        self.beta_img = None
+        if self.num_examples is not None:
+            self.beta_img = self.add_weight(
+                name="beta_img", shape=(self.num_examples,), initializer="zeros"
+            )
+        self.built = True
+
+    def beta(self, labels, example_id=None, dtype=tf.float32):
+        """β(i) for each example of the batch, a [B] tensor."""
+        labels = tf.reshape(labels, [-1])
+        value = tf.cast(self.beta0, dtype) * tf.ones(tf.shape(labels), dtype)
+        if self.beta_class is not None:
+            labels = _checked_index(labels, self.num_classes, "label", "num_classes")
+            value = value + tf.gather(tf.cast(self.beta_class, dtype), labels)
+        if self.beta_img is not None:
+            if example_id is None:
+                raise ValueError(
+                    "MarginLoss(num_examples=...) learns one β_img per training example and "
+                    "needs the batch-contract dict with an 'example_id' column (see tfdml.targets)."
+                )
+            example_id = _checked_index(
+                tf.reshape(example_id, [-1]), self.num_examples, "example_id", "num_examples"
+            )
+            value = value + tf.gather(tf.cast(self.beta_img, dtype), example_id)
+        return value
+
+    def call(self, labels, example_id=None):
+        return self.beta(labels, example_id)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            beta0=self.initial_beta0,
+            num_classes=self.num_classes,
+            num_examples=self.num_examples,
+            learn_beta0=self.learn_beta0,
+        )
+        return config
+
+
+def _checked_index(index, size, column, argument):
+    """``index`` after checking 0 <= index < size (ValueError eagerly, an
+    InvalidArgumentError with the same message in graphs; XLA cannot check)."""
+    index = tf.cast(index, tf.int32)
+    message = (
+        f"MarginLoss: every {column} must lie in [0, {argument}={size}); "
+        f"relabel the classes 0..{argument}-1 or raise {argument}."
+    )
+    if tf.executing_eagerly():
+        values = index.numpy()
+        if values.size and (values.min() < 0 or values.max() >= size):
+            raise ValueError(f"{message} Got values in [{values.min()}, {values.max()}].")
+        return index
+    checks = [
+        tf.debugging.assert_non_negative(index, message=message),
+        tf.debugging.assert_less(index, tf.constant(size, tf.int32), message=message),
+    ]
+    with tf.control_dependencies(checks):
+        return tf.identity(index)
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class MarginLoss(base.MetricLoss):
+    """Wu et al. 2017 §4, margin based loss:
+
+        ℓ(i, j) = (α + y_ij (D_ij − β(i)))_+,   y_ij ∈ {−1, +1},
+        β(i) = β0 + β_class_{c(i)} + β_img_i,
+
+    minimised jointly over the embedding and the β's with the ν-regulariser
+    Σ_(i,j) ℓ(i, j) + ν β(i). The β's are trainable variables of the
+    :class:`MarginParameters` layer in ``parameter_layers``: a model that
+    tracks that layer trains and checkpoints them.
+
+    Pairs come from the sampler (default distance weighted sampling, §4: every
+    positive pair of the batch and, for each end of it, one negative drawn with
+    Pr(n | a) ∝ min(λ, q(D_an)^-1)); a triplet selection (a, p, n) gives the
+    positive pair (a, p) and the negative pair (a, n), each with β(a).
+    ``sampler=None`` uses all candidate pairs.
+
+    Reduction (Wu et al.'s reference code; ``tuple_reduction="mean_active"``):
+
+        ( Σ_pairs ℓ(i, j) + ν Σ_pairs β(i) ) / max(1, #{pairs with ℓ > 0})
+
+    with pairs counted with multiplicity. The ν term is added once per selected
+    pair, as in the paper's objective above (the reference code adds ν β(a)
+    once per triplet, i.e. half as much for the same ν).
+
+    Args:
+      alpha: margin α > 0 (0.2 in §5).
+      beta0: initial β0 (1.2 in §5).
+      nu: ν ≥ 0, weight of the β regulariser.
+      num_classes: number of classes for β_class (labels must lie in
+        [0, num_classes)); None = no class term.
+      num_examples: size of the training split for β_img, indexed by the
+        ``example_id`` column; None = no per-example term.
+      learn_beta0: train β0 (else it stays fixed at ``beta0``).
+      distance: pairwise distance D (euclidean; distance weighted sampling
+        assumes euclidean distances of unit-length embeddings).
+      sampler: pair / triplet sampler (default ``"distance_weighted"``).
+      seed: seed of the sampler's stream.
+    """
+
+    sampler_kinds = ("pairs", "triplets")
+    default_tuple_reduction = "mean_active"
+
+    def __init__(
+        self,
+        alpha=0.2,
+        beta0=1.2,
+        nu=0.0,
+        num_classes=None,
+        num_examples=None,
+        learn_beta0=True,
+        distance="euclidean",
+        sampler="distance_weighted",
+        seed=None,
+        tuple_reduction=None,
+        name=None,
+        reduction="sum_over_batch_size",
+        dtype=None,
+    ):
+        super().__init__(
+            distance=distance,
+            sampler=sampler,
+            seed=seed,
+            tuple_reduction=tuple_reduction,
+            name=name,
+            reduction=reduction,
+            dtype=dtype,
+        )
+        self.alpha = base.check_positive("alpha", alpha)
+        self.nu = base.check_positive("nu", nu, allow_zero=True)
+        try:
+            beta0 = float(beta0)
+        except (TypeError, ValueError):
+            raise ValueError(f"beta0 must be a number, got {beta0!r}.") from None
+        self.margin_parameters = MarginParameters(
+            beta0=beta0,
+            num_classes=num_classes,
+            num_examples=num_examples,
+            learn_beta0=learn_beta0,
+            name=f"{self.name}_parameters",
+        )
+
+    @property
+    def parameter_layers(self):
+        return [self.margin_parameters] + super().parameter_layers
+
+    def compute(self, targets, embeddings):
+        dist = self.distances(embeddings)
+        pairs = self.pair_weights(dist, targets, embeddings)
+        beta = self.margin_parameters.beta(targets.label, targets.example_id, dist.dtype)
+        shifted = dist - beta[:, None]
+        positive = tf.nn.relu(self.alpha + shifted)  # y = +1
+        negative = tf.nn.relu(self.alpha - shifted)  # y = −1
+        counts = tf.stack([pairs.pos_weight, pairs.neg_weight])
+        regulariser = self.nu * tf.reduce_sum(
+            (pairs.pos_weight + pairs.neg_weight) * beta[:, None]
+        )
+        return self.reduce(tf.stack([positive, negative]), counts, extra=regulariser)
+
+    def get_config(self):
+        config = super().get_config()
+        params = self.margin_parameters
+        config.update(
+            alpha=self.alpha,
+            beta0=params.initial_beta0,
+            nu=self.nu,
+            num_classes=params.num_classes,
+            num_examples=params.num_examples,
+            learn_beta0=params.learn_beta0,
+        )
+        return config

@@ -1,0 +1,109 @@
+"""N-pair loss (Sohn 2016; Duan et al. 2019 Eq. 9) with Sohn's ℓ2 embedding regulariser."""
+
+import keras
+import tensorflow as tf
+
+from tfdml.losses import base
+
+
+def npair_structure(labels, pair_id=None):
+    """Probe / gallery roles of a batch, as [B, B] and [B] tensors.
+
+    Examples are grouped by label (and by ``pair_id`` when given); inside a
+    group, in batch order, ranks 0 and 1 form a pair (probe, gallery), ranks 2
+    and 3 the next pair, and so on; a last odd member is unused. The pair's
+    *slot* is rank // 2. Pairs of the same slot form one N-pair batch: the
+    negatives of probe i are the galleries of the same slot with another label.
+
+    Returns ``(partner, negatives, is_probe)``: ``partner[i, j]`` is true when j
+    is the gallery of probe i; ``negatives[i, j]`` when gallery j is a negative
+    of probe i; ``is_probe[i]`` when i is a probe.
+    """
+    labels = tf.reshape(labels, [-1])
+    size = tf.shape(labels)[0]
+    group = tf.equal(labels[:, None], labels[None, :])
+    if pair_id is not None:
+        pair_id = tf.reshape(pair_id, [-1])
+        group = tf.logical_and(group, tf.equal(pair_id[:, None], pair_id[None, :]))
+    earlier = tf.linalg.band_part(tf.ones([size, size], tf.int32), -1, 0) - tf.eye(size, dtype=tf.int32)
+    rank = tf.reduce_sum(tf.cast(group, tf.int32) * earlier, axis=1)  # members before i
+    even = tf.equal(rank % 2, 0)
+    partner = group & tf.equal(rank[None, :], rank[:, None] + 1) & even[:, None]
+    is_probe = tf.reduce_any(partner, axis=1)
+    is_gallery = tf.reduce_any(partner, axis=0)
+    slot = rank // 2
+    negatives = (
+        is_probe[:, None]
+        & is_gallery[None, :]
+        & tf.not_equal(labels[:, None], labels[None, :])
+        & tf.equal(slot[:, None], slot[None, :])
+    )
+    return partner, negatives, is_probe
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class NPairLoss(base.MetricLoss):
+    """Duan et al. 2019 Eq. 9 (Sohn's N-pair loss):
+
+        L = 1/N Σ_i log(1 + Σ_{j≠i} exp(f_iᵀ f_j⁺ − f_iᵀ f_i⁺))
+            + l2_reg · 1/(2N) Σ_i (‖f_i‖² + ‖f_i⁺‖²)
+
+    over N (probe f_i, gallery f_i⁺) pairs of N distinct classes, with Sohn's
+    ℓ2 regulariser on the embeddings of the pairs (similarities are plain dot
+    products, so embeddings should not be unit-normalised).
+
+    Pairs from a batch of labels (fixed shapes, see :func:`npair_structure`):
+    within each class, in batch order, examples 1 and 2 are a pair, 3 and 4 the
+    next, ...; the k-th pairs of all classes form one N-pair batch, so an
+    m-per-class batch (m ≥ 2 even, e.g. 64 classes × 4) holds m/2 N-pair
+    batches of N = #classes, and the loss is the mean over all their probes.
+    With a ``pair_id`` column, the two examples sharing a ``pair_id`` and a
+    label are the pair (p-random positive pairs) and all such pairs form one
+    N-pair batch. A class with one example contributes nothing; a batch
+    without pairs has loss 0.
+
+    Reduction: ``tuple_reduction="mean"`` over probes (1/N of Eq. 9).
+
+    Args:
+      l2_reg: weight of the ℓ2 regulariser (Sohn uses 0.002).
+    """
+
+    takes_distance = False
+    default_tuple_reduction = "mean"
+
+    def __init__(
+        self,
+        l2_reg=0.002,
+        tuple_reduction=None,
+        name=None,
+        reduction="sum_over_batch_size",
+        dtype=None,
+    ):
+        super().__init__(
+            tuple_reduction=tuple_reduction, name=name, reduction=reduction, dtype=dtype
+        )
+        self.l2_reg = base.check_positive("l2_reg", l2_reg, allow_zero=True)
+
+    def compute(self, targets, embeddings):
+        partner, negatives, is_probe = npair_structure(targets.label, targets.pair_id)
+        dtype = embeddings.dtype
+        sim = tf.matmul(embeddings, embeddings, transpose_b=True)
+        own = tf.reduce_sum(tf.where(partner, sim, tf.zeros_like(sim)), axis=1)  # f_iᵀ f_i⁺
+        logits = sim - own[:, None]
+        logits = tf.where(negatives, logits, tf.fill(tf.shape(logits), tf.constant(-1e30, dtype)))
+        logits = tf.concat([tf.zeros_like(own)[:, None], logits], axis=1)
+        per_probe = tf.reduce_logsumexp(logits, axis=1)  # log(1 + Σ exp(...))
+        counts = tf.cast(is_probe, dtype)
+        loss = self.reduce(per_probe, counts)
+        if self.l2_reg:
+            sq_norm = tf.reduce_sum(tf.square(embeddings), axis=1)
+            gallery_sq = tf.reduce_sum(tf.cast(partner, dtype) * sq_norm[None, :], axis=1)
+            reg = tf.reduce_sum(counts * (sq_norm + gallery_sq))
+            num = tf.reduce_sum(counts)
+            loss = loss + self.l2_reg * reg / (2.0 * tf.maximum(num, 1.0))
+        return loss
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(l2_reg=self.l2_reg)
+        return config

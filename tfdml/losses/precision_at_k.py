@@ -1,0 +1,83 @@
+"""Top-k precision loss ℓ_k on misplaced sets (Lu et al. 2019 §3.3)."""
+
+import keras
+import tensorflow as tf
+
+from tfdml import distances as distances_lib
+from tfdml.losses import base
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class PrecisionAtKLoss(base.MetricLoss):
+    """Lu et al. 2019, Eq. 5 with the large-margin scores of Eq. 4:
+
+        ŝ = s + γ (1 − y),     ℓ_k(a) = Σ_{z_i ∈ N} ŝ_i − Σ_{z_i ∈ P} ŝ_i
+
+    for each query a of the batch, with s the cosine similarity (§3.1) to the
+    candidates (the other examples; those sharing ``pair_id`` when the batch has
+    one), y_i = 1 for candidates of the query's class, and (P, N) the misplaced
+    positive / negative sets of Eq. 6–7 (n₊ < k) or Eq. 9–10 (n₊ ≥ k), chosen
+    by :class:`tfdml.samplers.TopKMisplacedSampler` on ŝ (no gradient through
+    the choice).
+
+    Reduction (``tuple_reduction="sum"``): Σ over queries, as in Algorithm 1.
+    "mean" divides by the number of queries with at least one candidate.
+
+    Args:
+      k: the k of Prec@k (5 in the paper).
+      gamma: margin γ > 0 (0.1 in the paper).
+    """
+
+    sampler_kinds = ("sets",)
+    takes_distance = False
+    default_tuple_reduction = "sum"
+
+    def __init__(
+        self,
+        k=5,
+        gamma=0.1,
+        tuple_reduction=None,
+        name=None,
+        reduction="sum_over_batch_size",
+        dtype=None,
+    ):
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}.")
+        sampler = base._samplers_module().TopKMisplacedSampler(k=k)
+        super().__init__(
+            distance="cosine",
+            sampler=sampler,
+            tuple_reduction=tuple_reduction,
+            name=name,
+            reduction=reduction,
+            dtype=dtype,
+        )
+        self.k = k
+        self.gamma = base.check_positive("gamma", gamma)
+
+    def compute(self, targets, embeddings):
+        labels = targets.label
+        candidates = self.candidates(targets)
+        sim = distances_lib.cosine_similarity(embeddings)
+        different = tf.cast(tf.not_equal(labels[:, None], labels[None, :]), sim.dtype)
+        scores = sim + self.gamma * different  # Eq. 4
+        selection = self.sampler(
+            tf.stop_gradient(scores),
+            labels,
+            candidates=candidates,
+            seed=None,
+            embedding_dim=embeddings.shape[-1],
+        )
+        zeros = tf.zeros_like(scores)
+        per_query = tf.reduce_sum(
+            tf.where(selection.negative, scores, zeros), axis=1
+        ) - tf.reduce_sum(tf.where(selection.positive, scores, zeros), axis=1)
+        queries = tf.cast(tf.reduce_any(candidates, axis=1), sim.dtype)
+        return self.reduce(per_query, queries)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("sampler", None)
+        config.pop("seed", None)
+        config.update(k=self.k, gamma=self.gamma)
+        return config

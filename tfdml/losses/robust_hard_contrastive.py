@@ -1,0 +1,73 @@
+"""Robust hard contrastive loss: hardest negative beyond β (draft Eq. 22)."""
+
+import keras
+import tensorflow as tf
+
+from tfdml.losses import base
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class RobustHardContrastiveLoss(base.MetricLoss):
+    """Deep-embeddings draft §5.3, Eq. 22, for a positive pair (i, j):
+
+        ℓ(i, j) = [D_ij − α]_+² + max_{n ∈ X_n(i): D_in > β} [α − D_in]_+²
+
+    where X_n(i) are the candidate negatives of i in the batch. The max picks
+    the hardest negative that is still farther than β (too-close negatives are
+    noisy, Wu et al. 2017 §4); a max over an empty set is 0. The selection is
+    part of the formula, so the loss takes no sampler.
+
+    Reduction (``tuple_reduction="mean"``): the mean over the ordered candidate
+    positive pairs (i, j).
+
+    Args:
+      alpha: α > 0, the radius that positives should stay within and negatives
+        beyond.
+      beta: β ≥ 0, lower bound on the distance of a mined negative; β < α
+        (otherwise the negative term is always 0).
+      distance: pairwise distance D (euclidean, as in the draft).
+    """
+
+    default_tuple_reduction = "mean"
+
+    def __init__(
+        self,
+        alpha=1.0,
+        beta=0.5,
+        distance="euclidean",
+        tuple_reduction=None,
+        name=None,
+        reduction="sum_over_batch_size",
+        dtype=None,
+    ):
+        super().__init__(
+            distance=distance,
+            tuple_reduction=tuple_reduction,
+            name=name,
+            reduction=reduction,
+            dtype=dtype,
+        )
+        self.alpha = base.check_positive("alpha", alpha)
+        self.beta = base.check_positive("beta", beta, allow_zero=True)
+        if self.beta >= self.alpha:
+            raise ValueError(
+                f"RobustHardContrastiveLoss needs beta < alpha (got beta={beta}, alpha={alpha}): "
+                "a negative farther than beta >= alpha never violates the margin alpha."
+            )
+
+    def compute(self, targets, embeddings):
+        dist = self.distances(embeddings)
+        pairs = base.all_pairs(targets.label, self.candidates(targets), dist.dtype)
+        positive_term = tf.square(tf.nn.relu(dist - self.alpha))
+        eligible = (pairs.neg_weight > 0) & (dist > self.beta)
+        negative_term = tf.square(tf.nn.relu(self.alpha - dist))
+        hardest = tf.reduce_max(
+            tf.where(eligible, negative_term, tf.zeros_like(negative_term)), axis=1
+        )
+        losses = positive_term + hardest[:, None]
+        return self.reduce(losses, pairs.pos_weight)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(alpha=self.alpha, beta=self.beta)
+        return config

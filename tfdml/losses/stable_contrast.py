@@ -1,0 +1,80 @@
+"""Stable contrast loss: one sampled negative per end of a positive pair (draft Eq. 16)."""
+
+import keras
+import tensorflow as tf
+
+from tfdml.losses import base
+from tfdml.losses.triplet import gather_pairs
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class StableContrastLoss(base.MetricLoss):
+    """Deep-embeddings draft §5.1, Eq. 16, for a positive pair (i, j):
+
+        ℓ(i, j) = (D_ij − β + α)_+ + (β − D_{i,n*(i)} + α)_+
+
+    with one negative n*(i) sampled for the end i. The triplet sampler gives
+    one slot per *ordered* positive pair (i, j), so the reversed pair (j, i)
+    brings the negative of the other end: every end of every positive pair
+    gets its own negative (Wu et al. 2017 §5's batch construction).
+
+    Reduction (``tuple_reduction="mean"``): the mean of ℓ over the selected
+    ordered positive pairs.
+
+    Args:
+      alpha: margin α > 0.
+      beta: fixed boundary β between positive and negative distances (see
+        :class:`MarginLoss` for a learned β).
+      distance: pairwise distance D (euclidean, as in the draft).
+      sampler: a triplet sampler (default ``"distance_weighted"``).
+      seed: seed of a random sampler's stream.
+    """
+
+    sampler_kinds = ("triplets",)
+    default_tuple_reduction = "mean"
+
+    def __init__(
+        self,
+        alpha=0.2,
+        beta=1.2,
+        distance="euclidean",
+        sampler="distance_weighted",
+        seed=None,
+        tuple_reduction=None,
+        name=None,
+        reduction="sum_over_batch_size",
+        dtype=None,
+    ):
+        if sampler is None:
+            raise ValueError(
+                "StableContrastLoss needs a triplet sampler, e.g. sampler='distance_weighted'."
+            )
+        super().__init__(
+            distance=distance,
+            sampler=sampler,
+            seed=seed,
+            tuple_reduction=tuple_reduction,
+            name=name,
+            reduction=reduction,
+            dtype=dtype,
+        )
+        self.alpha = base.check_positive("alpha", alpha)
+        try:
+            self.beta = float(beta)
+        except (TypeError, ValueError):
+            raise ValueError(f"beta must be a number, got {beta!r}.") from None
+
+    def compute(self, targets, embeddings):
+        dist = self.distances(embeddings)
+        selection = self.sample(dist, targets, embeddings)
+        d_ij = gather_pairs(dist, selection.anchor, selection.positive)
+        d_in = gather_pairs(dist, selection.anchor, selection.negative)
+        losses = tf.nn.relu(d_ij - self.beta + self.alpha) + tf.nn.relu(
+            self.beta - d_in + self.alpha
+        )
+        return self.reduce(losses, tf.cast(selection.mask, dist.dtype))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(alpha=self.alpha, beta=self.beta)
+        return config

@@ -1,0 +1,78 @@
+"""Triplet loss, ℓ2² (FaceNet; Wu et al. 2017 §3) and ℓ2 (Wu et al. 2017 §4)."""
+
+import keras
+import tensorflow as tf
+
+from tfdml.losses import base
+
+
+def gather_pairs(matrix, rows, cols):
+    """``matrix[rows[t], cols[t]]`` for every t."""
+    return tf.gather_nd(matrix, tf.stack([tf.cast(rows, tf.int32), tf.cast(cols, tf.int32)], axis=1))
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class TripletLoss(base.MetricLoss):
+    """Triplet loss on the sampler's triplets (a, p, n):
+
+    squared=True  (FaceNet, Wu et al. 2017 §3):  ℓ = [D_ap² − D_an² + α]_+
+    squared=False (Wu et al. 2017 §4, ℓ2):       ℓ = (D_ap − D_an + α)_+
+
+    Samplers: ``"semi_hard"`` (default; FaceNet's n* = argmin_{n: D_an > D_ap}
+    D_an for every positive pair (a, p)), ``"hard"`` or
+    ``"distance_weighted"`` (Wu et al. §4). The sampler sees D (not D²).
+
+    Reduction (``tuple_reduction="mean"``): the mean over the selected triplets,
+    1/|T| Σ_T ℓ (Hong et al. Eq. 1); "mean_active" averages over the triplets
+    with non-zero loss instead.
+
+    Args:
+      margin: α > 0 (0.2 in FaceNet and Wu et al.).
+      squared: ℓ2² (True) or ℓ2 (False) form.
+      distance: pairwise distance D (default euclidean).
+      sampler: a triplet sampler (name or object).
+      seed: seed of a random sampler's stream.
+    """
+
+    sampler_kinds = ("triplets",)
+    default_tuple_reduction = "mean"
+
+    def __init__(
+        self,
+        margin=0.2,
+        squared=True,
+        distance="euclidean",
+        sampler="semi_hard",
+        seed=None,
+        tuple_reduction=None,
+        name=None,
+        reduction="sum_over_batch_size",
+        dtype=None,
+    ):
+        if sampler is None:
+            raise ValueError("TripletLoss needs a triplet sampler, e.g. sampler='semi_hard'.")
+        super().__init__(
+            distance=distance,
+            sampler=sampler,
+            seed=seed,
+            tuple_reduction=tuple_reduction,
+            name=name,
+            reduction=reduction,
+            dtype=dtype,
+        )
+        self.margin = base.check_positive("margin", margin)
+        self.squared = bool(squared)
+
+    def compute(self, targets, embeddings):
+        dist = self.distances(embeddings)
+        selection = self.sample(dist, targets, embeddings)
+        values = tf.square(dist) if self.squared else dist
+        d_ap = gather_pairs(values, selection.anchor, selection.positive)
+        d_an = gather_pairs(values, selection.anchor, selection.negative)
+        losses = tf.nn.relu(d_ap - d_an + self.margin)
+        return self.reduce(losses, tf.cast(selection.mask, dist.dtype))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(margin=self.margin, squared=self.squared)
+        return config

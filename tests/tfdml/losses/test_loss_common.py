@@ -1,0 +1,165 @@
+"""Properties every tfdml loss shares: finite values and gradients on degenerate batches,
+XLA (jit_compile) equals eager, serialisation round trip, seeds, finite-difference gradients."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfdml import losses, samplers
+
+HAS_TOP_K = hasattr(samplers, "TopKMisplacedSampler")
+
+FACTORIES = {
+    "contrastive": lambda: losses.ContrastiveLoss(),
+    "contrastive_l2_random": lambda: losses.ContrastiveLoss(
+        squared=False, sampler=samplers.RandomPairSampler(num_pairs=20), seed=1
+    ),
+    "triplet_semi_hard": lambda: losses.TripletLoss(),
+    "triplet_l2_distance_weighted": lambda: losses.TripletLoss(
+        squared=False, sampler="distance_weighted", seed=2
+    ),
+    "triplet_hard": lambda: losses.TripletLoss(sampler="hard"),
+    "margin": lambda: losses.MarginLoss(num_classes=6, num_examples=20, seed=3),
+    "weighted_contrastive": lambda: losses.WeightedContrastiveLoss(eta=0.5),
+    "balanced_contrastive": lambda: losses.BalancedContrastiveLoss(lam=4.0, num_classes=6),
+    "npair": lambda: losses.NPairLoss(),
+    "precision_at_k": lambda: losses.PrecisionAtKLoss(k=3),
+    "stable_contrast": lambda: losses.StableContrastLoss(seed=4),
+    "robust_hard_contrastive": lambda: losses.RobustHardContrastiveLoss(),
+}
+NAMES = [
+    pytest.param(n, marks=pytest.mark.skipif(n == "precision_at_k" and not HAS_TOP_K, reason="no top_k sampler"))
+    for n in FACTORIES
+]
+
+
+def batch(ref, case="mixed", seed=0, dim=6):
+    labels = ref.LABELS[case]
+    example_id = np.arange(len(labels), dtype=np.int32)
+    return ref.importance_targets(labels, example_id=example_id), ref.embeddings(len(labels), dim, seed)
+
+
+def value_and_grad(loss, y, e):
+    e = tf.convert_to_tensor(e)
+    with tf.GradientTape() as tape:
+        tape.watch(e)
+        value = loss(y, e)
+    return value.numpy(), tape.gradient(value, e).numpy()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_identical_embeddings_finite(ref, name):
+    y, _ = batch(ref)
+    e = np.tile(np.eye(6, dtype=np.float32)[:1], (len(y["label"]), 1))
+    value, grad = value_and_grad(FACTORIES[name](), y, e)
+    assert np.isfinite(value) and value.shape == ()
+    assert np.all(np.isfinite(grad))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_active_tuple_gives_zero(ref, name):
+    """Distinct labels, orthonormal embeddings (all negatives at √2 > every margin used):
+    no tuple has a loss, so the loss is 0 with finite gradients."""
+    labels = ref.LABELS["no_positive"]
+    y = ref.importance_targets(labels, example_id=np.arange(len(labels)))
+    e = np.eye(len(labels), 6, dtype=np.float32)
+    value, grad = value_and_grad(FACTORIES[name](), y, e)
+    assert value == pytest.approx(0.0, abs=1e-6)
+    assert np.all(np.isfinite(grad))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_jit_compile_equals_eager(ref, name):
+    y, e = batch(ref, seed=1, dim=8)
+    eager, jitted = FACTORIES[name](), FACTORIES[name]()
+    fn = tf.function(lambda yy, ee: jitted(yy, ee), jit_compile=True)
+    for _ in range(2):  # the second call uses the advanced seed
+        np.testing.assert_allclose(fn(y, e).numpy(), eager(y, e).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_serialisation_round_trip(ref, name):
+    loss = FACTORIES[name]()
+    config = keras.saving.serialize_keras_object(loss)
+    restored = keras.saving.deserialize_keras_object(config)
+    assert type(restored) is type(loss)
+    assert restored.get_config() == loss.get_config()
+    y, e = batch(ref, seed=2, dim=8)
+    np.testing.assert_allclose(restored(y, e).numpy(), loss(y, e).numpy(), rtol=1e-6)
+    assert losses.get(config).get_config() == loss.get_config()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_parameter_layers_and_seeds(ref, name):
+    loss = FACTORIES[name]()
+    layers = loss.parameter_layers
+    assert all(isinstance(layer, keras.layers.Layer) for layer in layers)
+    seeded = loss.sampler is not None and getattr(loss.sampler, "needs_seed", False)
+    assert any(isinstance(layer, losses.SeedState) for layer in layers) == seeded
+    assert any(isinstance(layer, losses.MarginParameters) for layer in layers) == (name == "margin")
+
+
+def test_seed_determinism(ref):
+    y, e = batch(ref, seed=3, dim=8)
+    make = lambda s: losses.TripletLoss(squared=False, sampler="distance_weighted", seed=s)  # noqa: E731
+    a, b, c = make(5), make(5), make(6)
+    first = [a(y, e).numpy() for _ in range(3)]
+    np.testing.assert_array_equal(first, [b(y, e).numpy() for _ in range(3)])
+    assert len(set(first)) > 1  # the stream advances per call
+    assert [c(y, e).numpy() for _ in range(3)] != first
+
+
+def fd_check(ref, loss, y, e, eps=1e-6):
+    e = np.asarray(e, np.float64)
+    _, grad = value_and_grad(loss, y, e)
+    fd = ref.central_gradient(lambda x: float(loss(y, x)), e, eps)
+    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-7)
+    return grad
+
+
+def test_margin_gradient_finite_differences(ref):
+    """Wu §4 margin loss (ν > 0, class and image β): embeddings and β0 vs central differences."""
+    labels = np.array([0, 0, 1, 1, 1, 2], np.int32)
+    y = {"label": labels, "example_id": np.arange(6, dtype=np.int32)}
+    e = ref.embeddings(6, dim=3, seed=5)
+    loss = losses.MarginLoss(alpha=0.4, nu=0.2, num_classes=3, num_examples=6, sampler="semi_hard", dtype="float64")
+    loss.margin_parameters.beta_class.assign([0.1, -0.3, 0.2])
+    loss.margin_parameters.beta0.assign(1.0)
+    grad = fd_check(ref, loss, y, e)
+    assert np.abs(grad).max() > 1e-3
+    beta0 = loss.margin_parameters.beta0
+    with tf.GradientTape() as tape:
+        value = loss(y, e)
+    analytic = tape.gradient(value, beta0).numpy()
+
+    def at(b):
+        beta0.assign(b)
+        return float(loss(y, e))
+
+    # β0 is a float32 variable and the loss is piecewise linear in it: a wider step.
+    numeric = (at(1.0 + 1e-3) - at(1.0 - 1e-3)) / 2e-3
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-3)
+
+
+def test_triplet_l2_gradient_finite_differences(ref):
+    """Wu §4 ℓ2 triplet loss on semi-hard triplets vs central differences (float64)."""
+    labels = np.array([0, 0, 0, 1, 1, 2, 2], np.int32)
+    e = ref.embeddings(7, dim=3, seed=6)
+    grad = fd_check(ref, losses.TripletLoss(margin=0.5, squared=False, dtype="float64"), labels, e)
+    assert np.abs(grad).max() > 1e-3
+
+
+@pytest.mark.skipif(not HAS_TOP_K, reason="no top_k sampler")
+def test_precision_at_k_gradient_finite_differences(ref):
+    """Lu et al. ℓ_k (Eq. 5 with ŝ of Eq. 4, cosine similarity) vs central differences."""
+    labels = np.array([0, 0, 0, 1, 1, 2, 2, 2], np.int32)
+    e = ref.embeddings(8, dim=3, seed=7, normalize=False)
+    grad = fd_check(ref, losses.PrecisionAtKLoss(k=2, gamma=0.3, dtype="float64"), labels, e)
+    assert np.abs(grad).max() > 1e-3
+
+
+def test_get_by_name():
+    assert isinstance(losses.get("npair", l2_reg=0.1), losses.NPairLoss)
+    with pytest.raises(ValueError, match="Unknown loss"):
+        losses.get("nope")

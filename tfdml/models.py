@@ -95,7 +95,10 @@ def build_encoder(backbone, embedding_dim=128, normalize=True, name="encoder"):
 
 
 def _gather(value, context):
-    return context.all_gather(value, axis=0)
+    gathered = context.all_gather(value, axis=0)
+    # all_gather forgets the static shape; samplers need the embedding size.
+    gathered.set_shape([None] + value.shape[1:].as_list())
+    return gathered
 
 
 def gather_across_replicas(y, y_pred):

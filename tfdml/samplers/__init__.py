@@ -30,6 +30,11 @@ from tfdml.samplers.base import (
     TripletSelection,
     split_candidates,
 )
+from tfdml.samplers.distance_weighted import (
+    DistanceWeightedSampler,
+    distance_weighted_probabilities,
+    log_inverse_density,
+)
 from tfdml.samplers.hard import HardSampler
 from tfdml.samplers.pairs import AllPairsSampler, RandomPairSampler
 from tfdml.samplers.semi_hard import SemiHardSampler
@@ -39,6 +44,7 @@ _BY_NAME = {
     "random": RandomPairSampler,
     "semi_hard": SemiHardSampler,
     "hard": HardSampler,
+    "distance_weighted": DistanceWeightedSampler,
 }
 
 SAMPLERS = tuple(_BY_NAME)
@@ -82,6 +88,7 @@ __all__ = [
     "KINDS",
     "SAMPLERS",
     "AllPairsSampler",
+    "DistanceWeightedSampler",
     "HardSampler",
     "PairSelection",
     "RandomPairSampler",
@@ -89,6 +96,8 @@ __all__ = [
     "SemiHardSampler",
     "SetSelection",
     "TripletSelection",
+    "distance_weighted_probabilities",
     "get",
+    "log_inverse_density",
     "split_candidates",
 ]

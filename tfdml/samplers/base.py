@@ -24,6 +24,7 @@ with and without XLA.
 """
 
 import collections
+import math
 
 import tensorflow as tf
 
@@ -116,6 +117,43 @@ def uniform_int(shape, seed, maxval):
     return tf.random.stateless_uniform(
         shape, seed, minval=0, maxval=maxval, dtype=tf.int32, alg="philox"
     )
+
+
+def count_less_equal(sorted_rows, values):
+    """``tf.searchsorted(sorted_rows, values, side="right")`` by binary lifting.
+
+    ``sorted_rows`` is [R, N], ascending along each row; ``values`` is [R, M].
+    Returns [R, M] int32: how many entries of the row are <= each value.
+    ``tf.searchsorted`` lowers under XLA (CPU) to an all-pairs comparison,
+    ~100x slower at N = M = 256; here each of the ceil(log2(N + 1)) steps is
+    one gather. Unrolled when N is static, a ``tf.while_loop`` otherwise.
+    """
+    num_rows = tf.shape(sorted_rows)[0]
+    n = tf.shape(sorted_rows)[1]
+    flat = tf.reshape(sorted_rows, [-1])
+    offset = (tf.range(num_rows) * n - 1)[:, None]  # flat index of entry i of row r: r * n + i - 1 + 1
+    count = tf.zeros(tf.shape(values), tf.int32)
+
+    def lift(count, step):
+        # Standard binary lifting: if the (count + step)-th entry is <= value, all before it are too.
+        nxt = count + step
+        entry = tf.gather(flat, tf.maximum(offset + tf.minimum(nxt, n), 0))
+        return tf.where(tf.logical_and(nxt <= n, entry <= values), nxt, count)
+
+    static_n = sorted_rows.shape[1]
+    if static_n is not None:
+        step = 1 << max(int(static_n).bit_length() - 1, 0) if static_n > 0 else 0
+        while step >= 1:
+            count = lift(count, step)
+            step //= 2
+        return count
+    # The largest step only has to be >= the largest power of two <= n; one step too many is harmless.
+    log2 = tf.math.floor(tf.math.log(tf.cast(tf.maximum(n, 1), tf.float32)) / math.log(2.0))
+    top = tf.where(n > 0, tf.bitwise.left_shift(1, tf.cast(log2, tf.int32) + 1), 0)
+    count, _ = tf.while_loop(
+        lambda count, step: step >= 1, lambda count, step: (lift(count, step), step // 2), (count, top)
+    )
+    return count
 
 
 def check_positive_int(value, name, owner, allow_none=False):

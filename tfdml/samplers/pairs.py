@@ -39,7 +39,7 @@ class RandomPairSampler(base.Sampler):
     Args:
       num_pairs: number of draws per batch; ``None`` (default) draws B.
 
-    Needs ``seed``. Cost: O(B² + num_pairs · log B).
+    Needs ``seed``. Cost: O(B² + num_pairs).
     """
 
     kind = "pairs"
@@ -51,13 +51,16 @@ class RandomPairSampler(base.Sampler):
     def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
         size = tf.shape(candidates)[0]
         num_pairs = size if self.num_pairs is None else self.num_pairs
-        flat = tf.reshape(tf.cast(candidates, tf.int32), [-1])
-        cumulative = tf.cumsum(flat)  # cumulative[i] = number of candidates at flat positions <= i
-        total = tf.reduce_sum(flat)
+        flat = tf.reshape(candidates, [-1])
+        total = tf.reduce_sum(tf.cast(flat, tf.int32))
         draws = base.uniform_int([num_pairs], seed, total)  # rank of the drawn candidate, 0-based
-        # The draw-th candidate sits at the first flat position whose count exceeds the draw.
-        position = tf.searchsorted(cumulative, draws, side="right")
-        position = tf.minimum(position, size * size - 1)
+        # Flat positions of the candidates in order: compacted[r] = position of the r-th candidate.
+        rank = tf.cumsum(tf.cast(flat, tf.int32), exclusive=True)
+        slot = tf.where(flat, rank, size * size)  # non-candidates go to a spare last slot
+        positions = tf.range(size * size, dtype=tf.int32)
+        compacted = tf.math.unsorted_segment_max(positions, slot, size * size + 1)
+        position = tf.gather(compacted, tf.minimum(draws, tf.maximum(total - 1, 0)))
+        position = tf.clip_by_value(position, 0, size * size - 1)
         ones = tf.fill([num_pairs], tf.cast(total > 0, tf.float32))
         counts = tf.math.unsorted_segment_sum(ones, position, size * size)
         counts = tf.reshape(counts, [size, size])

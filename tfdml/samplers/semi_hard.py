@@ -33,7 +33,8 @@ class SemiHardSampler(base.Sampler):
     ``a * B + p`` holds (a, p, n*_ap) for every ordered pair; ``mask`` is true
     where (a, p) is a candidate positive pair and a negative was chosen.
 
-    Cost: one row-wise sort and a binary search per (a, p), O(B² log B);
+    Cost: one row-wise sort and a binary search per (a, p), O(B² log B)
+    (no [B, B, B] tensor);
     distances must be finite.
     """
 
@@ -59,7 +60,7 @@ class SemiHardSampler(base.Sampler):
         num_neg = tf.reduce_sum(tf.cast(neg, tf.int32), axis=1)
         # first[a, p] = number of negatives of a with D_an <= D_ap = sorted position of the
         # closest negative with D_an > D_ap.
-        first = tf.searchsorted(sorted_dist, dist, side="right")
+        first = base.count_less_equal(sorted_dist, dist)
         found = first < num_neg[:, None]
         semi_hard = tf.gather(order, tf.minimum(first, size - 1), batch_dims=1)
         if self.fallback == "hardest_inside":

@@ -115,3 +115,16 @@ def test_get_names_and_errors():
 def test_bad_matrix_shape():
     with pytest.raises(ValueError, match=r"\[B, B\]"):
         samplers.HardSampler()(np.zeros((3, 4), np.float32), [0, 0, 1])
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 31, 64, 100])
+def test_count_less_equal_equals_searchsorted_right(n):
+    rng = np.random.default_rng(n)
+    rows = np.sort(np.round(rng.uniform(size=(5, n)), 1), axis=1).astype(np.float32)  # with ties
+    values = np.round(rng.uniform(-0.1, 1.1, size=(5, 7)), 1).astype(np.float32)
+    ref = np.stack([np.searchsorted(r, v, side="right") for r, v in zip(rows, values)])
+    np.testing.assert_array_equal(samplers.base.count_less_equal(rows, values).numpy(), ref)
+    spec = [tf.TensorSpec([None, None], tf.float32)] * 2
+    for jit in (False, True):
+        dynamic = tf.function(samplers.base.count_less_equal, input_signature=spec, jit_compile=jit)
+        np.testing.assert_array_equal(dynamic(rows, values).numpy(), ref)

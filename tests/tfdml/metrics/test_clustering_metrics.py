@@ -1,0 +1,77 @@
+"""NMI (Wu §5 geometric / Duan §4 arithmetic) and pairwise F1 (Song et al.; Duan §4)."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tfdml.metrics import clustering
+
+
+def nmi_from_formula(labels, clusters, average):
+    """I(Ω, C) / sqrt(H(Ω) H(C)) (Wu §5) or 2 I(Ω; C) / (H(Ω) + H(C)) (Duan §4)."""
+    n = labels.size
+    classes, clus = np.unique(labels), np.unique(clusters)
+    p = np.array([[np.sum((labels == a) & (clusters == b)) for b in clus] for a in classes]) / n
+    pa, pb = p.sum(1), p.sum(0)
+    nz = p > 0
+    mutual = np.sum(p[nz] * np.log(p[nz] / np.outer(pa, pb)[nz]))
+    ha = -np.sum(pa * np.log(pa))
+    hb = -np.sum(pb * np.log(pb))
+    if average == "geometric":
+        return mutual / np.sqrt(ha * hb)
+    return 2 * mutual / (ha + hb)
+
+
+def f1_brute_force(labels, clusters):
+    """F1 = 2PR/(P+R) over all unordered pairs of examples (Duan §4)."""
+    tp = fp = fn = 0
+    for i, j in itertools.combinations(range(labels.size), 2):
+        same_class, same_cluster = labels[i] == labels[j], clusters[i] == clusters[j]
+        tp += same_class and same_cluster
+        fp += same_cluster and not same_class
+        fn += same_class and not same_cluster
+    p, r = tp / (tp + fp), tp / (tp + fn)
+    return 2 * p * r / (p + r)
+
+
+@pytest.mark.parametrize("average", ["arithmetic", "geometric"])
+def test_nmi_equals_formula(average):
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 5, 80)
+    clusters = np.where(rng.random(80) < 0.6, labels, rng.integers(0, 7, 80))
+    assert clustering.nmi(labels, clusters, average) == pytest.approx(
+        nmi_from_formula(labels, clusters, average), abs=1e-10)
+
+
+def test_pairwise_f1_equals_brute_force():
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 4, 60)
+    clusters = np.where(rng.random(60) < 0.5, labels, rng.integers(0, 6, 60))
+    assert clustering.pairwise_f1(labels, clusters) == pytest.approx(
+        f1_brute_force(labels, clusters), abs=1e-12)
+
+
+def test_pairwise_f1_hand_case():
+    # classes {0,1,2} {3,4}; clusters {0,1} {2,3,4}: same-cluster pairs 1 + 3 = 4,
+    # of which same-class: (0,1), (3,4) = 2 -> P = 1/2; same-class pairs 3 + 1 = 4 -> R = 1/2.
+    assert clustering.pairwise_f1([0, 0, 0, 1, 1], [5, 5, 7, 7, 7]) == pytest.approx(0.5)
+
+
+def test_kmeans_on_separated_blobs_is_perfect_and_seeded():
+    rng = np.random.default_rng(2)
+    labels = np.repeat(np.arange(4), 15)
+    centers = rng.standard_normal((4, 3)) * 20
+    x = (centers[labels] + rng.standard_normal((60, 3)) * 0.1).astype(np.float32)
+    out = clustering.clustering_metrics(x, labels, seed=3)
+    assert out == {"nmi": pytest.approx(1.0), "f1": pytest.approx(1.0)}
+    noisy = rng.standard_normal((60, 3)).astype(np.float32)
+    a = clustering.kmeans(noisy, 4, seed=5)
+    np.testing.assert_array_equal(a, clustering.kmeans(noisy, 4, seed=5))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="NMI average"):
+        clustering.nmi([0, 1], [0, 1], "max-ish")
+    with pytest.raises(ValueError, match="num_clusters"):
+        clustering.kmeans(np.zeros((3, 2)), 5)

@@ -1,0 +1,71 @@
+"""tfdml.metrics.evaluate_embeddings: the shared entry point of callback and evaluate.py."""
+
+import numpy as np
+import pytest
+
+from tfdml import metrics
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(5), 12)
+    centers = rng.standard_normal((5, 4)) * 10
+    return (centers[labels] + rng.standard_normal((60, 4)) * 0.1).astype(np.float32), labels
+
+
+def test_separated_classes_score_perfectly(blobs):
+    x, labels = blobs
+    out, details = metrics.evaluate_embeddings(
+        x, labels, metrics=metrics.METRICS, ks=(1, 5), num_pairs=200, pr_levels=[0, 0.5, 1],
+        return_details=True)
+    for key in metrics.metric_keys(metrics.METRICS, (1, 5)):
+        if key == "eer":
+            assert out[key] == 0.0
+        elif key != "verification_accuracy_std":
+            assert out[key] == pytest.approx(1.0), key
+    assert out["num_queries"] == 60 and out["num_excluded_queries"] == 0
+    np.testing.assert_allclose(details["pr_curve"][1], 1.0)
+    assert details["pairs"]["issame"].sum() == 100
+    assert details["roc"][0][0] == 0.0
+
+
+def test_keys_in_documented_order_and_agree_with_parts(blobs):
+    x, labels = blobs
+    rng = np.random.default_rng(1)
+    noisy = x + rng.standard_normal(x.shape).astype(np.float32) * 8
+    out = metrics.evaluate_embeddings(noisy, labels, metrics=["recall@2", "map@r", "nmi"], ks=[1])
+    assert list(out)[:4] == ["recall@1", "recall@2", "map@r", "nmi"]
+    ref = metrics.retrieval_metrics(noisy, labels, metrics=("recall", "map@r"), ks=(1, 2))
+    assert out["map@r"] == ref["map@r"] and out["recall@2"] == ref["recall@2"]
+    assert out["nmi"] == metrics.clustering_metrics(noisy, labels, ("nmi",))["nmi"]
+
+
+def test_separate_gallery(blobs):
+    x, labels = blobs
+    out = metrics.evaluate_embeddings(x[::2], labels[::2], ["recall"], gallery=x[1::2],
+                                      gallery_labels=labels[1::2])
+    assert out["recall@1"] == 1.0 and out["num_queries"] == 30
+
+
+def test_parse_metrics():
+    assert metrics.parse_metrics(["Recall@10", "map@r", "mapr"], ks=[1]) == (
+        ("recall", "map@r"), (1, 10))
+    assert metrics.parse_metrics("precision", ks=5) == (("precision",), (5,))
+    assert metrics.metric_keys(["verification", "nmi"]) == [
+        "verification_accuracy", "verification_accuracy_std", "roc_auc", "eer", "nmi"]
+    for bad, match in [(["accuracy"], "Unknown metric"), (["recall@x"], "recall@1"), ([], "No metric")]:
+        with pytest.raises(ValueError, match=match):
+            metrics.parse_metrics(bad)
+    with pytest.raises(ValueError, match="ks"):
+        metrics.parse_metrics(["recall"], ks=[0])
+
+
+def test_bad_inputs(blobs):
+    x, labels = blobs
+    with pytest.raises(ValueError, match="labels"):
+        metrics.evaluate_embeddings(x, labels[:-1])
+    with pytest.raises(ValueError, match="distance"):
+        metrics.evaluate_embeddings(x, labels, distance="hamming")
+    with pytest.raises(ValueError, match="rank-2"):
+        metrics.evaluate_embeddings(x[:, :, None], labels)

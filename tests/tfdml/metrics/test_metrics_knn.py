@@ -1,0 +1,98 @@
+"""Chunked exact kNN (tfdml.metrics.knn) against NumPy brute force."""
+
+import numpy as np
+import pytest
+
+from tfdml.metrics import knn as knn_mod
+from tfdml.metrics.knn import knn
+
+
+def brute_knn(query, gallery, k, distance, leave_one_out):
+    q = query.astype(np.float64)
+    g = gallery.astype(np.float64)
+    if distance == "cosine":
+        q = q / np.linalg.norm(q, axis=1, keepdims=True)
+        g = g / np.linalg.norm(g, axis=1, keepdims=True)
+        values = q @ g.T
+        key = -values
+    else:
+        values = np.sum((q[:, None] - g[None]) ** 2, axis=-1)
+        if distance == "euclidean":
+            values = np.sqrt(values)
+        key = values.copy()
+    if leave_one_out:
+        np.fill_diagonal(key, np.inf)
+    order = np.argsort(key, axis=1, kind="stable")[:, :k]
+    return order, np.take_along_axis(values, order, axis=1)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(1)
+    return rng.standard_normal((57, 6)).astype(np.float32), rng.standard_normal((41, 6)).astype(
+        np.float32)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "squared_euclidean", "cosine"])
+@pytest.mark.parametrize("loo", [True, False])
+def test_knn_matches_brute_force_and_chunking(data, distance, loo):
+    query, gallery = data
+    gallery_arg = None if loo else gallery
+    ref_i, ref_v = brute_knn(query, query if loo else gallery, 9, distance, loo)
+    for chunk in (None, 1, 7, 1000):
+        idx, val = knn(query, gallery_arg, k=9, distance=distance, chunk_size=chunk)
+        np.testing.assert_array_equal(idx, ref_i)
+        np.testing.assert_allclose(val, ref_v, rtol=1e-4, atol=1e-4)
+
+
+def test_leave_one_out_removes_self_by_index_not_by_value():
+    x = np.array([[0.0, 0.0], [0.0, 0.0], [5.0, 5.0]], np.float32)  # rows 0 and 1 coincide
+    idx, val = knn(x, k=1)
+    np.testing.assert_array_equal(idx[:, 0], [1, 0, 0])
+    np.testing.assert_allclose(val[:2, 0], [0.0, 0.0])
+
+
+def test_k_larger_than_gallery_is_capped():
+    x = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    idx, _ = knn(x, k=100)
+    assert idx.shape == (5, 4)  # leave-one-out: 4 others
+    for i in range(5):
+        assert sorted(idx[i]) == [j for j in range(5) if j != i]
+    idx, _ = knn(x[:2], x, k=100)
+    assert idx.shape == (2, 5)
+
+
+def test_ties_lower_index_first():
+    x = np.ones((4, 3), np.float32)
+    idx, _ = knn(x, k=3, chunk_size=2)
+    np.testing.assert_array_equal(idx, [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]])
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.zeros(5, np.float32), "rank-2"),
+        (np.array([[0.0, np.nan]], np.float32), "NaN"),
+        (np.zeros((0, 3), np.float32), "empty"),
+    ],
+)
+def test_bad_embeddings(bad, match):
+    with pytest.raises(ValueError, match=match):
+        knn(bad, k=1)
+
+
+def test_bad_arguments():
+    x = np.zeros((3, 2), np.float32)
+    with pytest.raises(ValueError, match="distance"):
+        knn(x, k=1, distance="manhattan")
+    with pytest.raises(ValueError, match="dimensions differ"):
+        knn(x, np.zeros((3, 4), np.float32))
+    with pytest.raises(ValueError, match="chunk_size"):
+        knn(x, chunk_size=0)
+    with pytest.raises(ValueError, match="k must"):
+        knn(x, k=0)
+
+
+def test_auto_chunk_bounds_memory():
+    assert knn_mod.chunk_size_for(60_000) * 60_000 <= knn_mod.DEFAULT_CHUNK_ELEMENTS
+    assert knn_mod.chunk_size_for(10) == 4096

@@ -1,0 +1,185 @@
+"""Rank-based retrieval metrics against brute-force rankings (Lu Eq. 2, Musgrave MAP@R)."""
+
+import numpy as np
+import pytest
+from sklearn.metrics import average_precision_score
+
+from tfdml.metrics import retrieval
+from tfdml.metrics.retrieval import retrieval_metrics
+
+ALL = ("recall", "precision", "map@r", "r_precision", "map")
+
+
+def brute_rankings(query, q_labels, gallery, g_labels, distance):
+    """Full ranking per query: score descending, ties negative-first, then index."""
+    leave_one_out = gallery is None
+    if leave_one_out:
+        gallery, g_labels = query, q_labels
+    q = query.astype(np.float64)
+    g = gallery.astype(np.float64)
+    if distance == "cosine":
+        s = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (
+            g / np.linalg.norm(g, axis=1, keepdims=True)).T
+    else:
+        s = -np.sum((q[:, None] - g[None]) ** 2, axis=-1)
+    rows = []
+    for i in range(q.shape[0]):
+        cand = np.array([j for j in range(g.shape[0]) if not (leave_one_out and j == i)])
+        rel = g_labels[cand] == q_labels[i]
+        order = np.lexsort((cand, rel, -s[i, cand]))  # last key is primary
+        rows.append((rel[order], s[i, cand]))
+    return rows
+
+
+def brute_metrics(rows, ks):
+    """Metrics from the relevance vector of each ranking, written from the definitions."""
+    vals = {f"recall@{k}": [] for k in ks}
+    vals.update({f"precision@{k}": [] for k in ks})
+    vals.update({"map@r": [], "r_precision": [], "map": []})
+    excluded = 0
+    for rel, _ in rows:
+        R = int(rel.sum())
+        if R == 0:
+            excluded += 1
+            continue
+        n = rel.size
+        P = np.cumsum(rel) / np.arange(1, n + 1)  # P(i): precision at i
+        for k in ks:
+            vals[f"recall@{k}"].append(float(rel[:k].any()))
+            vals[f"precision@{k}"].append(rel[:k].sum() / min(k, n))  # Lu Eq. 2
+        vals["r_precision"].append(rel[:R].sum() / R)
+        vals["map@r"].append(np.sum(P[:R] * rel[:R]) / R)  # MAP@R, Musgrave et al.
+        vals["map"].append(np.sum(P * rel) / R)
+    out = {k: float(np.mean(v)) for k, v in vals.items()}
+    return out, excluded
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 12, 90)
+    labels[:3] = [100, 101, 102]  # three single-example classes
+    x = rng.standard_normal((90, 5)).astype(np.float32)
+    gallery_labels = rng.integers(0, 14, 70)  # classes 12, 13 only in the gallery
+    g = rng.standard_normal((70, 5)).astype(np.float32)
+    return x, labels, g, gallery_labels
+
+
+KS = (1, 2, 5, 1000)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine"])
+@pytest.mark.parametrize("loo", [True, False])
+def test_metrics_equal_brute_force(data, distance, loo):
+    x, labels, g, gl = data
+    gallery, gallery_labels = (None, None) if loo else (g, gl)
+    ref, excluded = brute_metrics(brute_rankings(x, labels, gallery, gallery_labels, distance), KS)
+    got = retrieval_metrics(x, labels, gallery, gallery_labels, metrics=ALL, ks=KS,
+                            distance=distance, chunk_size=11)
+    for key, value in ref.items():
+        assert got[key] == pytest.approx(value, abs=1e-12), key
+    assert got["num_excluded_queries"] == excluded
+    assert got["num_queries"] == x.shape[0] - excluded
+    if loo:
+        assert excluded == 3  # the three single-example classes
+
+
+def test_chunked_equals_unchunked(data):
+    x, labels, g, gl = data
+    full = retrieval_metrics(x, labels, metrics=ALL, ks=KS, chunk_size=x.shape[0])
+    ids, _ = retrieval.encode_labels(labels)
+
+    def ranks(chunk):
+        return np.concatenate([r for _, r, _ in retrieval.positive_ranks(
+            x, ids, chunk_size=chunk)])
+
+    full_ranks = ranks(x.shape[0])
+    for chunk in (1, 4, 13):
+        np.testing.assert_array_equal(ranks(chunk), full_ranks)  # integer ranks: exact
+        got = retrieval_metrics(x, labels, metrics=ALL, ks=KS, chunk_size=chunk)
+        assert got == pytest.approx(full, abs=1e-12)
+
+
+def test_map_equals_sklearn_average_precision(data):
+    x, labels, g, gl = data
+    rows = brute_rankings(x, labels, g, gl, "euclidean")
+    aps = [average_precision_score(rel_sorted_back, s)
+           for rel_sorted_back, s in (
+               (gl == labels[i], scores) for i, (_, scores) in enumerate(rows))
+           if rel_sorted_back.any()]
+    got = retrieval_metrics(x, labels, g, gl, metrics=("map",))
+    assert got["map"] == pytest.approx(np.mean(aps), abs=1e-12)
+
+
+def test_hand_computed_map_at_r():
+    # One query at 0; gallery on a line at distances 1..5 with classes A B A B A.
+    # R = 3; top-3 relevance [1, 0, 1]:
+    #   MAP@R = (1/3)(1/1 + 0 + 2/3) = 5/9, R-Precision = 2/3,
+    #   AP = (1/3)(1/1 + 2/3 + 3/5) = 34/45, Precision@2 = 1/2, Recall@1 = 1.
+    q = np.zeros((1, 1), np.float32)
+    g = np.arange(1, 6, dtype=np.float32)[:, None]
+    gl = np.array([0, 1, 0, 1, 0])
+    got = retrieval_metrics(q, [0], g, gl, metrics=ALL, ks=(1, 2))
+    assert got["map@r"] == pytest.approx(5 / 9)
+    assert got["r_precision"] == pytest.approx(2 / 3)
+    assert got["map"] == pytest.approx(34 / 45)
+    assert got["precision@2"] == pytest.approx(1 / 2)
+    assert got["recall@1"] == 1.0
+
+
+def test_ties_rank_negatives_first():
+    # Positive at +1, negative at -1: same distance. Pessimistic ties: the
+    # positive is second, so Recall@1 = 0, MAP@R (R = 1) = 0, AP = 1/2.
+    q = np.zeros((1, 1), np.float32)
+    g = np.array([[1.0], [-1.0]], np.float32)
+    got = retrieval_metrics(q, [0], g, [0, 1], metrics=ALL, ks=(1, 2))
+    assert got["recall@1"] == 0.0 and got["recall@2"] == 1.0
+    assert got["map@r"] == 0.0 and got["map"] == pytest.approx(0.5)
+
+
+def test_single_example_classes_are_excluded_and_counted():
+    x = np.random.default_rng(0).standard_normal((6, 2)).astype(np.float32)
+    got = retrieval_metrics(x, [0, 0, 1, 2, 3, 4], metrics=ALL, ks=(1,))
+    assert got["num_queries"] == 2 and got["num_excluded_queries"] == 4
+    only_singletons = retrieval_metrics(x, np.arange(6), metrics=("map@r",))
+    assert np.isnan(only_singletons["map@r"])
+    assert only_singletons["num_excluded_queries"] == 6
+
+
+def test_k_larger_than_gallery():
+    x = np.random.default_rng(0).standard_normal((4, 2)).astype(np.float32)
+    got = retrieval_metrics(x, [0, 0, 1, 1], metrics=("recall", "precision"), ks=(50,))
+    assert got["recall@50"] == 1.0
+    assert got["precision@50"] == pytest.approx(1 / 3)  # one positive among 3 retrievable
+
+
+def test_pr_curve_matches_brute_force(data):
+    x, labels, _, _ = data
+    levels = np.linspace(0, 1, 11)
+    got = retrieval_metrics(x, labels, metrics=("map",), pr_levels=levels, chunk_size=9)
+    curves = []
+    for rel, _ in brute_rankings(x, labels, None, None, "euclidean"):
+        R = rel.sum()
+        if R == 0:
+            continue
+        prec = np.cumsum(rel) / np.arange(1, rel.size + 1)
+        rec = np.cumsum(rel) / R
+        curves.append([prec[rec >= lv].max() for lv in levels])
+    np.testing.assert_allclose(got["pr_curve"][1], np.mean(curves, axis=0), atol=1e-12)
+
+
+def test_bad_inputs():
+    x = np.zeros((4, 2), np.float32)
+    with pytest.raises(ValueError, match="Unknown retrieval metric"):
+        retrieval_metrics(x, [0, 0, 1, 1], metrics=("nope",))
+    with pytest.raises(ValueError, match="labels"):
+        retrieval_metrics(x, [0, 0, 1], metrics=("map",))
+    with pytest.raises(ValueError, match="ks"):
+        retrieval_metrics(x, [0, 0, 1, 1], ks=(0,))
+    with pytest.raises(ValueError, match="gallery_labels"):
+        retrieval_metrics(x, [0, 0, 1, 1], gallery=x)
+
+
+def test_positive_table():
+    table = retrieval._positive_table(np.array([2, 0, 2, 1, 2]), 4)
+    np.testing.assert_array_equal(table, [[1, -1, -1], [3, -1, -1], [0, 2, 4], [-1, -1, -1]])

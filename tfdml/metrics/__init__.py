@@ -1,0 +1,187 @@
+"""Retrieval, clustering and verification metrics of embeddings.
+
+One entry point, :func:`evaluate_embeddings`, serves the Keras callback
+(:class:`tfdml.callbacks.RetrievalEvaluation`) and ``evaluate.py``.
+
+Metric names (``metrics=``) and the keys they produce:
+
+=================  ==========================================  =====================
+name               key(s) in the result                        source
+=================  ==========================================  =====================
+``recall``         ``recall@k`` for each k in ``ks``           Wu §5; Lu §4.3
+``precision``      ``precision@k`` for each k in ``ks``        Lu Eq. 2
+``map@r``          ``map@r``                                   Musgrave et al. 2020
+``r_precision``    ``r_precision``                             Musgrave et al. 2020
+``map``            ``map`` (mean AP over the full ranking)     Lu §4.3
+``nmi``            ``nmi`` (k-means, as many clusters as       Wu §5; Duan §4
+                   classes)
+``f1``             ``f1`` (pairwise, same k-means)             Song et al.; Duan §4
+``verification``   ``verification_accuracy`` (10-fold),        Wu §5 (LFW); draft
+                   ``verification_accuracy_std``, ``roc_auc``,  Table 2
+                   ``eer``
+=================  ==========================================  =====================
+
+``"recall@5"`` / ``"precision@5"`` are accepted as names too (they add k=5).
+Retrieval results also carry ``num_queries`` (queries scored) and
+``num_excluded_queries`` (queries whose class has no other example in the
+gallery: excluded, see :mod:`tfdml.metrics.retrieval`). Every metric is
+"larger is better" except ``eer``.
+"""
+
+import numpy as np
+
+from tfdml.metrics import clustering, knn, retrieval, verification
+from tfdml.metrics.clustering import clustering_metrics, kmeans, nmi, pairwise_f1
+from tfdml.metrics.knn import knn as nearest_neighbors
+from tfdml.metrics.retrieval import retrieval_metrics
+from tfdml.metrics.verification import (
+    eer,
+    kfold_accuracy,
+    pair_scores,
+    roc_auc,
+    sample_pairs,
+    verification_metrics,
+)
+
+METRICS = ("recall", "precision", "map@r", "r_precision", "map", "nmi", "f1", "verification")
+DEFAULT_METRICS = ("recall", "map@r", "r_precision", "nmi")
+DEFAULT_KS = (1,)
+VERIFICATION_KEYS = ("verification_accuracy", "verification_accuracy_std", "roc_auc", "eer")
+#: Keys where smaller is better (for ModelCheckpoint / EarlyStopping ``mode``).
+LOWER_IS_BETTER = ("eer",)
+
+_ALIASES = {"mapr": "map@r", "map_at_r": "map@r", "rprecision": "r_precision",
+            "r-precision": "r_precision", "auc": "verification", "roc_auc": "verification",
+            "eer": "verification", "verification_accuracy": "verification"}
+
+
+def parse_metrics(metrics=DEFAULT_METRICS, ks=DEFAULT_KS):
+    """Validate metric names and ks; returns ``(names, ks)`` in canonical form.
+
+    Raises ValueError naming the bad entry and the valid choices.
+    """
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    if isinstance(ks, (int, np.integer)):
+        ks = [ks]
+    out_ks = set()
+    for k in ks:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"ks must be positive integers, got {k!r} in {list(ks)}.")
+        out_ks.add(int(k))
+    names = []
+    for raw in metrics:
+        name = str(raw).strip().lower()
+        name = _ALIASES.get(name, name)
+        for prefix in ("recall@", "precision@"):
+            if name.startswith(prefix):
+                try:
+                    k = int(name[len(prefix):])
+                except ValueError:
+                    k = 0
+                if k < 1:
+                    raise ValueError(f"Bad metric {raw!r}: expected e.g. {prefix}1.")
+                out_ks.add(k)
+                name = prefix[:-1]
+        if name not in METRICS:
+            raise ValueError(
+                f"Unknown metric {raw!r}; choose from {', '.join(METRICS)} "
+                "(or recall@k / precision@k)."
+            )
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise ValueError(f"No metric requested; choose from {', '.join(METRICS)}.")
+    if ("recall" in names or "precision" in names) and not out_ks:
+        out_ks = set(DEFAULT_KS)
+    return tuple(names), tuple(sorted(out_ks))
+
+
+def metric_keys(metrics=DEFAULT_METRICS, ks=DEFAULT_KS):
+    """The result keys :func:`evaluate_embeddings` produces for these metrics."""
+    names, ks = parse_metrics(metrics, ks)
+    keys = []
+    for name in names:
+        if name in ("recall", "precision"):
+            keys += [f"{name}@{k}" for k in ks]
+        elif name == "verification":
+            keys += list(VERIFICATION_KEYS)
+        else:
+            keys.append(name)
+    return keys
+
+
+def evaluate_embeddings(embeddings, labels, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, *,
+                        gallery=None, gallery_labels=None, distance="euclidean",
+                        chunk_size=None, seed=0, nmi_average="arithmetic", num_clusters=None,
+                        num_pairs=6000, n_folds=10, pr_levels=None, return_details=False):
+    """Evaluate embeddings with the named metrics.
+
+    Args:
+      embeddings: [N, d] query embeddings; labels: [N] class labels.
+      metrics, ks: see the module docstring.
+      gallery, gallery_labels: a separate gallery (In-Shop style); default
+        leave-one-out retrieval within ``embeddings``. Clustering and
+        verification always use ``embeddings``.
+      distance: ``"euclidean"`` (Wu), ``"squared_euclidean"`` or ``"cosine"`` (Lu).
+      chunk_size: queries per kNN chunk (memory ∝ chunk_size × gallery size).
+      seed: seeds k-means and the verification pairs.
+      nmi_average: ``"arithmetic"`` (Duan) or ``"geometric"`` (Wu).
+      num_clusters: k-means clusters; default: number of classes.
+      num_pairs, n_folds: verification pairs drawn from the labels
+        (:func:`~tfdml.metrics.verification.sample_pairs`) and folds.
+      pr_levels: recall levels for the mean interpolated precision-recall
+        curve (only in the details).
+      return_details: also return a dict with ``pr_curve`` (levels,
+        precision), ``pairs`` (first, second, issame, folds, scores, values)
+        and ``roc`` (fpr, tpr) where computed.
+
+    Returns:
+      dict of metric key → float (plus ``num_queries``/``num_excluded_queries``
+      for retrieval), and the details dict if ``return_details``.
+    """
+    names, ks = parse_metrics(metrics, ks)
+    knn.check_distance(distance)
+    embeddings = knn.as_embeddings(embeddings)
+    labels = np.asarray(labels).reshape(-1)
+    if labels.size != embeddings.shape[0]:
+        raise ValueError(
+            f"{labels.size} labels for {embeddings.shape[0]} embeddings; they must match."
+        )
+    results, details = {}, {}
+    rank_names = [n for n in names if n in retrieval.RANK_METRICS]
+    if rank_names or pr_levels is not None:
+        r = retrieval.retrieval_metrics(
+            embeddings, labels, gallery, gallery_labels, metrics=rank_names, ks=ks,
+            distance=distance, chunk_size=chunk_size, pr_levels=pr_levels,
+        )
+        if "pr_curve" in r:
+            details["pr_curve"] = r.pop("pr_curve")
+        results.update(r)
+    cluster_names = [n for n in names if n in ("nmi", "f1")]
+    if cluster_names:
+        results.update(clustering.clustering_metrics(
+            embeddings, labels, cluster_names, num_clusters=num_clusters, seed=seed,
+            nmi_average=nmi_average,
+        ))
+    if "verification" in names:
+        first, second, issame, folds = verification.sample_pairs(
+            labels, num_pairs=num_pairs, n_folds=n_folds, seed=seed)
+        scores, values = verification.pair_scores(embeddings, first, second, distance)
+        results.update(verification.verification_metrics(scores, issame, folds=folds))
+        details["pairs"] = dict(first=first, second=second, issame=issame, folds=folds,
+                                scores=scores, values=values)
+        fpr, tpr, _ = verification.roc(scores, issame)
+        details["roc"] = (fpr, tpr)
+    ordered = {k: results[k] for k in metric_keys(names, ks) if k in results}
+    ordered.update({k: v for k, v in results.items() if k not in ordered})
+    return (ordered, details) if return_details else ordered
+
+
+__all__ = [
+    "DEFAULT_KS", "DEFAULT_METRICS", "LOWER_IS_BETTER", "METRICS", "clustering",
+    "clustering_metrics", "eer", "evaluate_embeddings", "kfold_accuracy", "kmeans", "knn",
+    "metric_keys", "nearest_neighbors", "nmi", "pair_scores", "pairwise_f1", "parse_metrics",
+    "retrieval", "retrieval_metrics", "roc_auc", "sample_pairs", "verification",
+    "verification_metrics",
+]

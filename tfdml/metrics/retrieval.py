@@ -1,0 +1,257 @@
+"""Retrieval metrics from the ranks of each query's positives, by chunks.
+
+For a query with ``R`` positives in the gallery (same-class items, the query
+itself excluded), let ``r_1 < r_2 < ... < r_R`` be the 1-based positions of
+those positives in the query's ranking of the gallery. Every retrieval metric
+is a function of these ranks, for all k at once:
+
+* **Recall@k** (Wu et al. 2017 §5, Song et al.; Lu et al. 2019 §4.3: "1 if any
+  positive is ranked in top k"): ``[r_1 <= k]``.
+* **Precision@k** (Lu et al. 2019 Eq. 2): ``#{m : r_m <= k} / k``.
+* **R-Precision** (Musgrave et al. 2020): ``#{m : r_m <= R} / R``.
+* **MAP@R** (Musgrave et al. 2020): ``(1/R) Σ_{i<=R} P(i)·rel(i)``, and since
+  ``P(r_m) = m / r_m``: ``(1/R) Σ_{m : r_m <= R} m / r_m``.
+* **mAP** over the full ranking (Lu et al. 2019 §4.3): ``(1/R) Σ_m m / r_m``.
+
+Each is averaged over the queries that have at least one positive.
+
+How the ranks are found without sorting the gallery, per chunk of queries:
+one matmul gives the [chunk, N] scores (:func:`tfdml.metrics.knn.scores`),
+the R positives' scores are gathered and sorted (they are known by label),
+each gallery item is bucketed by how many positive scores it reaches, and a
+histogram of the buckets gives, for every positive, how many items score at
+least as high. Memory grows with ``chunk × N``; time does not depend on k, so
+Recall@1000 costs the same as Recall@1 (no ``top_k`` over 1000 columns).
+
+Conventions:
+
+* **Ties**: a negative whose score equals a positive's is ranked *before* it
+  (pessimistic), so ties never raise a metric. Lu's Eq. 2 counts every item
+  tied with the k-th; on continuous embeddings exact ties do not occur.
+* **Queries without positives** (a class with a single example in
+  leave-one-out, or a query class absent from the gallery) can never be
+  answered right: they are excluded from every metric here (as in
+  Musgrave et al.'s MAP@R / R-Precision) and counted in
+  ``num_excluded_queries``; ``num_queries`` counts those that remain.
+* **k larger than the gallery**: at most ``N_eff`` items can be retrieved
+  (``N_eff`` = gallery size, minus one in leave-one-out), so Precision@k uses
+  ``min(k, N_eff)`` as its denominator and Recall@k for such k is 1.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from tfdml.metrics import knn as _knn
+
+#: Metric names this module computes ("recall" and "precision" take ks).
+RANK_METRICS = ("recall", "precision", "map@r", "r_precision", "map")
+
+_INF = np.float32(np.inf)
+
+
+def encode_labels(query_labels, gallery_labels=None):
+    """Integer class ids for query (and gallery) labels, sharing one vocabulary."""
+    q = np.asarray(query_labels).reshape(-1)
+    if gallery_labels is None:
+        _, ids = np.unique(q, return_inverse=True)
+        return ids.astype(np.int64), None
+    g = np.asarray(gallery_labels).reshape(-1)
+    _, ids = np.unique(np.concatenate([q, g]), return_inverse=True)
+    return ids[: q.size].astype(np.int64), ids[q.size :].astype(np.int64)
+
+
+def _positive_table(gallery_ids, num_classes):
+    """[C, P] gallery indices of each class, padded with -1 (P = largest class)."""
+    counts = np.bincount(gallery_ids, minlength=num_classes)
+    width = int(counts.max()) if counts.size else 0
+    table = np.full((num_classes, width), -1, np.int64)
+    order = np.argsort(gallery_ids, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    cols = np.arange(gallery_ids.size) - np.repeat(starts, counts)
+    table[gallery_ids[order], cols] = order
+    return table
+
+
+def _buckets(query, gallery, pos_idx, self_index, distance):
+    """Scores of one chunk, bucketed by the positives' scores (XLA-compiled).
+
+    Returns ``(bucket, thr, num_pos)``: ``thr`` float [c, P], each query's
+    positive scores in ascending order (+inf padding last); ``bucket`` int32
+    [c, N], how many of them each gallery item's score reaches; ``num_pos``
+    int32 [c, 1], R.
+    """
+    s = _knn.exclude_self(_knn.scores(query, gallery, distance), self_index)  # [c, N]
+    valid = pos_idx >= 0
+    num_pos = tf.reduce_sum(tf.cast(valid, tf.int32), axis=1, keepdims=True)
+    pos_s = tf.gather(s, tf.maximum(pos_idx, 0), batch_dims=1)
+    thr = tf.sort(tf.where(valid, pos_s, _INF), axis=1)
+    # The broadcast comparison is fused with the sum: [c, N, P] is never stored.
+    bucket = tf.reduce_sum(tf.cast(s[:, :, None] >= thr[:, None, :], tf.int32), axis=2)
+    return bucket, thr, num_pos
+
+
+_buckets_xla = tf.function(_buckets, jit_compile=True)
+
+
+@tf.function
+def _rank_chunk(query, gallery, pos_idx, self_index, distance):
+    """Ranks of the positives of one chunk of queries; see the module docstring.
+
+    ``pos_idx`` int32 [c, P]: gallery indices of each query's positives, -1
+    padded; ``self_index`` int32 [c]: the query's own gallery index in
+    leave-one-out, else -1. Returns int32 [c, P]: entry j (positives sorted by
+    ascending score, so the m-th best positive is at j = R - m) holds r_m;
+    padding entries hold 0.
+    """
+    bucket, thr, num_pos = _buckets_xla(query, gallery, pos_idx, self_index, distance)
+    width = pos_idx.shape[1]
+    hist = tf.math.bincount(bucket, minlength=width + 1, maxlength=width + 1, axis=-1)
+    at_least = tf.cumsum(hist, axis=1, reverse=True)[:, 1:]  # items with score >= thr_j
+    pos_at_least = num_pos - tf.searchsorted(thr, thr, side="left")
+    j = tf.range(width)[None, :]
+    m = num_pos - j  # 1-based position of positive j among the positives
+    rank = m + (at_least - pos_at_least)  # negatives tied with it go first
+    return tf.where(j < num_pos, rank, tf.zeros_like(rank))
+
+
+def positive_ranks(query, query_ids, gallery=None, gallery_ids=None, distance="euclidean",
+                   chunk_size=None):
+    """Yield ``(start, ranks, num_pos)`` per chunk of queries.
+
+    ``ranks`` is int32 [c, P] as in :func:`_rank_chunk`, ``num_pos`` int [c] is
+    R for each query. ``gallery=None`` means leave-one-out within ``query``.
+    The last chunk is padded to the chunk size so that XLA compiles once.
+    """
+    leave_one_out = gallery is None
+    if leave_one_out:
+        gallery, gallery_ids = query, query_ids
+    num_classes = int(max(query_ids.max(), gallery_ids.max())) + 1
+    table = _positive_table(gallery_ids, num_classes)
+    chunk = min(_knn.chunk_size_for(gallery.shape[0], chunk_size), query.shape[0])
+    g = tf.constant(gallery)
+    for start in range(0, query.shape[0], chunk):
+        stop = min(start + chunk, query.shape[0])
+        size = stop - start
+        self_index = _knn.self_indices(start, size, leave_one_out)
+        idx = table[query_ids[start:stop]]
+        idx = np.where(idx == self_index[:, None], -1, idx)
+        num_pos = np.sum(idx >= 0, axis=1)
+        if not num_pos.any():
+            yield start, np.zeros((size, idx.shape[1]), np.int32), num_pos
+            continue
+        q = query[start:stop]
+        pad = chunk - size
+        if pad:
+            q = np.concatenate([q, np.zeros((pad, q.shape[1]), q.dtype)])
+            idx = np.concatenate([idx, np.full((pad, idx.shape[1]), -1, idx.dtype)])
+            self_index = np.concatenate([self_index, np.full(pad, -1, np.int32)])
+        ranks = _rank_chunk(
+            tf.constant(q), g, tf.constant(idx, tf.int32), tf.constant(self_index), distance
+        )
+        yield start, ranks.numpy()[:size], num_pos
+
+
+def per_query(ranks, num_pos, metrics, ks, num_gallery_eff, pr_levels=None):
+    """Per-query values of ``metrics`` from positive ranks (rows with R > 0 only)."""
+    ranks = ranks.astype(np.float64)
+    R = num_pos.astype(np.float64)[:, None]
+    valid = ranks > 0
+    m = np.where(valid, R - np.arange(ranks.shape[1])[None, :], 0.0)
+    prec_at_pos = np.where(valid, m / np.where(valid, ranks, 1.0), 0.0)
+    out = {}
+    for k in ks if "recall" in metrics else ():
+        out[f"recall@{k}"] = np.any(valid & (ranks <= k), axis=1).astype(np.float64)
+    for k in ks if "precision" in metrics else ():
+        k_eff = min(k, num_gallery_eff)
+        out[f"precision@{k}"] = np.sum(valid & (ranks <= k), axis=1) / k_eff
+    in_r = valid & (ranks <= R)
+    if "r_precision" in metrics:
+        out["r_precision"] = np.sum(in_r, axis=1) / R[:, 0]
+    if "map@r" in metrics:
+        out["map@r"] = np.sum(np.where(in_r, prec_at_pos, 0.0), axis=1) / R[:, 0]
+    if "map" in metrics:
+        out["map"] = np.sum(prec_at_pos, axis=1) / R[:, 0]
+    if pr_levels is not None:
+        out["pr_curve"] = _interpolated_pr(prec_at_pos, num_pos, pr_levels)
+    return out
+
+
+def _interpolated_pr(prec_at_pos, num_pos, levels):
+    """Interpolated precision p(l) = max_{m/R >= l} m / r_m, per query, at recall ``levels``."""
+    width = prec_at_pos.shape[1]
+    rows = np.arange(prec_at_pos.shape[0])[:, None]
+    # Column t in "m order" (m = t + 1) is column j = R - 1 - t.
+    t = np.arange(width)[None, :]
+    j = np.clip(num_pos[:, None] - 1 - t, 0, max(width - 1, 0))
+    by_m = np.where(t < num_pos[:, None], prec_at_pos[rows, j], 0.0)
+    best_after = np.maximum.accumulate(by_m[:, ::-1], axis=1)[:, ::-1]
+    need = np.ceil(np.asarray(levels)[None, :] * num_pos[:, None]).astype(np.int64)
+    need = np.clip(need, 1, np.maximum(num_pos[:, None], 1)) - 1
+    return np.take_along_axis(best_after, need, axis=1)
+
+
+def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None,
+                      metrics=("recall", "map@r", "r_precision"), ks=(1,),
+                      distance="euclidean", chunk_size=None, pr_levels=None):
+    """Retrieval metrics averaged over queries that have positives.
+
+    Args:
+      query: [Q, d] embeddings; query_labels: [Q] class labels.
+      gallery, gallery_labels: a separate gallery, or ``None`` for
+        leave-one-out retrieval within the query set.
+      metrics: names from :data:`RANK_METRICS`.
+      ks: the k of Recall@k and Precision@k.
+      distance: ``"euclidean"`` (Wu), ``"squared_euclidean"`` or ``"cosine"`` (Lu).
+      chunk_size: queries per chunk (memory ∝ chunk_size × N).
+      pr_levels: optional recall levels in [0, 1]; adds ``"pr_curve"``, the
+        mean interpolated precision at each level (Lu Fig. 4c).
+
+    Returns:
+      dict: ``recall@k``, ``precision@k``, ``map@r``, ``r_precision``, ``map``
+      (as requested), ``num_queries`` (queries scored) and
+      ``num_excluded_queries`` (queries without any positive).
+    """
+    unknown = [m for m in metrics if m not in RANK_METRICS]
+    if unknown:
+        raise ValueError(f"Unknown retrieval metric(s) {unknown}; choose from {RANK_METRICS}.")
+    _knn.check_distance(distance)
+    ks = sorted({int(k) for k in ks})
+    if any(k < 1 for k in ks):
+        raise ValueError(f"ks must be positive integers, got {ks}.")
+    query = _knn.as_embeddings(query, "query")
+    q_ids, g_ids = encode_labels(query_labels, gallery_labels)
+    if q_ids.size != query.shape[0]:
+        raise ValueError(
+            f"{q_ids.size} query labels for {query.shape[0]} query embeddings; they must match."
+        )
+    if gallery is not None:
+        gallery = _knn.as_embeddings(gallery, "gallery")
+        if gallery_labels is None or g_ids.size != gallery.shape[0]:
+            raise ValueError("gallery_labels must give one label per gallery embedding.")
+        if gallery.shape[1] != query.shape[1]:
+            raise ValueError(
+                f"query and gallery dimensions differ ({query.shape[1]} vs {gallery.shape[1]})."
+            )
+    n_eff = query.shape[0] - 1 if gallery is None else gallery.shape[0]
+    sums, count, excluded = {}, 0, 0
+    for _, ranks, num_pos in positive_ranks(query, q_ids, gallery, g_ids, distance, chunk_size):
+        keep = num_pos > 0
+        excluded += int(np.sum(~keep))
+        if not keep.any():
+            continue
+        values = per_query(ranks[keep], num_pos[keep], metrics, ks, n_eff, pr_levels)
+        for name, v in values.items():
+            sums[name] = sums.get(name, 0.0) + np.sum(v, axis=0)
+        count += int(np.sum(keep))
+    out = {}
+    names = [f"recall@{k}" for k in ks if "recall" in metrics]
+    names += [f"precision@{k}" for k in ks if "precision" in metrics]
+    names += [m for m in ("map@r", "r_precision", "map") if m in metrics]
+    for name in names:
+        out[name] = float(sums[name] / count) if count else float("nan")
+    if pr_levels is not None:
+        out["pr_curve"] = (np.asarray(pr_levels, np.float64),
+                           sums["pr_curve"] / count if count else np.full(len(pr_levels), np.nan))
+    out["num_queries"] = count
+    out["num_excluded_queries"] = excluded
+    return out

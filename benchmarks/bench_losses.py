@@ -1,0 +1,151 @@
+"""Speed of every tfdml loss + sampler pair (not a test; nothing here asserts).
+
+One forward + backward pass (loss and its gradient with respect to the
+embeddings and the loss's own trainable parameters) on a batch of 256
+L2-normalised 128-d embeddings, 64 classes × 4 examples, with the
+batch-contract columns (class sizes, importance constants, example ids).
+Each pair runs as a ``tf.function`` with and without ``jit_compile``; the
+table gives the median wall time of ``--runs`` calls after ``--warmup`` calls.
+
+Usage::
+
+    python benchmarks/bench_losses.py [--runs 30] [--warmup 3] [--classes 64] [--per-class 4] [--dim 128]
+"""
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tfdml import losses, samplers  # noqa: E402
+
+
+def machine_description():
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    gpus = tf.config.list_physical_devices("GPU")
+    gpu = f"GPU: {', '.join(g.name for g in gpus)}" if gpus else "no GPU"
+    return (
+        f"{platform.platform()}; {cpu}, {os.cpu_count()} logical CPUs visible, {gpu}; "
+        f"Python {platform.python_version()}, TensorFlow {tf.__version__}, Keras {keras.__version__}"
+    )
+
+
+def cases(num_classes):
+    """(loss, sampler, factory) for every loss + sampler pair."""
+    s = samplers
+    out = [
+        ("contrastive (Wu §3)", "all pairs", lambda: losses.ContrastiveLoss()),
+        ("contrastive (Wu §3)", "random", lambda: losses.ContrastiveLoss(sampler=s.RandomPairSampler(), seed=1)),
+        ("contrastive (Wu §3)", "semi_hard", lambda: losses.ContrastiveLoss(sampler="semi_hard")),
+        ("contrastive (Wu §3)", "distance_weighted",
+         lambda: losses.ContrastiveLoss(sampler="distance_weighted", seed=1)),
+        ("contrastive ℓ2 (draft Eq. 18)", "all pairs", lambda: losses.ContrastiveLoss(squared=False)),
+        ("triplet ℓ2² (FaceNet)", "semi_hard", lambda: losses.TripletLoss()),
+        ("triplet ℓ2² (FaceNet)", "hard", lambda: losses.TripletLoss(sampler="hard")),
+        ("triplet ℓ2² (FaceNet)", "distance_weighted",
+         lambda: losses.TripletLoss(sampler="distance_weighted", seed=1)),
+        ("triplet ℓ2 (Wu §4)", "semi_hard", lambda: losses.TripletLoss(squared=False)),
+        ("triplet ℓ2 (Wu §4)", "hard", lambda: losses.TripletLoss(squared=False, sampler="hard")),
+        ("triplet ℓ2 (Wu §4)", "distance_weighted",
+         lambda: losses.TripletLoss(squared=False, sampler="distance_weighted", seed=1)),
+        ("margin (Wu §4)", "distance_weighted", lambda: losses.MarginLoss(num_classes=num_classes, seed=1)),
+        ("margin (Wu §4)", "semi_hard", lambda: losses.MarginLoss(num_classes=num_classes, sampler="semi_hard")),
+        ("margin (Wu §4)", "random",
+         lambda: losses.MarginLoss(num_classes=num_classes, sampler=s.RandomPairSampler(), seed=1)),
+        ("margin (Wu §4)", "all pairs", lambda: losses.MarginLoss(num_classes=num_classes, sampler=None)),
+        ("weighted contrastive (Hong Eq. 23)", "all pairs + W", lambda: losses.WeightedContrastiveLoss()),
+        ("balanced contrastive (Hong Eq. 15)", "all pairs + W",
+         lambda: losses.BalancedContrastiveLoss(num_classes=num_classes)),
+        ("N-pair (Duan Eq. 9)", "pairs by class rank", lambda: losses.NPairLoss()),
+        ("stable contrast (draft Eq. 16)", "distance_weighted", lambda: losses.StableContrastLoss(seed=1)),
+        ("stable contrast (draft Eq. 16)", "semi_hard", lambda: losses.StableContrastLoss(sampler="semi_hard")),
+        ("robust hard contrast (draft Eq. 22)", "in the loss", lambda: losses.RobustHardContrastiveLoss()),
+    ]
+    if hasattr(samplers, "TopKMisplacedSampler"):
+        out.append(("ℓ_k (Lu Eq. 5)", "top_k misplaced", lambda: losses.PrecisionAtKLoss(k=5)))
+    return out
+
+
+def batch(num_classes, per_class, dim, seed=0):
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(num_classes), per_class).astype(np.int32)
+    size = len(labels)
+    e = rng.normal(size=(size, dim)).astype(np.float32)
+    e /= np.linalg.norm(e, axis=1, keepdims=True)
+    y = {
+        "label": tf.constant(labels),
+        "class_size": tf.constant(rng.integers(5, 60, size=num_classes)[labels].astype(np.float32)),
+        "w_pos": tf.fill([size], 1e-3),
+        "w_neg": tf.fill([size], 1e-5),
+        "example_id": tf.range(size, dtype=tf.int32),
+    }
+    return y, tf.constant(e)
+
+
+def step_fn(loss, jit):
+    params = [v for layer in loss.parameter_layers for v in layer.trainable_variables]
+
+    def step(y, e):
+        with tf.GradientTape() as tape:
+            tape.watch(e)
+            value = loss(y, e)
+        grads = tape.gradient(value, [e] + params)
+        return value, [tf.convert_to_tensor(g) for g in grads]  # β_class: IndexedSlices
+
+    return tf.function(step, jit_compile=jit)
+
+
+def median_ms(fn, y, e, runs, warmup):
+    for _ in range(warmup):
+        tf.nest.map_structure(lambda t: t.numpy(), fn(y, e))
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        tf.nest.map_structure(lambda t: t.numpy(), fn(y, e))
+        times.append(time.perf_counter() - start)
+    return 1000.0 * statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--classes", type=int, default=64)
+    parser.add_argument("--per-class", type=int, default=4)
+    parser.add_argument("--dim", type=int, default=128)
+    args = parser.parse_args()
+
+    y, e = batch(args.classes, args.per_class, args.dim)
+    print(f"Machine: {machine_description()}")
+    print(
+        f"Forward + backward, batch {args.classes * args.per_class} ({args.classes} classes × "
+        f"{args.per_class}), {args.dim}-d unit embeddings; median of {args.runs} runs after "
+        f"{args.warmup} warm-up calls, milliseconds."
+    )
+    header = f"| {'loss':<36} | {'sampler':<20} | {'tf.function':>11} | {'+ jit_compile':>13} |"
+    print(header)
+    print(f"|{'-' * 38}|{'-' * 22}|{'-' * 12}:|{'-' * 14}:|")
+    for name, sampler, factory in cases(args.classes):
+        row = []
+        for jit in (False, True):
+            row.append(median_ms(step_fn(factory(), jit), y, e, args.runs, args.warmup))
+        print(f"| {name:<36} | {sampler:<20} | {row[0]:>11.2f} | {row[1]:>13.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""RetrievalEvaluation: logs seen by History, CSVLogger, EarlyStopping, ModelCheckpoint."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfdml import metrics
+from tfdml.callbacks import RetrievalEvaluation
+
+
+def square_norm(y_true, y_pred):
+    return tf.reduce_mean(tf.square(y_pred))
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(5), 8).astype(np.int32)
+    centers = rng.standard_normal((5, 8)) * 3
+    x = (centers[labels] + rng.standard_normal((40, 8))).astype(np.float32)
+    return x, labels
+
+
+def make_model(learning_rate=0.01):
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate), loss=square_norm)
+    return model
+
+
+def test_works_under_the_default_strategy_scope(data):
+    x, labels = data
+    with tf.distribute.get_strategy().scope():
+        model = make_model()
+    cb = RetrievalEvaluation((x, labels), metrics=["map@r"])
+    hist = model.fit(x, labels, epochs=1, batch_size=20, verbose=0, callbacks=[cb])
+    ref = metrics.evaluate_embeddings(model(x).numpy(), labels, ["map@r"])
+    assert hist.history["map@r"] == [pytest.approx(ref["map@r"])]
+
+
+def test_history_gets_the_metrics_of_the_final_weights(data):
+    x, labels = data
+    model = make_model()
+    cb = RetrievalEvaluation((x, labels), metrics=["recall", "map@r", "nmi"], ks=[1, 3])
+    hist = model.fit(x, labels, epochs=2, batch_size=20, verbose=0, callbacks=[cb])
+    for key in ("recall@1", "recall@3", "map@r", "nmi"):
+        assert len(hist.history[key]) == 2
+    ref = metrics.evaluate_embeddings(model.predict(x, verbose=0), labels,
+                                      ["recall", "map@r", "nmi"], [1, 3])
+    for key in cb.keys:
+        assert hist.history[key][-1] == pytest.approx(ref[key])
+    assert "num_queries" not in hist.history
+
+
+def test_every_n_epochs_and_prefix(data):
+    x, labels = data
+    cb = RetrievalEvaluation((x, labels), every_n_epochs=2, metrics=["map@r"], prefix="val_")
+    hist = make_model().fit(x, labels, epochs=3, batch_size=20, verbose=0, callbacks=[cb])
+    assert len(hist.history["val_map@r"]) == 1  # epoch 2 only
+
+
+def test_early_stopping_checkpoint_and_csv_read_the_key(data, tmp_path):
+    x, labels = data
+    model = make_model(learning_rate=0.0)  # nothing changes: no improvement after epoch 1
+    path = str(tmp_path / "best.keras")
+    csv = str(tmp_path / "log.csv")
+    callbacks = [
+        RetrievalEvaluation((x, labels), metrics=["recall", "map@r"]),
+        keras.callbacks.ModelCheckpoint(path, monitor="map@r", mode="max", save_best_only=True),
+        keras.callbacks.EarlyStopping(monitor="recall@1", mode="max", patience=0),
+        keras.callbacks.CSVLogger(csv),
+    ]
+    hist = model.fit(x, labels, epochs=6, batch_size=20, verbose=0, callbacks=callbacks)
+    assert len(hist.history["loss"]) == 2  # stopped by EarlyStopping on recall@1
+    assert os.path.exists(path)
+    header = open(csv).readline().strip().split(",")
+    assert "map@r" in header and "recall@1" in header
+
+
+def test_dataset_input_equals_arrays(data):
+    x, labels = data
+    model = make_model()
+    model.fit(x, labels, epochs=1, batch_size=20, verbose=0)
+    ds = tf.data.Dataset.from_tensor_slices((x, labels)).batch(7)
+    from_ds = RetrievalEvaluation(ds, metrics=["recall", "map@r"])
+    from_arrays = RetrievalEvaluation((x, labels), metrics=["recall", "map@r"])
+    for cb in (from_ds, from_arrays):
+        cb.set_model(model)
+    assert from_ds.evaluate() == pytest.approx(from_arrays.evaluate())
+
+
+def test_tensorboard_scalars(data, tmp_path):
+    x, labels = data
+    cb = RetrievalEvaluation((x, labels), metrics=["recall"], log_dir=str(tmp_path))
+    make_model().fit(x, labels, epochs=2, batch_size=20, verbose=0, callbacks=[cb])
+    tags = {}
+    for f in tmp_path.iterdir():
+        for event in tf.compat.v1.train.summary_iterator(str(f)):
+            for value in event.summary.value:
+                tags.setdefault(value.tag, []).append(event.step)
+    assert tags == {"retrieval/recall_at_1": [0, 1]}
+
+
+def test_bad_arguments(data):
+    x, labels = data
+    with pytest.raises(ValueError, match="every_n_epochs"):
+        RetrievalEvaluation((x, labels), every_n_epochs=0)
+    with pytest.raises(ValueError, match="Unknown metric"):
+        RetrievalEvaluation((x, labels), metrics=["accuracy"])
+    with pytest.raises(ValueError, match="must match"):
+        RetrievalEvaluation((x, labels[:-1]))
+    with pytest.raises(ValueError, match="tuple of arrays or a tf.data.Dataset"):
+        RetrievalEvaluation(x)
+    with pytest.raises(ValueError, match="dataset of \\(x, labels\\)"):
+        RetrievalEvaluation(tf.data.Dataset.from_tensor_slices(x))
+    with pytest.raises(ValueError, match="Unknown argument"):
+        RetrievalEvaluation((x, labels), chunksize=3)
+
+
+_MIRRORED = textwrap.dedent("""
+    import json, numpy as np, tensorflow as tf, keras
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from tfdml import metrics
+    from tfdml.callbacks import RetrievalEvaluation
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(5), 9).astype(np.int32)
+    x = (rng.standard_normal((5, 8))[labels] * 3 + rng.standard_normal((45, 8))).astype("float32")
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+        model.compile(optimizer="sgd", loss=lambda y, p: tf.reduce_mean(tf.square(p)))
+    cb = RetrievalEvaluation((x, labels), metrics=["recall", "map@r"], batch_size=10)
+    hist = model.fit(x, labels, epochs=1, batch_size=10, verbose=0, callbacks=[cb])
+    direct = model(x).numpy()  # one device, no strategy involved
+    ref = metrics.evaluate_embeddings(direct, labels, ["recall", "map@r"])
+    print(json.dumps({"replicas": strategy.num_replicas_in_sync,
+                      "logged": {k: hist.history[k][-1] for k in cb.keys},
+                      "ref": {k: ref[k] for k in cb.keys}}))
+""")
+
+
+@pytest.mark.slow  # a fresh TensorFlow process (logical devices are fixed at start-up): ~30 s
+def test_works_under_mirrored_strategy_on_two_logical_cpus():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run([sys.executable, "-c", _MIRRORED], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["replicas"] == 2
+    assert result["logged"] == pytest.approx(result["ref"])

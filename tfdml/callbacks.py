@@ -1,0 +1,184 @@
+"""Keras callback: retrieval / clustering metrics on a held-out split during ``fit``.
+
+:class:`RetrievalEvaluation` embeds a held-out split every ``every_n_epochs``
+epochs with :func:`tfdml.metrics.evaluate_embeddings` (the same code as
+``evaluate.py``) and writes the results into ``logs``, so ``History``,
+``CSVLogger``, ``ModelCheckpoint(monitor=...)``, ``EarlyStopping(monitor=...)``
+and the progress bar see them.
+
+Keys written to ``logs`` (see :func:`tfdml.metrics.metric_keys`), with an
+optional ``prefix``: ``recall@k`` and ``precision@k`` for each k in ``ks``,
+``map@r``, ``r_precision``, ``map``, ``nmi``, ``f1``,
+``verification_accuracy``, ``verification_accuracy_std``, ``roc_auc``,
+``eer``. All are larger-is-better except ``eer``; Keras only guesses "max"
+for names containing "acc", so give the mode explicitly::
+
+    callbacks = [
+        tfdml.callbacks.RetrievalEvaluation((x_val, y_val), metrics=["recall", "map@r"]),
+        keras.callbacks.ModelCheckpoint("best.keras", monitor="map@r", mode="max",
+                                        save_best_only=True),
+        keras.callbacks.EarlyStopping(monitor="recall@1", mode="max", patience=3),
+    ]
+
+Put this callback *before* the ones that read its keys (callbacks run in list
+order; Keras appends History and the progress bar last). With
+``every_n_epochs > 1`` the keys are absent on the other epochs, which
+ModelCheckpoint and EarlyStopping skip with a warning.
+
+Distribution: embeddings come from ``model.predict``, which splits the
+batches over the replicas of the model's strategy and returns them in order.
+"""
+
+import numpy as np
+import keras
+import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
+
+from tfdml import metrics as _metrics
+
+
+class RetrievalEvaluation(keras.callbacks.Callback):
+    """Evaluate the embedding of a held-out split at the end of epochs.
+
+    Args:
+      data: ``(x, labels)`` arrays, or a ``tf.data.Dataset`` of batched
+        ``(x, labels)``. A dataset must yield the same order on every pass (no
+        reshuffling): inputs and labels are read in separate passes, the
+        labels once.
+      every_n_epochs: evaluate after epochs ``n, 2n, ...`` (and never more).
+      metrics, ks: metric names and the k of Recall@k / Precision@k
+        (:mod:`tfdml.metrics`); validated here.
+      log_dir: if given, the values are also written as TensorBoard scalars
+        ``retrieval/<key>`` ("@" written as "_at_") at step = epoch; the
+        tensorboard package is not needed to write them.
+      batch_size: prediction batch size for array data.
+      distance: ``"euclidean"``, ``"squared_euclidean"`` or ``"cosine"``.
+      prefix: prepended to every key (e.g. ``"val_"``).
+      verbose: 1 prints one line of results per evaluation.
+      **evaluate_kwargs: passed to :func:`tfdml.metrics.evaluate_embeddings`
+        (``chunk_size``, ``seed``, ``nmi_average``, ``num_pairs``, ...).
+    """
+
+    def __init__(self, data, every_n_epochs=1, metrics=_metrics.DEFAULT_METRICS,
+                 ks=_metrics.DEFAULT_KS, log_dir=None, batch_size=256, distance="euclidean",
+                 prefix="", verbose=0, **evaluate_kwargs):
+        super().__init__()
+        self.metric_names, self.ks = _metrics.parse_metrics(metrics, ks)
+        _metrics.knn.check_distance(distance)
+        if isinstance(every_n_epochs, bool) or not isinstance(every_n_epochs, (int, np.integer)) \
+                or every_n_epochs < 1:
+            raise ValueError(f"every_n_epochs must be a positive integer, got {every_n_epochs!r}.")
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+        allowed = {"chunk_size", "seed", "nmi_average", "num_clusters", "num_pairs", "n_folds"}
+        unknown = sorted(set(evaluate_kwargs) - allowed)
+        if unknown:
+            raise ValueError(
+                f"Unknown argument(s) {unknown} for RetrievalEvaluation; "
+                f"valid extra arguments: {sorted(allowed)}."
+            )
+        self.every_n_epochs = int(every_n_epochs)
+        self.log_dir = log_dir
+        self.batch_size = int(batch_size)
+        self.distance = distance
+        self.prefix = str(prefix)
+        self.verbose = verbose
+        self.evaluate_kwargs = evaluate_kwargs
+        self._x, self._labels, self._dataset = self._check_data(data)
+        self._writer = None
+        self.keys = [self.prefix + k for k in _metrics.metric_keys(self.metric_names, self.ks)]
+        self.last_results = None
+
+    @staticmethod
+    def _check_data(data):
+        if isinstance(data, tf.data.Dataset):
+            spec = data.element_spec
+            if not (isinstance(spec, tuple) and len(spec) == 2):
+                raise ValueError(
+                    "RetrievalEvaluation needs a dataset of (x, labels) batches; got elements "
+                    f"{spec}. Map it with `ds.map(lambda x, y: (x, y))` first."
+                )
+            return None, None, data
+        if isinstance(data, (tuple, list)) and len(data) == 2:
+            x, labels = data
+            labels = np.asarray(labels).reshape(-1)
+            n = len(x) if not isinstance(x, dict) else len(next(iter(x.values())))
+            if labels.size != n:
+                raise ValueError(
+                    f"RetrievalEvaluation got {n} inputs and {labels.size} labels; "
+                    "they must match."
+                )
+            if n < 2:
+                raise ValueError("RetrievalEvaluation needs at least 2 held-out examples.")
+            return x, labels, None
+        raise ValueError(
+            "RetrievalEvaluation data must be an (x, labels) tuple of arrays or a "
+            f"tf.data.Dataset of (x, labels) batches, got {type(data).__name__}."
+        )
+
+    def _labels_of_dataset(self):
+        if self._labels is None:
+            parts = [np.asarray(y).reshape(-1) for y in self._dataset.map(lambda x, y: y)]
+            self._labels = np.concatenate(parts)
+        return self._labels
+
+    def embed(self):
+        """Embeddings [N, d] of the held-out split from the current model."""
+        if self._dataset is not None:
+            out = self.model.predict(self._dataset.map(lambda x, y: x), verbose=0)
+        else:
+            out = self.model.predict(self._x, batch_size=self.batch_size, verbose=0)
+        if isinstance(out, (dict, list, tuple)):
+            raise ValueError(
+                "RetrievalEvaluation needs a model with one output, the [N, d] embedding; "
+                f"this model returns a {type(out).__name__}."
+            )
+        return out
+
+    def evaluate(self):
+        """Evaluate now; returns the dict of prefixed results."""
+        embeddings = self.embed()
+        labels = self._labels_of_dataset() if self._dataset is not None else self._labels
+        if embeddings.shape[0] != labels.size:
+            raise ValueError(
+                f"The model produced {embeddings.shape[0]} embeddings for {labels.size} labels; "
+                "is the evaluation dataset reshuffled or infinite?"
+            )
+        results = _metrics.evaluate_embeddings(
+            embeddings, labels, self.metric_names, self.ks, distance=self.distance,
+            **self.evaluate_kwargs,
+        )
+        return {self.prefix + k: v for k, v in results.items()}
+
+    def on_epoch_end(self, epoch, logs=None):
+        if (epoch + 1) % self.every_n_epochs:
+            return
+        results = self.evaluate()
+        self.last_results = results
+        if logs is not None:
+            for key in self.keys:
+                logs[key] = results[key]
+        if self.verbose:
+            line = " - ".join(f"{k}: {results[k]:.4f}" for k in self.keys)
+            print(f"Epoch {epoch + 1}: {line}")
+        if self.log_dir is not None:
+            self._write_summaries(epoch, results)
+
+    def _write_summaries(self, epoch, results):
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(self.log_dir)
+        # tf.summary.write with the "scalars" plugin metadata is what
+        # tf.summary.scalar emits; it works without the tensorboard package.
+        metadata = summary_pb2.SummaryMetadata()
+        metadata.plugin_data.plugin_name = "scalars"
+        with self._writer.as_default():
+            for key in self.keys:
+                tf.summary.write("retrieval/" + key.replace("@", "_at_"),
+                                 tf.constant(results[key], tf.float32), step=epoch,
+                                 metadata=metadata)
+        self._writer.flush()
+
+    def on_train_end(self, logs=None):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

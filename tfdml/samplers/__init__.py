@@ -38,6 +38,7 @@ from tfdml.samplers.distance_weighted import (
 from tfdml.samplers.hard import HardSampler
 from tfdml.samplers.pairs import AllPairsSampler, RandomPairSampler
 from tfdml.samplers.semi_hard import SemiHardSampler
+from tfdml.samplers.top_k import TopKMisplacedSampler
 
 _BY_NAME = {
     "all": AllPairsSampler,
@@ -45,6 +46,7 @@ _BY_NAME = {
     "semi_hard": SemiHardSampler,
     "hard": HardSampler,
     "distance_weighted": DistanceWeightedSampler,
+    "top_k": TopKMisplacedSampler,
 }
 
 SAMPLERS = tuple(_BY_NAME)
@@ -95,6 +97,7 @@ __all__ = [
     "Sampler",
     "SemiHardSampler",
     "SetSelection",
+    "TopKMisplacedSampler",
     "TripletSelection",
     "distance_weighted_probabilities",
     "get",

@@ -47,7 +47,7 @@ SOURCES = ("mnist5k", "digits", "folder", "tfds", "arrays")
 STRATEGIES = ("default", "mirrored", "multi_worker")
 OPTIMIZERS = ("adam", "sgd", "adamw")
 SCHEDULES = ("constant", "exponential_decay")
-METRICS = ("recall", "precision", "map@r", "r_precision", "map", "nmi", "f1")
+METRICS = ("recall", "precision", "map@r", "r_precision", "map", "nmi", "f1", "verification")
 
 # Which sampler kinds make sense for which loss (None: the loss picks its own).
 LOSS_SAMPLERS = {

@@ -73,7 +73,8 @@ def test_missing_file_is_clear(tmp_path):
 
 def test_schema_names_match_the_registries():
     """The config's choices are the names the libraries actually register."""
-    from tfdml import losses, samplers
+    from tfdml import losses, metrics, samplers
 
     assert set(config.LOSSES) == set(losses.LOSSES)
     assert set(config.SAMPLERS) - {"none"} == set(samplers.SAMPLERS)
+    assert set(config.METRICS) == set(metrics.METRICS)

@@ -42,7 +42,7 @@ LOSSES = (
     "robust_hard_contrastive",
 )
 SAMPLERS = ("all", "random", "semi_hard", "hard", "distance_weighted", "top_k", "none")
-DESIGNS = ("m_per_class", "group", "p_random", "shuffle")
+DESIGNS = ("m_per_class", "group", "p_random")
 SOURCES = ("mnist5k", "digits", "folder", "tfds", "arrays")
 STRATEGIES = ("default", "mirrored", "multi_worker")
 OPTIMIZERS = ("adam", "sgd", "adamw")
@@ -81,7 +81,6 @@ SCHEMA = {
         "n": _Field(int, 16, doc="classes per batch (m_per_class, group)"),
         "p": _Field(_NUM, 0.5, doc="probability of a positive pair (p_random)"),
         "pairs": _Field(int, 32, doc="pairs per batch (p_random)"),
-        "batch_size": _Field(int, 64, doc="batch size of the plain shuffle design"),
     },
     "image": {
         "size": _Field((int, type(None)), None, doc="resize to size×size (None: native)"),

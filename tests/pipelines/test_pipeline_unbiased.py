@@ -1,0 +1,133 @@
+"""Importance-weighted mini-batch loss (Hong Eq. 23) is unbiased for the full loss (Eq. 10).
+
+For a fixed embedding, the mini-batch loss of each design — the mean over the
+batch's scored ordered pairs of W_ij·ℓ_ij, with W_ij from the batch columns
+via ``tfdml.importance.pair_weights`` — averaged over many batches must equal
+the weighted contrastive loss Eq. 10 over all ordered pairs of the training
+split divided by N(N−1) (the designs keep P_U's 1/(N(N−1)), so W is Eq. 24 /
+25 exactly). Tolerance: 4 standard errors of the batch average. Without the
+weights the same average misses the full loss by many standard errors.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipelines import designs
+from tfdml import importance, masks
+
+SIZES = np.array([2, 3, 4, 6])  # unequal classes, every class >= 2 (no left-out class)
+ALPHA = 1.0
+
+
+def full_pair_losses(emb, labels, eta):
+    """ℓ_ij = Y_ij g(D_ij) + (1 − Y_ij) η_ij h(D_ij), g = D², h = max(0, α − D)² (Hong Eq. 10, 4)."""
+    N = len(labels)
+    loss = np.zeros((N, N))
+    for i in range(N):
+        for j in range(N):
+            if i == j:
+                continue
+            d = np.linalg.norm(emb[i] - emb[j])
+            if labels[i] == labels[j]:
+                loss[i, j] = d**2
+            else:
+                loss[i, j] = eta(i, j) * max(0.0, ALPHA - d) ** 2
+    return loss
+
+
+def eta_one(i, j):
+    return 1.0
+
+
+def make_eta_balanced(labels, lam=2.0):
+    """Hong Eq. 16: η_ij = λ/(L−1) · (N_{y_i} − 1)/N_{y_j}."""
+    classes, counts = np.unique(labels, return_counts=True)
+    size = dict(zip(classes, counts))
+    L = len(classes)
+    return lambda i, j: lam / (L - 1) * (size[labels[i]] - 1) / size[labels[j]]
+
+
+_DRAWS = {}
+
+
+def draws(design, labels, batches, seed=11):
+    """example ids, W (via tfdml.importance.pair_weights) and scored-pair masks of K batches."""
+    key = (repr(design), batches, seed)
+    if key not in _DRAWS:
+        ds = design.index_batches(labels, seed=seed).take(batches).batch(batches)
+        cols = next(iter(ds))
+
+        def one(row):
+            W = importance.pair_weights(row)
+            mask = masks.candidate_mask(row["label"], row.get("pair_id"))
+            return W, mask
+
+        W, mask = tf.vectorized_map(one, cols)
+        _DRAWS[key] = (cols["example_id"].numpy(), W.numpy().astype(np.float64), mask.numpy())
+    return _DRAWS[key]
+
+
+def minibatch_losses(design, labels, pair_loss, batches):
+    """Eq. 23 per batch: mean over scored ordered pairs of W_ij ℓ_ij (and of ℓ_ij alone)."""
+    ids, W, mask = draws(design, labels, batches)
+    ell = pair_loss[ids[:, :, None], ids[:, None, :]]
+    scored = mask.sum(axis=(1, 2))
+    weighted = (mask * W * ell).sum(axis=(1, 2)) / scored
+    plain = (mask * ell).sum(axis=(1, 2)) / scored
+    return weighted, plain
+
+
+def block_mean_and_se(values, block):
+    """Mean and its standard error from means of consecutive blocks (epochs for m-per-class)."""
+    usable = len(values) // block * block
+    means = values[:usable].reshape(-1, block).mean(axis=1)
+    return means.mean(), means.std(ddof=1) / np.sqrt(len(means))
+
+
+@pytest.fixture(scope="module")
+def problem():
+    rng = np.random.default_rng(2)
+    labels = np.repeat(np.arange(len(SIZES)), SIZES)[rng.permutation(SIZES.sum())].astype(np.int32)
+    # A fixed embedding: class centres plus noise, so positive and negative losses differ.
+    centres = rng.normal(size=(len(SIZES), 2)) * 0.6
+    emb = centres[labels] + 0.3 * rng.normal(size=(len(labels), 2))
+    return labels, emb
+
+
+@pytest.mark.parametrize(
+    "design,block",
+    [
+        (designs.GroupDesign(2, 2), 1),
+        (designs.GroupDesign(3, 2), 1),
+        (designs.PRandomDesign(0.5, pairs=3), 1),
+        (designs.MPerClassDesign(2, 2), 2),  # 4 classes / 2 per batch: 2 batches per epoch
+    ],
+    ids=repr,
+)
+@pytest.mark.parametrize("eta_name", ["contrastive", "balanced"])
+def test_weighted_minibatch_loss_is_unbiased_for_full_loss(problem, design, block, eta_name):
+    labels, emb = problem
+    eta = eta_one if eta_name == "contrastive" else make_eta_balanced(labels)
+    pair_loss = full_pair_losses(emb, labels, eta)
+    # Group designs leave out classes smaller than m (documented): the target is then the
+    # loss over the eligible examples' pairs. Eq. 10 / N(N-1): mean loss over ordered pairs.
+    keep = SIZES[labels] >= getattr(design, "m", 2)
+    N = int(keep.sum())
+    full = pair_loss[keep][:, keep].sum() / (N * (N - 1))
+    weighted, plain = minibatch_losses(design, labels, pair_loss, batches=20000)
+    mean_w, se_w = block_mean_and_se(weighted, block)
+    mean_p, se_p = block_mean_and_se(plain, block)
+    assert abs(mean_w - full) < 4 * se_w, (mean_w, full, se_w)
+    # Without the importance weights the batch average is biased (by many standard errors).
+    assert abs(mean_p - full) > 10 * se_p, (mean_p, full, se_p)
+
+
+def test_mean_weight_is_one(problem):
+    """E_Q[W] = Σ P_U = 1: the constant kept in the columns (Eq. 24/25 exactly)."""
+    labels, _ = problem
+    ones = np.ones((len(labels), len(labels)))
+    for design in (designs.GroupDesign(2, 2), designs.PRandomDesign(0.5, pairs=3)):
+        weighted, _ = minibatch_losses(design, labels, ones, batches=20000)
+        mean, se = block_mean_and_se(weighted, 1)
+        assert abs(mean - 1.0) < 4 * se

@@ -116,7 +116,7 @@ def _topk_chunk(query, gallery, self_index, k, distance):
     return tf.math.top_k(s, k=k, sorted=True)
 
 
-def knn(query, gallery=None, k=1, distance="euclidean", chunk_size=None):
+def knn(query, gallery=None, k=1, distance="euclidean", chunk_size=None, query_index=None):
     """The ``k`` nearest gallery items of every query, exact, by chunks.
 
     Args:
@@ -127,6 +127,10 @@ def knn(query, gallery=None, k=1, distance="euclidean", chunk_size=None):
       distance: ``"euclidean"``, ``"squared_euclidean"`` or ``"cosine"``.
       chunk_size: queries per chunk (memory ∝ chunk_size × N); default: as
         many as keep one chunk's score matrix under 32 MiB.
+      query_index: int [Q], for queries that are themselves gallery items
+        (e.g. a few picked queries searched against the whole set): each
+        query's own gallery index, removed from its results (-1: none).
+        Leave-one-out uses ``arange(Q)``. With it, ``k`` is capped at N - 1.
 
     Returns:
       ``(indices, values)``: int64 [Q, k'] gallery indices, nearest first
@@ -143,7 +147,12 @@ def knn(query, gallery=None, k=1, distance="euclidean", chunk_size=None):
         )
     if int(k) < 1:
         raise ValueError(f"k must be a positive integer, got {k}.")
-    n_eff = gallery.shape[0] - int(leave_one_out)
+    if query_index is not None:
+        query_index = np.asarray(query_index, np.int32).reshape(-1)
+        if query_index.size != query.shape[0]:
+            raise ValueError("query_index must give one gallery index (or -1) per query.")
+    excludes = leave_one_out or query_index is not None
+    n_eff = gallery.shape[0] - int(excludes)
     k_eff = min(int(k), n_eff)
     num_q = query.shape[0]
     if k_eff <= 0:
@@ -153,7 +162,8 @@ def knn(query, gallery=None, k=1, distance="euclidean", chunk_size=None):
     out_i, out_v = [], []
     for start in range(0, num_q, chunk):
         q = tf.constant(query[start : start + chunk])
-        self_index = self_indices(start, q.shape[0], leave_one_out)
+        self_index = (self_indices(start, q.shape[0], leave_one_out) if query_index is None
+                      else query_index[start : start + chunk])
         v, i = _topk_chunk(q, g, tf.constant(self_index), k_eff, distance)
         out_i.append(i.numpy().astype(np.int64))
         out_v.append(v.numpy())

@@ -96,3 +96,12 @@ def test_bad_arguments():
 def test_auto_chunk_bounds_memory():
     assert knn_mod.chunk_size_for(60_000) * 60_000 <= knn_mod.DEFAULT_CHUNK_ELEMENTS
     assert knn_mod.chunk_size_for(10) == 4096
+
+
+def test_query_index_excludes_picked_queries_from_their_results(data):
+    x, _ = data
+    picked = np.array([3, 40, 7])
+    idx, val = knn(x[picked], x, k=5, query_index=picked)
+    ref_i, ref_v = knn(x, k=5)
+    np.testing.assert_array_equal(idx, ref_i[picked])
+    np.testing.assert_allclose(val, ref_v[picked], rtol=1e-5, atol=1e-5)

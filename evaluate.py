@@ -1,0 +1,429 @@
+"""Evaluate a trained embedding model on a test split.
+
+    python evaluate.py --model runs/default/model.keras
+    python evaluate.py --model runs/default/export --config runs/default/config.yaml
+    python evaluate.py --model model.keras --data digits --metrics recall map@r --ks 1 2 4 8
+
+``--model`` is a ``.keras`` file or an exported SavedModel directory (its
+``serve`` endpoint or ``serving_default`` signature: images → embeddings).
+The split is embedded with a progress bar, the metrics of
+:func:`tfdml.metrics.evaluate_embeddings` are printed as a table and written
+to ``OUT/metrics.json``, and these plots are written to ``OUT``:
+
+* ``retrieval_grid.png`` — queries and their top-k results, right (green) and
+  wrong (red) (Lu et al. 2019 Fig. 5; image data only);
+* ``distance_histogram.png`` — positive- and negative-pair distances (Wu et
+  al. 2017 Fig. 7);
+* ``pr_curve.png`` — mean interpolated precision-recall (Lu Fig. 4c);
+* ``roc.png`` — ROC of verification pairs drawn from the labels (Lu Fig. 4f).
+
+Only two sections of a ``--config`` YAML are read (see :func:`read_config`);
+command-line flags override them.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+DEFAULT_METRICS = ("recall", "precision", "map@r", "r_precision", "map", "nmi", "f1",
+                   "verification")
+DEFAULT_KS = (1, 2, 4, 8)
+
+
+class EvaluationError(Exception):
+    """A problem with the user's input, reported as one line without a stack trace."""
+
+
+# --------------------------------------------------------------------------- config
+
+
+def read_config(path):
+    """The keys of a train.py YAML that evaluation uses, and nothing else.
+
+    Keys read (all optional)::
+
+        data:
+          source: mnist5k            # a pipelines.sources name, or a mapping
+                                     # {name: folder, root: ..., image_size: 64}
+          source_kwargs: {...}       # keyword arguments of get_source(name, ...)
+        evaluation:
+          metrics: [recall, map@r, r_precision, nmi]   # tfdml.metrics names
+          ks: [1, 2, 4, 8]
+          distance: euclidean        # euclidean | squared_euclidean | cosine
+          split: test
+
+    Returns a dict with ``source`` (name or None), ``source_kwargs``,
+    ``metrics``, ``ks``, ``distance`` and ``split`` (None where absent).
+    """
+    import yaml
+
+    if not os.path.isfile(path):
+        raise EvaluationError(f"--config {path!r}: no such file.")
+    try:
+        with open(path) as f:
+            config = yaml.safe_load(f) or {}
+    except yaml.YAMLError as err:
+        raise EvaluationError(f"--config {path!r} is not valid YAML: {err}") from None
+    if not isinstance(config, dict):
+        raise EvaluationError(f"--config {path!r} must be a mapping of sections.")
+    data = config.get("data") or {}
+    evaluation = config.get("evaluation") or {}
+    if not isinstance(data, dict) or not isinstance(evaluation, dict):
+        raise EvaluationError(f"--config {path!r}: 'data' and 'evaluation' must be mappings.")
+    source = data.get("source")
+    kwargs = dict(data.get("source_kwargs") or {})
+    if isinstance(source, dict):
+        source = dict(source)
+        name = source.pop("name", None)
+        kwargs = {**source, **kwargs}
+        source = name
+    if source is not None and not isinstance(source, str):
+        raise EvaluationError(f"--config: data.source must be a source name, got {source!r}.")
+    return {
+        "source": source,
+        "source_kwargs": kwargs,
+        "metrics": evaluation.get("metrics"),
+        "ks": evaluation.get("ks"),
+        "distance": evaluation.get("distance"),
+        "split": evaluation.get("split"),
+    }
+
+
+# --------------------------------------------------------------------------- model
+
+
+def check_model_path(path):
+    """Fail early (before TensorFlow is imported) on a path that cannot be a model."""
+    if not os.path.exists(path):
+        raise EvaluationError(f"--model {path!r}: no such file or directory.")
+    if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+            raise EvaluationError(
+                f"--model {path!r} is a directory without saved_model.pb: give a .keras file "
+                "or a directory written by model.export()."
+            )
+    elif not path.endswith(".keras"):
+        raise EvaluationError(
+            f"--model {path!r}: expected a .keras file or a SavedModel directory."
+        )
+
+
+def load_embedder(path):
+    """A function images [B, ...] → embeddings [B, d] (NumPy), from a .keras or a SavedModel."""
+    check_model_path(path)
+    import tensorflow as tf
+
+    if os.path.isdir(path):
+        try:
+            loaded = tf.saved_model.load(path)
+        except Exception as err:  # noqa: BLE001 - any load failure is the user's file
+            raise EvaluationError(f"Could not load the SavedModel at {path!r}: {err}") from None
+        return _saved_model_fn(loaded, path)
+    import keras
+
+    import tfdml  # noqa: F401 - registers tfdml's serialisable objects
+
+    try:
+        model = keras.saving.load_model(path, compile=False)
+    except Exception as err:  # noqa: BLE001
+        raise EvaluationError(f"Could not load the Keras model {path!r}: {err}") from None
+    if len(model.outputs or [None]) != 1:
+        raise EvaluationError(
+            f"The model {path!r} has {len(model.outputs)} outputs; evaluate.py needs one, "
+            "the [batch, d] embedding."
+        )
+    @tf.function(reduce_retracing=True, autograph=False)
+    def call(x):
+        return model(x, training=False)
+
+    return call
+
+
+def _saved_model_fn(loaded, path):
+    import tensorflow as tf
+
+    # The closures keep ``loaded`` alive: its variables die with it.
+    if hasattr(loaded, "serve") and callable(loaded.serve):
+        def call(x):
+            fn = loaded.serve
+            return fn(tf.cast(x, _first_dtype(fn) or tf.float32))
+
+        return call
+    signatures = getattr(loaded, "signatures", {}) or {}
+    if "serving_default" not in signatures:
+        raise EvaluationError(
+            f"The SavedModel {path!r} has no 'serve' endpoint or 'serving_default' "
+            f"signature (signatures: {sorted(signatures)})."
+        )
+    sig = signatures["serving_default"]
+    inputs = sig.structured_input_signature[1]
+    if len(inputs) != 1:
+        raise EvaluationError(
+            f"The SavedModel's serving_default takes {len(inputs)} inputs "
+            f"({sorted(inputs)}); evaluate.py needs one image input."
+        )
+    (name, spec), = inputs.items()
+
+    def call(x):
+        out = loaded.signatures["serving_default"](**{name: tf.cast(x, spec.dtype)})
+        if len(out) != 1:
+            raise EvaluationError(
+                f"The SavedModel's serving_default returns {len(out)} outputs "
+                f"({sorted(out)}); evaluate.py needs one, the embedding."
+            )
+        return next(iter(out.values()))
+
+    return call
+
+
+def _first_dtype(fn):
+    try:
+        specs = fn.input_signature or ()
+        return specs[0].dtype if specs else None
+    except (AttributeError, TypeError):
+        return None
+
+
+def embed(embedder, dataset, num_examples, batch_size=256, verbose=1):
+    """Embeddings [N, d] and labels [N] of an unbatched (image, label) dataset, with a progress bar."""
+    import keras
+    import tensorflow as tf
+
+    bar = keras.utils.Progbar(num_examples, unit_name="image") if verbose else None
+    embeddings, labels, done = [], [], 0
+    for x, y in dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE):
+        try:
+            out = embedder(x)
+        except EvaluationError:
+            raise
+        except Exception as err:  # noqa: BLE001 - wrong input shape / dtype for the model
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise EvaluationError(
+                f"The model cannot take the data's inputs of shape {tuple(x.shape[1:])}: {first}. "
+                "Evaluate on the data the model was trained for (--data / --config)."
+            ) from None
+        if isinstance(out, (dict, list, tuple)):
+            raise EvaluationError(
+                f"The model returns a {type(out).__name__}; evaluate.py needs one [batch, d] "
+                "embedding tensor."
+            )
+        out = np.asarray(out)
+        if out.ndim != 2 or out.shape[0] != x.shape[0]:
+            raise EvaluationError(
+                f"The model output has shape {out.shape} for a batch of {x.shape[0]}: not an "
+                "embedding. evaluate.py needs a model mapping each input to one vector "
+                "[batch, d] (e.g. the exported embedding model, not a classifier's feature map)."
+            )
+        embeddings.append(out.astype(np.float32))
+        labels.append(np.asarray(y).reshape(-1))
+        done += out.shape[0]
+        if bar is not None:
+            bar.update(min(done, num_examples))
+    if not embeddings:
+        raise EvaluationError("The split is empty: nothing to evaluate.")
+    return np.concatenate(embeddings), np.concatenate(labels)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def load_split(source="mnist5k", source_kwargs=None, split="test"):
+    """``pipelines.sources.get_source(source, **source_kwargs).split(split)``, with clear errors."""
+    from pipelines import sources
+
+    try:
+        return sources.get_source(source, **(source_kwargs or {})).split(split)
+    except TypeError as err:
+        raise EvaluationError(f"Bad options for data source {source!r}: {err}") from None
+
+
+def _load_images(split, indices):
+    if hasattr(split, "load"):
+        return np.asarray(split.load(np.asarray(indices, np.int64)))
+    if getattr(split, "images", None) is not None:
+        return np.asarray(split.images)[indices]
+    return None
+
+
+# --------------------------------------------------------------------------- run
+
+
+def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance="euclidean",
+        batch_size=256, chunk_size=None, seed=0, num_pairs=6000, grid_queries=8, grid_k=8,
+        verbose=1, extra_info=None, make_plots=True):
+    """Embed ``split`` with ``model`` (a path or an embedder), evaluate, write JSON and PNGs.
+
+    ``split``: an object with ``labels``, ``dataset()`` (unbatched (image,
+    label)) and optionally ``load(indices)`` / ``images`` for the grid.
+    Returns the metrics dict.
+    """
+    from tfdml import metrics as tm
+    from tfdml import plots
+
+    names, ks = tm.parse_metrics(metrics, ks)
+    tm.knn.check_distance(distance)
+    embedder = load_embedder(model) if isinstance(model, (str, os.PathLike)) else model
+    num = int(len(split.labels))
+    if verbose:
+        print(f"Embedding {num} examples ...")
+    embeddings, labels = embed(embedder, split.dataset(), num, batch_size, verbose)
+    results, details = tm.evaluate_embeddings(
+        embeddings, labels, names, ks, distance=distance, chunk_size=chunk_size, seed=seed,
+        num_pairs=num_pairs, pr_levels=np.linspace(0.0, 1.0, 101), return_details=True)
+
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    pairs = details.get("pairs")
+    if make_plots and pairs is None:
+        try:
+            first, second, issame, _ = tm.sample_pairs(labels, num_pairs=num_pairs, seed=seed)
+            scores, values = tm.pair_scores(embeddings, first, second, distance)
+            pairs = dict(issame=issame, scores=scores, values=values)
+        except ValueError as err:
+            print(f"No pair plots: {err}", file=sys.stderr)
+    if make_plots and pairs is not None:
+        name = "cosine similarity" if distance == "cosine" else f"{distance} distance"
+        written.append(plots.distance_histograms(
+            pairs["values"][pairs["issame"]], pairs["values"][~pairs["issame"]],
+            os.path.join(out_dir, "distance_histogram.png"), xlabel=name))
+        if pairs["issame"].any() and not pairs["issame"].all():
+            fpr, tpr, _ = tm.verification.roc(pairs["scores"], pairs["issame"])
+            auc = tm.roc_auc(pairs["scores"], pairs["issame"])
+            eer = tm.eer(pairs["scores"], pairs["issame"])
+            written.append(plots.roc_curve(fpr, tpr, os.path.join(out_dir, "roc.png"), auc, eer))
+    if make_plots and "pr_curve" in details and results.get("num_queries"):
+        levels, precision = details["pr_curve"]
+        written.append(plots.pr_curve(levels, precision, os.path.join(out_dir, "pr_curve.png"),
+                                      label=f"mAP {results['map']:.4f}" if "map" in results
+                                      else None))
+    grid = make_plots and _grid(embeddings, labels, split, out_dir, distance, grid_queries,
+                                grid_k, seed, chunk_size)
+    if grid:
+        written.append(grid)
+
+    info = {"num_examples": num, "embedding_dim": int(embeddings.shape[1]),
+            "distance": distance, "metrics_requested": list(names), "ks": list(ks),
+            **(extra_info or {})}
+    with open(os.path.join(out_dir, "metrics.json"), "w") as f:
+        json.dump({"metrics": _jsonable(results), "info": info,
+                   "plots": [os.path.basename(p) for p in written]}, f, indent=2)
+    if verbose:
+        print(format_table(results))
+        print(f"Wrote {os.path.join(out_dir, 'metrics.json')} and "
+              f"{', '.join(os.path.basename(p) for p in written)}")
+    return results
+
+
+def _grid(embeddings, labels, split, out_dir, distance, num_queries, k, seed, chunk_size):
+    from tfdml import metrics as tm
+    from tfdml import plots
+
+    shape = tuple(getattr(split, "image_shape", ()) or ())
+    if num_queries <= 0 or k <= 0 or len(shape) not in (2, 3) or (
+            len(shape) == 3 and shape[-1] not in (1, 3, 4)):
+        return None
+    rng = np.random.default_rng(seed)
+    picked = np.sort(rng.choice(labels.size, min(num_queries, labels.size), replace=False))
+    idx, _ = tm.nearest_neighbors(embeddings[picked], embeddings, k=k, distance=distance,
+                                  chunk_size=chunk_size, query_index=picked)
+    if idx.shape[1] == 0:
+        return None
+    query_images = _load_images(split, picked)
+    result_images = _load_images(split, idx.reshape(-1))
+    if query_images is None or result_images is None:
+        return None
+    result_images = result_images.reshape(idx.shape + result_images.shape[1:])
+    correct = labels[idx] == labels[picked][:, None]
+    return plots.retrieval_grid(query_images, result_images, correct,
+                                os.path.join(out_dir, "retrieval_grid.png"),
+                                query_labels=labels[picked], result_labels=labels[idx])
+
+
+def _jsonable(results):
+    out = {}
+    for k, v in results.items():
+        if isinstance(v, (np.integer, int)):
+            out[k] = int(v)
+        else:
+            v = float(v)
+            out[k] = None if np.isnan(v) else v
+    return out
+
+
+def format_table(results):
+    """Two-column text table of the results."""
+    width = max(len(k) for k in results)
+    lines = [f"{'metric':<{width}}  value", f"{'-' * width}  ------"]
+    for k, v in results.items():
+        text = str(int(v)) if isinstance(v, (int, np.integer)) else f"{float(v):.4f}"
+        lines.append(f"{k:<{width}}  {text}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="evaluate.py",
+        description="Evaluate an embedding model: retrieval, clustering and verification "
+                    "metrics, metrics.json and PNG plots.")
+    p.add_argument("--model", required=True, help="a .keras file or a SavedModel directory")
+    p.add_argument("--config", help="a train.py YAML; its data: and evaluation: sections are used")
+    p.add_argument("--data", help="data source name (overrides the config), e.g. mnist5k, digits")
+    p.add_argument("--split", default=None, help="split to evaluate (default: test)")
+    p.add_argument("--out", default=None,
+                   help="output directory (default: 'evaluation' next to the model)")
+    p.add_argument("--metrics", nargs="+", default=None,
+                   help=f"metric names (default: {' '.join(DEFAULT_METRICS)})")
+    p.add_argument("--ks", nargs="+", type=int, default=None,
+                   help="k of Recall@k / Precision@k (default: 1 2 4 8)")
+    p.add_argument("--distance", default=None, help="euclidean (default), squared_euclidean, cosine")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--chunk-size", type=int, default=None, help="queries per kNN chunk")
+    p.add_argument("--num-pairs", type=int, default=6000, help="verification pairs (LFW: 6000)")
+    p.add_argument("--grid", type=int, nargs=2, default=(8, 8), metavar=("QUERIES", "K"),
+                   help="retrieval grid size (default 8 8; 0 0 for none)")
+    p.add_argument("--no-plots", action="store_true", help="write metrics.json only")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        check_model_path(args.model)
+        config = read_config(args.config) if args.config else {}
+        source = args.data or config.get("source") or "mnist5k"
+        # Source options from the config apply to the config's source only.
+        kwargs = (config.get("source_kwargs") or {}) if source == config.get("source") else {}
+        split_name = args.split or config.get("split") or "test"
+        metrics = args.metrics or config.get("metrics") or DEFAULT_METRICS
+        ks = args.ks or config.get("ks") or DEFAULT_KS
+        distance = args.distance or config.get("distance") or "euclidean"
+        from tfdml import metrics as tm
+
+        tm.parse_metrics(metrics, ks)  # fail on a typo before loading anything
+        tm.knn.check_distance(distance)
+        out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.model)), "evaluation")
+        embedder = load_embedder(args.model)
+        split = load_split(source, kwargs, split_name)
+        run(embedder, split, out, metrics, ks, distance, batch_size=args.batch_size,
+            chunk_size=args.chunk_size, seed=args.seed, num_pairs=args.num_pairs,
+            grid_queries=args.grid[0], grid_k=args.grid[1], verbose=0 if args.quiet else 1,
+            make_plots=not args.no_plots,
+            extra_info={"model": os.path.abspath(args.model), "data": source,
+                        "source_kwargs": kwargs, "split": split_name})
+    except (EvaluationError, ValueError) as err:
+        print(f"evaluate.py: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""evaluate.py end to end: a tiny .keras model and a tiny SavedModel, plots, clear errors."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from matplotlib import image as mpimg
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location("evaluate_cli", os.path.join(ROOT, "evaluate.py"))
+evaluate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(evaluate)
+
+PLOTS = ("retrieval_grid.png", "distance_histogram.png", "pr_curve.png", "roc.png")
+FAST = ["--data", "digits", "--quiet", "--num-pairs", "200", "--grid", "3", "4",
+        "--metrics", "recall", "map@r", "r_precision", "map", "nmi", "verification"]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A tiny untrained embedding model for 8×8×1 digits, as .keras and as SavedModel."""
+    root = tmp_path_factory.mktemp("models")
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(),
+                              keras.layers.Dense(6)])
+    keras_path = str(root / "model.keras")
+    model.save(keras_path)
+    export_path = str(root / "export")
+    model.export(export_path, verbose=False)
+    conv = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3)])
+    conv_path = str(root / "feature_map.keras")
+    conv.save(conv_path)
+    big = keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Flatten(),
+                            keras.layers.Dense(4)])
+    big_path = str(root / "mnist_model.keras")
+    big.save(big_path)
+    return dict(keras=keras_path, export=export_path, conv=conv_path, big=big_path, root=root)
+
+
+def test_keras_model_end_to_end(models, tmp_path):
+    out = str(tmp_path / "eval")
+    assert evaluate.main(["--model", models["keras"], "--out", out] + FAST) == 0
+    with open(os.path.join(out, "metrics.json")) as f:
+        report = json.load(f)
+    m = report["metrics"]
+    for key in ("recall@1", "recall@8", "map@r", "r_precision", "map", "nmi",
+                "verification_accuracy", "roc_auc", "eer", "num_queries"):
+        assert key in m
+    assert 0.0 < m["recall@1"] <= 1.0 and m["num_queries"] == report["info"]["num_examples"]
+    assert report["info"]["embedding_dim"] == 6
+    assert sorted(report["plots"]) == sorted(PLOTS)
+    for name in PLOTS:
+        img = mpimg.imread(os.path.join(out, name))
+        assert img.ndim == 3 and img.shape[0] > 50 and img.shape[1] > 50
+
+
+def test_saved_model_gives_the_same_metrics(models, tmp_path):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    args = FAST + ["--no-plots"]
+    assert evaluate.main(["--model", models["keras"], "--out", a] + args) == 0
+    assert evaluate.main(["--model", models["export"], "--out", b] + args) == 0
+    ma = json.load(open(os.path.join(a, "metrics.json")))["metrics"]
+    mb = json.load(open(os.path.join(b, "metrics.json")))["metrics"]
+    assert mb == pytest.approx(ma, abs=1e-6)
+    assert not os.path.exists(os.path.join(b, "roc.png"))
+
+
+def test_config_sections(models, tmp_path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(
+        "model: {backbone: mlp}\n"  # other sections are ignored
+        "data:\n  source: {name: digits}\n"
+        "evaluation:\n  metrics: [recall@2, map@r]\n  ks: [1]\n  distance: cosine\n")
+    read = evaluate.read_config(str(cfg))
+    assert read == {"source": "digits", "source_kwargs": {}, "metrics": ["recall@2", "map@r"],
+                    "ks": [1], "distance": "cosine", "split": None}
+    out = str(tmp_path / "eval")
+    assert evaluate.main(["--model", models["keras"], "--config", str(cfg), "--out", out,
+                          "--quiet", "--no-plots"]) == 0
+    report = json.load(open(os.path.join(out, "metrics.json")))
+    assert list(report["metrics"])[:3] == ["recall@1", "recall@2", "map@r"]
+    assert report["info"]["distance"] == "cosine"
+
+
+@pytest.mark.parametrize("case, match", [
+    ("missing", "no such file"),
+    ("dir", "without saved_model.pb"),
+    ("h5", "expected a .keras file"),
+    ("conv", "not an embedding"),
+    ("big", "cannot take the data's inputs"),
+    ("metric", "Unknown metric"),
+    ("config", "no such file"),
+    ("source", "Unknown source"),
+])
+def test_clear_errors(models, tmp_path, capsys, case, match):
+    model = models["keras"]
+    extra = []
+    if case == "missing":
+        model = str(tmp_path / "nope.keras")
+    elif case == "dir":
+        model = str(tmp_path)
+    elif case == "h5":
+        model = str(tmp_path / "model.h5")
+        open(model, "w").close()
+    elif case in ("conv", "big"):
+        model = models[case]
+    elif case == "metric":
+        extra = ["--metrics", "accuracy"]
+    elif case == "config":
+        extra = ["--config", str(tmp_path / "missing.yaml")]
+    elif case == "source":
+        extra = ["--data", "imagenet"]
+    args = ["--model", model, "--out", str(tmp_path / "o"), "--quiet", "--grid", "0", "0"]
+    args += FAST[:2] if case != "source" else []
+    code = evaluate.main(args + extra)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert match in err and "Traceback" not in err
+
+
+def test_cli_bad_path_fails_fast_without_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), "--model",
+                           str(tmp_path / "missing.keras")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert "no such file" in proc.stderr and "Traceback" not in proc.stderr

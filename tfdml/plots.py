@@ -1,0 +1,151 @@
+"""PNG plots of an evaluation (matplotlib, Agg canvas; no display, no pyplot state).
+
+* :func:`retrieval_grid` — queries and their top-k results, right answers
+  framed green and wrong ones red (Lu et al. 2019 Fig. 5).
+* :func:`distance_histograms` — distributions of positive- and negative-pair
+  distances (Wu et al. 2017 Fig. 7 shows the negative one).
+* :func:`pr_curve` — mean interpolated precision against recall (Lu Fig. 4c).
+* :func:`roc_curve` — true against false positive rate of verification pairs
+  (Lu Fig. 4f), with AUC and EER in the legend.
+
+Each function writes one PNG and returns its path. The figures are drawn on a
+``matplotlib.figure.Figure`` with an Agg canvas, so importing this module
+never changes the user's matplotlib backend.
+"""
+
+import os
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+_RIGHT, _WRONG = "#1a9850", "#d73027"
+
+
+def _save(fig, path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=90)
+    return path
+
+
+def is_image_batch(x):
+    """True for [N, H, W] or [N, H, W, C] with C in (1, 3, 4)."""
+    x = np.asarray(x)
+    return x.ndim == 3 or (x.ndim == 4 and x.shape[-1] in (1, 3, 4))
+
+
+def _show(ax, image):
+    image = np.clip(np.asarray(image, np.float32), 0.0, 1.0)
+    if image.ndim == 3 and image.shape[-1] == 1:
+        image = image[..., 0]
+    ax.imshow(image, cmap="gray" if image.ndim == 2 else None, vmin=0.0, vmax=1.0,
+              interpolation="nearest")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _frame(ax, color, width=3):
+    for spine in ax.spines.values():
+        spine.set_edgecolor(color)
+        spine.set_linewidth(width)
+
+
+def retrieval_grid(query_images, result_images, correct, path, query_labels=None,
+                   result_labels=None, title=None):
+    """One row per query: the query, then its k nearest results (Lu Fig. 5).
+
+    Args:
+      query_images: [Q, H, W(, C)] in [0, 1].
+      result_images: [Q, k, H, W(, C)] in [0, 1], nearest first.
+      correct: bool [Q, k], result has the query's class (green) or not (red).
+      path: PNG file to write.
+      query_labels, result_labels: optional [Q] / [Q, k] labels printed above.
+    """
+    query_images = np.asarray(query_images)
+    result_images = np.asarray(result_images)
+    correct = np.asarray(correct, bool)
+    num_q, k = correct.shape
+    if result_images.shape[:2] != (num_q, k) or query_images.shape[0] != num_q:
+        raise ValueError(
+            f"retrieval_grid: {query_images.shape[0]} queries, results of shape "
+            f"{result_images.shape[:2]} and correct of shape {correct.shape} disagree."
+        )
+    fig = Figure(figsize=(1.2 * (k + 1), 1.35 * num_q + 0.4))
+    axes = fig.subplots(num_q, k + 1, squeeze=False)
+    fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=1 - 0.45 / (1.35 * num_q + 0.4),
+                        wspace=0.1, hspace=0.35)
+    for i in range(num_q):
+        _show(axes[i, 0], query_images[i])
+        _frame(axes[i, 0], "black")
+        axes[i, 0].set_title("query" if query_labels is None else f"query ({query_labels[i]})",
+                             fontsize=7)
+        for j in range(k):
+            ax = axes[i, j + 1]
+            _show(ax, result_images[i, j])
+            _frame(ax, _RIGHT if correct[i, j] else _WRONG)
+            label = f"#{j + 1}" if result_labels is None else f"#{j + 1} ({result_labels[i][j]})"
+            ax.set_title(label, fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return _save(fig, path)
+
+
+def distance_histograms(positive, negative, path, xlabel="distance", bins=50):
+    """Histograms (densities) of positive- and negative-pair distances (Wu Fig. 7)."""
+    positive = np.asarray(positive, np.float64).reshape(-1)
+    negative = np.asarray(negative, np.float64).reshape(-1)
+    both = np.concatenate([positive, negative])
+    if both.size == 0:
+        raise ValueError("distance_histograms needs at least one pair distance.")
+    edges = np.histogram_bin_edges(both, bins=bins)
+    fig = Figure(figsize=(6, 3.5), layout="constrained")
+    ax = fig.subplots()
+    if positive.size:
+        ax.hist(positive, bins=edges, density=True, alpha=0.6, color=_RIGHT,
+                label=f"positive pairs (n={positive.size})")
+    if negative.size:
+        ax.hist(negative, bins=edges, density=True, alpha=0.6, color=_WRONG,
+                label=f"negative pairs (n={negative.size})")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("density")
+    ax.legend(fontsize=8)
+    ax.set_title("Pair distance distributions", fontsize=9)
+    return _save(fig, path)
+
+
+def pr_curve(recall, precision, path, label=None):
+    """Precision against recall (Lu Fig. 4c)."""
+    fig = Figure(figsize=(4.5, 4), layout="constrained")
+    ax = fig.subplots()
+    ax.plot(recall, precision, color="#4575b4", label=label)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("recall")
+    ax.set_ylabel("precision")
+    ax.set_title("Precision-recall (mean over queries, interpolated)", fontsize=9)
+    ax.grid(alpha=0.3)
+    if label:
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def roc_curve(fpr, tpr, path, auc=None, eer=None):
+    """ROC of verification pairs (Lu Fig. 4f) with the chance diagonal."""
+    fig = Figure(figsize=(4.5, 4), layout="constrained")
+    ax = fig.subplots()
+    parts = [f"AUC {auc:.4f}" if auc is not None else None,
+             f"EER {eer:.4f}" if eer is not None else None]
+    ax.plot(fpr, tpr, color="#4575b4", label=", ".join(p for p in parts if p) or None)
+    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
+    if eer is not None:
+        ax.plot([eer], [1 - eer], "o", color=_WRONG, markersize=4)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("false positive rate")
+    ax.set_ylabel("true positive rate")
+    ax.set_title("ROC of verification pairs", fontsize=9)
+    ax.grid(alpha=0.3)
+    if auc is not None or eer is not None:
+        ax.legend(fontsize=8, loc="lower right")
+    return _save(fig, path)

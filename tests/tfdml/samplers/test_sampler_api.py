@@ -126,3 +126,13 @@ def test_count_less_equal_equals_searchsorted_right(n):
     for jit in (False, True) if n in (1, 64) else (False,):
         dynamic = tf.function(samplers.base.count_less_equal, input_signature=spec, jit_compile=jit)
         np.testing.assert_array_equal(dynamic(rows, values).numpy(), ref)
+
+
+def test_row_helpers():
+    rng = np.random.default_rng(0)
+    order = np.argsort(rng.uniform(size=(4, 9)), axis=1).astype(np.int32)
+    inverse = samplers.base.invert_permutation_rows(order).numpy()
+    np.testing.assert_array_equal(inverse, np.argsort(order, axis=1))
+    params = rng.normal(size=(4, 9)).astype(np.float32)
+    idx = rng.integers(0, 9, size=(4, 5)).astype(np.int32)
+    np.testing.assert_array_equal(samplers.base.gather_rows(params, idx).numpy(), np.take_along_axis(params, idx, 1))

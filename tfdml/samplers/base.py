@@ -155,7 +155,7 @@ def count_less_equal(sorted_rows, values):
     num_rows = tf.shape(sorted_rows)[0]
     n = tf.shape(sorted_rows)[1]
     flat = tf.reshape(sorted_rows, [-1])
-    offset = (tf.range(num_rows) * n - 1)[:, None]  # flat index of entry i of row r: r * n + i - 1 + 1
+    offset = (tf.range(num_rows) * n - 1)[:, None]  # the c-th entry (1-based) of row r is flat[r * n + c - 1]
     count = tf.zeros(tf.shape(values), tf.int32)
 
     def lift(count, step):

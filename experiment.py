@@ -1,0 +1,430 @@
+"""Wiring of a whole experiment from a validated config (used by train.py).
+
+This module is where the data side (:mod:`pipelines`) meets the model side
+(:mod:`tfdml`); neither package imports the other. Each ``build_*`` function
+turns one config section into objects, so tests can build parts alone.
+"""
+
+import inspect
+import json
+import math
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import tfdml
+from tfdml import config as config_lib
+from tfdml import losses as losses_lib
+from tfdml import models
+
+
+class ExperimentError(RuntimeError):
+    """A problem with the run (data, resume, NaN) with a message naming the fix."""
+
+
+# -- data -------------------------------------------------------------------------
+
+
+def build_source(cfg):
+    from pipelines import sources
+
+    try:
+        return sources.get_source(cfg["data"]["source"], **cfg["data"]["options"])
+    except (ValueError, FileNotFoundError, ImportError) as err:
+        raise ExperimentError(f"data: {err}") from None
+
+
+def build_design(cfg):
+    from pipelines import designs
+
+    d = cfg["design"]
+    try:
+        if d["name"] == "m_per_class":
+            return designs.MPerClassDesign(m=d["m"], classes_per_batch=d["n"])
+        if d["name"] == "group":
+            return designs.GroupDesign(m=d["m"], n=d["n"])
+        return designs.PRandomDesign(p=d["p"], pairs=d["pairs"])
+    except ValueError as err:
+        raise ExperimentError(f"design: {err}") from None
+
+
+def input_shape_for(cfg, split_shape):
+    """The model's input shape: the split's images after ``image.size`` / ``image.channels``."""
+    h, w, c = tuple(split_shape)
+    size, channels = cfg["image"]["size"], cfg["image"]["channels"]
+    return (size or h, size or w, channels or c)
+
+
+def model_input(cfg):
+    """Per-batch map to the model's channels and size (pipelines.augment.to_model_input)."""
+    from pipelines import augment
+
+    size, channels = cfg["image"]["size"], cfg["image"]["channels"]
+
+    def transform(x):
+        if channels is None and size is None:
+            return x
+        return augment.to_model_input(x, channels=channels or x.shape[-1], size=size)
+
+    return transform
+
+
+def train_dataset(cfg, design, split, skip_batches=0):
+    """Infinite training batches ``(x, columns)`` from the design, seeded.
+
+    With ``image.augment`` each batch gets the papers' random crop and
+    horizontal flip (Wu §5, Hong §6), seeded by (seed, step).
+    """
+    from pipelines import augment
+
+    augmentation = None
+    if cfg["image"]["augment"]:
+        size = input_shape_for(cfg, split.image_shape)[:2]
+        augmentation = augment.TrainTransform(size=size, scale=(0.5, 1.0))
+    try:
+        ds = design.batches(split, seed=cfg["seed"], transform=augmentation, prefetch=False)
+    except ValueError as err:
+        raise ExperimentError(f"design: {err}") from None
+    if skip_batches:
+        ds = ds.skip(skip_batches)
+    to_input = model_input(cfg)
+    ds = ds.map(lambda x, y: (to_input(x), y), num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def eval_dataset(cfg, split):
+    """Batched ``(x, label)`` of a split, in order, for embedding."""
+    to_input = model_input(cfg)
+    ds = split.dataset().batch(cfg["evaluation"]["batch_size"])
+    return ds.map(lambda x, y: (to_input(x), y)).prefetch(tf.data.AUTOTUNE)
+
+
+# -- model ------------------------------------------------------------------------
+
+
+def build_strategy(cfg):
+    name = cfg["strategy"]
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        strategy = tf.distribute.MirroredStrategy()
+        devices = strategy.extended.worker_devices
+        if cfg["training"]["jit_compile"] and strategy.num_replicas_in_sync > 1 and all(
+            "CPU" in d.upper() for d in devices
+        ):
+            raise ExperimentError(
+                "training.jit_compile=true with strategy=mirrored on split CPU devices is not "
+                "supported (XLA cannot place the mirrored variables of the other logical "
+                "devices); set training.jit_compile=false or use GPUs."
+            )
+        return strategy
+    if "TF_CONFIG" not in os.environ:
+        raise ExperimentError(
+            "strategy=multi_worker needs the TF_CONFIG environment variable describing the "
+            "cluster and this worker's index (see README, 'Multi-worker training')."
+        )
+    if cfg["training"]["jit_compile"]:
+        raise ExperimentError(
+            "training.jit_compile=true is not supported with strategy=multi_worker; set it to false."
+        )
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def build_loss(cfg, num_classes, num_examples):
+    name = cfg["loss"]["name"]
+    cls = losses_lib.LOSSES[name]
+    opts = dict(cfg["loss"]["options"])
+    sampler = cfg["loss"]["sampler"]
+    if "sampler" not in inspect.signature(cls.__init__).parameters:
+        sampler = None  # the loss fixes its own selection (e.g. top-k sets of ℓ_k)
+    elif sampler == "none":
+        opts["sampler"] = None
+    elif sampler is not None:
+        options = cfg["loss"]["sampler_options"]
+        opts["sampler"] = _sampler_with_options(sampler, options) if options else sampler
+    if name in ("margin", "balanced_contrastive"):
+        opts.setdefault("num_classes", num_classes)
+    if cls.sampler_kinds:
+        opts.setdefault("seed", cfg["seed"])
+    try:
+        return cls(**opts)
+    except (TypeError, ValueError) as err:
+        raise ExperimentError(f"loss.options for {name!r}: {err}") from None
+
+
+def _sampler_with_options(name, options):
+    from tfdml import samplers
+
+    cls = type(samplers.get(name))
+    try:
+        return cls(**options)
+    except (TypeError, ValueError) as err:
+        raise ExperimentError(f"loss.sampler_options for {name!r}: {err}") from None
+
+
+def build_optimizer(cfg):
+    o = cfg["optimizer"]
+    lr = o["learning_rate"]
+    if o["schedule"] == "exponential_decay":
+        lr = keras.optimizers.schedules.ExponentialDecay(
+            lr, decay_steps=o["decay_steps"], decay_rate=o["decay_rate"], staircase=True
+        )
+    if o["name"] == "adam":
+        return keras.optimizers.Adam(lr, weight_decay=o["weight_decay"] or None)
+    if o["name"] == "adamw":
+        return keras.optimizers.AdamW(lr, weight_decay=o["weight_decay"])
+    return keras.optimizers.SGD(lr, momentum=0.9, weight_decay=o["weight_decay"] or None)
+
+
+def build_model(cfg, input_shape, num_classes, num_examples):
+    m = cfg["model"]
+    options = dict(m["backbone_options"])
+    if m["weights"] is not None:
+        options["weights"] = m["weights"]
+    try:
+        backbone = models.get_backbone(m["backbone"], input_shape, **options)
+    except (TypeError, ValueError, ImportError, FileNotFoundError) as err:
+        raise ExperimentError(f"model: {err}") from None
+    encoder = models.build_encoder(backbone, m["embedding_dim"], normalize=m["normalize"])
+    model = models.EmbeddingModel(encoder, name="embedding_model")
+    loss = build_loss(cfg, num_classes, num_examples)
+    model.compile(
+        optimizer=build_optimizer(cfg),
+        loss=loss,
+        jit_compile=cfg["training"]["jit_compile"],
+    )
+    model.build((None,) + tuple(input_shape))
+    return model
+
+
+# -- callbacks --------------------------------------------------------------------
+
+
+class NaNGuard(keras.callbacks.Callback):
+    """Stops training at the first NaN/Inf loss with a message naming the
+    step and the last good checkpoint (Keras' TerminateOnNaN stops silently)."""
+
+    def __init__(self, backup_dir):
+        super().__init__()
+        self.backup_dir = backup_dir
+        self.epoch = 0
+        self.error = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            meta = os.path.join(self.backup_dir, "training_metadata.json")
+            last = "none yet (no epoch completed)"
+            if os.path.exists(meta):
+                with open(meta) as fh:
+                    last = f"{self.backup_dir} (after epoch {json.load(fh)['epoch']})"
+            self.error = (
+                f"the loss became {loss} at epoch {self.epoch + 1}, step {batch + 1}. "
+                f"Last good checkpoint: {last}. Lower optimizer.learning_rate or check the data, "
+                f"then rerun the same command to resume from that checkpoint."
+            )
+            self.model.stop_training = True
+
+
+def completed_epochs(backup_dir):
+    meta = os.path.join(backup_dir, "training_metadata.json")
+    if not os.path.exists(meta):
+        return 0
+    with open(meta) as fh:
+        return int(json.load(fh)["epoch"])
+
+
+# -- the run ----------------------------------------------------------------------
+
+
+def is_chief(strategy):
+    """True on the worker that writes checkpoints, metrics and exports."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not getattr(resolver, "cluster_spec", None):
+        return True
+    spec = resolver.cluster_spec().as_dict()
+    if not spec:
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    if "chief" in spec:
+        return task_type == "chief"
+    return task_type == "worker" and task_id == 0
+
+
+def run(cfg, fresh=False, verbose=1):
+    """Train, evaluate, export. Returns a dict of results for :func:`summary`."""
+    started = time.time()
+    # A multi-worker strategy must exist before TensorFlow runs any op.
+    strategy = build_strategy(cfg)
+    chief = is_chief(strategy)
+    out = cfg["output_dir"]
+    if not chief:
+        out = os.path.join(out, "workers", str(strategy.cluster_resolver.task_id))
+    backup_dir = os.path.join(out, "backup")
+    if fresh and os.path.isdir(backup_dir):
+        import shutil
+
+        shutil.rmtree(backup_dir)
+    os.makedirs(os.path.join(out, "checkpoints"), exist_ok=True)
+    config_lib.dump(cfg, os.path.join(out, "config.yaml"))
+    keras.utils.set_random_seed(cfg["seed"])
+
+    source = build_source(cfg)
+    try:
+        train_split = source.split(cfg["data"]["train_split"])
+        test_split = source.split(cfg["data"]["test_split"])
+    except ValueError as err:
+        raise ExperimentError(f"data: {err}") from None
+    design = build_design(cfg)
+    try:
+        design.validate(train_split)
+    except ValueError as err:
+        raise ExperimentError(f"design: {err}") from None
+    input_shape = input_shape_for(cfg, train_split.image_shape)
+    num_classes = int(np.max(train_split.labels)) + 1
+    num_examples = int(train_split.num_examples)
+
+    with strategy.scope():
+        model = build_model(cfg, input_shape, num_classes, num_examples)
+
+    steps = cfg["training"]["steps_per_epoch"]
+    done = 0 if fresh else completed_epochs(backup_dir)
+    train_ds = train_dataset(cfg, design, train_split, skip_batches=done * steps)
+    test_ds = eval_dataset(cfg, test_split)
+
+    if cfg["strategy"] == "multi_worker":
+        history = _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup_dir, done, verbose)
+    else:
+        history = _fit_keras(cfg, model, train_ds, test_ds, out, backup_dir, done, verbose)
+
+    model.save_weights(os.path.join(out, "final.weights.h5"))
+    result = {"resumed_from_epoch": done, "history": history, "output_dir": out}
+    if chief:
+        result.update(final_evaluation(cfg, model, test_split, out, verbose))
+        export(model, out, input_shape)
+    result["seconds"] = time.time() - started
+    return result
+
+
+def _fit_keras(cfg, model, train_ds, test_ds, out, backup_dir, done, verbose):
+    from tfdml import callbacks as callbacks_lib
+
+    ev = cfg["evaluation"]
+    nan_guard = NaNGuard(backup_dir)
+    callbacks = [
+        callbacks_lib.RetrievalEvaluation(
+            test_ds, every_n_epochs=ev["every_n_epochs"], metrics=ev["metrics"], ks=ev["ks"]
+        ),
+        nan_guard,
+        keras.callbacks.BackupAndRestore(backup_dir),
+        keras.callbacks.ModelCheckpoint(
+            os.path.join(out, "checkpoints", "best.weights.h5"),
+            monitor="map@r",
+            mode="max",
+            save_best_only=True,
+            save_weights_only=True,
+        ),
+        keras.callbacks.ModelCheckpoint(
+            os.path.join(out, "checkpoints", "last.weights.h5"), save_weights_only=True
+        ),
+        keras.callbacks.CSVLogger(os.path.join(out, "history.csv"), append=done > 0),
+        keras.callbacks.TensorBoard(os.path.join(out, "logs"), write_graph=False),
+    ]
+    history = model.fit(
+        train_ds,
+        epochs=cfg["training"]["epochs"],
+        steps_per_epoch=cfg["training"]["steps_per_epoch"],
+        callbacks=callbacks,
+        verbose=verbose,
+    )
+    if nan_guard.error:
+        raise ExperimentError(nan_guard.error)
+    return {k: [float(v) for v in vals] for k, vals in history.history.items()}
+
+
+def _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup_dir, done, verbose):
+    """Multi-worker training through :func:`tfdml.distributed.train_loop`
+    (Keras' fit under MultiWorkerMirroredStrategy: keras-team/keras#20585)."""
+    from tfdml import distributed
+
+    os.makedirs(backup_dir, exist_ok=True)
+    weights = os.path.join(backup_dir, "latest.weights.h5")
+    if done:
+        model.load_weights(weights)
+
+    def on_epoch_end(epoch, logs):
+        model.save_weights(weights)
+        with open(os.path.join(backup_dir, "training_metadata.json"), "w") as fh:
+            json.dump({"epoch": epoch + 1}, fh)
+        with open(os.path.join(out, "history.csv"), "a") as fh:
+            fh.write(f"{epoch},{logs['loss']}\n")
+
+    try:
+        losses = distributed.train_loop(
+            model,
+            strategy,
+            train_ds,
+            design.batch_size,
+            epochs=cfg["training"]["epochs"],
+            steps_per_epoch=cfg["training"]["steps_per_epoch"],
+            initial_epoch=done,
+            on_epoch_end=on_epoch_end,
+            verbose=verbose,
+        )
+    except FloatingPointError as err:
+        raise ExperimentError(
+            f"{err}. Last good checkpoint: {backup_dir} (after epoch {completed_epochs(backup_dir)}); "
+            "lower optimizer.learning_rate, then rerun the same command to resume."
+        ) from None
+    return {"loss": losses}
+
+
+def final_evaluation(cfg, model, test_split, out, verbose=1):
+    """Held-out metrics, metrics.json and the plots: the same code as evaluate.py."""
+    import evaluate
+
+    ev = cfg["evaluation"]
+    to_input = model_input(cfg)
+
+    def embedder(x):
+        return model(to_input(x), training=False)
+
+    values = evaluate.run(
+        embedder,
+        test_split,
+        out,
+        metrics=ev["metrics"],
+        ks=ev["ks"],
+        batch_size=ev["batch_size"],
+        verbose=verbose,
+        extra_info={"config": os.path.join(out, "config.yaml")},
+    )
+    return {"metrics": {k: float(v) for k, v in values.items() if np.isscalar(v)}}
+
+
+def export(model, out, input_shape):
+    model.save(os.path.join(out, "model.keras"))
+    model.export(os.path.join(out, "saved_model"), verbose=False)
+
+
+def summary(cfg, result):
+    lines = [
+        "",
+        "=" * 60,
+        f"tfdml run: {cfg['loss']['name']} loss, {cfg['design']['name']} design, "
+        f"{cfg['data']['source']} data",
+        f"output: {result['output_dir']}   time: {result['seconds']:.0f}s"
+        + (f"   (resumed after epoch {result['resumed_from_epoch']})" if result["resumed_from_epoch"] else ""),
+        "held-out metrics (unseen classes):",
+    ]
+    for key, value in result["metrics"].items():
+        if isinstance(value, float):
+            lines.append(f"  {key:<16} {value:.4f}")
+    lines.append("=" * 60)
+    return "\n".join(lines)

@@ -1,0 +1,69 @@
+#!/usr/bin/env python
+"""Train and evaluate a deep metric learning model from one YAML config.
+
+    python train.py --config configs/default.yaml [--set key=value ...]
+
+The config (see :mod:`tfdml.config` for every key) is validated before any
+work starts. The run writes into ``output_dir``:
+
+    config.yaml          the resolved config
+    history.csv          per-epoch loss and held-out metrics
+    logs/                TensorBoard logs
+    backup/              the last completed epoch (a rerun resumes from it)
+    checkpoints/         best.weights.h5 (best held-out MAP@R), last.weights.h5
+    metrics.json         final held-out metrics
+    plots/               retrieval grid, distance histograms, PR curve
+    model.keras          the trained model
+    saved_model/         SavedModel with a serving signature images -> embeddings
+
+Training that stops (killed, crashed, NaN) can be resumed by running the same
+command again: it restarts from the last completed epoch, with the optimizer
+state, the loss's learned parameters and the sampler's random stream.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", help="YAML config (see configs/); defaults if omitted")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set training.epochs=2 (repeatable)",
+    )
+    parser.add_argument("--fresh", action="store_true", help="ignore a backup in output_dir and start over")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from tfdml import config as config_lib
+
+    try:
+        cfg = config_lib.load(args.config, args.set)
+    except config_lib.ConfigError as err:
+        print(f"Config error: {err}", file=sys.stderr)
+        return 2
+
+    import experiment
+
+    try:
+        result = experiment.run(cfg, fresh=args.fresh, verbose=0 if args.quiet else 1)
+    except experiment.ExperimentError as err:
+        print(f"Error: {err}", file=sys.stderr)
+        return 1
+    print(experiment.summary(cfg, result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

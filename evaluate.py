@@ -46,17 +46,22 @@ def read_config(path):
     Keys read (all optional)::
 
         data:
-          source: mnist5k            # a pipelines.sources name, or a mapping
-                                     # {name: folder, root: ..., image_size: 64}
-          source_kwargs: {...}       # keyword arguments of get_source(name, ...)
+          source: mnist5k            # a pipelines.sources name
+          options: {...}             # keyword arguments of get_source(name, ...)
+          test_split: test           # the split to evaluate
+        image:
+          size: null                 # resize to size × size before the model
+          channels: null             # 1 or 3: convert channels before the model
         evaluation:
           metrics: [recall, map@r, r_precision, nmi]   # tfdml.metrics names
           ks: [1, 2, 4, 8]
           distance: euclidean        # euclidean | squared_euclidean | cosine
-          split: test
 
+    ``image.size`` / ``image.channels`` are the training run's model-input
+    transform (``pipelines.augment.to_model_input``), applied here too.
     Returns a dict with ``source`` (name or None), ``source_kwargs``,
-    ``metrics``, ``ks``, ``distance`` and ``split`` (None where absent).
+    ``split``, ``image_size``, ``image_channels``, ``metrics``, ``ks`` and
+    ``distance`` (None where absent).
     """
     import yaml
 
@@ -70,26 +75,37 @@ def read_config(path):
     if not isinstance(config, dict):
         raise EvaluationError(f"--config {path!r} must be a mapping of sections.")
     data = config.get("data") or {}
+    image = config.get("image") or {}
     evaluation = config.get("evaluation") or {}
-    if not isinstance(data, dict) or not isinstance(evaluation, dict):
-        raise EvaluationError(f"--config {path!r}: 'data' and 'evaluation' must be mappings.")
+    if not all(isinstance(v, dict) for v in (data, image, evaluation)):
+        raise EvaluationError(
+            f"--config {path!r}: 'data', 'image' and 'evaluation' must be mappings.")
     source = data.get("source")
-    kwargs = dict(data.get("source_kwargs") or {})
-    if isinstance(source, dict):
-        source = dict(source)
-        name = source.pop("name", None)
-        kwargs = {**source, **kwargs}
-        source = name
+    kwargs = dict(data.get("options") or {})
     if source is not None and not isinstance(source, str):
         raise EvaluationError(f"--config: data.source must be a source name, got {source!r}.")
     return {
         "source": source,
         "source_kwargs": kwargs,
+        "split": data.get("test_split"),
+        "image_size": image.get("size"),
+        "image_channels": image.get("channels"),
         "metrics": evaluation.get("metrics"),
         "ks": evaluation.get("ks"),
         "distance": evaluation.get("distance"),
-        "split": evaluation.get("split"),
     }
+
+
+def model_input_transform(size=None, channels=None):
+    """Per-batch map to the model's input size / channels, or None when neither is set."""
+    if size is None and channels is None:
+        return None
+    from pipelines import augment
+
+    def transform(x):
+        return augment.to_model_input(x, channels=channels or x.shape[-1], size=size)
+
+    return transform
 
 
 # --------------------------------------------------------------------------- model
@@ -187,14 +203,17 @@ def _first_dtype(fn):
         return None
 
 
-def embed(embedder, dataset, num_examples, batch_size=256, verbose=1):
+def embed(embedder, dataset, num_examples, batch_size=256, verbose=1, transform=None):
     """Embeddings [N, d] and labels [N] of an unbatched (image, label) dataset, with a progress bar."""
     import keras
     import tensorflow as tf
 
     bar = keras.utils.Progbar(num_examples, unit_name="image") if verbose else None
     embeddings, labels, done = [], [], 0
-    for x, y in dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE):
+    batches = dataset.batch(batch_size)
+    if transform is not None:
+        batches = batches.map(lambda x, y: (transform(x), y))
+    for x, y in batches.prefetch(tf.data.AUTOTUNE):
         try:
             out = embedder(x)
         except EvaluationError:
@@ -240,11 +259,15 @@ def load_split(source="mnist5k", source_kwargs=None, split="test"):
         raise EvaluationError(f"Bad options for data source {source!r}: {err}") from None
 
 
-def _load_images(split, indices):
+def _image_loader(split):
+    """``indices -> images`` for the retrieval grid, or None (non-image data)."""
+    shape = tuple(getattr(split, "image_shape", ()) or ())
+    if len(shape) not in (2, 3) or (len(shape) == 3 and shape[-1] not in (1, 3, 4)):
+        return None
     if hasattr(split, "load"):
-        return np.asarray(split.load(np.asarray(indices, np.int64)))
+        return lambda idx: np.asarray(split.load(np.asarray(idx, np.int64)))
     if getattr(split, "images", None) is not None:
-        return np.asarray(split.images)[indices]
+        return lambda idx: np.asarray(split.images)[idx]
     return None
 
 
@@ -253,11 +276,13 @@ def _load_images(split, indices):
 
 def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance="euclidean",
         batch_size=256, chunk_size=None, seed=0, num_pairs=6000, grid_queries=8, grid_k=8,
-        verbose=1, extra_info=None, make_plots=True):
+        verbose=1, extra_info=None, make_plots=True, transform=None):
     """Embed ``split`` with ``model`` (a path or an embedder), evaluate, write JSON and PNGs.
 
     ``split``: an object with ``labels``, ``dataset()`` (unbatched (image,
     label)) and optionally ``load(indices)`` / ``images`` for the grid.
+    ``transform``: optional per-batch map applied before the model (the
+    training run's model-input transform, see :func:`model_input_transform`).
     Returns the metrics dict.
     """
     from tfdml import metrics as tm
@@ -269,40 +294,19 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
     num = int(len(split.labels))
     if verbose:
         print(f"Embedding {num} examples ...")
-    embeddings, labels = embed(embedder, split.dataset(), num, batch_size, verbose)
+    embeddings, labels = embed(embedder, split.dataset(), num, batch_size, verbose, transform)
     results, details = tm.evaluate_embeddings(
         embeddings, labels, names, ks, distance=distance, chunk_size=chunk_size, seed=seed,
-        num_pairs=num_pairs, pr_levels=np.linspace(0.0, 1.0, 101), return_details=True)
+        num_pairs=num_pairs, pr_levels=np.linspace(0.0, 1.0, 101) if make_plots else None,
+        return_details=True)
 
     os.makedirs(out_dir, exist_ok=True)
     written = []
-    pairs = details.get("pairs")
-    if make_plots and pairs is None:
-        try:
-            first, second, issame, _ = tm.sample_pairs(labels, num_pairs=num_pairs, seed=seed)
-            scores, values = tm.pair_scores(embeddings, first, second, distance)
-            pairs = dict(issame=issame, scores=scores, values=values)
-        except ValueError as err:
-            print(f"No pair plots: {err}", file=sys.stderr)
-    if make_plots and pairs is not None:
-        name = "cosine similarity" if distance == "cosine" else f"{distance} distance"
-        written.append(plots.distance_histograms(
-            pairs["values"][pairs["issame"]], pairs["values"][~pairs["issame"]],
-            os.path.join(out_dir, "distance_histogram.png"), xlabel=name))
-        if pairs["issame"].any() and not pairs["issame"].all():
-            fpr, tpr, _ = tm.verification.roc(pairs["scores"], pairs["issame"])
-            auc = tm.roc_auc(pairs["scores"], pairs["issame"])
-            eer = tm.eer(pairs["scores"], pairs["issame"])
-            written.append(plots.roc_curve(fpr, tpr, os.path.join(out_dir, "roc.png"), auc, eer))
-    if make_plots and "pr_curve" in details and results.get("num_queries"):
-        levels, precision = details["pr_curve"]
-        written.append(plots.pr_curve(levels, precision, os.path.join(out_dir, "pr_curve.png"),
-                                      label=f"mAP {results['map']:.4f}" if "map" in results
-                                      else None))
-    grid = make_plots and _grid(embeddings, labels, split, out_dir, distance, grid_queries,
-                                grid_k, seed, chunk_size)
-    if grid:
-        written.append(grid)
+    if make_plots:
+        written = plots.write_all(
+            embeddings, labels, out_dir, distance=distance, images=_image_loader(split),
+            seed=seed, num_pairs=num_pairs, grid=(grid_queries, grid_k), chunk_size=chunk_size,
+            details=details, pr_label=f"mAP {results['map']:.4f}" if "map" in results else None)
 
     info = {"num_examples": num, "embedding_dim": int(embeddings.shape[1]),
             "distance": distance, "metrics_requested": list(names), "ks": list(ks),
@@ -315,31 +319,6 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
         print(f"Wrote {os.path.join(out_dir, 'metrics.json')} and "
               f"{', '.join(os.path.basename(p) for p in written)}")
     return results
-
-
-def _grid(embeddings, labels, split, out_dir, distance, num_queries, k, seed, chunk_size):
-    from tfdml import metrics as tm
-    from tfdml import plots
-
-    shape = tuple(getattr(split, "image_shape", ()) or ())
-    if num_queries <= 0 or k <= 0 or len(shape) not in (2, 3) or (
-            len(shape) == 3 and shape[-1] not in (1, 3, 4)):
-        return None
-    rng = np.random.default_rng(seed)
-    picked = np.sort(rng.choice(labels.size, min(num_queries, labels.size), replace=False))
-    idx, _ = tm.nearest_neighbors(embeddings[picked], embeddings, k=k, distance=distance,
-                                  chunk_size=chunk_size, query_index=picked)
-    if idx.shape[1] == 0:
-        return None
-    query_images = _load_images(split, picked)
-    result_images = _load_images(split, idx.reshape(-1))
-    if query_images is None or result_images is None:
-        return None
-    result_images = result_images.reshape(idx.shape + result_images.shape[1:])
-    correct = labels[idx] == labels[picked][:, None]
-    return plots.retrieval_grid(query_images, result_images, correct,
-                                os.path.join(out_dir, "retrieval_grid.png"),
-                                query_labels=labels[picked], result_labels=labels[idx])
 
 
 def _jsonable(results):
@@ -416,6 +395,7 @@ def main(argv=None):
             chunk_size=args.chunk_size, seed=args.seed, num_pairs=args.num_pairs,
             grid_queries=args.grid[0], grid_k=args.grid[1], verbose=0 if args.quiet else 1,
             make_plots=not args.no_plots,
+            transform=model_input_transform(config.get("image_size"), config.get("image_channels")),
             extra_info={"model": os.path.abspath(args.model), "data": source,
                         "source_kwargs": kwargs, "split": split_name})
     except (EvaluationError, ValueError) as err:

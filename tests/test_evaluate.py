@@ -39,7 +39,12 @@ def models(tmp_path_factory):
                             keras.layers.Dense(4)])
     big_path = str(root / "mnist_model.keras")
     big.save(big_path)
-    return dict(keras=keras_path, export=export_path, conv=conv_path, big=big_path, root=root)
+    rgb = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                            keras.layers.Dense(5)])
+    rgb_path = str(root / "rgb_model.keras")
+    rgb.save(rgb_path)
+    return dict(keras=keras_path, export=export_path, conv=conv_path, big=big_path,
+                rgb=rgb_path, root=root)
 
 
 def test_keras_model_end_to_end(models, tmp_path):
@@ -74,17 +79,28 @@ def test_config_sections(models, tmp_path):
     cfg = tmp_path / "config.yaml"
     cfg.write_text(
         "model: {backbone: mlp}\n"  # other sections are ignored
-        "data:\n  source: {name: digits}\n"
+        "data:\n  source: digits\n  options: {}\n  test_split: test\n"
+        "image: {size: null, channels: 3}\n"
         "evaluation:\n  metrics: [recall@2, map@r]\n  ks: [1]\n  distance: cosine\n")
     read = evaluate.read_config(str(cfg))
-    assert read == {"source": "digits", "source_kwargs": {}, "metrics": ["recall@2", "map@r"],
-                    "ks": [1], "distance": "cosine", "split": None}
+    assert read == {"source": "digits", "source_kwargs": {}, "split": "test", "image_size": None,
+                    "image_channels": 3, "metrics": ["recall@2", "map@r"], "ks": [1],
+                    "distance": "cosine"}
     out = str(tmp_path / "eval")
-    assert evaluate.main(["--model", models["keras"], "--config", str(cfg), "--out", out,
+    # The model takes 3-channel images: the config's image.channels converts the 1-channel digits.
+    assert evaluate.main(["--model", models["rgb"], "--config", str(cfg), "--out", out,
                           "--quiet", "--no-plots"]) == 0
     report = json.load(open(os.path.join(out, "metrics.json")))
     assert list(report["metrics"])[:3] == ["recall@1", "recall@2", "map@r"]
     assert report["info"]["distance"] == "cosine"
+    assert evaluate.main(["--model", models["rgb"], "--data", "digits", "--out", out,
+                          "--quiet", "--no-plots"]) == 2  # without the transform: clear error
+
+
+def test_model_input_transform():
+    t = evaluate.model_input_transform(size=4, channels=3)
+    assert tuple(t(np.zeros((2, 8, 8, 1), np.float32)).shape) == (2, 4, 4, 3)
+    assert evaluate.model_input_transform() is None
 
 
 @pytest.mark.parametrize("case, match", [

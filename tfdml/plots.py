@@ -149,3 +149,78 @@ def roc_curve(fpr, tpr, path, auc=None, eer=None):
     if auc is not None or eer is not None:
         ax.legend(fontsize=8, loc="lower right")
     return _save(fig, path)
+
+
+def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, seed=0,
+              num_pairs=6000, grid=(8, 8), chunk_size=None, details=None, pr_label=None):
+    """Write every plot of an evaluation into ``out_dir``; returns the paths written.
+
+    Args:
+      embeddings: [N, d]; labels: [N].
+      distance: as in :func:`tfdml.metrics.evaluate_embeddings`.
+      images: optional, for the retrieval grid: an array [N, H, W(, C)] in
+        [0, 1], or a function ``indices -> images``. No grid without it.
+      seed: picks the grid's queries and the verification pairs.
+      num_pairs: verification pairs drawn from the labels (histogram, ROC).
+      grid: ``(queries, k)`` of the retrieval grid.
+      details: the details dict of ``evaluate_embeddings(..., return_details=True)``
+        to reuse its pairs and PR curve instead of recomputing them.
+      pr_label: legend of the PR curve (default: its mAP when computed here).
+
+    Files: ``distance_histogram.png``, ``roc.png``, ``pr_curve.png`` and, with
+    images, ``retrieval_grid.png``. A plot that the data cannot support (one
+    class only, no class with two examples) is skipped.
+    """
+    from tfdml import metrics as tm
+
+    embeddings = tm.knn.as_embeddings(embeddings)
+    labels = np.asarray(labels).reshape(-1)
+    details = details or {}
+    written = []
+    pairs = details.get("pairs")
+    if pairs is None:
+        try:
+            first, second, issame, _ = tm.sample_pairs(labels, num_pairs=num_pairs, seed=seed)
+        except ValueError:
+            first = None
+        if first is not None:
+            scores, values = tm.pair_scores(embeddings, first, second, distance)
+            pairs = dict(issame=issame, scores=scores, values=values)
+    if pairs is not None:
+        same = np.asarray(pairs["issame"], bool)
+        name = "cosine similarity" if distance == "cosine" else f"{distance} distance"
+        written.append(distance_histograms(
+            pairs["values"][same], pairs["values"][~same],
+            os.path.join(out_dir, "distance_histogram.png"), xlabel=name))
+        if same.any() and not same.all():
+            fpr, tpr, _ = tm.verification.roc(pairs["scores"], same)
+            written.append(roc_curve(fpr, tpr, os.path.join(out_dir, "roc.png"),
+                                     auc=tm.roc_auc(pairs["scores"], same),
+                                     eer=tm.eer(pairs["scores"], same)))
+    curve = details.get("pr_curve")
+    label = pr_label
+    if curve is None:
+        r = tm.retrieval_metrics(embeddings, labels, metrics=("map",), distance=distance,
+                                 chunk_size=chunk_size, pr_levels=np.linspace(0.0, 1.0, 101))
+        if r["num_queries"]:
+            curve = r["pr_curve"]
+            label = label or f"mAP {r['map']:.4f}"
+    if curve is not None and np.all(np.isfinite(curve[1])):
+        written.append(pr_curve(curve[0], curve[1], os.path.join(out_dir, "pr_curve.png"),
+                                label=label))
+    num_queries, k = grid
+    if images is not None and num_queries > 0 and k > 0 and labels.size > 1:
+        load = images if callable(images) else (lambda idx, a=np.asarray(images): a[idx])
+        rng = np.random.default_rng(seed)
+        picked = np.sort(rng.choice(labels.size, min(num_queries, labels.size), replace=False))
+        idx, _ = tm.nearest_neighbors(embeddings[picked], embeddings, k=k, distance=distance,
+                                      chunk_size=chunk_size, query_index=picked)
+        query_images = np.asarray(load(picked))
+        if is_image_batch(query_images):
+            result_images = np.asarray(load(idx.reshape(-1)))
+            result_images = result_images.reshape(idx.shape + result_images.shape[1:])
+            written.append(retrieval_grid(
+                query_images, result_images, labels[idx] == labels[picked][:, None],
+                os.path.join(out_dir, "retrieval_grid.png"),
+                query_labels=labels[picked], result_labels=labels[idx]))
+    return written

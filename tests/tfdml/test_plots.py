@@ -1,5 +1,7 @@
 """tfdml.plots writes readable PNGs and rejects inconsistent input."""
 
+import os
+
 import matplotlib
 import numpy as np
 import pytest
@@ -38,3 +40,19 @@ def test_bad_input(tmp_path):
         plots.distance_histograms([], [], str(tmp_path / "h.png"))
     assert plots.is_image_batch(np.zeros((2, 4, 4, 3))) and not plots.is_image_batch(
         np.zeros((2, 10)))
+
+
+def test_write_all(tmp_path):
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(4), 6)
+    emb = (rng.standard_normal((4, 3))[labels] * 3 + rng.standard_normal((24, 3))).astype(
+        np.float32)
+    paths = plots.write_all(emb, labels, str(tmp_path / "a"), num_pairs=40)
+    assert sorted(map(os.path.basename, paths)) == [
+        "distance_histogram.png", "pr_curve.png", "roc.png"]
+    images = rng.random((24, 5, 5, 1))
+    paths = plots.write_all(emb, labels, str(tmp_path / "b"), images=images, num_pairs=40,
+                            grid=(2, 3))
+    assert "retrieval_grid.png" in map(os.path.basename, paths)
+    # One example per class: no pairs or PR curve to draw, nothing fails.
+    assert plots.write_all(emb[:4], np.arange(4), str(tmp_path / "c")) == []

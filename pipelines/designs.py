@@ -82,9 +82,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # Batches drawn together in one tf.data element (vectorised over a leading
-# axis, then unbatched): amortises tf.data's per-element cost. Part of the
-# definition of the stream: changing it changes the batches of a seed.
-_CHUNK = 16
+# axis, then unbatched) amortise tf.data's per-element cost. The chunk size is
+# a function of the design and the split only (fewer batches per chunk when
+# classes are large, to bound the per-chunk noise tensor), so a seed still
+# fixes the stream.
+_MAX_CHUNK = 64
+_CHUNK_ELEMENTS = 1 << 20
 
 
 def _labels_of(split_or_labels):
@@ -113,7 +116,8 @@ class DesignPlan:
     (the sorted class ids), ``sizes`` [L_all], ``order`` (example indices
     grouped by class), ``offsets`` [L_all], ``eligible`` (dense ids of the
     classes the design draws from), ``num_examples`` and ``num_classes`` (N
-    and L of the weights), ``w_pos`` and ``w_neg``.
+    and L of the weights), ``w_pos`` and ``w_neg``, and ``chunk`` (batches
+    drawn per tf.data element, set by ``Design.validate``).
     """
 
     def __init__(self, labels, eligible_mask):
@@ -146,12 +150,12 @@ class Design:
         raise NotImplementedError
 
     def _draw(self, plan, consts, key, extra):
-        """Draw ``_CHUNK`` batches: (example_id [K, B], pair_id [K, B] or None)."""
+        """Draw K = ``plan.chunk`` batches: (example_id [K, B], pair_id [K, B] or None)."""
         raise NotImplementedError
 
     def _chunks(self, plan, seed):
         """Dataset of (chunk index, extra [K, ...]) fed to ``_draw``."""
-        return tf.data.Dataset.counter().map(lambda c: (c, tf.zeros([_CHUNK], tf.int32)))
+        return tf.data.Dataset.counter().map(lambda c: (c, tf.zeros([plan.chunk], tf.int32)))
 
     def get_config(self):
         raise NotImplementedError
@@ -162,7 +166,10 @@ class Design:
 
         Raises ``ValueError`` when the split cannot feed the design.
         """
-        return self._plan(_labels_of(split_or_labels))
+        plan = self._plan(_labels_of(split_or_labels))
+        per_batch = self.batch_size * (plan.max_size if hasattr(self, "m") else 8)
+        plan.chunk = int(max(1, min(_MAX_CHUNK, _CHUNK_ELEMENTS // per_batch)))
+        return plan
 
     def weights(self, split_or_labels):
         """``(w_pos, w_neg)``: the design constants of the columns (Hong Eq. 24 / 25)."""
@@ -190,8 +197,8 @@ class Design:
             cols = {
                 "label": tf.gather(consts["labels"], example_id),
                 "class_size": tf.gather(consts["class_size"], example_id),
-                "w_pos": tf.fill([_CHUNK, batch], w_pos),
-                "w_neg": tf.fill([_CHUNK, batch], w_neg),
+                "w_pos": tf.fill([plan.chunk, batch], w_pos),
+                "w_neg": tf.fill([plan.chunk, batch], w_neg),
                 "example_id": example_id,
             }
             if pair_id is not None:
@@ -241,9 +248,15 @@ class Design:
         return f"{type(self).__name__}({args})"
 
 
+_WARNED = set()
+
+
 def _warn_left_out(plan, m, design):
+    """Log (once per design and label set) how many classes a group design leaves out."""
     left = len(plan.sizes) - plan.num_classes
-    if left:
+    key = (design, len(plan.labels), len(plan.sizes), left)
+    if left and key not in _WARNED:
+        _WARNED.add(key)
         log.warning(
             "%s: %d of %d classes have fewer than m=%d examples and are left out of the design "
             "(the weights use the remaining N=%d examples, L=%d classes).",
@@ -260,16 +273,16 @@ def _group_weights(plan, m, n):
     return w_pos, w_neg
 
 
-def _top_k_subset(key, population, count):
-    """[_CHUNK, count] distinct uniform indices of [0, population): top of i.i.d. 64-bit keys."""
+def _top_k_subset(key, chunk, population, count):
+    """[chunk, count] distinct uniform indices of [0, population): top of i.i.d. 64-bit keys."""
     bits = tf.random.stateless_uniform(
-        [_CHUNK, population], key, dtype=tf.int64, minval=None, maxval=None
+        [chunk, population], key, dtype=tf.int64, minval=None, maxval=None
     )
     return tf.math.top_k(bits, count, sorted=False).indices
 
 
-def _distinct_uniform(key, population, count):
-    """[_CHUNK, count] uniformly random count-subsets of [0, population), one per row.
+def _distinct_uniform(key, chunk, population, count):
+    """[chunk, count] uniformly random count-subsets of [0, population), one per row.
 
     Small populations (< 4·count): the top ``count`` of i.i.d. random keys
     over the whole population. Large ones (SOP: 11,318 classes): the first
@@ -281,10 +294,10 @@ def _distinct_uniform(key, population, count):
     """
     k_fast, k_slow = tf.unstack(tf.random.experimental.stateless_split(key, 2))
     if population < 4 * count:
-        return _top_k_subset(k_slow, population, count)
+        return _top_k_subset(k_slow, chunk, population, count)
     width = 2 * count
     draws = tf.random.stateless_uniform(
-        [_CHUNK, width], k_fast, minval=0, maxval=population, dtype=tf.int64
+        [chunk, width], k_fast, minval=0, maxval=population, dtype=tf.int64
     )
     position = tf.range(width)
     earlier = position[:, None] > position[None, :]
@@ -296,12 +309,15 @@ def _distinct_uniform(key, population, count):
     return tf.cond(
         tf.reduce_all(enough),
         lambda: subset,
-        lambda: tf.where(enough[:, None], subset, _top_k_subset(k_slow, population, count)),
+        lambda: tf.where(enough[:, None], subset, _top_k_subset(k_slow, chunk, population, count)),
     )
 
 
 def _draw_m_per_class(plan, consts, key, classes, m):
-    """m distinct uniform examples of each class in ``classes`` [K, n] (dense ids) -> [K, n·m]."""
+    """m distinct uniform examples of each class in ``classes`` [K, n] (dense ids) -> [K, n·m].
+
+    Top m of i.i.d. uniform keys over each class's positions (padding masked).
+    """
     sizes = tf.gather(consts["sizes"], classes)
     width = plan.max_size
     shape = tf.concat([tf.shape(classes), [width]], 0)
@@ -311,7 +327,7 @@ def _draw_m_per_class(plan, consts, key, classes, m):
     noise = tf.where(valid, noise, -tf.ones_like(noise))
     pos = tf.math.top_k(noise, m, sorted=False).indices
     flat = tf.gather(consts["offsets"], classes)[..., None] + pos
-    return tf.reshape(tf.gather(consts["order"], flat), [_CHUNK, -1])
+    return tf.reshape(tf.gather(consts["order"], flat), [plan.chunk, -1])
 
 
 def _group_plan(labels, m, n, design):
@@ -374,7 +390,7 @@ class GroupDesign(Design):
 
     def _draw(self, plan, consts, key, extra):
         k_class, k_example = tf.unstack(tf.random.experimental.stateless_split(key, 2))
-        pick = _distinct_uniform(k_class, plan.num_classes, self.n)
+        pick = _distinct_uniform(k_class, plan.chunk, plan.num_classes, self.n)
         classes = tf.gather(consts["eligible"], pick)
         return _draw_m_per_class(plan, consts, k_example, classes, self.m), None
 
@@ -426,7 +442,7 @@ class MPerClassDesign(Design):
             perm = tf.argsort(bits)[: blocks * n]
             return tf.reshape(tf.gather(eligible, perm), [blocks, n])
 
-        class_blocks = tf.data.Dataset.counter().map(epoch).unbatch().batch(_CHUNK)
+        class_blocks = tf.data.Dataset.counter().map(epoch).unbatch().batch(plan.chunk)
         return tf.data.Dataset.zip(tf.data.Dataset.counter(), class_blocks)
 
     def _draw(self, plan, consts, key, extra):
@@ -486,7 +502,7 @@ class PRandomDesign(Design):
     def _draw(self, plan, consts, key, extra):
         count = self.pairs
         positive_classes = tf.constant(plan.positive)
-        u = tf.random.stateless_uniform([8, _CHUNK, count], key, dtype=tf.float64)
+        u = tf.random.stateless_uniform([8, plan.chunk, count], key, dtype=tf.float64)
 
         def below(x, k):  # uniform integer in [0, k) from x ~ U[0, 1)
             k = tf.cast(k, tf.float64)
@@ -511,8 +527,8 @@ class PRandomDesign(Design):
         is_positive = u[7] < self.p
         first = tf.gather(order, tf.where(is_positive, pos_first, neg_first))
         second = tf.gather(order, tf.where(is_positive, pos_second, neg_second))
-        example_id = tf.reshape(tf.stack([first, second], axis=-1), [_CHUNK, 2 * count])
-        pair_id = tf.tile(tf.repeat(tf.range(count, dtype=tf.int32), 2)[None, :], [_CHUNK, 1])
+        example_id = tf.reshape(tf.stack([first, second], axis=-1), [plan.chunk, 2 * count])
+        pair_id = tf.tile(tf.repeat(tf.range(count, dtype=tf.int32), 2)[None, :], [plan.chunk, 1])
         return example_id, pair_id
 
 

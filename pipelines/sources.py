@@ -331,11 +331,14 @@ def digits(train_classes=None, test_classes=None):
 
 
 def arrays(features, labels, train_classes=None, test_classes=None):
-    """In-memory (features, labels); values kept as given (float32); first half of classes train."""
+    """In-memory (features, labels); values kept as given, loaded as float32; first half of classes train."""
     features = np.asarray(features)
     if features.ndim < 2:
         raise ValueError(f"features must be [N, ...] with one row per example, got shape {features.shape}.")
-    return _array_source("arrays", features.astype(np.float32), labels, 1.0, features.shape[1:],
+    if not (np.issubdtype(features.dtype, np.number) or features.dtype == bool):
+        raise ValueError(f"features must be numeric, got dtype {features.dtype}.")
+    # Stored as given (uint8 stays compact), cast to float32 when loaded.
+    return _array_source("arrays", features, labels, 1.0, features.shape[1:],
                          train_classes, test_classes)
 
 

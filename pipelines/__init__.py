@@ -1,7 +1,20 @@
 """pipelines: the data side of tfdml, in tf.data only.
 
-Sources (bundled default data, image folders, TFDS benchmarks, arrays), batch
-designs ((m, n)-group, p-random, m-per-class) and augmentation. Batches follow
-the batch contract in DESIGN.md: ``(x, {"label", "class_size", "w_pos",
-"w_neg"[, "pair_id"]})``. This package never imports the model side.
+* :mod:`pipelines.sources` — ``get_source(name, **kwargs)``: bundled default
+  data (``mnist5k``, ``digits``), image folders, TFDS benchmarks, arrays; each
+  with an open-set ``"train"`` / ``"test"`` split by class.
+* :mod:`pipelines.designs` — batch designs ``GroupDesign(m, n)``,
+  ``PRandomDesign(p, pairs)``, ``MPerClassDesign(m, classes_per_batch)``
+  (``get_design(name, **kwargs)``) with exact importance-weight columns
+  (Hong et al. Eq. 24 / 25).
+* :mod:`pipelines.augment` — ``TrainTransform``, ``EvalTransform``,
+  ``to_model_input``.
+
+Batches follow the batch contract in DESIGN.md: ``(x, {"label", "class_size",
+"w_pos", "w_neg"[, "pair_id"], "example_id"})``. This package never imports
+the model side.
 """
+
+from pipelines import augment, designs, sources  # noqa: F401
+from pipelines.designs import GroupDesign, MPerClassDesign, PRandomDesign, get_design  # noqa: F401
+from pipelines.sources import get_source  # noqa: F401

@@ -64,7 +64,6 @@ n = classes_per_batch.
 """
 
 import logging
-import math
 
 import numpy as np
 import tensorflow as tf

@@ -55,8 +55,12 @@ def _resident(array):
     """A tensor holding ``array`` that tf.data functions can gather from."""
     array = np.asarray(array)
     if array.dtype == object:
-        array = array.astype(bytes)
-    nbytes = sum(len(v) for v in array) if array.dtype.kind == "S" else array.nbytes
+        # Encoded images of different lengths: no fixed-width numpy copy (that
+        # would pad every item to the longest one).
+        nbytes = sum(len(v) for v in array)
+        array = list(array)
+    else:
+        nbytes = array.nbytes
     with tf.init_scope(), tf.device("/CPU:0"):
         if nbytes <= _CONSTANT_LIMIT_BYTES:
             return tf.constant(array)

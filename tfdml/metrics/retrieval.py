@@ -18,9 +18,11 @@ Each is averaged over the queries that have at least one positive.
 How the ranks are found without sorting the gallery, per chunk of queries:
 one matmul gives the [chunk, N] scores (:func:`tfdml.metrics.knn.scores`),
 the R positives' scores are gathered and sorted (they are known by label),
-each gallery item is bucketed by how many positive scores it reaches, and a
-histogram of the buckets gives, for every positive, how many items score at
-least as high. Memory grows with ``chunk × N``; time does not depend on k, so
+each gallery item is bucketed by how many positive scores it reaches (fused
+comparisons under XLA), and a histogram of the buckets gives, for every
+positive, how many items score at least as high. For very large classes
+(more than :data:`MAX_COMPARE_POSITIVES` positives) each score row is sorted
+instead (NumPy). Memory grows with ``chunk × N``; time does not depend on k, so
 Recall@1000 costs the same as Recall@1 (no ``top_k`` over 1000 columns).
 
 Conventions:
@@ -72,54 +74,80 @@ def _positive_table(gallery_ids, num_classes):
     return table
 
 
-def _buckets(query, gallery, pos_idx, self_index, distance):
-    """Scores of one chunk, bucketed by the positives' scores (XLA-compiled).
+#: Positives per query up to which items are bucketed by fused comparisons
+#: under XLA (cost ∝ P per score); above it each score row is sorted with
+#: NumPy instead (cost ∝ log N per score; NumPy's SIMD sort beats tf.sort).
+MAX_COMPARE_POSITIVES = 64
+_GROUP = 32  # thresholds per fused comparison (XLA vectorises this width well)
 
-    Returns ``(bucket, thr, num_pos)``: ``thr`` float [c, P], each query's
-    positive scores in ascending order (+inf padding last); ``bucket`` int32
-    [c, N], how many of them each gallery item's score reaches; ``num_pos``
-    int32 [c, 1], R.
-    """
-    s = _knn.exclude_self(_knn.scores(query, gallery, distance), self_index)  # [c, N]
+
+def _scores_and_thresholds(query, gallery, pos_idx, self_index, distance):
+    """Scores [c, N] (self: -inf), positive scores ascending [c, P] (+inf padded), R [c, 1]."""
+    s = _knn.exclude_self(_knn.scores(query, gallery, distance), self_index)
     valid = pos_idx >= 0
     num_pos = tf.reduce_sum(tf.cast(valid, tf.int32), axis=1, keepdims=True)
     pos_s = tf.gather(s, tf.maximum(pos_idx, 0), batch_dims=1)
     thr = tf.sort(tf.where(valid, pos_s, _INF), axis=1)
-    # The broadcast comparison is fused with the sum: [c, N, P] is never stored.
-    bucket = tf.reduce_sum(tf.cast(s[:, :, None] >= thr[:, None, :], tf.int32), axis=2)
+    return s, thr, num_pos
+
+
+_scores_and_thresholds_xla = tf.function(_scores_and_thresholds, jit_compile=True)
+
+
+@tf.function(jit_compile=True)
+def _buckets_xla(query, gallery, pos_idx, self_index, distance):
+    """``bucket`` int32 [c, N]: how many positive scores each item's score reaches."""
+    s, thr, num_pos = _scores_and_thresholds(query, gallery, pos_idx, self_index, distance)
+    # Each comparison is fused with its sum: [c, N, P] is never stored.
+    bucket = tf.zeros_like(s, dtype=tf.int32)
+    for g in range(0, pos_idx.shape[1], _GROUP):
+        bucket += tf.reduce_sum(tf.cast(s[:, :, None] >= thr[:, None, g : g + _GROUP], tf.int32),
+                                axis=2)
     return bucket, thr, num_pos
 
 
-_buckets_xla = tf.function(_buckets, jit_compile=True)
-
-
 @tf.function
-def _rank_chunk(query, gallery, pos_idx, self_index, distance):
-    """Ranks of the positives of one chunk of queries; see the module docstring.
-
-    ``pos_idx`` int32 [c, P]: gallery indices of each query's positives, -1
-    padded; ``self_index`` int32 [c]: the query's own gallery index in
-    leave-one-out, else -1. Returns int32 [c, P]: entry j (positives sorted by
-    ascending score, so the m-th best positive is at j = R - m) holds r_m;
-    padding entries hold 0.
-    """
+def _at_least_by_buckets(query, gallery, pos_idx, self_index, distance):
+    """``(at_least, thr, num_pos)``: at_least[i, j] = items scoring >= thr[i, j]."""
     bucket, thr, num_pos = _buckets_xla(query, gallery, pos_idx, self_index, distance)
     width = pos_idx.shape[1]
     hist = tf.math.bincount(bucket, minlength=width + 1, maxlength=width + 1, axis=-1)
-    at_least = tf.cumsum(hist, axis=1, reverse=True)[:, 1:]  # items with score >= thr_j
-    pos_at_least = num_pos - tf.searchsorted(thr, thr, side="left")
-    j = tf.range(width)[None, :]
+    return tf.cumsum(hist, axis=1, reverse=True)[:, 1:], thr, num_pos
+
+
+def _at_least_by_sorting(query, gallery, pos_idx, self_index, distance):
+    s, thr, num_pos = _scores_and_thresholds_xla(query, gallery, pos_idx, self_index, distance)
+    s, thr = s.numpy(), thr.numpy()
+    s.sort(axis=1)
+    at_least = np.empty(thr.shape, np.int64)
+    for i in range(s.shape[0]):
+        at_least[i] = s.shape[1] - np.searchsorted(s[i], thr[i], side="left")
+    return at_least, thr, num_pos.numpy()
+
+
+def _ranks(at_least, thr, num_pos):
+    """r_m of each positive from the counts; see :func:`positive_ranks`."""
+    at_least, thr, num_pos = np.asarray(at_least), np.asarray(thr), np.asarray(num_pos)
+    width = thr.shape[1]
+    j = np.arange(width)[None, :]
+    # Positives scoring >= thr_j: R minus those strictly below, i.e. minus the
+    # first column holding thr_j's value (rows are sorted).
+    new_value = np.ones(thr.shape, bool)
+    new_value[:, 1:] = thr[:, 1:] != thr[:, :-1]
+    first = np.maximum.accumulate(np.where(new_value, j, 0), axis=1)
+    pos_at_least = num_pos - first
     m = num_pos - j  # 1-based position of positive j among the positives
     rank = m + (at_least - pos_at_least)  # negatives tied with it go first
-    return tf.where(j < num_pos, rank, tf.zeros_like(rank))
+    return np.where(j < num_pos, rank, 0).astype(np.int64)
 
 
 def positive_ranks(query, query_ids, gallery=None, gallery_ids=None, distance="euclidean",
                    chunk_size=None):
     """Yield ``(start, ranks, num_pos)`` per chunk of queries.
 
-    ``ranks`` is int32 [c, P] as in :func:`_rank_chunk`, ``num_pos`` int [c] is
-    R for each query. ``gallery=None`` means leave-one-out within ``query``.
+    ``ranks`` is int [c, P]: entry j (positives sorted by ascending score, so
+    the m-th best positive is at j = R - m) holds r_m, padding entries 0;
+    ``num_pos`` int [c] is R for each query. ``gallery=None`` means leave-one-out within ``query``.
     The last chunk is padded to the chunk size so that XLA compiles once.
     """
     leave_one_out = gallery is None
@@ -145,10 +173,11 @@ def positive_ranks(query, query_ids, gallery=None, gallery_ids=None, distance="e
             q = np.concatenate([q, np.zeros((pad, q.shape[1]), q.dtype)])
             idx = np.concatenate([idx, np.full((pad, idx.shape[1]), -1, idx.dtype)])
             self_index = np.concatenate([self_index, np.full(pad, -1, np.int32)])
-        ranks = _rank_chunk(
-            tf.constant(q), g, tf.constant(idx, tf.int32), tf.constant(self_index), distance
-        )
-        yield start, ranks.numpy()[:size], num_pos
+        counts = (_at_least_by_sorting if idx.shape[1] > MAX_COMPARE_POSITIVES
+                  else _at_least_by_buckets)
+        at_least, thr, r = counts(
+            tf.constant(q), g, tf.constant(idx, tf.int32), tf.constant(self_index), distance)
+        yield start, _ranks(at_least, thr, r)[:size], num_pos
 
 
 def per_query(ranks, num_pos, metrics, ks, num_gallery_eff, pr_levels=None):

@@ -183,3 +183,17 @@ def test_bad_inputs():
 def test_positive_table():
     table = retrieval._positive_table(np.array([2, 0, 2, 1, 2]), 4)
     np.testing.assert_array_equal(table, [[1, -1, -1], [3, -1, -1], [0, 2, 4], [-1, -1, -1]])
+
+
+@pytest.mark.parametrize("limit", [2, 64])
+def test_large_classes_sorting_path_equals_brute_force(monkeypatch, limit):
+    # 40 positives per query: above the limit (2) the score rows are sorted,
+    # below it (64) items are bucketed by comparisons in two groups of 32.
+    monkeypatch.setattr(retrieval, "MAX_COMPARE_POSITIVES", limit)
+    rng = np.random.default_rng(5)
+    labels = np.repeat([0, 1], 41)
+    x = rng.standard_normal((82, 3)).astype(np.float32)
+    ref, _ = brute_metrics(brute_rankings(x, labels, None, None, "euclidean"), (1, 10))
+    got = retrieval_metrics(x, labels, metrics=ALL, ks=(1, 10), chunk_size=9)
+    for key, value in ref.items():
+        assert got[key] == pytest.approx(value, abs=1e-12), key

@@ -146,9 +146,10 @@ def load_embedder(path):
         model = keras.saving.load_model(path, compile=False)
     except Exception as err:  # noqa: BLE001
         raise EvaluationError(f"Could not load the Keras model {path!r}: {err}") from None
-    if len(model.outputs or [None]) != 1:
+    outputs = getattr(model, "outputs", None) or [None]  # subclassed models have none
+    if len(outputs) != 1:
         raise EvaluationError(
-            f"The model {path!r} has {len(model.outputs)} outputs; evaluate.py needs one, "
+            f"The model {path!r} has {len(outputs)} outputs; evaluate.py needs one, "
             "the [batch, d] embedding."
         )
     @tf.function(reduce_retracing=True, autograph=False)

@@ -53,7 +53,10 @@ def build_design(cfg):
 
 def input_shape_for(cfg, split_shape):
     """The model's input shape: the split's images after ``image.size`` / ``image.channels``."""
-    h, w, c = tuple(split_shape)
+    shape = tuple(split_shape)
+    if len(shape) != 3:  # feature vectors (the arrays source): nothing to resize
+        return shape
+    h, w, c = shape
     size, channels = cfg["image"]["size"], cfg["image"]["channels"]
     return (size or h, size or w, channels or c)
 
@@ -65,7 +68,7 @@ def model_input(cfg):
     size, channels = cfg["image"]["size"], cfg["image"]["channels"]
 
     def transform(x):
-        if channels is None and size is None:
+        if (channels is None and size is None) or x.shape.rank != 4:
             return x
         return augment.to_model_input(x, channels=channels or x.shape[-1], size=size)
 
@@ -205,13 +208,17 @@ def build_model(cfg, input_shape, num_classes, num_examples):
 
 class NaNGuard(keras.callbacks.Callback):
     """Stops training at the first NaN/Inf loss with a message naming the
-    step and the last good checkpoint (Keras' TerminateOnNaN stops silently)."""
+    step and the last good checkpoint (Keras' TerminateOnNaN stops silently).
+
+    It raises :class:`ExperimentError` at once, before end-of-epoch callbacks
+    could evaluate or checkpoint a broken model; the backup of the last
+    completed epoch stays in place for a resume.
+    """
 
     def __init__(self, backup_dir):
         super().__init__()
         self.backup_dir = backup_dir
         self.epoch = 0
-        self.error = None
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
@@ -224,12 +231,11 @@ class NaNGuard(keras.callbacks.Callback):
             if os.path.exists(meta):
                 with open(meta) as fh:
                     last = f"{self.backup_dir} (after epoch {json.load(fh)['epoch']})"
-            self.error = (
+            raise ExperimentError(
                 f"the loss became {loss} at epoch {self.epoch + 1}, step {batch + 1}. "
                 f"Last good checkpoint: {last}. Lower optimizer.learning_rate or check the data, "
                 f"then rerun the same command to resume from that checkpoint."
             )
-            self.model.stop_training = True
 
 
 def completed_epochs(backup_dir):
@@ -257,8 +263,12 @@ def is_chief(strategy):
     return task_type == "worker" and task_id == 0
 
 
-def run(cfg, fresh=False, verbose=1):
-    """Train, evaluate, export. Returns a dict of results for :func:`summary`."""
+def run(cfg, fresh=False, verbose=1, callbacks=()):
+    """Train, evaluate, export. Returns a dict of results for :func:`summary`.
+
+    ``callbacks``: extra Keras callbacks for ``model.fit`` (run after the
+    built-in ones; not used by the multi-worker loop).
+    """
     started = time.time()
     # A multi-worker strategy must exist before TensorFlow runs any op.
     strategy = build_strategy(cfg)
@@ -301,7 +311,7 @@ def run(cfg, fresh=False, verbose=1):
     if cfg["strategy"] == "multi_worker":
         history = _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup_dir, done, verbose)
     else:
-        history = _fit_keras(cfg, model, train_ds, test_ds, out, backup_dir, done, verbose)
+        history = _fit_keras(cfg, model, train_ds, test_ds, out, backup_dir, done, verbose, callbacks)
 
     model.save_weights(os.path.join(out, "final.weights.h5"))
     result = {"resumed_from_epoch": done, "history": history, "output_dir": out}
@@ -312,7 +322,7 @@ def run(cfg, fresh=False, verbose=1):
     return result
 
 
-def _fit_keras(cfg, model, train_ds, test_ds, out, backup_dir, done, verbose):
+def _fit_keras(cfg, model, train_ds, test_ds, out, backup_dir, done, verbose, extra_callbacks=()):
     from tfdml import callbacks as callbacks_lib
 
     ev = cfg["evaluation"]
@@ -335,6 +345,7 @@ def _fit_keras(cfg, model, train_ds, test_ds, out, backup_dir, done, verbose):
         ),
         keras.callbacks.CSVLogger(os.path.join(out, "history.csv"), append=done > 0),
         keras.callbacks.TensorBoard(os.path.join(out, "logs"), write_graph=False),
+        *extra_callbacks,
     ]
     history = model.fit(
         train_ds,
@@ -343,8 +354,6 @@ def _fit_keras(cfg, model, train_ds, test_ds, out, backup_dir, done, verbose):
         callbacks=callbacks,
         verbose=verbose,
     )
-    if nan_guard.error:
-        raise ExperimentError(nan_guard.error)
     return {k: [float(v) for v in vals] for k, vals in history.history.items()}
 
 

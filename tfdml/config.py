@@ -77,8 +77,8 @@ SCHEMA = {
     },
     "design": {
         "name": _Field(str, "m_per_class", DESIGNS, doc="batch design"),
-        "m": _Field(int, 4, doc="examples per class (m_per_class, group)"),
-        "n": _Field(int, 16, doc="classes per batch (m_per_class, group)"),
+        "m": _Field(int, 8, doc="examples per class (m_per_class, group)"),
+        "n": _Field(int, 5, doc="classes per batch (m_per_class, group)"),
         "p": _Field(_NUM, 0.5, doc="probability of a positive pair (p_random)"),
         "pairs": _Field(int, 32, doc="pairs per batch (p_random)"),
     },
@@ -110,7 +110,7 @@ SCHEMA = {
     },
     "training": {
         "epochs": _Field(int, 4),
-        "steps_per_epoch": _Field(int, 100),
+        "steps_per_epoch": _Field(int, 60),
         "jit_compile": _Field(bool, False),
     },
     "evaluation": {
@@ -251,7 +251,19 @@ def load(path=None, overrides=()):
     return validate(raw)
 
 
+def _plain(value):
+    """YAML-safe copy: in-memory arrays (the ``arrays`` source) become a description."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    shape = getattr(value, "shape", None)
+    return f"<in-memory {type(value).__name__}{' of shape ' + str(tuple(shape)) if shape is not None else ''}>"
+
+
 def dump(config, path):
     """Write a resolved config as YAML (the copy kept in the output dir)."""
     with open(path, "w") as fh:
-        yaml.safe_dump(config, fh, sort_keys=False)
+        yaml.safe_dump(_plain(config), fh, sort_keys=False)

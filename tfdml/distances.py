@@ -48,8 +48,9 @@ def safe_sqrt(x, threshold=_SQRT_THRESHOLD):
 
     The double ``where`` keeps the untaken branch away from ``sqrt(0)`` so that
     its infinite derivative never meets a zero cotangent (0 * inf = NaN).
+    NaN inputs stay NaN (a diverged model must not look like a perfect one).
     """
-    positive = x > threshold
+    positive = tf.logical_or(x > threshold, tf.math.is_nan(x))
     return tf.where(positive, tf.sqrt(tf.where(positive, x, tf.ones_like(x))), tf.zeros_like(x))
 
 

@@ -78,3 +78,10 @@ def test_schema_names_match_the_registries():
     assert set(config.LOSSES) == set(losses.LOSSES)
     assert set(config.SAMPLERS) - {"none"} == set(samplers.SAMPLERS)
     assert set(config.METRICS) == set(metrics.METRICS)
+
+
+def test_data_choices_match_the_pipelines():
+    from pipelines import designs, sources
+
+    assert set(config.DESIGNS) == set(designs.DESIGNS)
+    assert set(config.SOURCES) == set(sources.SOURCES)

@@ -54,3 +54,10 @@ def test_euclidean_gradient_matches_analytic_away_from_zero():
 def test_unknown_distance_names_the_choices():
     with pytest.raises(ValueError, match="euclidean"):
         distances.get("manhattan")
+
+
+def test_nan_embeddings_give_nan_distances_not_zero():
+    """A diverged model must not look perfect: NaN propagates through the safe sqrt."""
+    a = np.array([[np.nan, 0.0], [1.0, 0.0]], dtype="float32")
+    d = distances.pairwise_euclidean(a).numpy()
+    assert np.isnan(d[0, 1]) and np.isnan(d[1, 0])

@@ -1,0 +1,173 @@
+"""train.py end to end: outputs, resume after a kill, NaN stop, export, bad configs.
+
+Runs use scikit-learn's 8×8 digits and a tiny network so that each takes
+seconds; the README's full default run is exercised by the slow test.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import h5py
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import experiment
+import train
+from tfdml import config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def small_cfg(out, **overrides):
+    raw = {
+        "seed": 3,
+        "output_dir": str(out),
+        "data": {"source": "digits"},
+        "design": {"name": "m_per_class", "m": 4, "n": 5},
+        "model": {"backbone": "small_cnn", "backbone_options": {"width": 4}, "embedding_dim": 8},
+        "loss": {"name": "margin", "sampler": "distance_weighted"},
+        "training": {"epochs": 2, "steps_per_epoch": 3},
+        "evaluation": {"metrics": ["recall", "map@r", "nmi"], "ks": [1, 2]},
+    }
+    for key, value in overrides.items():
+        section, _, name = key.partition(".")
+        if name:
+            raw.setdefault(section, {})[name] = value
+        else:
+            raw[section] = value
+    return config.validate(raw)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    cfg = small_cfg(out)
+    result = experiment.run(cfg, verbose=0)
+    return cfg, result, out
+
+
+def test_run_writes_everything(finished_run):
+    cfg, result, out = finished_run
+    for name in ("config.yaml", "history.csv", "metrics.json", "model.keras", "final.weights.h5",
+                 "checkpoints/best.weights.h5", "checkpoints/last.weights.h5",
+                 "saved_model/saved_model.pb", "retrieval_grid.png", "distance_histogram.png"):
+        assert os.path.exists(os.path.join(out, name)), name
+    assert os.listdir(os.path.join(out, "logs"))
+    metrics = json.load(open(os.path.join(out, "metrics.json")))["metrics"]
+    assert 0.0 <= metrics["recall@1"] <= 1.0 and "map@r" in metrics and "nmi" in metrics
+    assert config.load(os.path.join(out, "config.yaml")) == cfg
+    history = open(os.path.join(out, "history.csv")).read().splitlines()
+    assert len(history) == 3 and "map@r" in history[0]
+    text = experiment.summary(cfg, result)
+    assert "recall@1" in text and "map@r" in text
+
+
+def test_exported_models_give_the_same_embeddings(finished_run):
+    cfg, _, out = finished_run
+    from pipelines import sources
+
+    x = sources.get_source("digits").split("test").images[:32].astype("float32")
+    keras_model = keras.saving.load_model(os.path.join(out, "model.keras"))
+    reference = keras_model.predict(x, verbose=0)
+    loaded = tf.saved_model.load(os.path.join(out, "saved_model"))  # keep a reference
+    served = loaded.serve(tf.constant(x)).numpy()
+    assert np.max(np.abs(served - reference)) <= 1e-6
+    np.testing.assert_allclose(np.linalg.norm(reference, axis=1), 1.0, atol=1e-5)
+    # The trained weights are the ones exported.
+    with_weights = experiment.build_model(cfg, x.shape[1:], 5, 100)
+    with_weights.load_weights(os.path.join(out, "final.weights.h5"))
+    assert np.max(np.abs(with_weights.predict(x, verbose=0) - reference)) <= 1e-6
+
+
+@pytest.mark.parametrize("artifact", ["model.keras", "saved_model"])
+def test_evaluate_accepts_both_exports(finished_run, artifact, tmp_path):
+    import evaluate
+
+    _, _, out = finished_run
+    code = evaluate.main(["--model", os.path.join(out, artifact), "--data", "digits",
+                          "--out", str(tmp_path), "--metrics", "recall", "--quiet"])
+    assert code == 0
+    assert "recall@1" in json.load(open(tmp_path / "metrics.json"))["metrics"]
+
+
+class _KillAfterEpoch(keras.callbacks.Callback):
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 == self.epoch:
+            raise KeyboardInterrupt("simulated kill")
+
+
+def _weights(path):
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+def test_resume_after_kill_reaches_the_same_weights(tmp_path):
+    """Kill after epoch 2 of 4, rerun: same final weights as an uninterrupted run."""
+    tf.config.experimental.enable_op_determinism()
+    straight = small_cfg(tmp_path / "straight", **{"training.epochs": 4})
+    experiment.run(straight, verbose=0)
+
+    resumed = small_cfg(tmp_path / "resumed", **{"training.epochs": 4})
+    with pytest.raises(KeyboardInterrupt):
+        experiment.run(resumed, verbose=0, callbacks=[_KillAfterEpoch(2)])
+    assert experiment.completed_epochs(os.path.join(resumed["output_dir"], "backup")) == 2
+    result = experiment.run(resumed, verbose=0)
+    assert result["resumed_from_epoch"] == 2
+
+    a = _weights(os.path.join(straight["output_dir"], "final.weights.h5"))
+    b = _weights(os.path.join(resumed["output_dir"], "final.weights.h5"))
+    assert a.keys() == b.keys()
+    assert any("margin_parameters" in k for k in a) and any(k.startswith("optimizer") for k in a)
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], atol=1e-6, err_msg=key)
+    history = open(os.path.join(resumed["output_dir"], "history.csv")).read().splitlines()
+    assert len(history) == 5  # header + 4 epochs, across the two runs
+
+
+def test_nan_loss_stops_with_step_and_checkpoint(tmp_path):
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(200, 8)).astype("float32")
+    features[:, 0] = np.nan
+    labels = np.repeat(np.arange(10), 20)
+    cfg = small_cfg(tmp_path, **{"data.source": "arrays",
+                                 "data.options": {"features": features, "labels": labels},
+                                 "model.backbone": "mlp", "model.backbone_options": {"width": 8},
+                                 "loss.name": "contrastive", "loss.sampler": "all"})
+    with pytest.raises(experiment.ExperimentError, match=r"became nan at epoch 1, step 1.*Last good checkpoint"):
+        experiment.run(cfg, verbose=0)
+
+
+def test_bad_config_exits_2_with_a_message(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("loss: {name: margn}\n")
+    assert train.main(["--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "loss.name = 'margn'" in err and "did you mean 'margin'" in err
+
+
+def test_impossible_design_is_a_clear_error(tmp_path):
+    cfg = small_cfg(tmp_path, **{"design.m": 400})
+    with pytest.raises(experiment.ExperimentError, match="design"):
+        experiment.run(cfg, verbose=0)
+
+
+def test_cli_smoke(tmp_path):
+    """The command line itself, as the README runs it (short)."""
+    cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--quiet",
+           "--set", f"output_dir={tmp_path}", "--set", "data.source=digits",
+           "--set", "training.epochs=1", "--set", "training.steps_per_epoch=2",
+           "--set", "model.backbone_options={width: 4}", "--set", "evaluation.metrics=[recall]"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "held-out metrics" in proc.stdout and "recall@1" in proc.stdout

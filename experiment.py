@@ -185,8 +185,17 @@ def build_optimizer(cfg):
 def build_model(cfg, input_shape, num_classes, num_examples):
     m = cfg["model"]
     options = dict(m["backbone_options"])
-    if m["weights"] is not None:
-        options["weights"] = m["weights"]
+    if m["backbone"] in models.BACKBONES:
+        if m["weights"] is not None:
+            raise ExperimentError(
+                f"model.weights={m['weights']!r} applies to pretrained backbones only; "
+                f"{m['backbone']!r} is always trained from scratch (set model.weights: null)."
+            )
+    else:
+        # Pretrained image backbones (tfdml.backbones): weights as configured
+        # (None = from scratch, never an implicit download), pipeline images in [0, 1].
+        options.setdefault("weights", m["weights"])
+        options.setdefault("input_range", (0.0, 1.0))
     try:
         backbone = models.get_backbone(m["backbone"], input_shape, **options)
     except (TypeError, ValueError, ImportError, FileNotFoundError) as err:

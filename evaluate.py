@@ -152,6 +152,7 @@ def load_embedder(path):
             f"The model {path!r} has {len(outputs)} outputs; evaluate.py needs one, "
             "the [batch, d] embedding."
         )
+
     @tf.function(reduce_retracing=True, autograph=False)
     def call(x):
         return model(x, training=False)
@@ -205,7 +206,7 @@ def _first_dtype(fn):
 
 
 def embed(embedder, dataset, num_examples, batch_size=256, verbose=1, transform=None):
-    """Embeddings [N, d] and labels [N] of an unbatched (image, label) dataset, with a progress bar."""
+    """Embeddings [N, d] and labels [N] of an unbatched (image, label) dataset; a progress bar."""
     import keras
     import tensorflow as tf
 
@@ -361,7 +362,8 @@ def build_parser():
                    help=f"metric names (default: {' '.join(DEFAULT_METRICS)})")
     p.add_argument("--ks", nargs="+", type=int, default=None,
                    help="k of Recall@k / Precision@k (default: 1 2 4 8)")
-    p.add_argument("--distance", default=None, help="euclidean (default), squared_euclidean, cosine")
+    p.add_argument("--distance", default=None,
+                   help="euclidean (default), squared_euclidean, cosine")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--chunk-size", type=int, default=None, help="queries per kNN chunk")
     p.add_argument("--num-pairs", type=int, default=6000, help="verification pairs (LFW: 6000)")

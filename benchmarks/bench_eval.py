@@ -144,9 +144,9 @@ def main(argv=None):
             row = json.loads(proc.stdout.strip().splitlines()[-1])
             rows.append(row)
             m = row["metrics"]
+            grew = row["peak_rss_mb"] - row["rss_before_mb"]
             print(f"{method:8s} n={n:6d} classes={row['classes']:6d}  {row['wall_s']:7.2f} s  "
-                  f"peak RSS {row['peak_rss_mb']:7.0f} MB (+{row['peak_rss_mb'] - row['rss_before_mb']:.0f}"
-                  f" MB)  " + " ".join(f"{k}={v:.5f}" for k, v in m.items()
+                  f"peak RSS {row['peak_rss_mb']:7.0f} MB (+{grew:.0f} MB)  " + " ".join(f"{k}={v:.5f}" for k, v in m.items()
                                       if k != "num_queries") + f" queries={m['num_queries']}",
                   flush=True)
     return 0

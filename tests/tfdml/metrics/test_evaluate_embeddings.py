@@ -54,7 +54,8 @@ def test_parse_metrics():
     assert metrics.parse_metrics("precision", ks=5) == (("precision",), (5,))
     assert metrics.metric_keys(["verification", "nmi"]) == [
         "verification_accuracy", "verification_accuracy_std", "roc_auc", "eer", "nmi"]
-    for bad, match in [(["accuracy"], "Unknown metric"), (["recall@x"], "recall@1"), ([], "No metric")]:
+    for bad, match in [(["accuracy"], "Unknown metric"), (["recall@x"], "recall@1"),
+                       ([], "No metric")]:
         with pytest.raises(ValueError, match=match):
             metrics.parse_metrics(bad)
     with pytest.raises(ValueError, match="ks"):

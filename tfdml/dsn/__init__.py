@@ -1,0 +1,53 @@
+"""Learned sampling policy: the deep sampler network of DE-DSP (Duan et al. 2019).
+
+==================================  ===========================================
+:mod:`tfdml.dsn.policy`             sampler networks (softmax policy, Eq. 4),
+                                    chained selection (Eq. 5, Fig. 2)
+:mod:`tfdml.dsn.reinforce`          REINFORCE objective (Eq. 6–8, footnote 1),
+                                    per-tuple scores S = L_emb (Eq. 2, Eq. 9)
+:mod:`tfdml.dsn.model`              :class:`DSNEmbeddingModel`: Algorithm 1 as
+                                    a Keras ``train_step`` (``model.fit``)
+==================================  ===========================================
+
+Usage::
+
+    from pipelines import designs, sources
+    from tfdml import dsn, losses, models
+
+    split = sources.get_source("mnist5k").split("train")
+    pools = designs.MPerClassDesign(m=20, classes_per_batch=5).batches(split, seed=0)
+    encoder = models.build_encoder(models.small_cnn((28, 28, 1)), embedding_dim=64)
+    model = dsn.DSNEmbeddingModel(encoder, sampler="triplet", tuples_per_minibatch=16,
+                                  minibatches=4, seed=0)
+    model.compile(optimizer="adam", loss=losses.TripletLoss(margin=0.2), dsn_optimizer="adam")
+    model.fit(pools, steps_per_epoch=100, epochs=3)
+"""
+
+from tfdml.dsn.model import DSNEmbeddingModel
+from tfdml.dsn.policy import (
+    KINDS,
+    NPairChoice,
+    NPairSamplerNetwork,
+    SamplerNetwork,
+    TripletChoice,
+    TripletSamplerNetwork,
+    cheap_features,
+    pool_structure,
+)
+from tfdml.dsn.reinforce import npair_regularizer, npair_terms, reinforce_loss, triplet_terms
+
+__all__ = [
+    "DSNEmbeddingModel",
+    "KINDS",
+    "NPairChoice",
+    "NPairSamplerNetwork",
+    "SamplerNetwork",
+    "TripletChoice",
+    "TripletSamplerNetwork",
+    "cheap_features",
+    "npair_regularizer",
+    "npair_terms",
+    "pool_structure",
+    "reinforce_loss",
+    "triplet_terms",
+]

@@ -1,0 +1,307 @@
+"""DE-DSP training (Duan et al. 2019, §3.2, Algorithm 1) as a Keras model.
+
+:class:`DSNEmbeddingModel` is an :class:`tfdml.models.EmbeddingModel` whose
+``train_step`` runs one iteration of Algorithm 1 on a *pool* (one batch of
+the pipeline, e.g. ``MPerClassDesign(m, classes_per_batch)``):
+
+    for k = 1..K:                                          (lines 4–9)
+        sample M tuples from the pool with the policy p(x_s | X; η)
+        embed only the selected examples (training mode), score them:
+            S = L_emb of each tuple (triplet Eq. 2 / N-pair Eq. 9)
+        update η with REINFORCE on the mini-batch (Eq. 8, footnote 1)
+    update θ with L_emb of the K·M tuples (line 10)
+
+The K forward passes of the embedding network serve both as the scores of
+line 7 (θ is only updated at line 10, so they are the scores under the current
+θ) and as the forward pass of the θ update, recorded on one gradient tape:
+the embedding network runs once per selected example. K is a Python int and
+the K mini-batches are unrolled when the step is traced (no Python work per
+step at run time); the step compiles with ``jit_compile=True``.
+
+The DSN (a :class:`~tfdml.dsn.policy.SamplerNetwork`), its optimizer
+(``dsn_optimizer`` of :meth:`compile`) and the random stream of its draws are
+part of the model: ``model.save`` / ``save_weights`` / checkpoints save them
+and loading restores them, so training resumes with the same policy (§4.2:
+η is carried over between steps, never re-initialised). With ``seed`` fixed
+(and the encoder's weights fixed, e.g. by ``keras.utils.set_random_seed``)
+a run is reproducible.
+
+The embedding loss is a compiled :class:`tfdml.losses.TripletLoss` (its
+``margin``, ``squared``, ``distance`` and ``tuple_reduction`` are used; its
+``sampler`` is not: the DSN selects the triplets) or
+:class:`tfdml.losses.NPairLoss` (``l2_reg``, ``tuple_reduction``). ``evaluate``
+computes the compiled loss (with its own sampler) on whole batches, as
+:class:`~tfdml.models.EmbeddingModel` does.
+
+Pre-training of the DSN (Algorithm 1, line 2) is :meth:`pretrain_sampler`:
+DSN updates on pools with the embedding network fixed.
+
+Distribution strategies with more than one replica are not supported (each
+replica would select from its own slice of the pool); compile raises.
+"""
+
+import keras
+import tensorflow as tf
+
+from tfdml import models
+from tfdml import targets as targets_lib
+from tfdml.dsn import policy as policy_lib
+from tfdml.dsn import reinforce
+from tfdml.losses import NPairLoss, SeedState, TripletLoss, reduce_tuples
+
+_LOSS_FOR_KIND = {"triplet": TripletLoss, "npair": NPairLoss}
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class DSNEmbeddingModel(models.EmbeddingModel):
+    """An embedding model trained with a learned sampling policy (DE-DSP).
+
+    Args:
+      encoder: Keras model mapping inputs to [B, d] embeddings.
+      sampler: the DSN: ``"triplet"`` / ``"npair"`` (built with
+        ``sampler_options``), a :class:`~tfdml.dsn.policy.SamplerNetwork`,
+        or its serialised config.
+      tuples_per_minibatch: M, tuples per DSN mini-batch (triplets; for
+        N-pair, N = the number of classes of one N-pair batch).
+      minibatches: K, DSN mini-batches per embedding batch (Algorithm 1).
+      seed: int seed of the DSN's draws (anchors, gallery, policy samples) and
+        of its weight initialisation (``None``: drawn).
+      baseline: ``"mean"`` (footnote 1) or ``"none"``: see
+        :func:`tfdml.dsn.reinforce.reinforce_loss`.
+      sampler_options: keyword arguments of the network when ``sampler`` is a
+        kind (``width``, ``depth``, ``input_size``).
+
+    Usage::
+
+        model = DSNEmbeddingModel(encoder, sampler="triplet", tuples_per_minibatch=16,
+                                  minibatches=4, seed=0)
+        model.compile(optimizer="adam", loss=tfdml.losses.TripletLoss(margin=0.2),
+                      dsn_optimizer=keras.optimizers.Adam(1e-3))
+        model.fit(pools, steps_per_epoch=..., epochs=...)  # pools: (x [P, ...], labels or dict)
+    """
+
+    def __init__(
+        self,
+        encoder,
+        sampler="triplet",
+        tuples_per_minibatch=16,
+        minibatches=4,
+        seed=None,
+        baseline="mean",
+        sampler_options=None,
+        **kwargs,
+    ):
+        kwargs.pop("gather_replicas", None)
+        super().__init__(encoder, gather_replicas=False, **kwargs)
+        self.tuples_per_minibatch = _check_int(tuples_per_minibatch, "tuples_per_minibatch")
+        self.minibatches = _check_int(minibatches, "minibatches")
+        if baseline not in reinforce.BASELINES:
+            raise ValueError(
+                f"DSNEmbeddingModel: unknown baseline {baseline!r}; choose one of "
+                f"{', '.join(reinforce.BASELINES)}."
+            )
+        self.baseline = baseline
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"DSNEmbeddingModel: seed must be an int or None, got {seed!r}.")
+        self.seed = seed
+        self.sampler_options = dict(sampler_options or {})
+        if isinstance(sampler, str):
+            options = dict(self.sampler_options)
+            options.setdefault("seed", seed)
+            try:
+                sampler = policy_lib.get(sampler, **options)
+            except TypeError as err:
+                raise ValueError(f"DSNEmbeddingModel: sampler_options: {err}") from None
+        elif self.sampler_options:
+            raise ValueError(
+                "DSNEmbeddingModel: sampler_options only apply when sampler is a kind "
+                f"({', '.join(policy_lib.KINDS)}); configure the network object instead."
+            )
+        self.sampler = policy_lib.get(sampler)
+        self.sampler_seed = SeedState(seed, name="dsn_seed")
+        self.dsn_optimizer = None
+        self.reward_tracker = keras.metrics.Mean(name="dsn_score")
+        self.dsn_loss_tracker = keras.metrics.Mean(name="dsn_loss")
+
+    # -- compile / build -----------------------------------------------------
+    def compile(self, optimizer="adam", loss=None, dsn_optimizer="adam", **kwargs):
+        """``loss``: a :class:`~tfdml.losses.TripletLoss` for the triplet DSN, a
+        :class:`~tfdml.losses.NPairLoss` for the N-pair DSN. ``dsn_optimizer``:
+        the DSN's own optimizer (name, config or instance)."""
+        expected = _LOSS_FOR_KIND[self.sampler.kind]
+        if not isinstance(loss, expected):
+            raise ValueError(
+                f"DSNEmbeddingModel with a {self.sampler.kind} sampler network needs "
+                f"loss=tfdml.losses.{expected.__name__}(...), got {type(loss).__name__}."
+            )
+        strategy = tf.distribute.get_strategy()
+        if strategy.num_replicas_in_sync > 1:
+            raise ValueError(
+                "DSNEmbeddingModel does not support distribution strategies with several replicas "
+                "(each replica would select tuples from its own slice of the pool); train on one device."
+            )
+        super().compile(optimizer=optimizer, loss=loss, **kwargs)
+        self.dsn_optimizer = keras.optimizers.get(dsn_optimizer)
+        self._dsn_compile = keras.saving.serialize_keras_object(self.dsn_optimizer)
+        if self.built:
+            self._build_optimizers()
+
+    def get_compile_config(self):
+        config = super().get_compile_config()
+        if config is not None and self.dsn_optimizer is not None:
+            config["dsn_optimizer"] = self._dsn_compile
+        return config
+
+    def compile_from_config(self, config):
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if self.built:
+            self._build_optimizers()
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        if not self.sampler.built:
+            self.sampler.build(input_shape)
+        if self.compiled and self.dsn_optimizer is not None:
+            self._build_optimizers()
+
+    def embedding_variables(self):
+        """Trainable variables of θ (everything trainable except the DSN)."""
+        dsn = {id(v) for v in self.sampler.trainable_variables}
+        return [v for v in self.trainable_variables if id(v) not in dsn]
+
+    def _build_optimizers(self):
+        if not self.optimizer.built:
+            self.optimizer.build(self.embedding_variables())
+        if not self.dsn_optimizer.built:
+            self.dsn_optimizer.build(self.sampler.trainable_variables)
+
+    # -- Algorithm 1 ---------------------------------------------------------
+    def _minibatch(self, x, features, labels, seed):
+        """Lines 5–8 of Algorithm 1: (per-tuple loss terms, mask, extras, dsn loss, mean score)."""
+        loss = self._metric_loss
+        dsn_vars = self.sampler.trainable_variables
+        num = self.tuples_per_minibatch
+        with tf.GradientTape() as dsn_tape:
+            choice = self.sampler.select(features, labels, num, seed)
+            with dsn_tape.stop_recording():
+                if self.sampler.kind == "triplet":
+                    idx = tf.concat([choice.anchor, choice.positive, choice.negative], axis=0)
+                    emb = tf.cast(self.encoder(tf.gather(x, idx), training=True), loss.dtype)
+                    a, p, n = emb[:num], emb[num : 2 * num], emb[2 * num :]
+                    terms = reinforce.triplet_terms(a, p, n, loss.margin, loss.squared, loss.distance)
+                    extra = None
+                else:
+                    idx = tf.concat([choice.probe, choice.gallery], axis=0)
+                    emb = tf.cast(self.encoder(tf.gather(x, idx), training=True), loss.dtype)
+                    probe, gallery = emb[:num], emb[num:]
+                    terms = reinforce.npair_terms(probe, gallery, choice.mask)
+                    extra = (probe, gallery)
+            dsn_loss = reinforce.reinforce_loss(
+                choice.log_prob, tf.stop_gradient(terms), choice.mask, self.baseline
+            )
+        grads = dsn_tape.gradient(dsn_loss, dsn_vars)
+        self.dsn_optimizer.apply(grads, dsn_vars)
+        weight = tf.cast(choice.mask, terms.dtype)
+        score = tf.reduce_sum(tf.stop_gradient(terms) * weight) / tf.maximum(tf.reduce_sum(weight), 1.0)
+        return terms, choice.mask, extra, dsn_loss, score
+
+    def _algorithm(self, x, y):
+        if isinstance(x, (dict, list, tuple)):
+            raise ValueError(
+                "DSNEmbeddingModel needs the pool as one input tensor x [P, ...] "
+                f"(got {type(x).__name__}); the DSN gathers the selected examples from it."
+            )
+        if y is None:
+            raise ValueError(
+                "DSNEmbeddingModel needs labels: give the pools as (x, labels) or (x, {'label': ...})."
+            )
+        labels = targets_lib.unpack(y).label
+        features = self.sampler.features(x)
+        results = []
+        for _ in range(self.minibatches):
+            results.append(self._minibatch(x, features, labels, self.sampler_seed.next()))
+        terms = tf.concat([r[0] for r in results], axis=0)
+        mask = tf.concat([r[1] for r in results], axis=0)
+        loss_fn = self._metric_loss
+        loss = reduce_tuples(terms, tf.cast(mask, terms.dtype), loss_fn.tuple_reduction)
+        if self.sampler.kind == "npair" and loss_fn.l2_reg:
+            probe = tf.concat([r[2][0] for r in results], axis=0)
+            gallery = tf.concat([r[2][1] for r in results], axis=0)
+            loss = loss + loss_fn.l2_reg * reinforce.npair_regularizer(probe, gallery, mask)
+        dsn_loss = tf.add_n([r[3] for r in results]) / len(results)
+        score = tf.add_n([r[4] for r in results]) / len(results)
+        return loss, dsn_loss, score
+
+    def _ensure_built(self, x):
+        # Keras builds a model without a strategy only when the train function is
+        # traced by calling it on x; this step never calls the model itself.
+        if not self.built:
+            self.build((None,) + tuple(x.shape[1:]))
+        self._build_optimizers()
+
+    def train_step(self, data):
+        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        self._ensure_built(x)
+        emb_vars = self.embedding_variables()
+        with tf.GradientTape() as tape:
+            loss, dsn_loss, score = self._algorithm(x, y)
+            total = loss
+            for extra in self.losses:
+                total = total + self._aggregate_additional_loss(extra)
+        grads = tape.gradient(total, emb_vars)
+        self.optimizer.apply(grads, emb_vars)  # line 10
+        self._loss_tracker.update_state(total)
+        self.dsn_loss_tracker.update_state(dsn_loss)
+        self.reward_tracker.update_state(score)
+        return {m.name: m.result() for m in self.metrics if m.name in ("loss", "dsn_loss", "dsn_score")}
+
+    def pretrain_sampler(self, dataset, steps, verbose=0):
+        """Algorithm 1, line 2: ``steps`` pools of DSN-only updates (K mini-batches each),
+        with the embedding network fixed. Returns the mean score S per pool (a list)."""
+        steps = _check_int(steps, "steps")
+        if self.dsn_optimizer is None:
+            raise ValueError("Call compile(...) before pretrain_sampler.")
+        iterator = iter(dataset)
+        first = next(iterator)
+        x, y, _ = keras.utils.unpack_x_y_sample_weight(first)
+        self._ensure_built(tf.convert_to_tensor(x))
+
+        @tf.function(jit_compile=self.jit_compile is True, reduce_retracing=True)
+        def step(x, y):
+            _, _, score = self._algorithm(x, y)
+            return score
+
+        scores = [float(step(x, y))]
+        for i in range(1, steps):
+            x, y, _ = keras.utils.unpack_x_y_sample_weight(next(iterator))
+            scores.append(float(step(x, y)))
+            if verbose:
+                print(f"pretrain_sampler {i + 1}/{steps}: mean score {scores[-1]:.4f}")
+        return scores
+
+    # -- serialisation -------------------------------------------------------
+    def get_config(self):
+        config = super().get_config()
+        config.pop("gather_replicas", None)
+        config.update(
+            sampler=keras.saving.serialize_keras_object(self.sampler),
+            tuples_per_minibatch=self.tuples_per_minibatch,
+            minibatches=self.minibatches,
+            seed=self.seed,
+            baseline=self.baseline,
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        encoder = keras.saving.deserialize_keras_object(config.pop("encoder"), custom_objects=custom_objects)
+        sampler = keras.saving.deserialize_keras_object(config.pop("sampler"), custom_objects=custom_objects)
+        return cls(encoder=encoder, sampler=sampler, **config)
+
+
+def _check_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"DSNEmbeddingModel: {name} must be an integer >= 1, got {value!r}.")
+    return value

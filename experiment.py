@@ -432,6 +432,12 @@ def export(model, out, input_shape):
 
 
 def summary(cfg, result):
+    if "metrics" not in result:  # a non-chief worker of a multi-worker run
+        return (
+            f"worker finished: {len(result['history'].get('loss', []))} epoch(s), "
+            f"weights in {os.path.join(result['output_dir'], 'final.weights.h5')}; "
+            "the chief writes the metrics and the export."
+        )
     lines = [
         "",
         "=" * 60,

@@ -20,6 +20,10 @@ _SUBMODULES = (
     "metrics",
     "callbacks",
     "models",
+    "distributed",
+    "config",
+    "backbones",
+    "plots",
 )
 
 for _name in _SUBMODULES:

@@ -66,6 +66,10 @@ def train_loop(model, strategy, dataset, global_batch_size, epochs, steps_per_ep
     """
     iterator = iter(distribute_global_batches(strategy, dataset, global_batch_size))
     optimizer = model.optimizer
+    with strategy.scope():
+        # Create the optimizer's slots as distributed variables now, not
+        # lazily inside the replica function.
+        optimizer.build(model.trainable_variables)
 
     def step_fn(x, y):
         with tf.GradientTape() as tape:

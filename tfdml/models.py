@@ -94,11 +94,45 @@ def build_encoder(backbone, embedding_dim=128, normalize=True, name="encoder"):
     return keras.Model(inputs, emb, name=name)
 
 
-def _gather(value, context):
+def _gather_all_gather(value, context):
     gathered = context.all_gather(value, axis=0)
     # all_gather forgets the static shape; samplers need the embedding size.
     gathered.set_shape([None] + value.shape[1:].as_list())
     return gathered
+
+
+def _gather_by_sum(value, context):
+    """All-gather as a sum: each replica pads its slice to the global batch at
+    its own offset, then one all-reduce adds them up. Differentiable like
+    all_gather (the gradient of a SUM all-reduce is the SUM all-reduce of the
+    gradient). Integer columns travel as float64 (exact below 2^53). Needs
+    equal slices, which tfdml.distributed.distribute_global_batches gives."""
+    replicas = context.num_replicas_in_sync
+    replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
+    size = tf.shape(value)[0]
+    carried = value if value.dtype.is_floating else tf.cast(value, tf.float64)
+    paddings = [[replica * size, (replicas - 1 - replica) * size]] + [[0, 0]] * (value.shape.rank - 1)
+    total = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.pad(carried, paddings))
+    total = tf.cast(total, value.dtype)
+    total.set_shape([None] + value.shape[1:].as_list())
+    return total
+
+
+#: How replicas exchange their slices: "auto" uses all_gather, except under
+#: MultiWorkerMirroredStrategy, whose replica-context all_gather fails inside
+#: tf.function in TF 2.21 ("destinations can not be empty"); "sum" forces
+#: the all-reduce form everywhere.
+GATHER_METHOD = "auto"
+
+
+def _gather(value, context):
+    method = GATHER_METHOD
+    if method == "auto":
+        strategy = tf.distribute.get_strategy()
+        method = "sum" if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) else "all_gather"
+    if method == "sum":
+        return _gather_by_sum(value, context)
+    return _gather_all_gather(value, context)
 
 
 def gather_across_replicas(y, y_pred):

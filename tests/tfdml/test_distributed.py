@@ -101,3 +101,16 @@ def test_custom_loop_mirrored_equals_fit_single_device(mirrored_strategy):
 def test_indivisible_global_batch_is_a_clear_error():
     with pytest.raises(ValueError, match="not divisible"):
         distributed.replica_slice(10, 4, 0)
+
+
+def test_sum_gather_used_by_multi_worker_equals_single_device(mirrored_strategy, monkeypatch):
+    """The all-reduce form of the gather (used under MultiWorkerMirroredStrategy)
+    gives the single-device weights too, through the custom loop."""
+    monkeypatch.setattr(models, "GATHER_METHOD", "sum")
+    single = _model(tf.distribute.get_strategy(), "margin_dws")
+    single.fit(_data(), steps_per_epoch=3, epochs=1, verbose=0)
+    mirrored = _model(mirrored_strategy, "margin_dws")
+    distributed.train_loop(mirrored, mirrored_strategy, _data(), GLOBAL_BATCH, epochs=1,
+                           steps_per_epoch=3, verbose=0)
+    for a, b in zip(_weights(single), _weights(mirrored)):
+        np.testing.assert_allclose(a, b, atol=1e-5)

@@ -15,7 +15,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import tfdml
 from tfdml import config as config_lib
 from tfdml import losses as losses_lib
 from tfdml import models
@@ -86,7 +85,9 @@ def train_dataset(cfg, design, split, skip_batches=0):
     augmentation = None
     if cfg["image"]["augment"]:
         size = input_shape_for(cfg, split.image_shape)[:2]
-        augmentation = augment.TrainTransform(size=size, scale=(0.5, 1.0))
+        augmentation = augment.TrainTransform(
+            size=size, scale=tuple(cfg["image"]["crop_scale"]), flip=cfg["image"]["flip"]
+        )
     try:
         ds = design.batches(split, seed=cfg["seed"], transform=augmentation, prefetch=False)
     except ValueError as err:

@@ -22,10 +22,8 @@ state, the loss's learned parameters and the sampler's random stream.
 """
 
 import argparse
-import json
 import os
 import sys
-import time
 
 
 def parse_args(argv=None):

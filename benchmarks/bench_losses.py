@@ -14,35 +14,17 @@ Usage::
 
 import argparse
 import os
-import platform
 import statistics
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import machine  # noqa: E402  (benchmarks/machine.py)
+
 from tfdml import losses, samplers  # noqa: E402
-
-
-def machine_description():
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    gpus = tf.config.list_physical_devices("GPU")
-    gpu = f"GPU: {', '.join(g.name for g in gpus)}" if gpus else "no GPU"
-    return (
-        f"{platform.platform()}; {cpu}, {os.cpu_count()} logical CPUs visible, {gpu}; "
-        f"Python {platform.python_version()}, TensorFlow {tf.__version__}, Keras {keras.__version__}"
-    )
 
 
 def cases(num_classes):
@@ -131,7 +113,7 @@ def main():
     args = parser.parse_args()
 
     y, e = batch(args.classes, args.per_class, args.dim)
-    print(f"Machine: {machine_description()}")
+    print(f"Machine: {machine.describe()}")
     print(
         f"Forward + backward, batch {args.classes * args.per_class} ({args.classes} classes × "
         f"{args.per_class}), {args.dim}-d unit embeddings; median of {args.runs} runs after "

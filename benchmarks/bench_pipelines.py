@@ -17,7 +17,6 @@ for reference, with a Python ``for`` loop. Each figure is the median of
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -27,7 +26,8 @@ import numpy as np
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
-import tensorflow as tf  # noqa: E402
+
+import machine  # noqa: E402  (benchmarks/machine.py)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pipelines import designs, sources  # noqa: E402
@@ -48,25 +48,6 @@ def sop_like_labels(seed=0):
         lo, hi = (tau, hi) if (p * sizes).sum() < target else (lo, tau)
     counts = np.random.default_rng(seed).choice(sizes, size=SOP_CLASSES, p=p)
     return np.repeat(np.arange(SOP_CLASSES), counts).astype(np.int32)
-
-
-def machine():
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",)
-    return (
-        f"{platform.system()} {platform.machine()}, {cpu}, {cores} usable cores, "
-        f"load average {load[0]:.2f}; Python {platform.python_version()}, "
-        f"TensorFlow {tf.__version__}, NumPy {np.__version__}"
-    )
 
 
 def rate_reduce(ds, count):
@@ -100,7 +81,7 @@ def main(argv=None):
     parser.add_argument("--image-size", type=int, default=32, help="side of the in-memory images")
     args = parser.parse_args(argv)
 
-    print("machine:", machine())
+    print("machine:", machine.describe())
     labels = sop_like_labels()
     sizes = np.bincount(labels)
     print(

@@ -85,7 +85,9 @@ SCHEMA = {
     "image": {
         "size": _Field((int, type(None)), None, doc="resize to size×size (None: native)"),
         "channels": _Field((int, type(None)), None, doc="force 1 or 3 channels (None: native)"),
-        "augment": _Field(bool, False, doc="random resized crop + flip for training"),
+        "augment": _Field(bool, False, doc="random resized crop (+ flip) for training"),
+        "crop_scale": _Field(list, [0.5, 1.0], doc="area fraction range of the random resized crop"),
+        "flip": _Field(bool, True, doc="random horizontal mirroring (with augment)"),
     },
     "model": {
         "backbone": _Field(str, "small_cnn", doc="small_cnn, mlp, or a tfdml.backbones name"),
@@ -191,6 +193,10 @@ def _check_combinations(cfg):
         raise ConfigError(f"design.m = {cfg['design']['m']} leaves no positive pairs; use m >= 2.")
     if design == "p_random" and not 0.0 < cfg["design"]["p"] < 1.0:
         raise ConfigError(f"design.p = {cfg['design']['p']} must lie strictly between 0 and 1.")
+    scale = cfg["image"]["crop_scale"]
+    if len(scale) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scale) \
+            or not 0.0 < scale[0] <= scale[1] <= 1.0:
+        raise ConfigError(f"image.crop_scale must be [min, max] with 0 < min <= max <= 1, got {scale!r}.")
     bad = [m for m in cfg["evaluation"]["metrics"] if m not in METRICS]
     if bad:
         raise ConfigError(f"evaluation.metrics has unknown {bad}; choose from: {', '.join(METRICS)}.")

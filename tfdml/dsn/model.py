@@ -110,8 +110,11 @@ class DSNEmbeddingModel(models.EmbeddingModel):
             options.setdefault("seed", seed)
             try:
                 sampler = policy_lib.get(sampler, **options)
-            except TypeError as err:
-                raise ValueError(f"DSNEmbeddingModel: sampler_options: {err}") from None
+            except (TypeError, ValueError) as err:
+                raise ValueError(
+                    f"DSNEmbeddingModel: sampler_options {self.sampler_options!r}: {err} "
+                    "(valid: width, depth, input_size)."
+                ) from None
         elif self.sampler_options:
             raise ValueError(
                 "DSNEmbeddingModel: sampler_options only apply when sampler is a kind "
@@ -177,13 +180,13 @@ class DSNEmbeddingModel(models.EmbeddingModel):
             self.dsn_optimizer.build(self.sampler.trainable_variables)
 
     # -- Algorithm 1 ---------------------------------------------------------
-    def _minibatch(self, x, features, labels, seed):
+    def _minibatch(self, x, features, labels, noise):
         """Lines 5–8 of Algorithm 1: (per-tuple loss terms, mask, extras, dsn loss, mean score)."""
         loss = self._metric_loss
         dsn_vars = self.sampler.trainable_variables
         num = self.tuples_per_minibatch
         with tf.GradientTape() as dsn_tape:
-            choice = self.sampler.select(features, labels, num, seed)
+            choice = self.sampler.select(features, labels, num, noise=noise)
             with dsn_tape.stop_recording():
                 if self.sampler.kind == "triplet":
                     idx = tf.concat([choice.anchor, choice.positive, choice.negative], axis=0)
@@ -218,9 +221,16 @@ class DSNEmbeddingModel(models.EmbeddingModel):
             )
         labels = targets_lib.unpack(y).label
         features = self.sampler.features(x)
+        # All draws of the step at once (one philox kernel), then K unrolled mini-batches.
+        noise = policy_lib.draw_noise(
+            self.sampler_seed.next(),
+            self.sampler.noise_rows(self.tuples_per_minibatch),
+            tf.shape(labels)[0],
+            batch_shape=(self.minibatches,),
+        )
         results = []
-        for _ in range(self.minibatches):
-            results.append(self._minibatch(x, features, labels, self.sampler_seed.next()))
+        for k in range(self.minibatches):
+            results.append(self._minibatch(x, features, labels, noise[k]))
         terms = tf.concat([r[0] for r in results], axis=0)
         mask = tf.concat([r[1] for r in results], axis=0)
         loss_fn = self._metric_loss

@@ -99,24 +99,25 @@ def masked_log_softmax(logits, mask):
     return tf.nn.log_softmax(logits, axis=-1)
 
 
-def gumbel_sample(logits, mask, seed):
+def gumbel_sample(logits, mask, seed=None, uniform=None):
     """One index per row drawn from softmax(logits) restricted to ``mask`` (Gumbel-max).
 
-    Rows without a valid entry return an arbitrary index (mask them out).
+    The randomness is ``uniform`` (floats in [0, 1) of the logits' shape) or
+    drawn from ``seed``. Rows without a valid entry return an arbitrary index
+    (mask them out).
     """
-    u = samplers_base.uniform01(tf.shape(logits), seed)
+    u = samplers_base.uniform01(tf.shape(logits), seed) if uniform is None else uniform
     gumbel = -tf.math.log(-tf.math.log(tf.cast(u, logits.dtype) + tf.cast(1e-12, logits.dtype)))
     scores = tf.where(mask, logits + gumbel, tf.cast(-float("inf"), logits.dtype))
     return tf.argmax(scores, axis=-1, output_type=tf.int32)
 
 
-def uniform_classes(structure, eligible, num, seed):
+def uniform_classes(structure, eligible, num, uniform):
     """``num`` class slots (pool indices of class representatives), uniformly over the
     ``eligible`` classes: slot t takes the (t mod L)-th class of a random permutation
-    of the L eligible classes. Returns ``(rep [num], valid [num])``; without an
-    eligible class every slot is invalid."""
-    keys = samplers_base.uniform01(tf.shape(structure.rep), seed)
-    keys = tf.where(eligible, keys, 2.0)
+    of the L eligible classes (the permutation sorts the [P] ``uniform`` keys).
+    Returns ``(rep [num], valid [num])``; without an eligible class every slot is invalid."""
+    keys = tf.where(eligible, uniform, 2.0)
     order = tf.argsort(keys, stable=True)
     num_eligible = tf.reduce_sum(tf.cast(eligible, tf.int32))
     slot = tf.math.floormod(tf.range(num), tf.maximum(num_eligible, 1))
@@ -124,11 +125,17 @@ def uniform_classes(structure, eligible, num, seed):
     return tf.gather(order, slot), valid
 
 
-def uniform_member(structure, rep, seed):
-    """One example uniformly among the members of each class ``rep`` [M]."""
+def uniform_member(structure, rep, uniform):
+    """One example uniformly among the members of each class ``rep`` [M] ([M, P] ``uniform``)."""
     members = tf.gather(structure.same, rep)
     logits = tf.zeros(tf.shape(members), tf.float32)
-    return gumbel_sample(logits, members, seed)
+    return gumbel_sample(logits, members, uniform=uniform)
+
+
+def draw_noise(seed, rows, pool_size, batch_shape=()):
+    """Uniform [*batch_shape, rows, P] floats in [0, 1) for :meth:`SamplerNetwork.select`:
+    one philox draw (each stateless draw is a costly XLA kernel to compile)."""
+    return samplers_base.uniform01(list(batch_shape) + [rows, pool_size], seed)
 
 
 def cheap_features(x, input_size=7):
@@ -181,6 +188,11 @@ class SamplerNetwork(keras.layers.Layer):
 
     kind = None
     heads = ()
+
+    @staticmethod
+    def noise_rows(num):
+        """Rows of uniform noise :meth:`select` needs for ``num`` tuples."""
+        raise NotImplementedError
 
     def __init__(self, width=64, depth=2, input_size=7, seed=None, **kwargs):
         super().__init__(**kwargs)
@@ -310,14 +322,18 @@ class TripletSamplerNetwork(SamplerNetwork):
             out["negative"] = tf.gather(structure.same, neg_class)
         return out
 
-    def anchors(self, structure, num, seed):
+    @staticmethod
+    def noise_rows(num):
+        return 4 * num + 1
+
+    def anchors(self, structure, num, noise):
         """``num`` anchors uniformly over the classes with a positive pair (≥ 2 examples),
-        in a pool with at least two classes. Returns ``(anchor [num], valid [num])``."""
-        seeds = tf.random.experimental.stateless_split(seed, 2)
+        in a pool with at least two classes, from [num + 1, P] uniform ``noise``.
+        Returns ``(anchor [num], valid [num])``."""
         has_other = tf.reduce_any(tf.logical_not(structure.same[0]))
         eligible = structure.is_rep & (structure.count >= 2) & has_other
-        rep, valid = uniform_classes(structure, eligible, num, seeds[0])
-        return uniform_member(structure, rep, seeds[1]), valid
+        rep, valid = uniform_classes(structure, eligible, num, noise[0])
+        return uniform_member(structure, rep, noise[1 : num + 1]), valid
 
     def log_prob(self, features, labels, anchor, positive, negative):
         """log p(p, c, n | a) of given tuples (Eq. 5), differentiable w.r.t. η; c = class of n."""
@@ -339,30 +355,33 @@ class TripletSamplerNetwork(SamplerNetwork):
             total += tf.gather(lsm, index, batch_dims=1)
         return total
 
-    def select(self, features, labels, num, seed):
+    def select(self, features, labels, num, seed=None, noise=None):
         """Sample ``num`` triplets from the pool by the chained policy (Eq. 4, 5).
 
         Args:
           features: [P, F] DSN input of the pool (:meth:`features`).
           labels: [P] integer labels.
           num: M, the number of triplets (a Python int).
-          seed: [2] integer seed.
+          seed: [2] integer seed, or
+          noise: [4M + 1, P] uniform floats (:func:`draw_noise`) instead.
 
         Returns a :class:`TripletChoice`. A tuple is valid when its anchor class
         has ≥ 2 examples and the pool has another class; invalid slots hold
         in-range but meaningless indices.
         """
         structure = pool_structure(labels)
-        seeds = tf.random.experimental.stateless_split(seed, 4)
-        anchor, valid = self.anchors(structure, num, seeds[0])
+        if noise is None:
+            noise = draw_noise(seed, self.noise_rows(num), tf.shape(structure.rep)[0])
+        anchor, valid = self.anchors(structure, num, noise[: num + 1])
         h = self.embed(features)
         first = self.first_logits(h, structure, anchor)
         masks = self.masks(structure, anchor)
-        positive = gumbel_sample(first[0], masks["positive"], seeds[1])
-        neg_class = gumbel_sample(first[1], masks["negative_class"], seeds[2])
+        u_pos, u_cls, u_neg = (noise[1 + k * num : 1 + (k + 1) * num] for k in (1, 2, 3))
+        positive = gumbel_sample(first[0], masks["positive"], uniform=tf.cast(u_pos, h.dtype))
+        neg_class = gumbel_sample(first[1], masks["negative_class"], uniform=tf.cast(u_cls, h.dtype))
         neg_logits = self.negative_logits(h, anchor, positive)
         neg_mask = tf.gather(structure.same, neg_class)
-        negative = gumbel_sample(neg_logits, neg_mask, seeds[3])
+        negative = gumbel_sample(neg_logits, neg_mask, uniform=tf.cast(u_neg, h.dtype))
         lp = self._log_prob(h, structure, anchor, positive, neg_class, negative, first, neg_logits)
         lp = tf.where(valid, lp, tf.zeros_like(lp))
         return TripletChoice(anchor, positive, negative, lp, valid)
@@ -384,20 +403,22 @@ class NPairSamplerNetwork(SamplerNetwork):
     def head_input_units(self, head):
         return 4 * self.width
 
-    def gallery(self, structure, num, seed):
+    @staticmethod
+    def noise_rows(num):
+        return 2 * num + 1
+
+    def gallery(self, structure, num, noise):
         """``num`` gallery examples of distinct classes with ≥ 2 examples, classes
-        uniformly without replacement. Returns ``(gallery [num], valid [num])``:
-        slots beyond the number of such classes are invalid."""
-        seeds = tf.random.experimental.stateless_split(seed, 2)
+        uniformly without replacement, from [num + 1, P] uniform ``noise``. Returns
+        ``(gallery [num], valid [num])``: slots beyond the number of such classes are invalid."""
         eligible = structure.is_rep & (structure.count >= 2)
-        keys = samplers_base.uniform01(tf.shape(structure.rep), seeds[0])
-        keys = tf.where(eligible, keys, 2.0)
+        keys = tf.where(eligible, noise[0], 2.0)
         order = tf.argsort(keys, stable=True)
         num_eligible = tf.reduce_sum(tf.cast(eligible, tf.int32))
         slot = tf.minimum(tf.range(num), tf.maximum(num_eligible, 1) - 1)
         rep = tf.gather(order, slot)
         valid = tf.range(num) < num_eligible
-        return uniform_member(structure, rep, seeds[1]), valid
+        return uniform_member(structure, rep, noise[1 : num + 1]), valid
 
     def logits(self, h, structure, gallery, valid):
         hg = tf.gather(h, gallery)
@@ -420,18 +441,20 @@ class NPairSamplerNetwork(SamplerNetwork):
         lsm = masked_log_softmax(self.logits(h, structure, gallery, valid), self.mask(structure, gallery))
         return tf.gather(lsm, probe, batch_dims=1)
 
-    def select(self, features, labels, num, seed):
+    def select(self, features, labels, num, seed=None, noise=None):
         """Draw the gallery and sample one probe per gallery example (Fig. 2b).
 
-        ``num`` is N; returns an :class:`NPairChoice`.
+        ``num`` is N; ``seed`` a [2] integer seed or ``noise`` [2N + 1, P] uniform
+        floats (:func:`draw_noise`). Returns an :class:`NPairChoice`.
         """
         structure = pool_structure(labels)
-        seeds = tf.random.experimental.stateless_split(seed, 2)
-        gallery, valid = self.gallery(structure, num, seeds[0])
+        if noise is None:
+            noise = draw_noise(seed, self.noise_rows(num), tf.shape(structure.rep)[0])
+        gallery, valid = self.gallery(structure, num, noise[: num + 1])
         h = self.embed(features)
         logits = self.logits(h, structure, gallery, valid)
         mask = self.mask(structure, gallery)
-        probe = gumbel_sample(logits, mask, seeds[1])
+        probe = gumbel_sample(logits, mask, uniform=tf.cast(noise[num + 1 :], h.dtype))
         lsm = masked_log_softmax(logits, mask)
         lp = tf.where(valid, tf.gather(lsm, probe, batch_dims=1), tf.zeros([num], lsm.dtype))
         return NPairChoice(probe, gallery, lp, valid)

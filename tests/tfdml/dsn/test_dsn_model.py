@@ -1,0 +1,159 @@
+"""DSNEmbeddingModel: Algorithm 1 (Duan et al. 2019) as a train_step under model.fit,
+the DSN saved and restored with the model, reproducible with a fixed seed."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfdml import dsn, losses, models
+
+K, M = 2, 6
+CLASSES, PER_CLASS = 4, 5  # pools of 4 classes × 5 images (an m-per-class batch)
+
+
+def _pools(num=4, seed=0):
+    rng = np.random.default_rng(seed)
+    xs, ys = [], []
+    for _ in range(num):
+        labels = np.repeat(rng.choice(10, CLASSES, replace=False), PER_CLASS).astype(np.int32)
+        x = rng.normal(size=(len(labels), 8, 8, 1)).astype(np.float32) + labels[:, None, None, None] / 5
+        xs.append(x)
+        ys.append({"label": labels, "class_size": np.full(len(labels), 50.0, np.float32)})
+    return xs, ys
+
+
+def _dataset(xs, ys, start=0, steps=None):
+    steps = len(xs) if steps is None else steps
+    xs, ys = xs[start : start + steps], ys[start : start + steps]
+    labels = np.stack([y["label"] for y in ys])
+    sizes = np.stack([y["class_size"] for y in ys])
+    return tf.data.Dataset.from_tensor_slices((np.stack(xs), {"label": labels, "class_size": sizes}))
+
+
+def _model(kind="triplet", seed=5, jit=False, eager=True, backbone="small_cnn"):
+    keras.utils.set_random_seed(0)
+    if backbone == "small_cnn":
+        net = models.small_cnn((8, 8, 1), width=4)
+    else:
+        net = models.mlp((8, 8, 1), width=16, depth=1)
+    encoder = models.build_encoder(net, embedding_dim=6)
+    model = dsn.DSNEmbeddingModel(
+        encoder,
+        sampler=kind,
+        tuples_per_minibatch=M if kind == "triplet" else CLASSES,
+        minibatches=K,
+        seed=seed,
+        sampler_options={"width": 8, "depth": 1, "input_size": 4},
+    )
+    loss = losses.TripletLoss(margin=0.5) if kind == "triplet" else losses.NPairLoss(l2_reg=0.01)
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.01),
+        loss=loss,
+        dsn_optimizer=keras.optimizers.Adam(0.05),
+        jit_compile=jit,
+        run_eagerly=eager and not jit,  # eager steps: no tracing cost in these short runs
+    )
+    return model
+
+
+def _values(variables):
+    return [v.numpy().copy() for v in variables]
+
+
+def _assert_same(a, b):
+    assert len(a) == len(b)
+    for u, v in zip(a, b):
+        np.testing.assert_array_equal(u, v)
+
+
+def _all_state(model):
+    return (
+        _values(model.variables)
+        + _values(model.optimizer.variables)
+        + _values(model.dsn_optimizer.variables)
+    )
+
+
+@pytest.fixture(scope="module")
+def pools():
+    return _pools()
+
+
+def test_fit_runs_algorithm_1_with_xla(pools):
+    """One fit step = K DSN updates (lines 4–9) and one embedding update (line 10);
+    both networks change; jit_compile=True (an MLP encoder keeps the XLA compile short)."""
+    model = _model(jit=True, backbone="mlp")
+    history = model.fit(_dataset(*pools), epochs=1, steps_per_epoch=3, verbose=0)
+    assert int(model.optimizer.iterations) == 3
+    assert int(model.dsn_optimizer.iterations) == 3 * K
+    for key in ("loss", "dsn_loss", "dsn_score"):
+        assert np.isfinite(history.history[key]).all()
+    # Triplet Eq. 2 with margin 0.5 on unit-normalised embeddings: the loss is positive.
+    assert history.history["loss"][0] > 0
+    fresh = _model(backbone="mlp")
+    fresh.build((None, 8, 8, 1))
+    changed = lambda a, b: any(not np.array_equal(u, v) for u, v in zip(a, b))  # noqa: E731
+    assert changed(_values(model.sampler.trainable_variables), _values(fresh.sampler.trainable_variables))
+    assert changed(_values(model.encoder.trainable_variables), _values(fresh.encoder.trainable_variables))
+
+
+def test_npair_fit_and_pretraining(pools):
+    """N-pair DSN (Fig. 2b) under fit; pre-training (Algorithm 1, line 2) changes
+    only the DSN's trainable weights."""
+    model = _model("npair")
+    model.build((None, 8, 8, 1))
+    encoder_before = _values(model.encoder.trainable_variables)
+    sampler_before = _values(model.sampler.trainable_variables)
+    scores = model.pretrain_sampler(_dataset(*pools).repeat(), steps=2)
+    assert len(scores) == 2 and np.all(np.isfinite(scores))
+    _assert_same(_values(model.encoder.trainable_variables), encoder_before)
+    assert any(
+        not np.array_equal(u, v) for u, v in zip(_values(model.sampler.trainable_variables), sampler_before)
+    )
+    assert int(model.dsn_optimizer.iterations) == 2 * K
+    history = model.fit(_dataset(*pools), epochs=1, steps_per_epoch=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all() and history.history["loss"][0] > 0
+
+
+def test_save_restore_and_reproducibility(pools, tmp_path):
+    """The DSN, its optimizer and its random stream are saved with the model: a model
+    trained 2 steps, saved (.keras and .weights.h5), restored and trained 2 more steps
+    ends exactly where an uninterrupted 4-step run with the same seed ends."""
+    xs, ys = pools
+    first = _model()
+    first.fit(_dataset(xs, ys, 0, 2), epochs=1, verbose=0)
+    path = str(tmp_path / "dsn.keras")
+    first.save(path)
+    weights = str(tmp_path / "dsn.weights.h5")
+    first.save_weights(weights)
+
+    loaded = keras.saving.load_model(path)
+    assert isinstance(loaded, dsn.DSNEmbeddingModel) and loaded.sampler.kind == "triplet"
+    _assert_same(_all_state(loaded), _all_state(first))
+
+    restored = _model(seed=99)  # a different seed: its state must come from the file
+    restored.build((None, 8, 8, 1))
+    restored.load_weights(weights)
+    _assert_same(_all_state(restored), _all_state(first))
+
+    loaded.fit(_dataset(xs, ys, 2, 2), epochs=1, verbose=0)
+    straight = _model()
+    straight.fit(_dataset(xs, ys, 0, 4), epochs=1, verbose=0)
+    after = _all_state(straight)
+    _assert_same(_all_state(loaded), after)
+    assert int(straight.dsn_optimizer.iterations) == 4 * K
+
+
+def test_bad_configuration_raises():
+    encoder = models.build_encoder(models.mlp((4,), width=4), embedding_dim=3)
+    with pytest.raises(ValueError, match="TripletLoss"):
+        dsn.DSNEmbeddingModel(encoder).compile(loss=losses.MarginLoss())
+    with pytest.raises(ValueError, match="NPairLoss"):
+        dsn.DSNEmbeddingModel(encoder, sampler="npair").compile(loss=losses.TripletLoss())
+    with pytest.raises(ValueError, match="minibatches"):
+        dsn.DSNEmbeddingModel(encoder, minibatches=0)
+    with pytest.raises(ValueError, match="sampler_options"):
+        dsn.DSNEmbeddingModel(encoder, sampler_options={"colour": 1})
+    with pytest.raises(ValueError, match="baseline"):
+        dsn.DSNEmbeddingModel(encoder, baseline="ema")

@@ -29,7 +29,7 @@ import tensorflow as tf
 BACKBONES = ("small_cnn", "mlp")
 
 
-def small_cnn(input_shape, width=32, sync_batchnorm=True, name="small_cnn"):
+def small_cnn(input_shape, width=32, sync_batchnorm=True, pooling="avg", name="small_cnn"):
     """A small convolutional backbone for the bundled 28×28 / 8×8 data.
 
     Three conv-BN-ReLU stages (width, 2·width, 4·width), the first two followed
@@ -37,8 +37,12 @@ def small_cnn(input_shape, width=32, sync_batchnorm=True, name="small_cnn"):
     pooling. Inputs are float images [H, W, C]. With ``sync_batchnorm`` the
     batch statistics are computed over the global batch under a distribution
     strategy (otherwise each replica normalises with its own slice, and the
-    result differs from single-device training).
+    result differs from single-device training). ``pooling="flatten"`` keeps
+    the spatial layout of the last feature map instead of averaging it away
+    (on digits, where a stroke is matters as much as what it is).
     """
+    if pooling not in ("avg", "flatten"):
+        raise ValueError(f"small_cnn pooling must be 'avg' or 'flatten', got {pooling!r}.")
     inputs = keras.Input(shape=tuple(input_shape), name="image")
     x = inputs
     size = min(input_shape[0], input_shape[1])
@@ -49,7 +53,10 @@ def small_cnn(input_shape, width=32, sync_batchnorm=True, name="small_cnn"):
         if stage < 2 and size >= 8:
             x = keras.layers.MaxPooling2D(2, name=f"pool{stage}")(x)
             size //= 2
-    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    if pooling == "avg":
+        x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    else:
+        x = keras.layers.Flatten(name="flatten")(x)
     return keras.Model(inputs, x, name=name)
 
 

@@ -106,3 +106,10 @@ def test_clear_errors():
         models.EmbeddingModel(encoder).compile(optimizer="sgd")
     with pytest.raises(ValueError, match="Unknown backbone"):
         models.get_backbone("resnet9000", (8, 8, 1))
+
+
+def test_small_cnn_pooling_options():
+    assert models.small_cnn((8, 8, 1), width=4, pooling="flatten").output_shape == (None, 4 * 4 * 16)  # one 2x2 pool on 8x8 inputs
+    assert models.small_cnn((8, 8, 1), width=4).output_shape == (None, 16)
+    with pytest.raises(ValueError, match="pooling"):
+        models.small_cnn((8, 8, 1), pooling="max")

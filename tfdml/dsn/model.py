@@ -266,6 +266,11 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         self.reward_tracker.update_state(score)
         return {m.name: m.result() for m in self.metrics if m.name in ("loss", "dsn_loss", "dsn_score")}
 
+    def test_step(self, data):
+        # evaluate(): the compiled loss on the whole batch (EmbeddingModel); no DSN terms.
+        logs = super().test_step(data)
+        return {k: v for k, v in logs.items() if k not in ("dsn_loss", "dsn_score")}
+
     def pretrain_sampler(self, dataset, steps, verbose=0):
         """Algorithm 1, line 2: ``steps`` pools of DSN-only updates (K mini-batches each),
         with the embedding network fixed. Returns the mean score S per pool (a list)."""

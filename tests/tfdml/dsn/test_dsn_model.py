@@ -114,6 +114,9 @@ def test_npair_fit_and_pretraining(pools):
     assert int(model.dsn_optimizer.iterations) == 2 * K
     history = model.fit(_dataset(*pools), epochs=1, steps_per_epoch=2, verbose=0)
     assert np.isfinite(history.history["loss"]).all() and history.history["loss"][0] > 0
+    # evaluate(): the compiled N-pair loss on whole pools (no DSN terms).
+    logs = model.evaluate(_dataset(*pools).take(1), verbose=0, return_dict=True)
+    assert set(logs) == {"loss"} and np.isfinite(logs["loss"])
 
 
 def test_save_restore_and_reproducibility(pools, tmp_path):

@@ -212,7 +212,9 @@ class SamplerNetwork(keras.layers.Layer):
 
         dtype = self.dtype_policy
         self.trunk = [
-            keras.layers.Dense(width, activation="relu", kernel_initializer=init(), dtype=dtype, name=f"trunk{i}")
+            keras.layers.Dense(
+                width, activation="relu", kernel_initializer=init(), dtype=dtype, name=f"trunk{i}"
+            )
             for i in range(depth)
         ]
         # Flat list (hidden, logit, hidden, logit, ...) in the order of ``heads``.

@@ -56,7 +56,8 @@ def test_npair_terms_eq9_and_equal_to_npair_loss():
     mask = np.array([True, True, False, True, True])
     want = []
     for i in np.flatnonzero(mask):
-        inner = sum(np.exp(probe[i] @ gallery[j] - probe[i] @ gallery[i]) for j in np.flatnonzero(mask) if j != i)
+        others = [j for j in np.flatnonzero(mask) if j != i]
+        inner = sum(np.exp(probe[i] @ gallery[j] - probe[i] @ gallery[i]) for j in others)
         want.append(np.log1p(inner))
     got = dsn.npair_terms(tf.constant(probe), tf.constant(gallery), tf.constant(mask)).numpy()
     np.testing.assert_allclose(got[mask], want, rtol=1e-10)
@@ -267,7 +268,8 @@ def test_reinforce_moves_mass_to_high_score_candidates():
             # positive fixed to the hard one for the negative's conditional
             neg_l = net.negative_logits(h, tf.constant([a]), tf.constant([hard_pos])).numpy()[0]
             cls = dsn_softmax(cls_l[k], (labels != labels[a]) & (np.arange(12) % 3 == 0))
-            neg.append(sum(cls[3 * c] * dsn_softmax(neg_l, labels == c)[3 * c] for c in range(4) if c != labels[a]))
+            others = [c for c in range(4) if c != labels[a]]
+            neg.append(sum(cls[3 * c] * dsn_softmax(neg_l, labels == c)[3 * c] for c in others))
         return np.mean(pos), np.mean(neg)
 
     start = mass()

@@ -170,17 +170,25 @@ def _sampler_with_options(name, options):
 
 
 def build_optimizer(cfg):
+    """Adam / AdamW / SGD (momentum 0.9) with the configured schedule; with
+    ``head_lr_multiplier`` != 1 the tfdml.optimizers variants scale the
+    learning rate of the embedding head (Duan et al. §4: 10×)."""
+    from tfdml import optimizers as optimizers_lib
+
     o = cfg["optimizer"]
     lr = o["learning_rate"]
     if o["schedule"] == "exponential_decay":
         lr = keras.optimizers.schedules.ExponentialDecay(
             lr, decay_steps=o["decay_steps"], decay_rate=o["decay_rate"], staircase=True
         )
+    library, extra = keras.optimizers, {}
+    if o["head_lr_multiplier"] != 1.0:
+        library, extra = optimizers_lib, {"lr_multipliers": {"embedding": o["head_lr_multiplier"]}}
     if o["name"] == "adam":
-        return keras.optimizers.Adam(lr, weight_decay=o["weight_decay"] or None)
+        return library.Adam(lr, weight_decay=o["weight_decay"] or None, **extra)
     if o["name"] == "adamw":
-        return keras.optimizers.AdamW(lr, weight_decay=o["weight_decay"])
-    return keras.optimizers.SGD(lr, momentum=0.9, weight_decay=o["weight_decay"] or None)
+        return library.AdamW(lr, weight_decay=o["weight_decay"], **extra)
+    return library.SGD(lr, momentum=0.9, weight_decay=o["weight_decay"] or None, **extra)
 
 
 def build_model(cfg, input_shape, num_classes, num_examples):

@@ -171,3 +171,28 @@ def test_cli_smoke(tmp_path):
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "held-out metrics" in proc.stdout and "recall@1" in proc.stdout
+
+
+def test_head_learning_rate_multiplier_reaches_the_optimizer(tmp_path):
+    from tfdml import optimizers
+
+    cfg = small_cfg(tmp_path, **{"optimizer.head_lr_multiplier": 10.0})
+    opt = experiment.build_optimizer(cfg)
+    assert isinstance(opt, optimizers.Adam) and opt.lr_multipliers == {"embedding": 10.0}
+    assert type(experiment.build_optimizer(small_cfg(tmp_path))) is keras.optimizers.Adam
+
+
+def test_xla_with_mirrored_split_cpus_is_refused(tmp_path, monkeypatch, mirrored_strategy):
+    """XLA + MirroredStrategy over split logical CPUs fails deep in TF: refuse it clearly."""
+    monkeypatch.setattr(tf.distribute, "MirroredStrategy", lambda *a, **k: mirrored_strategy)
+    cfg = small_cfg(tmp_path, **{"strategy": "mirrored", "training.jit_compile": True})
+    with pytest.raises(experiment.ExperimentError, match="jit_compile=true with strategy=mirrored"):
+        experiment.build_strategy(cfg)
+    cfg = small_cfg(tmp_path, **{"strategy": "mirrored"})
+    assert experiment.build_strategy(cfg).num_replicas_in_sync == 2
+
+
+def test_multi_worker_without_tf_config_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(experiment.ExperimentError, match="TF_CONFIG"):
+        experiment.build_strategy(small_cfg(tmp_path, strategy="multi_worker"))

@@ -21,6 +21,7 @@ _SUBMODULES = (
     "callbacks",
     "models",
     "distributed",
+    "optimizers",
     "config",
     "backbones",
     "plots",

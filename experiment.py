@@ -142,8 +142,10 @@ def build_loss(cfg, num_classes, num_examples):
     cls = losses_lib.LOSSES[name]
     opts = dict(cfg["loss"]["options"])
     sampler = cfg["loss"]["sampler"]
-    if "sampler" not in inspect.signature(cls.__init__).parameters:
-        sampler = None  # the loss fixes its own selection (e.g. top-k sets of ℓ_k)
+    if "sampler" not in inspect.signature(cls.__init__).parameters or sampler in config_lib.LEARNED_SAMPLERS:
+        # The loss fixes its own selection (e.g. top-k sets of ℓ_k), or a DSN
+        # selects the tuples (the loss's own sampler then only serves evaluate()).
+        sampler = None
     elif sampler == "none":
         opts["sampler"] = None
     elif sampler is not None:
@@ -210,14 +212,58 @@ def build_model(cfg, input_shape, num_classes, num_examples):
     except (TypeError, ValueError, ImportError, FileNotFoundError) as err:
         raise ExperimentError(f"model: {err}") from None
     encoder = models.build_encoder(backbone, m["embedding_dim"], normalize=m["normalize"])
-    model = models.EmbeddingModel(encoder, name="embedding_model")
     loss = build_loss(cfg, num_classes, num_examples)
-    model.compile(
-        optimizer=build_optimizer(cfg),
-        loss=loss,
-        jit_compile=cfg["training"]["jit_compile"],
-    )
+    if cfg["loss"]["sampler"] in config_lib.LEARNED_SAMPLERS:
+        model = build_dsn_model(cfg, encoder, loss)
+    else:
+        model = models.EmbeddingModel(encoder, name="embedding_model")
+        model.compile(
+            optimizer=build_optimizer(cfg),
+            loss=loss,
+            jit_compile=cfg["training"]["jit_compile"],
+        )
     model.build((None,) + tuple(input_shape))
+    return model
+
+
+#: loss.sampler_options of the learned sampler (tfdml.dsn.DSNEmbeddingModel).
+DSN_OPTIONS = ("tuples_per_minibatch", "minibatches", "baseline", "learning_rate", "pretrain_steps",
+               "width", "depth", "input_size")
+
+
+def build_dsn_model(cfg, encoder, loss):
+    """Duan et al. 2019 (DE-DSP): a sampler network picks the tuples (Algorithm 1)."""
+    from tfdml import dsn
+
+    options = dict(cfg["loss"]["sampler_options"])
+    unknown = sorted(set(options) - set(DSN_OPTIONS))
+    if unknown:
+        raise ExperimentError(
+            f"loss.sampler_options {unknown} are not options of the learned sampler; "
+            f"valid: {', '.join(DSN_OPTIONS)}."
+        )
+    learning_rate = options.pop("learning_rate", 1e-3)
+    options.pop("pretrain_steps", None)
+    npair = cfg["loss"]["name"] == "npair"
+    try:
+        model = dsn.DSNEmbeddingModel(
+            encoder,
+            sampler="npair" if npair else "triplet",
+            tuples_per_minibatch=options.pop("tuples_per_minibatch", cfg["design"]["n"] if npair else 16),
+            minibatches=options.pop("minibatches", 4),
+            baseline=options.pop("baseline", "mean"),
+            seed=cfg["seed"],
+            sampler_options=options,
+            name="embedding_model",
+        )
+        model.compile(
+            optimizer=build_optimizer(cfg),
+            loss=loss,
+            dsn_optimizer=keras.optimizers.Adam(learning_rate),
+            jit_compile=cfg["training"]["jit_compile"],
+        )
+    except (TypeError, ValueError) as err:
+        raise ExperimentError(f"learned sampler: {err}") from None
     return model
 
 
@@ -324,6 +370,10 @@ def run(cfg, fresh=False, verbose=1, callbacks=()):
     steps = cfg["training"]["steps_per_epoch"]
     done = 0 if fresh else completed_epochs(backup_dir)
     train_ds = train_dataset(cfg, design, train_split, skip_batches=done * steps)
+    pretrain = cfg["loss"]["sampler_options"].get("pretrain_steps", 0)
+    if cfg["loss"]["sampler"] in config_lib.LEARNED_SAMPLERS and pretrain and not done:
+        # Algorithm 1, line 2: pre-train the sampler network on its own stream of pools.
+        model.pretrain_sampler(train_dataset(cfg, design, train_split, skip_batches=10**6), pretrain)
     test_ds = eval_dataset(cfg, test_split)
 
     if cfg["strategy"] == "multi_worker":

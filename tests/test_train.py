@@ -217,3 +217,27 @@ def test_weights_for_a_scratch_backbone_is_a_clear_error(tmp_path):
     cfg = small_cfg(tmp_path, **{"model.weights": "imagenet"})
     with pytest.raises(experiment.ExperimentError, match="pretrained backbones only"):
         experiment.build_model(cfg, (8, 8, 1), 5, 100)
+
+
+def test_learned_sampler_runs_from_a_config(tmp_path):
+    """loss.sampler: learned trains Duan's DSN through train.py's path (short)."""
+    cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned",
+                                    "sampler_options": {"tuples_per_minibatch": 4, "minibatches": 2,
+                                                        "pretrain_steps": 1}},
+                    **{"training.epochs": 1, "training.steps_per_epoch": 2, "design.m": 6})
+    result = experiment.run(cfg, verbose=0)
+    assert "recall@1" in result["metrics"]
+    from tfdml import dsn
+
+    model = keras.saving.load_model(os.path.join(cfg["output_dir"], "model.keras"))
+    assert isinstance(model, dsn.DSNEmbeddingModel)
+
+
+def test_learned_sampler_bad_combinations(tmp_path):
+    with pytest.raises(config.ConfigError, match="learned.*strategy"):
+        small_cfg(tmp_path, strategy="mirrored", loss={"name": "triplet", "sampler": "learned"})
+    with pytest.raises(config.ConfigError, match="does not fit"):
+        small_cfg(tmp_path, loss={"name": "margin", "sampler": "learned"})
+    cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned", "sampler_options": {"widht": 3}})
+    with pytest.raises(experiment.ExperimentError, match="widht"):
+        experiment.build_model(cfg, (8, 8, 1), 5, 100)

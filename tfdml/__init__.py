@@ -20,6 +20,7 @@ _SUBMODULES = (
     "metrics",
     "callbacks",
     "models",
+    "dsn",
     "distributed",
     "optimizers",
     "config",

@@ -41,7 +41,10 @@ LOSSES = (
     "stable_contrast",
     "robust_hard_contrastive",
 )
-SAMPLERS = ("all", "random", "semi_hard", "hard", "distance_weighted", "top_k", "none")
+SAMPLERS = ("all", "random", "semi_hard", "hard", "distance_weighted", "top_k", "learned", "none")
+#: Samplers that are not in-graph selection functions but a trained policy network
+#: (Duan et al. 2019, tfdml.dsn).
+LEARNED_SAMPLERS = ("learned",)
 DESIGNS = ("m_per_class", "group", "p_random")
 SOURCES = ("mnist5k", "digits", "folder", "tfds", "arrays")
 STRATEGIES = ("default", "mirrored", "multi_worker")
@@ -52,11 +55,11 @@ METRICS = ("recall", "precision", "map@r", "r_precision", "map", "nmi", "f1", "v
 # Which sampler kinds make sense for which loss (None: the loss picks its own).
 LOSS_SAMPLERS = {
     "contrastive": ("all", "random", "semi_hard", "hard", "distance_weighted"),
-    "triplet": ("semi_hard", "hard", "distance_weighted"),
+    "triplet": ("semi_hard", "hard", "distance_weighted", "learned"),
     "margin": ("all", "random", "semi_hard", "hard", "distance_weighted"),
     "weighted_contrastive": ("all",),
     "balanced_contrastive": ("all",),
-    "npair": ("none",),
+    "npair": ("none", "learned"),
     "precision_at_k": ("top_k",),
     "stable_contrast": ("random", "semi_hard", "hard", "distance_weighted"),
     "robust_hard_contrastive": ("none",),
@@ -183,6 +186,16 @@ def _check_combinations(cfg):
         raise ConfigError(
             f"loss.sampler = {sampler!r} does not fit loss.name = {loss!r}; "
             f"valid samplers for {loss}: {', '.join(LOSS_SAMPLERS[loss])} (or leave it empty for the default)."
+        )
+    if sampler == "learned" and design not in ("m_per_class", "group"):
+        raise ConfigError(
+            f"loss.sampler = 'learned' draws tuples from a pool of several classes; design.name = {design!r} "
+            "gives no such pool: use 'm_per_class' or 'group'."
+        )
+    if sampler == "learned" and cfg["strategy"] != "default":
+        raise ConfigError(
+            f"loss.sampler = 'learned' (the DSN of Duan et al.) runs on one replica; strategy = "
+            f"{cfg['strategy']!r} is not supported with it: use strategy 'default'."
         )
     if design == "p_random" and loss in TUPLE_LOSSES:
         raise ConfigError(

@@ -102,7 +102,10 @@ def train_dataset(cfg, design, split, skip_batches=0):
 def eval_dataset(cfg, split):
     """Batched ``(x, label)`` of a split, in order, for embedding."""
     to_input = model_input(cfg)
-    ds = split.dataset().batch(cfg["evaluation"]["batch_size"])
+    batch = cfg["evaluation"]["batch_size"]
+    ds = split.dataset().batch(batch)
+    # A known length lets Keras' predict stop without an "input ran out" warning.
+    ds = ds.apply(tf.data.experimental.assert_cardinality(-(-int(split.num_examples) // batch)))
     return ds.map(lambda x, y: (to_input(x), y)).prefetch(tf.data.AUTOTUNE)
 
 
@@ -420,6 +423,7 @@ def _fit_keras(cfg, model, train_ds, test_ds, out, backup_dir, done, verbose, ex
         epochs=cfg["training"]["epochs"],
         steps_per_epoch=cfg["training"]["steps_per_epoch"],
         callbacks=callbacks,
+        shuffle=False,  # the design already draws the batches at random
         verbose=verbose,
     )
     return {k: [float(v) for v in vals] for k, vals in history.history.items()}

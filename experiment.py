@@ -439,11 +439,16 @@ def _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup_dir, do
     if done:
         model.load_weights(weights)
 
+    history_csv = os.path.join(out, "history.csv")
+    if not done:
+        with open(history_csv, "w") as fh:
+            fh.write("epoch,loss\n")
+
     def on_epoch_end(epoch, logs):
         model.save_weights(weights)
         with open(os.path.join(backup_dir, "training_metadata.json"), "w") as fh:
             json.dump({"epoch": epoch + 1}, fh)
-        with open(os.path.join(out, "history.csv"), "a") as fh:
+        with open(history_csv, "a") as fh:
             fh.write(f"{epoch},{logs['loss']}\n")
 
     try:
@@ -463,6 +468,10 @@ def _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup_dir, do
             f"{err}. Last good checkpoint: {backup_dir} (after epoch {completed_epochs(backup_dir)}); "
             "lower optimizer.learning_rate, then rerun the same command to resume."
         ) from None
+    # As keras.callbacks.BackupAndRestore does: a finished run leaves no backup behind.
+    import shutil
+
+    shutil.rmtree(backup_dir, ignore_errors=True)
     return {"loss": losses}
 
 

@@ -75,6 +75,13 @@ STEM_FILTERS = 32
 HEAD_FILTERS = 1280
 BN_EPSILON = 1e-3
 BN_MOMENTUM = 0.99
+# He-style initialisation of the convolutions for training from scratch, as in
+# the TensorFlow EfficientNet reference (variance scaling 2.0, fan_out). With
+# Keras' default glorot_uniform the pre-BN activations shrink layer after layer,
+# the moving variances (initialised at 1) overestimate them by orders of
+# magnitude, and the from-scratch network is constant in inference mode.
+CONV_INIT = {"class_name": "VarianceScaling",
+             "config": {"scale": 2.0, "mode": "fan_out", "distribution": "truncated_normal"}}
 INPUT_MEAN = 127.0
 INPUT_STD = 128.0
 NUM_CLASSES = 1000
@@ -134,15 +141,15 @@ def _mbconv(x, index, kernel, stride, expand, filters_in, filters_out, drop_rate
     h = x
     if expand != 1:
         h = keras.layers.Conv2D(filters_in * expand, 1, padding="same", use_bias=False,
-                                name=p + "expand_conv")(h)
+                                kernel_initializer=CONV_INIT, name=p + "expand_conv")(h)
         h = _bn(p + "expand_bn")(h)
         h = _relu6(p + "expand_relu")(h)
     h = keras.layers.DepthwiseConv2D(kernel, strides=stride, padding="same", use_bias=False,
-                                     name=p + "dwconv")(h)
+                                     depthwise_initializer=CONV_INIT, name=p + "dwconv")(h)
     h = _bn(p + "dw_bn")(h)
     h = _relu6(p + "dw_relu")(h)
     h = keras.layers.Conv2D(filters_out, 1, padding="same", use_bias=False,
-                            name=p + "project_conv")(h)
+                            kernel_initializer=CONV_INIT, name=p + "project_conv")(h)
     h = _bn(p + "project_bn")(h)
     if stride == 1 and filters_in == filters_out:
         if drop_rate > 0:
@@ -213,7 +220,7 @@ def EfficientNetLite0(
     if pre is not None:
         x = pre(x)
     x = keras.layers.Conv2D(STEM_FILTERS, 3, strides=2, padding="same", use_bias=False,
-                            name="stem_conv")(x)
+                            kernel_initializer=CONV_INIT, name="stem_conv")(x)
     x = _bn("stem_bn")(x)
     x = _relu6("stem_relu")(x)
     total = sum(stage[0] for stage in BLOCKS)
@@ -224,7 +231,8 @@ def EfficientNetLite0(
                         f_in if r == 0 else f_out, f_out,
                         drop_connect_rate * index / total)
             index += 1
-    x = keras.layers.Conv2D(HEAD_FILTERS, 1, padding="same", use_bias=False, name="head_conv")(x)
+    x = keras.layers.Conv2D(HEAD_FILTERS, 1, padding="same", use_bias=False,
+                            kernel_initializer=CONV_INIT, name="head_conv")(x)
     x = _bn("head_bn")(x)
     x = _relu6("head_relu")(x)
     if include_top:

@@ -27,7 +27,6 @@ class _Field:
         self.check = check
 
 
-_ANY_DICT = dict
 _NUM = (int, float)
 
 LOSSES = (
@@ -74,7 +73,7 @@ SCHEMA = {
     "strategy": _Field(str, "default", STRATEGIES, doc="tf.distribute strategy"),
     "data": {
         "source": _Field(str, "mnist5k", SOURCES, doc="data source"),
-        "options": _Field(_ANY_DICT, {}, doc="keyword arguments of the source (root, dataset, ...)"),
+        "options": _Field(dict, {}, doc="keyword arguments of the source (root, dataset, ...)"),
         "train_split": _Field(str, "train"),
         "test_split": _Field(str, "test"),
     },
@@ -94,16 +93,16 @@ SCHEMA = {
     },
     "model": {
         "backbone": _Field(str, "small_cnn", doc="small_cnn, mlp, or a tfdml.backbones name"),
-        "backbone_options": _Field(_ANY_DICT, {}, doc="keyword arguments of the backbone"),
+        "backbone_options": _Field(dict, {}, doc="keyword arguments of the backbone"),
         "weights": _Field((str, type(None)), None, doc="pretrained weights: None, 'imagenet', 'bundled' or a path"),
         "embedding_dim": _Field(int, 64),
         "normalize": _Field(bool, True, doc="L2-normalise embeddings"),
     },
     "loss": {
         "name": _Field(str, "margin", LOSSES),
-        "options": _Field(_ANY_DICT, {}, doc="keyword arguments of the loss class"),
+        "options": _Field(dict, {}, doc="keyword arguments of the loss class"),
         "sampler": _Field((str, type(None)), None, SAMPLERS + (None,), doc="None: the loss's default"),
-        "sampler_options": _Field(_ANY_DICT, {}),
+        "sampler_options": _Field(dict, {}),
     },
     "optimizer": {
         "name": _Field(str, "adam", OPTIMIZERS),

@@ -238,10 +238,6 @@ class EmbeddingModel(keras.Model):
             loss = loss + self._aggregate_additional_loss(extra)
         return loss
 
-    def embed(self, x, batch_size=256, verbose=0):
-        """Embeddings of ``x`` (arrays or a dataset), as a NumPy array."""
-        return self.predict(x, batch_size=batch_size, verbose=verbose)
-
     def get_config(self):
         config = super().get_config()
         config.update(

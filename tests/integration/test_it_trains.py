@@ -1,17 +1,19 @@
-"""It trains: every loss family improves held-out Recall@1.
+"""It trains: every loss family improves held-out Recall@1 (issue 2, §5).
 
 scikit-learn's bundled digits (8×8), a small MLP, ``model.compile(loss=...,
 jit_compile=True)`` and ``model.fit`` on classes 0–4. Recall@1 is computed
-here by brute force (independent of tfdml.metrics) on held-out *examples* of
-the training classes (a 70/30 split of classes 0–4).
+here by brute force (independent of tfdml.metrics). Two held-out sets:
 
-Why not the unseen classes 5–9: on these 8×8 digits raw pixels already reach
-Recall@1 0.989 on classes 5–9, an untrained MLP 0.93–0.98, and 40–100 steps
-of training on five classes *lower* the open-set figure for every loss we
-tried (e.g. margin+DWS 0.983 -> 0.977, MAP@R 0.575 -> 0.519): five training
-classes are too few to learn features that transfer. The open-set protocol
-is exercised on MNIST-5k by train.py (see README), where the model does
-improve on raw pixels.
+* **unseen classes 5–9** (the open-set protocol of the papers), with a
+  4-dimensional embedding. The bottleneck is what makes this a test of
+  transfer: on these 8×8 digits raw pixels already reach Recall@1 0.989 on
+  classes 5–9 and a 16-d random network keeps almost all of that geometry
+  (0.93–0.98), so training on five classes has nothing left to add (it lowers
+  the figure for every loss we tried). Squeezed to 4 dimensions, an untrained
+  network keeps random directions (Recall@1 0.40–0.49 over seeds 0–4) and the
+  trained one keeps directions learned on 0–4 that also separate 5–9 (+0.05
+  to +0.15 for every family at 60 steps, seeds 0–2).
+* **unseen examples** (30%) of classes 0–4 with a 16-d embedding.
 """
 
 import keras
@@ -26,12 +28,25 @@ M, N_CLASSES, STEPS = 8, 5, 40
 
 
 @pytest.fixture(scope="module")
-def digits():
+def all_digits():
     x, y = load_digits(return_X_y=True)
-    x = (x / 16.0).astype("float32")
-    x, y = x[y < 5], y[y < 5].astype("int32")
+    return (x / 16.0).astype("float32"), y.astype("int32")
+
+
+@pytest.fixture(scope="module")
+def digits(all_digits):
+    """Classes 0–4, split 70/30 into training and held-out examples."""
+    x, y = all_digits
+    x, y = x[y < 5], y[y < 5]
     held_out = np.random.default_rng(0).random(len(y)) < 0.3
     return x[~held_out], y[~held_out], x[held_out], y[held_out]
+
+
+@pytest.fixture(scope="module")
+def open_set_digits(all_digits):
+    """Classes 0–4 for training, the unseen classes 5–9 held out."""
+    x, y = all_digits
+    return x[y < 5], y[y < 5], x[y >= 5], y[y >= 5]
 
 
 def recall_at_1(emb, labels):
@@ -73,30 +88,39 @@ LOSS_FAMILIES = {
 }
 
 
-@pytest.mark.parametrize("family", sorted(LOSS_FAMILIES))
-def test_training_improves_held_out_recall(family, digits):
-    x_tr, y_tr, x_te, y_te = digits
+def train_and_measure(family, x_tr, y_tr, x_te, y_te, embedding_dim, steps):
+    """Held-out Recall@1 of a seeded MLP encoder before and after ``steps`` of fit."""
     keras.utils.set_random_seed(0)
-    encoder = models.build_encoder(models.mlp((64,), width=64, depth=1), embedding_dim=16)
+    encoder = models.build_encoder(models.mlp((64,), width=64, depth=1), embedding_dim=embedding_dim)
     model = models.EmbeddingModel(encoder)
     model.compile(optimizer=keras.optimizers.Adam(3e-3), loss=LOSS_FAMILIES[family](), jit_compile=True)
     before = recall_at_1(model.predict(x_te, verbose=0), y_te)
+    m = 2 if family == "npair" else M
+    batch = m * N_CLASSES
     spec = (
-        tf.TensorSpec((M * N_CLASSES, 64), tf.float32),
+        tf.TensorSpec((batch, 64), tf.float32),
         {
-            "label": tf.TensorSpec((M * N_CLASSES,), tf.int32),
-            "class_size": tf.TensorSpec((M * N_CLASSES,), tf.float32),
-            "w_pos": tf.TensorSpec((M * N_CLASSES,), tf.float32),
-            "w_neg": tf.TensorSpec((M * N_CLASSES,), tf.float32),
+            "label": tf.TensorSpec((batch,), tf.int32),
+            "class_size": tf.TensorSpec((batch,), tf.float32),
+            "w_pos": tf.TensorSpec((batch,), tf.float32),
+            "w_neg": tf.TensorSpec((batch,), tf.float32),
         },
     )
-    m = 2 if family == "npair" else M
-    if m != M:
-        spec = tf.nest.map_structure(
-            lambda s: tf.TensorSpec((m * N_CLASSES,) + tuple(s.shape[1:]), s.dtype), spec
-        )
     ds = tf.data.Dataset.from_generator(lambda: m_per_class_batches(x_tr, y_tr, m, 0), output_signature=spec)
-    history = model.fit(ds, steps_per_epoch=STEPS, epochs=1, verbose=0).history["loss"]
+    history = model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0).history["loss"]
     assert np.all(np.isfinite(history))
     after = recall_at_1(model.predict(x_te, verbose=0), y_te)
+    return before, after
+
+
+@pytest.mark.parametrize("family", sorted(LOSS_FAMILIES))
+def test_training_improves_recall_on_unseen_classes(family, open_set_digits):
+    before, after = train_and_measure(family, *open_set_digits, embedding_dim=4, steps=60)
+    # 900 queries: one binomial standard error of Recall@1 is at most 0.017.
+    assert after > before + 0.02, f"{family}: Recall@1 on classes 5-9 {before:.3f} -> {after:.3f}"
+
+
+@pytest.mark.parametrize("family", sorted(LOSS_FAMILIES))
+def test_training_improves_recall_on_held_out_examples(family, digits):
+    before, after = train_and_measure(family, *digits, embedding_dim=16, steps=STEPS)
     assert after > before, f"{family}: held-out Recall@1 {before:.3f} -> {after:.3f}"

@@ -156,7 +156,7 @@ def build_loss(cfg, num_classes, num_examples):
         opts["sampler"] = _sampler_with_options(sampler, options) if options else sampler
     if name in ("margin", "balanced_contrastive"):
         opts.setdefault("num_classes", num_classes)
-    if cls.sampler_kinds:
+    if "seed" in inspect.signature(cls.__init__).parameters:
         opts.setdefault("seed", cfg["seed"])
     try:
         return cls(**opts)
@@ -393,6 +393,22 @@ def run(cfg, fresh=False, verbose=1, callbacks=()):
     return result
 
 
+def best_checkpoint_monitor(metrics, ks):
+    """What "best" means for the best checkpoint: MAP@R when it is evaluated
+    (the most telling retrieval figure), else the first evaluated metric, else
+    the training loss."""
+    from tfdml import metrics as metrics_lib
+
+    keys = metrics_lib.metric_keys(metrics, ks)
+    # Every key is "higher is better" except these two.
+    keys = [k for k in keys if k not in ("verification_accuracy_std", "eer")]
+    if "map@r" in keys:
+        return {"monitor": "map@r", "mode": "max"}
+    if keys:
+        return {"monitor": keys[0], "mode": "max"}
+    return {"monitor": "loss", "mode": "min"}
+
+
 def _fit_keras(cfg, model, train_ds, test_ds, out, backup_dir, done, verbose, extra_callbacks=()):
     from tfdml import callbacks as callbacks_lib
 
@@ -406,8 +422,7 @@ def _fit_keras(cfg, model, train_ds, test_ds, out, backup_dir, done, verbose, ex
         keras.callbacks.BackupAndRestore(backup_dir),
         keras.callbacks.ModelCheckpoint(
             os.path.join(out, "checkpoints", "best.weights.h5"),
-            monitor="map@r",
-            mode="max",
+            **best_checkpoint_monitor(ev["metrics"], ev["ks"]),
             save_best_only=True,
             save_weights_only=True,
         ),

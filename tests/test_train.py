@@ -240,3 +240,44 @@ def test_learned_sampler_bad_combinations(tmp_path):
     cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned", "sampler_options": {"widht": 3}})
     with pytest.raises(experiment.ExperimentError, match="widht"):
         experiment.build_model(cfg, (8, 8, 1), 5, 100)
+
+
+SHIPPED = sorted(
+    os.path.basename(p)[:-5]
+    for p in os.listdir(os.path.join(ROOT, "configs")) if p.endswith(".yaml")
+)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_config_builds_its_loss(name):
+    """Validation alone does not catch wiring errors between a config and a loss's
+    constructor (the ℓ_k config once failed on a seed argument the loss does not take)."""
+    cfg = config.load(os.path.join(ROOT, "configs", f"{name}.yaml"))
+    loss = experiment.build_loss(cfg, num_classes=5, num_examples=100)
+    assert type(loss) is experiment.losses_lib.LOSSES[cfg["loss"]["name"]]
+
+
+@pytest.mark.parametrize("name", [n for n in SHIPPED if n not in ("default",)])
+def test_shipped_mnist_configs_train_a_few_steps(name, tmp_path):
+    """Each bundled-data config runs end to end (2 steps, on the 8×8 digits)."""
+    cfg = config.load(os.path.join(ROOT, "configs", f"{name}.yaml"))
+    if cfg["data"]["source"] != "mnist5k" or cfg["model"]["weights"]:
+        pytest.skip("downloads a dataset or loads pretrained weights (tested elsewhere)")
+    cfg = config.load(os.path.join(ROOT, "configs", f"{name}.yaml"), [
+        f"output_dir={tmp_path}", "data.source=digits", "training.epochs=1",
+        "training.steps_per_epoch=2", "evaluation.metrics=[recall]", "evaluation.ks=[1]",
+    ])
+    result = experiment.run(cfg, verbose=0)
+    assert np.isfinite(result["history"]["loss"]).all()
+    assert 0.0 <= result["metrics"]["recall@1"] <= 1.0
+
+
+@pytest.mark.parametrize("metrics, expected", [
+    (["recall", "map@r", "nmi"], ("map@r", "max")),
+    (["nmi", "recall"], ("nmi", "max")),
+    (["recall"], ("recall@1", "max")),
+    (["verification"], ("verification_accuracy", "max")),
+])
+def test_best_checkpoint_follows_an_evaluated_metric(metrics, expected):
+    monitor = experiment.best_checkpoint_monitor(metrics, [1, 2])
+    assert (monitor["monitor"], monitor["mode"]) == expected

@@ -278,13 +278,16 @@ def _image_loader(split):
 
 def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance="euclidean",
         batch_size=256, chunk_size=None, seed=0, num_pairs=6000, grid_queries=8, grid_k=8,
-        verbose=1, extra_info=None, make_plots=True, transform=None):
+        verbose=1, extra_info=None, make_plots=True, transform=None, baseline=None):
     """Embed ``split`` with ``model`` (a path or an embedder), evaluate, write JSON and PNGs.
 
     ``split``: an object with ``labels``, ``dataset()`` (unbatched (image,
     label)) and optionally ``load(indices)`` / ``images`` for the grid.
     ``transform``: optional per-batch map applied before the model (the
     training run's model-input transform, see :func:`model_input_transform`).
+    ``baseline="raw_pixels"`` also scores the L2-normalised raw pixels of the
+    same split with the same metrics (written to metrics.json as
+    ``baseline``, printed next to the model's figures).
     Returns the metrics dict.
     """
     from tfdml import metrics as tm
@@ -310,14 +313,22 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
             seed=seed, num_pairs=num_pairs, grid=(grid_queries, grid_k), chunk_size=chunk_size,
             details=details, pr_label=f"mAP {results['map']:.4f}" if "map" in results else None)
 
+    baseline_results = None
+    if baseline is not None:
+        baseline_results = baseline_metrics(baseline, split, names, ks, distance, batch_size,
+                                            chunk_size, seed, num_pairs, verbose)
+
     info = {"num_examples": num, "embedding_dim": int(embeddings.shape[1]),
             "distance": distance, "metrics_requested": list(names), "ks": list(ks),
             **(extra_info or {})}
     with open(os.path.join(out_dir, "metrics.json"), "w") as f:
-        json.dump({"metrics": _jsonable(results), "info": info,
-                   "plots": [os.path.basename(p) for p in written]}, f, indent=2)
+        record = {"metrics": _jsonable(results), "info": info,
+                  "plots": [os.path.basename(p) for p in written]}
+        if baseline_results is not None:
+            record["baseline"] = {"name": baseline, "metrics": _jsonable(baseline_results)}
+        json.dump(record, f, indent=2)
     if verbose:
-        print(format_table(results))
+        print(format_table(results, baseline_results, baseline))
         print(f"Wrote {os.path.join(out_dir, 'metrics.json')} and "
               f"{', '.join(os.path.basename(p) for p in written)}")
     return results
@@ -334,13 +345,48 @@ def _jsonable(results):
     return out
 
 
-def format_table(results):
-    """Two-column text table of the results."""
+BASELINES = ("raw_pixels",)
+
+
+def baseline_metrics(name, split, metrics, ks, distance="euclidean", batch_size=256,
+                     chunk_size=None, seed=0, num_pairs=6000, verbose=0):
+    """The metrics of a model-free baseline on ``split``.
+
+    ``"raw_pixels"``: each image flattened and L2-normalised, the reference
+    the issue tracker and the README compare the main job with.
+    """
+    import tensorflow as tf
+
+    from tfdml import metrics as tm
+
+    if name not in BASELINES:
+        raise EvaluationError(f"Unknown baseline {name!r}; choose one of {', '.join(BASELINES)}.")
+
+    def raw_pixels(x):
+        flat = tf.reshape(tf.cast(x, tf.float32), [tf.shape(x)[0], -1])
+        return tf.math.l2_normalize(flat, axis=1)
+
+    if verbose:
+        print("Scoring the raw-pixel baseline ...")
+    vectors, labels = embed(raw_pixels, split.dataset(), int(len(split.labels)), batch_size, verbose=0)
+    return tm.evaluate_embeddings(vectors, labels, metrics, ks, distance=distance,
+                                  chunk_size=chunk_size, seed=seed, num_pairs=num_pairs)
+
+
+def _cell(value):
+    return str(int(value)) if isinstance(value, (int, np.integer)) else f"{float(value):.4f}"
+
+
+def format_table(results, baseline=None, baseline_name="baseline"):
+    """Text table of the results, with a column for a baseline's when given."""
     width = max(len(k) for k in results)
-    lines = [f"{'metric':<{width}}  value", f"{'-' * width}  ------"]
-    for k, v in results.items():
-        text = str(int(v)) if isinstance(v, (int, np.integer)) else f"{float(v):.4f}"
-        lines.append(f"{k:<{width}}  {text}")
+    if baseline is None:
+        lines = [f"{'metric':<{width}}  value", f"{'-' * width}  ------"]
+        lines += [f"{k:<{width}}  {_cell(v)}" for k, v in results.items()]
+    else:
+        lines = [f"{'metric':<{width}}  model   {baseline_name}", f"{'-' * width}  ------  ------"]
+        lines += [f"{k:<{width}}  {_cell(v)}  {_cell(baseline[k]) if k in baseline else '-'}"
+                  for k, v in results.items()]
     return "\n".join(lines)
 
 
@@ -370,6 +416,8 @@ def build_parser():
     p.add_argument("--grid", type=int, nargs=2, default=(8, 8), metavar=("QUERIES", "K"),
                    help="retrieval grid size (default 8 8; 0 0 for none)")
     p.add_argument("--no-plots", action="store_true", help="write metrics.json only")
+    p.add_argument("--baseline", choices=BASELINES, default=None,
+                   help="also score a model-free baseline on the same split (raw_pixels)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     return p
@@ -397,7 +445,7 @@ def main(argv=None):
         run(embedder, split, out, metrics, ks, distance, batch_size=args.batch_size,
             chunk_size=args.chunk_size, seed=args.seed, num_pairs=args.num_pairs,
             grid_queries=args.grid[0], grid_k=args.grid[1], verbose=0 if args.quiet else 1,
-            make_plots=not args.no_plots,
+            make_plots=not args.no_plots, baseline=args.baseline,
             transform=model_input_transform(config.get("image_size"), config.get("image_channels")),
             extra_info={"model": os.path.abspath(args.model), "data": source,
                         "source_kwargs": kwargs, "split": split_name})

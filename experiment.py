@@ -509,8 +509,15 @@ def final_evaluation(cfg, model, test_split, out, verbose=1):
         batch_size=ev["batch_size"],
         verbose=verbose,
         extra_info={"config": os.path.join(out, "config.yaml")},
+        baseline=ev["baseline"],
     )
-    return {"metrics": {k: float(v) for k, v in values.items() if np.isscalar(v)}}
+    result = {"metrics": {k: float(v) for k, v in values.items() if np.isscalar(v)}}
+    if ev["baseline"]:
+        with open(os.path.join(out, "metrics.json")) as f:
+            baseline = json.load(f)["baseline"]
+        result["baseline"] = {"name": baseline["name"], "metrics": {
+            k: v for k, v in baseline["metrics"].items() if isinstance(v, float)}}
+    return result
 
 
 def export(model, out, input_shape):
@@ -534,8 +541,16 @@ def summary(cfg, result):
         + (f"   (resumed after epoch {result['resumed_from_epoch']})" if result["resumed_from_epoch"] else ""),
         "held-out metrics (unseen classes):",
     ]
+    baseline = result.get("baseline")
+    if baseline:
+        lines.append(f"  {'':<16} {'model':>7}  {baseline['name']:>10}")
     for key, value in result["metrics"].items():
-        if isinstance(value, float):
-            lines.append(f"  {key:<16} {value:.4f}")
+        if key.startswith("num_"):  # counts (num_queries, ...), not figures
+            lines.append(f"  {key:<16} {int(value):>7d}")
+        elif isinstance(value, float):
+            row = f"  {key:<16} {value:>7.4f}"
+            if baseline and key in baseline["metrics"]:
+                row += f"  {baseline['metrics'][key]:>10.4f}"
+            lines.append(row)
     lines.append("=" * 60)
     return "\n".join(lines)

@@ -145,3 +145,35 @@ def test_cli_bad_path_fails_fast_without_traceback(tmp_path):
                           timeout=120)
     assert proc.returncode == 2
     assert "no such file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_raw_pixel_baseline_matches_scikit_learn(models, tmp_path, capsys):
+    """--baseline raw_pixels: Recall@1 and NMI of the L2-normalised test digits,
+    checked against scikit-learn's brute-force neighbours and its NMI of the
+    same k-means clustering; metrics.json keeps model and baseline apart."""
+    from sklearn.datasets import load_digits
+    from sklearn.metrics import normalized_mutual_info_score
+    from sklearn.neighbors import NearestNeighbors
+
+    from tfdml.metrics import kmeans
+
+    out = str(tmp_path / "eval")
+    args = ["--model", models["keras"], "--out", out, "--data", "digits", "--no-plots",
+            "--metrics", "recall", "nmi", "--ks", "1", "--baseline", "raw_pixels"]
+    assert evaluate.main(args) == 0
+    report = json.load(open(os.path.join(out, "metrics.json")))
+    assert report["baseline"]["name"] == "raw_pixels"
+    baseline = report["baseline"]["metrics"]
+
+    x, y = load_digits(return_X_y=True)
+    x, y = x[y >= 5] / 16.0, y[y >= 5]  # the digits source's test split
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    _, idx = NearestNeighbors(n_neighbors=2).fit(x).kneighbors(x)
+    assert baseline["recall@1"] == pytest.approx(np.mean(y[idx[:, 1]] == y), abs=1e-9)
+    clusters = kmeans(x.astype(np.float32), 5, seed=0)
+    assert baseline["nmi"] == pytest.approx(normalized_mutual_info_score(y, clusters), abs=1e-6)
+    assert report["metrics"]["recall@1"] != baseline["recall@1"]  # the model's own figure
+
+    with pytest.raises(SystemExit):  # a typo is refused by the parser, naming the choice
+        evaluate.main(args[:-2] + ["--baseline", "raw_pixel"])
+    assert "raw_pixels" in capsys.readouterr().err

@@ -165,11 +165,15 @@ def test_cli_smoke(tmp_path):
     cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--quiet",
            "--set", f"output_dir={tmp_path}", "--set", "data.source=digits",
            "--set", "training.epochs=1", "--set", "training.steps_per_epoch=2",
-           "--set", "model.backbone_options={width: 4}", "--set", "evaluation.metrics=[recall]"]
+           "--set", "model.backbone_options={width: 4}", "--set", "evaluation.metrics=[recall]",
+           "--set", "evaluation.baseline=raw_pixels"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "held-out metrics" in proc.stdout and "recall@1" in proc.stdout
+    # The summary puts the raw-pixel figure next to the model's.
+    row = next(line for line in proc.stdout.splitlines() if line.strip().startswith("recall@1"))
+    assert len(row.split()) == 3 and "raw_pixels" in proc.stdout
 
 
 def test_head_learning_rate_multiplier_reaches_the_optimizer(tmp_path):

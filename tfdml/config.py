@@ -123,6 +123,8 @@ SCHEMA = {
         "ks": _Field(list, [1, 2, 4, 8]),
         "every_n_epochs": _Field(int, 1),
         "batch_size": _Field(int, 256),
+        "baseline": _Field((str, type(None)), None, ("raw_pixels", None),
+                           doc="also score a model-free baseline on the test split (raw_pixels)"),
     },
 }
 

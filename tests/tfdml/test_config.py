@@ -85,3 +85,9 @@ def test_data_choices_match_the_pipelines():
 
     assert set(config.DESIGNS) == set(designs.DESIGNS)
     assert set(config.SOURCES) == set(sources.SOURCES)
+
+
+def test_unknown_baseline_lists_choices():
+    with pytest.raises(config.ConfigError, match=r"evaluation.baseline = 'pixels'.*raw_pixels"):
+        config.validate({"evaluation": {"baseline": "pixels"}})
+    assert config.validate({"evaluation": {"baseline": "raw_pixels"}})["evaluation"]["baseline"] == "raw_pixels"

@@ -542,13 +542,14 @@ def summary(cfg, result):
         "held-out metrics (unseen classes):",
     ]
     baseline = result.get("baseline")
+    width = max([16] + [len(k) for k in result["metrics"]])
     if baseline:
-        lines.append(f"  {'':<16} {'model':>7}  {baseline['name']:>10}")
+        lines.append(f"  {'':<{width}} {'model':>7}  {baseline['name']:>10}")
     for key, value in result["metrics"].items():
         if key.startswith("num_"):  # counts (num_queries, ...), not figures
-            lines.append(f"  {key:<16} {int(value):>7d}")
+            lines.append(f"  {key:<{width}} {int(value):>7d}")
         elif isinstance(value, float):
-            row = f"  {key:<16} {value:>7.4f}"
+            row = f"  {key:<{width}} {value:>7.4f}"
             if baseline and key in baseline["metrics"]:
                 row += f"  {baseline['metrics'][key]:>10.4f}"
             lines.append(row)

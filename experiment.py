@@ -399,9 +399,9 @@ def best_checkpoint_monitor(metrics, ks):
     the training loss."""
     from tfdml import metrics as metrics_lib
 
-    keys = metrics_lib.metric_keys(metrics, ks)
-    # Every key is "higher is better" except these two.
-    keys = [k for k in keys if k not in ("verification_accuracy_std", "eer")]
+    # Figures where higher is better (not a spread such as verification_accuracy_std).
+    keys = [k for k in metrics_lib.metric_keys(metrics, ks)
+            if k not in metrics_lib.LOWER_IS_BETTER and not k.endswith("_std")]
     if "map@r" in keys:
         return {"monitor": "map@r", "mode": "max"}
     if keys:

@@ -80,16 +80,21 @@ def _randomize(net, seed):
         v.assign(rng.normal(scale=0.7, size=v.shape))
 
 
-@pytest.fixture(scope="module")
-def tiny_triplet():
+def _float64_network(cls, num_examples, seed, randomize_seed):
+    """A tiny float64 sampler network over one-hot features, weights randomised."""
     keras.backend.set_floatx("float64")
     try:
-        net = dsn.TripletSamplerNetwork(width=3, depth=1, input_size=0, seed=4, dtype="float64")
-        net.build((None, len(TINY)))
+        net = cls(width=3, depth=1, input_size=0, seed=seed, dtype="float64")
+        net.build((None, num_examples))
     finally:
         keras.backend.set_floatx("float32")
-    _randomize(net, seed=7)
-    features = net.features(np.eye(len(TINY)))
+    _randomize(net, seed=randomize_seed)
+    return net, net.features(np.eye(num_examples))
+
+
+@pytest.fixture(scope="module")
+def tiny_triplet():
+    net, features = _float64_network(dsn.TripletSamplerNetwork, len(TINY), seed=4, randomize_seed=7)
     scores = np.random.default_rng(5).uniform(0, 1, size=(len(TINY),) * 3)  # fixed S(a, p, n)
     return net, features, scores
 
@@ -170,14 +175,7 @@ def test_npair_policy_gradient_equals_finite_differences():
     """Eq. 4, 8 for one probe network given the gallery (Fig. 2b): the exact gradient of
     E[S | gallery] = Σ_i Σ_j π(j | i) S(i, j) equals a central finite difference."""
     labels = np.array([0, 0, 0, 1, 1, 2, 2, 2], np.int32)
-    keras.backend.set_floatx("float64")
-    try:
-        net = dsn.NPairSamplerNetwork(width=3, depth=1, input_size=0, seed=2, dtype="float64")
-        net.build((None, len(labels)))
-    finally:
-        keras.backend.set_floatx("float32")
-    _randomize(net, seed=8)
-    features = net.features(np.eye(len(labels)))
+    net, features = _float64_network(dsn.NPairSamplerNetwork, len(labels), seed=2, randomize_seed=8)
     gallery, valid = tf.constant([1, 3, 7]), tf.constant([True, True, True])
     scores = np.random.default_rng(3).uniform(size=(3, len(labels)))
     structure = dsn.pool_structure(labels)

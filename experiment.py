@@ -145,7 +145,8 @@ def build_loss(cfg, num_classes, num_examples):
     cls = losses_lib.LOSSES[name]
     opts = dict(cfg["loss"]["options"])
     sampler = cfg["loss"]["sampler"]
-    if "sampler" not in inspect.signature(cls.__init__).parameters or sampler in config_lib.LEARNED_SAMPLERS:
+    parameters = inspect.signature(cls.__init__).parameters
+    if "sampler" not in parameters or sampler in config_lib.LEARNED_SAMPLERS:
         # The loss fixes its own selection (e.g. top-k sets of ℓ_k), or a DSN
         # selects the tuples (the loss's own sampler then only serves evaluate()).
         sampler = None
@@ -156,7 +157,7 @@ def build_loss(cfg, num_classes, num_examples):
         opts["sampler"] = _sampler_with_options(sampler, options) if options else sampler
     if name in ("margin", "balanced_contrastive"):
         opts.setdefault("num_classes", num_classes)
-    if "seed" in inspect.signature(cls.__init__).parameters:
+    if "seed" in parameters:
         opts.setdefault("seed", cfg["seed"])
     try:
         return cls(**opts)

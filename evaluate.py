@@ -125,6 +125,15 @@ def check_model_path(path):
         raise EvaluationError(
             f"--model {path!r}: expected a .keras file or a SavedModel directory."
         )
+    else:
+        import zipfile
+
+        if not zipfile.is_zipfile(path):
+            raise EvaluationError(
+                f"--model {path!r} is not a complete .keras archive ({os.path.getsize(path)} bytes; "
+                "a .keras file is a zip): it was truncated or corrupted, e.g. by a run that stopped "
+                "while writing it. Save or export the model again."
+            )
 
 
 def load_embedder(path):
@@ -157,7 +166,25 @@ def load_embedder(path):
     def call(x):
         return model(x, training=False)
 
+    call.expected_input_shape = _expected_input_shape(model)
     return call
+
+
+def _expected_input_shape(model):
+    """The model's input shape without the batch axis, or None if unknown."""
+    try:
+        shape = model.input_shape
+    except (AttributeError, ValueError):
+        encoder = getattr(model, "encoder", None)  # tfdml.models.EmbeddingModel
+        shape = getattr(encoder, "input_shape", None) if encoder is not None else None
+    if not isinstance(shape, tuple) or not shape or not all(
+            d is None or isinstance(d, int) for d in shape):
+        return None
+    return tuple(shape[1:])
+
+
+def _shape_text(shape):
+    return "×".join("?" if d is None else str(d) for d in shape)
 
 
 def _saved_model_fn(loaded, path):
@@ -222,9 +249,13 @@ def embed(embedder, dataset, num_examples, batch_size=256, verbose=1, transform=
             raise
         except Exception as err:  # noqa: BLE001 - wrong input shape / dtype for the model
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            expected = getattr(embedder, "expected_input_shape", None)
+            wants = f"expects inputs of shape {_shape_text(expected)} but " if expected else ""
             raise EvaluationError(
-                f"The model cannot take the data's inputs of shape {tuple(x.shape[1:])}: {first}. "
-                "Evaluate on the data the model was trained for (--data / --config)."
+                f"The model {wants}cannot take the data's inputs of shape "
+                f"{_shape_text(x.shape[1:])}: {first}. Evaluate on the data the model was trained "
+                "for (--data), or pass the training run's --config so that its image.size / "
+                "image.channels apply."
             ) from None
         if isinstance(out, (dict, list, tuple)):
             raise EvaluationError(
@@ -311,7 +342,8 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
         written = plots.write_all(
             embeddings, labels, out_dir, distance=distance, images=_image_loader(split),
             seed=seed, num_pairs=num_pairs, grid=(grid_queries, grid_k), chunk_size=chunk_size,
-            details=details, pr_label=f"mAP {results['map']:.4f}" if "map" in results else None)
+            details=details, pr_label=f"mAP {results['map']:.4f}" if "map" in results else None,
+            class_names=getattr(split, "class_names", None))
 
     baseline_results = None
     if baseline is not None:
@@ -424,7 +456,10 @@ def build_parser():
 
 
 def main(argv=None):
+    """The command line; exit status 0, or 2 with a one-line message for a problem of
+    the model file, the data or the options (``TFDML_DEBUG=1`` shows the traceback)."""
     args = build_parser().parse_args(argv)
+    from tfdml import errors
     try:
         check_model_path(args.model)
         config = read_config(args.config) if args.config else {}
@@ -449,8 +484,10 @@ def main(argv=None):
             transform=model_input_transform(config.get("image_size"), config.get("image_channels")),
             extra_info={"model": os.path.abspath(args.model), "data": source,
                         "source_kwargs": kwargs, "split": split_name})
-    except (EvaluationError, ValueError) as err:
-        print(f"evaluate.py: error: {err}", file=sys.stderr)
+    except (EvaluationError, *errors.USER_ERROR_TYPES) as err:
+        if os.environ.get("TFDML_DEBUG") == "1":
+            raise
+        print(f"evaluate.py: error: {errors.one_line(err)}", file=sys.stderr)
         return 2
     return 0
 

@@ -275,8 +275,11 @@ def build_dsn_model(cfg, encoder, loss):
 
 
 class NaNGuard(keras.callbacks.Callback):
-    """Stops training at the first NaN/Inf loss with a message naming the
-    step and the last good checkpoint (Keras' TerminateOnNaN stops silently).
+    """Stops training at the first non-finite loss or embedding with a message
+    naming the step and the last good checkpoint (Keras' TerminateOnNaN stops
+    silently). Embeddings are checked in the train step
+    (``tfdml.models.NONFINITE_METRIC``): a loss can hide a NaN embedding
+    behind a mask or a max, depending on the CPU's kernels.
 
     It raises :class:`ExperimentError` at once, before end-of-epoch callbacks
     could evaluate or checkpoint a broken model; the backup of the last
@@ -292,18 +295,25 @@ class NaNGuard(keras.callbacks.Callback):
         self.epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        loss = (logs or {}).get("loss")
-        if loss is not None and not math.isfinite(float(loss)):
-            meta = os.path.join(self.backup_dir, "training_metadata.json")
-            last = "none yet (no epoch completed)"
-            if os.path.exists(meta):
-                with open(meta) as fh:
-                    last = f"{self.backup_dir} (after epoch {json.load(fh)['epoch']})"
-            raise ExperimentError(
-                f"the loss became {loss} at epoch {self.epoch + 1}, step {batch + 1}. "
-                f"Last good checkpoint: {last}. Lower optimizer.learning_rate or check the data, "
-                f"then rerun the same command to resume from that checkpoint."
-            )
+        logs = logs or {}
+        loss = logs.get("loss")
+        bad_rows = logs.get(models.NONFINITE_METRIC)
+        if bad_rows is not None and float(bad_rows) > 0:
+            what = f"the embeddings became non-finite (NaN or Inf in {int(float(bad_rows))} row(s))"
+        elif loss is not None and not math.isfinite(float(loss)):
+            what = f"the loss became {float(loss)}"
+        else:
+            return
+        meta = os.path.join(self.backup_dir, "training_metadata.json")
+        last = "none yet (no epoch completed)"
+        if os.path.exists(meta):
+            with open(meta) as fh:
+                last = f"{self.backup_dir} (after epoch {json.load(fh)['epoch']})"
+        raise ExperimentError(
+            f"{what} at epoch {self.epoch + 1}, step {batch + 1}. "
+            f"Last good checkpoint: {last}. Lower optimizer.learning_rate or check the data, "
+            f"then rerun the same command to resume from that checkpoint."
+        )
 
 
 def completed_epochs(backup_dir):
@@ -501,17 +511,20 @@ def final_evaluation(cfg, model, test_split, out, verbose=1):
     def embedder(x):
         return model(to_input(x), training=False)
 
-    values = evaluate.run(
-        embedder,
-        test_split,
-        out,
-        metrics=ev["metrics"],
-        ks=ev["ks"],
-        batch_size=ev["batch_size"],
-        verbose=verbose,
-        extra_info={"config": os.path.join(out, "config.yaml")},
-        baseline=ev["baseline"],
-    )
+    try:
+        values = evaluate.run(
+            embedder,
+            test_split,
+            out,
+            metrics=ev["metrics"],
+            ks=ev["ks"],
+            batch_size=ev["batch_size"],
+            verbose=verbose,
+            extra_info={"config": os.path.join(out, "config.yaml")},
+            baseline=ev["baseline"],
+        )
+    except ValueError as err:
+        raise ExperimentError(f"final evaluation on the '{test_split.name}' split: {err}") from None
     result = {"metrics": {k: float(v) for k, v in values.items() if np.isscalar(v)}}
     if ev["baseline"]:
         with open(os.path.join(out, "metrics.json")) as f:

@@ -16,6 +16,10 @@ work starts. The run writes into ``output_dir``:
     model.keras          the trained model
     saved_model/         SavedModel with a serving signature images -> embeddings
 
+Exit status: 0 when the run finished; 2 for a problem of the config, the
+data or the model (a NaN, an unreadable file, a full disk), printed as one
+line (``TFDML_DEBUG=1`` shows the traceback instead).
+
 Training that stops (killed, crashed, NaN) can be resumed by running the same
 command again: it restarts from the last completed epoch, with the optimizer
 state, the loss's learned parameters and the sampler's random stream.
@@ -53,12 +57,16 @@ def main(argv=None):
         return 2
 
     import experiment
+    from tfdml import errors
 
     try:
         result = experiment.run(cfg, fresh=args.fresh, verbose=0 if args.quiet else 1)
-    except experiment.ExperimentError as err:
-        print(f"Error: {err}", file=sys.stderr)
-        return 1
+    except (experiment.ExperimentError, *errors.USER_ERROR_TYPES) as err:
+        if os.environ.get("TFDML_DEBUG") == "1":
+            raise
+        print(f"Error: {errors.one_line(err)}", file=sys.stderr)
+        print("(set TFDML_DEBUG=1 to see the traceback)", file=sys.stderr)
+        return 2
     print(experiment.summary(cfg, result))
     return 0
 

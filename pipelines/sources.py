@@ -25,8 +25,15 @@ name                what
                     non-image data); sorted labels, first half train.
 ==================  ==========================================================
 
-Labels keep their global class id (test labels of the bundled sources are
-5–9). ``train_classes`` / ``test_classes`` override the split everywhere: an
+Class ids. The user's class ids (any int64, negative or beyond int32, or
+names: a folder's class directories, LFW's identities) are mapped once, per
+split, to contiguous indices: ``split.labels`` holds 0..L−1 (int32, the
+batch contract's ``label``) and ``split.class_ids[i]`` the user's id of index
+i, ``split.class_names[i]`` its display name (plots and reports show these).
+Indices follow the sorted order of the user's ids, so the test split of the
+bundled sources (digits 5–9) has labels 0–4 and class_names "5"–"9".
+``train_classes`` / ``test_classes`` name the user's ids or names, and
+override the split everywhere: an
 int k (the first k sorted classes train / the last k test), a list of class
 ids or names, or the path of a text file with one class name per line; the
 other split gets the remaining classes.
@@ -70,27 +77,36 @@ def _resident(array):
 class Split:
     """One split of a source: labels, class sizes and a vectorised image loader.
 
-    Attributes: ``name``, ``labels`` (np.int32 [N]), ``class_sizes`` (dict
-    class id → N_c), ``num_classes``, ``num_examples``, ``image_shape``
-    (H, W, C), ``class_names`` (dict class id → name, when the source has
-    names), ``images`` (in-memory sources only: float32 [N, H, W, C] in [0, 1]).
-    The index of an example in ``labels`` is its ``example_id``.
+    Built from the user's class id of every example (``user_labels``: any
+    integers or strings), which it maps once to contiguous indices.
+
+    Attributes: ``name``, ``labels`` (np.int32 [N], class indices 0..L−1),
+    ``class_ids`` ([L]: the user's id of each index, sorted), ``class_names``
+    (dict index → display name: ``names[user id]`` when the source has names,
+    else the id as text), ``class_sizes`` (dict index → N_c), ``num_classes``,
+    ``num_examples``, ``image_shape`` (H, W, C), ``images`` (in-memory sources
+    only: float32 [N, H, W, C] in [0, 1]). The index of an example in
+    ``labels`` is its ``example_id``.
     """
 
-    def __init__(self, name, labels, image_shape, loader, class_names=None):
+    def __init__(self, name, user_labels, image_shape, loader, names=None):
         self.name = name
-        self.labels = np.asarray(labels, dtype=np.int32)
-        if self.labels.size == 0:
+        user_labels = np.asarray(user_labels).reshape(-1)
+        if user_labels.size == 0:
             raise ValueError(
                 f"The '{name}' split has no examples; choose train_classes / test_classes "
                 "so that both splits get at least one class with images."
             )
-        classes, counts = np.unique(self.labels, return_counts=True)
-        self.class_sizes = {int(c): int(n) for c, n in zip(classes, counts)}
-        self.num_classes = len(classes)
+        self.class_ids, index, counts = np.unique(user_labels, return_inverse=True, return_counts=True)
+        self.labels = index.reshape(-1).astype(np.int32)
+        self.class_sizes = {i: int(n) for i, n in enumerate(counts)}
+        self.class_names = {
+            i: str(names[_key(cid)] if names is not None else _key(cid))
+            for i, cid in enumerate(self.class_ids)
+        }
+        self.num_classes = len(self.class_ids)
         self.num_examples = int(self.labels.size)
         self.image_shape = tuple(int(d) for d in image_shape)
-        self.class_names = class_names
         self._loader = loader
 
     def __repr__(self):
@@ -137,6 +153,30 @@ class Split:
         )
 
 
+def _key(value):
+    """A NumPy scalar as the plain Python value used as a dict key."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def check_finite(features, what="features"):
+    """Raise ``ValueError`` naming how many rows, and which, hold NaN or Inf.
+
+    A non-finite input value makes the network's output undefined: on some
+    CPUs' kernels it turns the embedding into NaN, on others a max or ReLU
+    swallows it. Either way the run would be wrong, so it is refused here.
+    """
+    features = np.asarray(features)
+    if not np.issubdtype(features.dtype, np.floating) or features.size == 0:
+        return
+    bad = np.flatnonzero(~np.isfinite(features.reshape(len(features), -1)).all(axis=1))
+    if bad.size:
+        shown = ", ".join(str(i) for i in bad[:10]) + (", ..." if bad.size > 10 else "")
+        raise ValueError(
+            f"{what} has {bad.size} row(s) with NaN or Inf values (rows {shown}); "
+            "drop those rows or replace the values (e.g. np.nan_to_num) before training."
+        )
+
+
 class _ArrayLoader:
     """Gathers rows of an in-memory array, casts to float32 and scales."""
 
@@ -153,9 +193,38 @@ class _ArrayLoader:
         return x * self._scale if self._scale != 1.0 else x
 
 
-def _decode(contents, image_size, channels, resize):
-    image = tf.io.decode_image(contents, channels=channels, expand_animations=False)
+def decode_pixels(contents, channels):
+    """Decode any supported image file (jpg, png, bmp, gif) to ``channels``
+    (1 or 3) float32 channels in [0, 1]: decode as stored, then convert.
+
+    Decoders accept different channel requests (GIF only 3, BMP no
+    conversion to 1), so asking the decoder for ``channels`` fails on valid
+    files. Colour (3 or 4 channels) becomes gray by ITU-R 601 luma
+    (``tf.image.rgb_to_grayscale``), gray (1 or 2) is repeated to RGB; an
+    alpha channel is dropped.
+    """
+    image = tf.io.decode_image(contents, channels=0, expand_animations=False)
     image = tf.image.convert_image_dtype(image, tf.float32)  # [0, 1]
+    colour = tf.shape(image)[-1] >= 3
+    if channels == 1:
+        image = tf.cond(colour, lambda: tf.image.rgb_to_grayscale(image[..., :3]),
+                        lambda: image[..., :1])
+    else:
+        image = tf.cond(colour, lambda: image[..., :3],
+                        lambda: tf.tile(image[..., :1], [1, 1, channels]))
+    image.set_shape([None, None, channels])
+    return image
+
+
+def _decode(contents, image_size, channels, resize, origin=""):
+    image = decode_pixels(contents, channels)
+    # Integer pixel formats cannot hold NaN; this guards any decoder that can.
+    finite = tf.debugging.Assert(
+        tf.reduce_all(tf.math.is_finite(image)),
+        ["image has NaN or Inf pixel values after decoding:", origin],
+    )
+    with tf.control_dependencies([finite]):
+        image = tf.identity(image)
     if resize == "pad":
         image = tf.image.resize_with_pad(image, image_size[0], image_size[1])
     else:
@@ -177,7 +246,8 @@ class _EncodedLoader:
 
     def decode_one(self, item):
         contents = tf.io.read_file(item) if self._from_files else item
-        return _decode(contents, self._image_size, self._channels, self._resize)
+        origin = item if self._from_files else "an encoded image"
+        return _decode(contents, self._image_size, self._channels, self._resize, origin)
 
     def __call__(self, indices):
         items = tf.gather(self._items, indices)
@@ -288,19 +358,26 @@ def _array_source(name, pixels, labels, scale, image_shape, train_classes, test_
         raise ValueError(f"The {name!r} source has no examples; give at least one (feature, label) row.")
     if not np.issubdtype(labels.dtype, np.integer):
         if np.issubdtype(labels.dtype, np.floating) and np.all(labels == np.round(labels)):
+            if np.abs(labels).max() > 2**53:
+                raise ValueError(
+                    "labels are floats beyond 2**53, where a float64 no longer holds every integer; "
+                    "give them as int64."
+                )
             labels = labels.astype(np.int64)
         else:
             raise ValueError(f"labels must be integer class ids, got dtype {labels.dtype}.")
-    classes = sorted(int(c) for c in np.unique(labels))
+    labels = labels.astype(np.int64)
+    check_finite(pixels)
+    classes = [int(c) for c in np.unique(labels)]
     names = [str(c) for c in classes] if class_names is None else [class_names[c] for c in classes]
     default = math.ceil(len(classes) / 2) if default_train is None else default_train
     train, test = _class_split(classes, names, train_classes, test_classes, default)
 
     def build(ids, split_name):
         def make():
-            keep = np.isin(labels, np.asarray(ids, dtype=labels.dtype))
+            keep = np.isin(labels, np.asarray(ids, dtype=np.int64))
             return Split(split_name, labels[keep], image_shape, _ArrayLoader(pixels[keep], scale),
-                         class_names=None if class_names is None else {c: class_names[c] for c in ids})
+                         names=class_names)
         return make
 
     return Source(name, {"train": build(train, "train"), "test": build(test, "test")},
@@ -363,7 +440,7 @@ def _check_resize(resize):
 def _find_unreadable(paths, channels):
     """Indices of files that cannot be read or decoded, found in one parallel tf.data pass."""
     def check(i, path):
-        image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
+        image = decode_pixels(tf.io.read_file(path), channels)
         return i, tf.shape(image)[0]
 
     ds = tf.data.Dataset.from_tensor_slices((np.arange(len(paths), dtype=np.int64), paths))
@@ -457,7 +534,8 @@ def folder(root, image_size=256, channels=3, resize="pad", train_classes=None, t
         def make():
             keep = np.isin(labels, np.asarray(ids, dtype=np.int32))
             loader = _EncodedLoader(paths[keep], True, image_size, channels, resize)
-            split = Split(split_name, labels[keep], shape, loader, class_names={c: names[c] for c in ids})
+            # The class directory's name is the user's class id.
+            split = Split(split_name, np.asarray(class_dirs)[labels[keep]], shape, loader)
             split.files = paths[keep]
             return split
         return make
@@ -518,8 +596,8 @@ def tfds(dataset, image_size=256, channels=3, resize="pad", data_dir=None, downl
         classes = list(range(len(names)))
         default_train = math.ceil(len(names) / 2)
     else:
-        labels = np.asarray(raw, dtype=np.int32)
-        classes = sorted(int(c) for c in np.unique(labels))
+        labels = np.asarray(raw, dtype=np.int64)
+        classes = [int(c) for c in np.unique(labels)]
         class_names = None
         default_train = sum(c < num_train for c in classes)
     name_list = [class_names[c] if class_names else str(c) for c in classes]
@@ -528,10 +606,9 @@ def tfds(dataset, image_size=256, channels=3, resize="pad", data_dir=None, downl
 
     def build(ids, split_name):
         def make():
-            keep = np.isin(labels, np.asarray(ids, dtype=np.int32))
+            keep = np.isin(labels, np.asarray(ids, dtype=labels.dtype))
             loader = _EncodedLoader(blobs[keep], False, image_size, channels, resize)
-            return Split(split_name, labels[keep], shape, loader,
-                         class_names=None if class_names is None else {c: class_names[c] for c in ids})
+            return Split(split_name, labels[keep], shape, loader, names=class_names)
         return make
 
     return Source(f"tfds:{dataset}", {"train": build(train, "train"), "test": build(test, "test")},

@@ -5,6 +5,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -39,6 +40,36 @@ def mirrored_strategy():
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+class NonFiniteAfter(keras.layers.Layer):
+    """Test layer: passes its input through, except that from the training call
+    number ``after + 1`` on, row 0 of its output is NaN (``value``).
+
+    NaN is written into the output directly, so the tests of the NaN guard do
+    not depend on whether the CPU's kernels propagate a NaN input through the
+    network (oneDNN's max and ReLU may not; issue 11).
+    """
+
+    def __init__(self, after=0, value=float("nan"), **kwargs):
+        super().__init__(**kwargs)
+        self.after = after
+        self.value = value
+        self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False, name="calls")
+
+    def call(self, x, training=False):
+        if not training:
+            return x
+        self.calls.assign_add(1.0)
+        row = tf.range(tf.shape(x)[0])[:, None] == 0
+        poisoned = tf.where(row, tf.constant(self.value, x.dtype), x)
+        return tf.where(self.calls > self.after, poisoned, x)
+
+
+@pytest.fixture
+def nonfinite_after():
+    """The :class:`NonFiniteAfter` test layer class."""
+    return NonFiniteAfter
 
 
 def pytest_collection_modifyitems(config, items):

@@ -108,7 +108,8 @@ def test_model_input_transform():
     ("dir", "without saved_model.pb"),
     ("h5", "expected a .keras file"),
     ("conv", "not an embedding"),
-    ("big", "cannot take the data's inputs"),
+    ("big", "expects inputs of shape 28×28×1 but cannot take the data's inputs of shape 8×8×1"),
+    ("truncated", "not a complete .keras archive"),
     ("metric", "Unknown metric"),
     ("config", "no such file"),
     ("source", "Unknown source"),
@@ -125,6 +126,10 @@ def test_clear_errors(models, tmp_path, capsys, case, match):
         open(model, "w").close()
     elif case in ("conv", "big"):
         model = models[case]
+    elif case == "truncated":  # as left by a run killed while writing it (issue 11)
+        model = str(tmp_path / "model.keras")
+        with open(models["keras"], "rb") as src, open(model, "wb") as dst:
+            dst.write(src.read()[:1000])
     elif case == "metric":
         extra = ["--metrics", "accuracy"]
     elif case == "config":

@@ -133,17 +133,94 @@ def test_resume_after_kill_reaches_the_same_weights(tmp_path):
     assert len(history) == 5  # header + 4 epochs, across the two runs
 
 
-def test_nan_loss_stops_with_step_and_checkpoint(tmp_path):
+def _nan_features_cfg(tmp_path, value=np.nan):
     rng = np.random.default_rng(0)
     features = rng.normal(size=(200, 8)).astype("float32")
-    features[:, 0] = np.nan
+    features[[3, 17, 150], 0] = value
     labels = np.repeat(np.arange(10), 20)
-    cfg = small_cfg(tmp_path, **{"data.source": "arrays",
-                                 "data.options": {"features": features, "labels": labels},
-                                 "model.backbone": "mlp", "model.backbone_options": {"width": 8},
-                                 "loss.name": "contrastive", "loss.sampler": "all"})
-    with pytest.raises(experiment.ExperimentError, match=r"became nan at epoch 1, step 1.*Last good checkpoint"):
-        experiment.run(cfg, verbose=0)
+    return small_cfg(tmp_path, **{"data.source": "arrays",
+                                  "data.options": {"features": features, "labels": labels},
+                                  "model.backbone": "mlp", "model.backbone_options": {"width": 8},
+                                  "loss.name": "contrastive", "loss.sampler": "all"})
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_nonfinite_input_is_refused_at_the_source(tmp_path, value):
+    """Issue 11: with NaN features the run used to train on (a finite loss on
+    oneDNN kernels) and die in the final evaluation with a traceback."""
+    with pytest.raises(experiment.ExperimentError,
+                       match=r"data: features has 3 row\(s\) with NaN or Inf values \(rows 3, 17, 150\)"):
+        experiment.run(_nan_features_cfg(tmp_path, value), verbose=0)
+    assert not os.path.exists(tmp_path / "checkpoints" / "best.weights.h5")
+
+
+@pytest.fixture
+def poisoned_encoder(monkeypatch, nonfinite_after):
+    """Makes experiment build encoders whose embeddings turn NaN after ``after`` training steps."""
+    def install(after):
+        build = experiment.models.build_encoder
+
+        def build_poisoned(*args, **kwargs):
+            encoder = build(*args, **kwargs)
+            out = nonfinite_after(after=after)(encoder.output)
+            return keras.Model(encoder.input, out, name="poisoned_encoder")
+
+        monkeypatch.setattr(experiment.models, "build_encoder", build_poisoned)
+    return install
+
+
+def test_nonfinite_embeddings_stop_with_step_and_checkpoint(tmp_path, poisoned_encoder):
+    """The guard fires on the embeddings, whatever the loss made of them, and
+    names the step and the last good checkpoint (epoch 1 of 3-step epochs)."""
+    poisoned_encoder(after=4)
+    with pytest.raises(experiment.ExperimentError,
+                       match=r"embeddings became non-finite \(NaN or Inf in 1 row\(s\)\) at epoch 2, "
+                             r"step 2\. Last good checkpoint: .*backup \(after epoch 1\)"):
+        experiment.run(small_cfg(tmp_path), verbose=0)
+    # Nothing non-finite was saved: the checkpoints are those of epoch 1.
+    with h5py.File(tmp_path / "checkpoints" / "last.weights.h5") as f:
+        arrays = []
+        f.visititems(lambda name, obj: arrays.append(obj[()]) if isinstance(obj, h5py.Dataset) else None)
+    assert arrays and all(np.all(np.isfinite(a)) for a in arrays)
+
+
+def test_nonfinite_embeddings_at_the_first_step(tmp_path, poisoned_encoder):
+    poisoned_encoder(after=0)
+    with pytest.raises(experiment.ExperimentError,
+                       match=r"at epoch 1, step 1\. Last good checkpoint: none yet"):
+        experiment.run(small_cfg(tmp_path), verbose=0)
+
+
+def test_train_cli_shows_a_data_problem_as_one_line_exit_2(tmp_path, poisoned_encoder, capsys, monkeypatch):
+    poisoned_encoder(after=0)
+    monkeypatch.setattr(config, "load", lambda *a, **k: small_cfg(tmp_path))
+    assert train.main(["--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.startswith("Error: the embeddings became non-finite")
+
+
+def test_a_failing_final_evaluation_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    """Training ends, then the final evaluation meets NaN embeddings (here:
+    the model is NaN in inference mode only)."""
+    build = experiment.models.build_encoder
+
+    class NaNAtInference(keras.layers.Layer):
+        def call(self, x, training=False):
+            return x if training else x * np.float32("nan")
+
+    def nan_at_inference(*args, **kwargs):
+        encoder = build(*args, **kwargs)
+        return keras.Model(encoder.input, NaNAtInference()(encoder.output))
+
+    monkeypatch.setattr(experiment.models, "build_encoder", nan_at_inference)
+    cfg = small_cfg(tmp_path, **{"training.epochs": 1, "training.steps_per_epoch": 1,
+                                 "evaluation.every_n_epochs": 5})
+    monkeypatch.setattr(config, "load", lambda *a, **k: cfg)
+    assert train.main(["--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "final evaluation on the 'test' split" in err and "NaN or Inf" in err
 
 
 def test_bad_config_exits_2_with_a_message(tmp_path, capsys):
@@ -324,3 +401,23 @@ def test_main_job_is_well_above_raw_pixels(tmp_path):
     assert metrics["recall@1"] > raw_r1
     assert metrics["map@r"] > raw_map_r + 0.1
     assert metrics["nmi"] > raw_nmi + 0.1
+
+
+@pytest.mark.parametrize("head_lr_multiplier", [1.0, 10.0])
+def test_reloaded_model_keras_keeps_the_optimizer_state(tmp_path, head_lr_multiplier):
+    """A user who reloads model.keras and calls fit continues with the trained
+    optimizer state (Keras warns "Skipping variable loading for optimizer"
+    when it cannot restore it; issue 11 asked to check)."""
+    import warnings
+
+    cfg = small_cfg(tmp_path, **{"training.epochs": 1, "training.steps_per_epoch": 2,
+                                 "evaluation.metrics": ["recall"], "evaluation.ks": [1],
+                                 "optimizer.head_lr_multiplier": head_lr_multiplier})
+    experiment.run(cfg, verbose=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = keras.saving.load_model(os.path.join(tmp_path, "model.keras"))
+    assert not [w for w in caught if "Skipping variable loading" in str(w.message)]
+    assert int(model.optimizer.iterations) == 2
+    moments = [v.numpy() for v in model.optimizer.variables if "momentum" in v.path]
+    assert moments and any(np.abs(m).max() > 0 for m in moments)

@@ -12,6 +12,12 @@ and adds what plain ``keras.Model.fit`` lacks for metric learning:
   β_img of :class:`tfdml.losses.MarginLoss`; a sampler's seed) lives in the
   layers listed by ``loss.parameter_layers``. ``compile`` tracks them, so the
   optimizer trains them and checkpoints save and restore them.
+* Non-finite embeddings stop training even when the loss would hide them
+  (a mask, a ``where``, a max or a ReLU kernel can turn NaN into a finite
+  number, and whether it does depends on the CPU's kernels): the train step
+  counts them in the ``nonfinite_embeddings`` metric and makes the step's
+  loss NaN, so that any NaN guard (``keras.callbacks.TerminateOnNaN``, the
+  one of ``train.py``) sees it.
 * Under a distribution strategy each replica sees a slice of the global
   batch; mining on a slice silently changes the objective (the semi-hard
   negative of an anchor may sit on another replica, m-per-class groups are
@@ -112,14 +118,27 @@ def _gather_by_sum(value, context):
     """All-gather as a sum: each replica pads its slice to the global batch at
     its own offset, then one all-reduce adds them up. Differentiable like
     all_gather (the gradient of a SUM all-reduce is the SUM all-reduce of the
-    gradient). Integer columns travel as float64 (exact below 2^53). Needs
-    equal slices, which tfdml.distributed.distribute_global_batches gives."""
+    gradient). Integer columns (labels, ids: any int64) travel as their high
+    and low 32-bit halves in float64, each exact, so no id changes on the way.
+    Needs equal slices, which tfdml.distributed.distribute_global_batches gives."""
     replicas = context.num_replicas_in_sync
     replica = tf.cast(context.replica_id_in_sync_group, tf.int32)
     size = tf.shape(value)[0]
-    carried = value if value.dtype.is_floating else tf.cast(value, tf.float64)
     paddings = [[replica * size, (replicas - 1 - replica) * size]] + [[0, 0]] * (value.shape.rank - 1)
-    total = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.pad(carried, paddings))
+
+    def summed(carried):
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, tf.pad(carried, paddings))
+
+    if value.dtype.is_floating:
+        total = summed(value)
+    else:
+        wide = tf.cast(value, tf.int64)
+        high = tf.bitwise.right_shift(wide, 32)  # arithmetic: keeps the sign
+        low = tf.bitwise.bitwise_and(wide, 0xFFFFFFFF)
+        high, low = summed(tf.cast(high, tf.float64)), summed(tf.cast(low, tf.float64))
+        total = tf.bitwise.bitwise_or(
+            tf.bitwise.left_shift(tf.cast(high, tf.int64), 32), tf.cast(low, tf.int64)
+        )
     total = tf.cast(total, value.dtype)
     total.set_shape([None] + value.shape[1:].as_list())
     return total
@@ -159,6 +178,22 @@ def gather_across_replicas(y, y_pred):
     return y, y_pred, context.num_replicas_in_sync
 
 
+def nonfinite_rows(embeddings):
+    """The number of rows of ``embeddings`` [B, d] holding a NaN or an Inf (int32)."""
+    finite = tf.reduce_all(tf.math.is_finite(embeddings), axis=-1)
+    return tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int32))
+
+
+def nan_unless_finite(loss, bad_rows):
+    """``loss``, or NaN when ``bad_rows`` > 0: a loss of non-finite embeddings is
+    not a number, whatever its formula made of them."""
+    return tf.where(bad_rows > 0, tf.constant(float("nan"), loss.dtype), loss)
+
+
+#: Name of the metric that counts non-finite embedding rows in a training epoch.
+NONFINITE_METRIC = "nonfinite_embeddings"
+
+
 @keras.saving.register_keras_serializable(package="tfdml")
 class EmbeddingModel(keras.Model):
     """A Keras model whose output is an embedding, trained by a tfdml loss.
@@ -187,6 +222,7 @@ class EmbeddingModel(keras.Model):
         self.gather_replicas = gather_replicas
         self._metric_loss = None
         self.loss_parameters = []
+        self.nonfinite_tracker = keras.metrics.Sum(name=NONFINITE_METRIC, dtype="int32")
 
     def call(self, inputs, training=False):
         return self.encoder(inputs, training=training)
@@ -228,10 +264,14 @@ class EmbeddingModel(keras.Model):
                 "The dataset gives no targets: metric-learning losses need labels, "
                 "as (x, labels) or (x, {'label': ..., ...})."
             )
+        bad_rows = nonfinite_rows(y_pred)  # this replica's rows; the metric sums replicas
+        self.nonfinite_tracker.update_state(bad_rows)
         replicas = 1
         if self.gather_replicas:
             y, y_pred, replicas = gather_across_replicas(y, y_pred)
-        loss = self._metric_loss(y, y_pred)
+            if replicas > 1:  # every replica's loss must see every replica's rows
+                bad_rows = nonfinite_rows(y_pred)
+        loss = nan_unless_finite(self._metric_loss(y, y_pred), bad_rows)
         if replicas > 1:
             loss = loss / tf.cast(replicas, loss.dtype)
         for extra in self.losses:

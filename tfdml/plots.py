@@ -152,7 +152,8 @@ def roc_curve(fpr, tpr, path, auc=None, eer=None):
 
 
 def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, seed=0,
-              num_pairs=6000, grid=(8, 8), chunk_size=None, details=None, pr_label=None):
+              num_pairs=6000, grid=(8, 8), chunk_size=None, details=None, pr_label=None,
+              class_names=None):
     """Write every plot of an evaluation into ``out_dir``; returns the paths written.
 
     Args:
@@ -166,6 +167,8 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
       details: the details dict of ``evaluate_embeddings(..., return_details=True)``
         to reuse its pairs and PR curve instead of recomputing them.
       pr_label: legend of the PR curve (default: its mAP when computed here).
+      class_names: optional dict label → the user's class name, shown in the
+        retrieval grid instead of the contiguous label.
 
     Files: ``distance_histogram.png``, ``roc.png``, ``pr_curve.png`` and, with
     images, ``retrieval_grid.png``. A plot that the data cannot support (one
@@ -219,8 +222,10 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
         if is_image_batch(query_images):
             result_images = np.asarray(load(idx.reshape(-1)))
             result_images = result_images.reshape(idx.shape + result_images.shape[1:])
+            shown = labels if class_names is None else np.asarray(
+                [class_names.get(int(v), str(v)) for v in labels], dtype=object)
             written.append(retrieval_grid(
                 query_images, result_images, labels[idx] == labels[picked][:, None],
                 os.path.join(out_dir, "retrieval_grid.png"),
-                query_labels=labels[picked], result_labels=labels[idx]))
+                query_labels=shown[picked], result_labels=shown[idx]))
     return written

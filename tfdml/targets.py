@@ -6,20 +6,29 @@ dict of columns described in DESIGN.md:
 ======================  =========  =============================================
 column                  dtype      meaning
 ======================  =========  =============================================
-``label``               int32      class id
+``label``               integer    class id (int32 or int64; compared exactly)
 ``class_size``          float32    N_c of the example's class (training split)
 ``w_pos``, ``w_neg``    float32    design constants: W_ij = w_pos·N_i(N_i−1) for a
                                    positive pair, w_neg·N_i·N_j for a negative one
-``pair_id``             int32      optional: only pairs sharing it are scored
-``example_id``          int32      optional: index of the example in the training
+``pair_id``             integer    optional: only pairs sharing it are scored
+``example_id``          integer    optional: index of the example in the training
                                    split (for per-image parameters, Wu's β_img)
 ======================  =========  =============================================
 
 :func:`unpack` turns either form into a :class:`Targets` tuple whose missing
 columns are ``None``.
+
+Integer identities never pass through a float: ``label``, ``pair_id`` and
+``example_id`` come out as int64, so two classes are the same class exactly
+when their ids are equal, for any int64 id (hashed ids reach 2⁶³) and in any
+dtype policy (a float32 holds integers exactly only up to 2²⁴, a bfloat16 up
+to 2⁸). Keras' ``Loss.__call__`` casts ``y_true`` to the loss dtype;
+:class:`tfdml.losses.MetricLoss` does not. Labels that *arrive* as floats
+have been rounded already: :func:`unpack` warns once.
 """
 
 import collections
+import warnings
 
 import tensorflow as tf
 
@@ -34,6 +43,31 @@ def _flat(x, dtype):
     if x.shape.rank is not None and x.shape.rank > 1:
         x = tf.reshape(x, [-1])
     return tf.cast(x, dtype)
+
+
+_warned_float_ids = set()
+
+
+def _ids(x, name):
+    """An integer column as int64 [B]. Floats are rounded to the nearest
+    integer, with a warning: a float cannot tell ids apart beyond its mantissa."""
+    x = tf.convert_to_tensor(x)
+    if x.dtype.is_floating:
+        if name not in _warned_float_ids:
+            _warned_float_ids.add(name)
+            warnings.warn(
+                f"The '{name}' column arrives as {x.dtype.name}; ids above "
+                f"{_EXACT_INTEGERS_UP_TO.get(x.dtype.name, 2 ** 8)} "
+                "are no longer exact in it and distinct classes may merge. Feed integer labels "
+                "(int32 or int64) from the dataset.",
+                stacklevel=3,
+            )
+        x = tf.round(x)
+    return _flat(x, tf.int64)
+
+
+# Every integer up to this magnitude is exact in the float format (2^(mantissa bits + 1)).
+_EXACT_INTEGERS_UP_TO = {"float16": 2**11, "bfloat16": 2**8, "float32": 2**24, "float64": 2**53}
 
 
 def unpack(y_true):
@@ -55,7 +89,7 @@ def unpack(y_true):
                 "The targets dict has no 'label' column; every batch needs integer class labels."
             )
         cols = {
-            "label": _flat(y_true["label"], tf.int32),
+            "label": _ids(y_true["label"], "label"),
             "class_size": None,
             "w_pos": None,
             "w_neg": None,
@@ -67,9 +101,9 @@ def unpack(y_true):
                 cols[name] = _flat(y_true[name], tf.float32)
         for name in ("pair_id", "example_id"):
             if y_true.get(name) is not None:
-                cols[name] = _flat(y_true[name], tf.int32)
+                cols[name] = _ids(y_true[name], name)
         return Targets(**cols)
-    return Targets(_flat(y_true, tf.int32), None, None, None, None, None)
+    return Targets(_ids(y_true, "label"), None, None, None, None, None)
 
 
 def has_importance(targets):

@@ -18,7 +18,10 @@ def test_mnist5k_default_open_set_split(mnist):
     assert mnist.name == "mnist5k"
     train, test = mnist.split("train"), mnist.split("test")
     assert train.class_sizes == {c: 500 for c in range(5)}
-    assert test.class_sizes == {c: 500 for c in range(5, 10)}
+    # Contiguous indices per split; the digits themselves are the class ids / names.
+    assert test.class_sizes == {c: 500 for c in range(5)}
+    assert list(test.class_ids) == [5, 6, 7, 8, 9]
+    assert test.class_names == {0: "5", 1: "6", 2: "7", 3: "8", 4: "9"}
     assert train.num_classes == 5 and train.num_examples == 2500
     assert train.image_shape == (28, 28, 1)
     assert train.labels.dtype == np.int32
@@ -69,15 +72,15 @@ def test_arrays_source_and_class_lists(tmp_path):
     labels = np.repeat([3, 1, 7, 5, 9], 6)
     src = sources.get_source("arrays", features=feats, labels=labels)
     train = src.split("train")
-    assert sorted(train.class_sizes) == [1, 3, 5]  # sorted classes, first ceil(5/2)
+    assert list(train.class_ids) == [1, 3, 5]  # sorted classes, first ceil(5/2)
     np.testing.assert_allclose(train.images, feats[np.isin(labels, [1, 3, 5])].astype("float32"))
     assert train.image_shape == (4,)
     src = sources.get_source("arrays", features=feats, labels=labels, train_classes=[9, 7])
-    assert sorted(src.split("train").class_sizes) == [7, 9]
-    assert sorted(src.split("test").class_sizes) == [1, 3, 5]
+    assert list(src.split("train").class_ids) == [7, 9]
+    assert list(src.split("test").class_ids) == [1, 3, 5]
     (tmp_path / "test.txt").write_text("1\n3\n")
     src = sources.get_source("arrays", features=feats, labels=labels, test_classes=str(tmp_path / "test.txt"))
-    assert sorted(src.split("test").class_sizes) == [1, 3]
+    assert list(src.split("test").class_ids) == [1, 3]
     with pytest.raises(ValueError, match="share classes"):
         sources.get_source("arrays", features=feats, labels=labels, train_classes=[1], test_classes=[1, 3])
     with pytest.raises(ValueError, match="names class 4"):
@@ -86,6 +89,39 @@ def test_arrays_source_and_class_lists(tmp_path):
         sources.get_source("arrays", features=feats, labels=labels[:-1])
     with pytest.raises(ValueError, match="'train' split has no examples"):
         sources.get_source("arrays", features=feats, labels=labels, train_classes=0).split("train")
+
+
+@pytest.mark.parametrize("ids", [
+    [2**24, 2**24 + 1, 2**40, -3],   # beyond float32 precision, beyond int32, negative
+    [2, 2 + 2**32, 7, 7 + 2**32],    # equal modulo 2**32: four classes, not two
+], ids=["large_and_negative", "equal_mod_2_32"])
+def test_arrays_source_maps_any_int64_ids_to_contiguous_labels(ids):
+    """Issue 11: labels were stored as int32 (2 and 2 + 2**32 merged) and large
+    sparse ids sized the margin loss's β_class by max(label) + 1."""
+    ids = np.asarray(ids, np.int64)
+    labels = np.repeat(ids, 3)
+    feats = np.arange(len(labels) * 2, dtype=np.float32).reshape(-1, 2)
+    src = sources.get_source("arrays", features=feats, labels=labels, train_classes=list(ids))
+    train = src.split("train")
+    assert train.num_classes == 4
+    assert train.labels.dtype == np.int32 and set(train.labels) == {0, 1, 2, 3}
+    # Each index maps back to the user's id, and every example keeps its class.
+    np.testing.assert_array_equal(train.class_ids[train.labels], labels[np.isin(labels, ids)])
+    assert train.class_names == {i: str(v) for i, v in enumerate(sorted(ids.tolist()))}
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_arrays_source_refuses_nonfinite_features_naming_the_rows(value):
+    feats = np.zeros((30, 4), np.float32)
+    feats[[2, 9], 1] = value
+    with pytest.raises(ValueError, match=r"features has 2 row\(s\) with NaN or Inf values \(rows 2, 9\)"):
+        sources.get_source("arrays", features=feats, labels=np.repeat(np.arange(5), 6))
+
+
+def test_arrays_source_lists_the_first_ten_bad_rows():
+    feats = np.full((30, 2), np.nan, np.float32)
+    with pytest.raises(ValueError, match=r"30 row\(s\).*rows 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, \.\.\."):
+        sources.get_source("arrays", features=feats, labels=np.repeat(np.arange(5), 6))
 
 
 def test_unknown_source_and_split_names(mnist):
@@ -132,7 +168,8 @@ def test_folder_skips_and_counts_corrupt_files(image_folder):
     assert src.num_skipped == 1 and src.skipped_files[0].endswith(os.path.join("cat", "broken.png"))
     assert src.class_names == {0: "ant", 1: "bee", 2: "cat", 3: "dog"}
     train, test = src.split("train"), src.split("test")
-    assert train.class_sizes == {0: 3, 1: 2} and test.class_sizes == {2: 2, 3: 3}
+    assert train.class_sizes == {0: 3, 1: 2} and test.class_sizes == {0: 2, 1: 3}
+    assert test.class_names == {0: "cat", 1: "dog"} and list(test.class_ids) == ["cat", "dog"]
     assert train.image_shape == (6, 5, 3)
     # Decoded pixels, scaled to [0, 1], equal the written ones (same size: no resampling).
     x = train.load(np.arange(train.num_examples)).numpy()
@@ -178,3 +215,36 @@ def test_folder_class_whose_only_image_is_corrupt(tmp_path):
     (root / "b" / "0.jpg").write_bytes(b"garbage")
     with pytest.raises(ValueError, match=r"'.*b' has no readable images"):
         sources.get_source("folder", root=root, on_error="skip", image_size=4)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_folder_decodes_gif_bmp_png_jpeg_to_the_requested_channels(tmp_path, channels):
+    """Issue 11: with channels=1, valid GIF and BMP files were reported as
+    "cannot be read or decoded" (their decoders refuse a 1-channel request)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    root = tmp_path / "formats"
+    expected = {}
+    for cname in ("a", "b"):
+        (root / cname).mkdir(parents=True)
+        for fmt, ext in (("GIF", "gif"), ("BMP", "bmp"), ("PNG", "png")):
+            rgb = rng.integers(0, 256, size=(6, 6, 3), dtype=np.uint8)
+            if fmt == "GIF":  # palette images: keep to a few exact colours
+                rgb = (rgb // 128 * 255).astype(np.uint8)
+            path = root / cname / f"img.{ext}"
+            Image.fromarray(rgb).save(path, format=fmt)
+            expected[str(path)] = rgb
+        gray = rng.integers(0, 256, size=(6, 6), dtype=np.uint8)  # a 1-channel PNG
+        Image.fromarray(gray).save(root / cname / "gray.png")
+        expected[str(root / cname / "gray.png")] = np.repeat(gray[..., None], 3, axis=-1)
+    src = sources.get_source("folder", root=root, image_size=6, channels=channels, resize="stretch",
+                             train_classes=["a", "b"], test_classes=[])
+    assert src.num_skipped == 0
+    train = src.split("train")
+    x = train.load(np.arange(train.num_examples)).numpy()
+    assert x.shape == (8, 6, 6, channels)
+    for k, path in enumerate(train.files):
+        rgb = expected[str(path)].astype(np.float64) / 255.0
+        want = rgb if channels == 3 else (rgb @ [0.2989, 0.5870, 0.1140])[..., None]
+        np.testing.assert_allclose(x[k], want, atol=2e-3, err_msg=str(path))

@@ -18,7 +18,7 @@ def test_tfds_benchmark_split_by_class(dataset, num_train):
         src = sources.get_source("tfds", dataset=dataset, image_size=16)
         train, test = src.split("train"), src.split("test")
     assert train.num_examples + test.num_examples == 40
-    assert max(train.class_sizes) < num_train <= min(test.class_sizes)
+    assert max(train.class_ids) < num_train <= min(test.class_ids)
     assert train.image_shape == (16, 16, 3)
     x = train.load([0, 1]).numpy()
     assert x.shape == (2, 16, 16, 3) and x.dtype == np.float32
@@ -43,8 +43,9 @@ def test_tfds_decodes_the_stored_images():
     with tfds.testing.mock_data(as_dataset_fn=as_dataset):
         src = sources.get_source("tfds", dataset="cars196", image_size=8, resize="stretch")
         train, test = src.split("train"), src.split("test")
-    np.testing.assert_array_equal(train.labels, [0, 97, 5])
-    np.testing.assert_array_equal(test.labels, [98, 195, 120])
+    np.testing.assert_array_equal(train.class_ids[train.labels], [0, 97, 5])
+    np.testing.assert_array_equal(test.class_ids[test.labels], [98, 195, 120])
+    np.testing.assert_array_equal(train.labels, [0, 2, 1])  # contiguous: 0, 5, 97 -> 0, 1, 2
     np.testing.assert_allclose(train.load([0, 1, 2]).numpy(), images[[0, 1, 4]] / 255.0, atol=1e-6)
 
 
@@ -59,7 +60,8 @@ def test_tfds_lfw_identities_by_name():
         src = sources.get_source("tfds", dataset="lfw", image_size=4)
     assert src.class_names == {0: "Ann", 1: "Bob", 2: "Cid", 3: "Zoe"}
     assert src.split("train").class_sizes == {0: 2, 1: 1}
-    assert src.split("test").class_sizes == {2: 1, 3: 2}
+    assert src.split("test").class_sizes == {0: 1, 1: 2}
+    assert src.split("test").class_names == {0: "Cid", 1: "Zoe"}
 
 
 def test_tfds_unknown_dataset():

@@ -113,3 +113,43 @@ def test_small_cnn_pooling_options():
     assert models.small_cnn((8, 8, 1), width=4).output_shape == (None, 16)
     with pytest.raises(ValueError, match="pooling"):
         models.small_cnn((8, 8, 1), pooling="max")
+
+
+class MaskingLoss(keras.losses.Loss):
+    """A loss that hides non-finite embeddings behind a ``where`` (as a mask,
+    a max or a ReLU kernel may): finite whatever the embeddings hold."""
+
+    def call(self, y_true, y_pred):
+        return tf.reduce_mean(tf.where(tf.math.is_finite(y_pred), y_pred, 0.0) ** 2)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_nonfinite_embeddings_are_reported_even_when_the_loss_hides_them(
+        nonfinite_after, jit_compile, value):
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,))
+    poisoned = nonfinite_after(after=2, value=value)(keras.layers.Dense(3)(inputs))
+    model = models.EmbeddingModel(keras.Model(inputs, poisoned))
+    model.compile(optimizer="sgd", loss=MaskingLoss(), jit_compile=jit_compile)
+    x = np.random.default_rng(0).normal(size=(8, 4)).astype("float32")
+    ds = tf.data.Dataset.from_tensors((x, np.arange(8) % 2)).repeat()
+    seen = []
+    callback = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: seen.append(dict(logs)))
+    model.fit(ds, steps_per_epoch=4, epochs=1, verbose=0, callbacks=[callback])
+    # Steps 1-2 clean, steps 3-4 carry one non-finite row each (the metric sums the epoch).
+    assert [s[models.NONFINITE_METRIC] for s in seen] == [0, 0, 1, 2]
+    assert all(np.isfinite(s["loss"]) for s in seen[:2])
+    assert all(np.isnan(s["loss"]) for s in seen[2:])
+
+
+def test_terminate_on_nan_stops_at_the_first_nonfinite_embedding(nonfinite_after):
+    """Keras' own guard sees it too: the step's loss is NaN."""
+    inputs = keras.Input((4,))
+    model = models.EmbeddingModel(keras.Model(inputs, nonfinite_after(after=1)(keras.layers.Dense(2)(inputs))))
+    model.compile(optimizer="sgd", loss=MaskingLoss())
+    x = np.ones((4, 4), "float32")
+    ds = tf.data.Dataset.from_tensors((x, np.arange(4))).repeat()
+    history = model.fit(ds, steps_per_epoch=5, epochs=3, verbose=0,
+                        callbacks=[keras.callbacks.TerminateOnNaN()])
+    assert len(history.history["loss"]) == 1

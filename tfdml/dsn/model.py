@@ -207,7 +207,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         self.dsn_optimizer.apply(grads, dsn_vars)
         weight = tf.cast(choice.mask, terms.dtype)
         score = tf.reduce_sum(tf.stop_gradient(terms) * weight) / tf.maximum(tf.reduce_sum(weight), 1.0)
-        return terms, choice.mask, extra, dsn_loss, score
+        return terms, choice.mask, extra, dsn_loss, score, models.nonfinite_rows(emb)
 
     def _algorithm(self, x, y):
         if isinstance(x, (dict, list, tuple)):
@@ -241,7 +241,8 @@ class DSNEmbeddingModel(models.EmbeddingModel):
             loss = loss + loss_fn.l2_reg * reinforce.npair_regularizer(probe, gallery, mask)
         dsn_loss = tf.add_n([r[3] for r in results]) / len(results)
         score = tf.add_n([r[4] for r in results]) / len(results)
-        return loss, dsn_loss, score
+        bad_rows = tf.add_n([r[5] for r in results])
+        return models.nan_unless_finite(loss, bad_rows), dsn_loss, score, bad_rows
 
     def _ensure_built(self, x):
         # Keras builds a model without a strategy only when the train function is
@@ -255,7 +256,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         self._ensure_built(x)
         emb_vars = self.embedding_variables()
         with tf.GradientTape() as tape:
-            loss, dsn_loss, score = self._algorithm(x, y)
+            loss, dsn_loss, score, bad_rows = self._algorithm(x, y)
             total = loss
             for extra in self.losses:
                 total = total + self._aggregate_additional_loss(extra)
@@ -264,7 +265,9 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         self._loss_tracker.update_state(total)
         self.dsn_loss_tracker.update_state(dsn_loss)
         self.reward_tracker.update_state(score)
-        return {m.name: m.result() for m in self.metrics if m.name in ("loss", "dsn_loss", "dsn_score")}
+        self.nonfinite_tracker.update_state(bad_rows)
+        shown = ("loss", "dsn_loss", "dsn_score", models.NONFINITE_METRIC)
+        return {m.name: m.result() for m in self.metrics if m.name in shown}
 
     def test_step(self, data):
         # evaluate(): the compiled loss on the whole batch (EmbeddingModel); no DSN terms.
@@ -284,8 +287,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
 
         @tf.function(jit_compile=self.jit_compile is True, reduce_retracing=True)
         def step(x, y):
-            _, _, score = self._algorithm(x, y)
-            return score
+            return self._algorithm(x, y)[2]
 
         scores = [float(step(x, y))]
         for i in range(1, steps):

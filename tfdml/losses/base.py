@@ -255,6 +255,28 @@ class MetricLoss(keras.losses.Loss):
         )
 
     # -- keras.losses.Loss ---------------------------------------------------
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        """As ``keras.losses.Loss.__call__``, except that ``y_true`` is not cast
+        to the loss dtype: labels and ids are identities, and a float (float32
+        above 2²⁴, bfloat16 above 2⁸) merges distinct ones. Only the
+        embeddings take the loss dtype; :func:`tfdml.targets.unpack` keeps the
+        integer columns integer and casts the float ones itself.
+
+        ``call`` returns the scalar loss of the whole batch (its tuples span
+        examples), so a per-example ``sample_weight`` has nothing to weight:
+        it is refused rather than applied to the scalar."""
+        if sample_weight is not None:
+            raise ValueError(
+                f"{type(self).__name__} scores tuples of examples, not single examples, and "
+                "takes no per-example sample_weight; weight tuples through the batch design's "
+                "importance columns (see tfdml.targets) instead."
+            )
+        with tf.name_scope(self.name):
+            y_pred = tf.convert_to_tensor(y_pred)
+            if y_pred.dtype != self.dtype:
+                y_pred = tf.cast(y_pred, self.dtype)
+            return self.call(y_true, y_pred)
+
     def call(self, y_true, y_pred):
         targets = targets_lib.unpack(y_true)
         embeddings = tf.convert_to_tensor(y_pred)

@@ -85,7 +85,7 @@ class MarginParameters(keras.layers.Layer):
 def _checked_index(index, size, column, argument):
     """``index`` after checking 0 <= index < size (ValueError eagerly, an
     InvalidArgumentError with the same message in graphs; XLA cannot check)."""
-    index = tf.cast(index, tf.int32)
+    index = tf.cast(index, tf.int64)  # check before narrowing: 2**32 + 2 is not 2
     message = (
         f"MarginLoss: every {column} must lie in [0, {argument}={size}); "
         f"relabel the classes 0..{argument}-1 or raise {argument}."
@@ -97,7 +97,7 @@ def _checked_index(index, size, column, argument):
         return index
     checks = [
         tf.debugging.assert_non_negative(index, message=message),
-        tf.debugging.assert_less(index, tf.constant(size, tf.int32), message=message),
+        tf.debugging.assert_less(index, tf.constant(size, tf.int64), message=message),
     ]
     with tf.control_dependencies(checks):
         return tf.identity(index)

@@ -116,7 +116,8 @@ def test_npair_fit_and_pretraining(pools):
     assert np.isfinite(history.history["loss"]).all() and history.history["loss"][0] > 0
     # evaluate(): the compiled N-pair loss on whole pools (no DSN terms).
     logs = model.evaluate(_dataset(*pools).take(1), verbose=0, return_dict=True)
-    assert set(logs) == {"loss"} and np.isfinite(logs["loss"])
+    assert set(logs) == {"loss", "nonfinite_embeddings"} and np.isfinite(logs["loss"])
+    assert logs["nonfinite_embeddings"] == 0
 
 
 def test_save_restore_and_reproducibility(pools, tmp_path):

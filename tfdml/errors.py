@@ -1,0 +1,28 @@
+"""How the command lines show a problem of the user's data, config or model.
+
+``train.py`` and ``evaluate.py`` print such a problem as one line and exit
+with status 2; a traceback is for bugs in tfdml, not for a NaN pixel, a
+truncated model file or a full disk.
+"""
+
+import tensorflow as tf
+
+#: Exception types that stand for a problem of the user's input (data,
+#: config, model file, disk), not for a bug: ValueError from our checks,
+#: OSError from files and disks, TensorFlow's runtime errors from the data
+#: pipeline and the model (their message names the op and the cause).
+USER_ERROR_TYPES = (ValueError, OSError, tf.errors.OpError)
+
+
+def one_line(err):
+    """The message of ``err`` on one line, without TensorFlow's graph trace
+    (the "[[{{node ...}}]]" and "Function call stack" parts)."""
+    text = getattr(err, "message", None) or str(err)
+    kept = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("Function call stack"):
+            break
+        if stripped and not stripped.startswith("[["):
+            kept.append(stripped)
+    return " ".join(kept) or type(err).__name__

@@ -182,3 +182,31 @@ def test_raw_pixel_baseline_matches_scikit_learn(models, tmp_path, capsys):
     with pytest.raises(SystemExit):  # a typo is refused by the parser, naming the choice
         evaluate.main(args[:-2] + ["--baseline", "raw_pixel"])
     assert "raw_pixels" in capsys.readouterr().err
+
+
+def test_retrieval_grid_shows_the_users_class_names(tmp_path, monkeypatch):
+    """Issue 11: labels are contiguous indices inside the pipeline; the plots
+    show the user's classes (a folder's class directories), not "(2)"."""
+    import tensorflow as tf
+
+    from pipelines import sources
+    from tfdml import plots
+
+    rng = np.random.default_rng(0)
+    for cname in ("ant", "bee", "cat", "dog"):
+        (tmp_path / "imgs" / cname).mkdir(parents=True)
+        for k in range(3):
+            pixels = rng.integers(0, 256, size=(4, 4, 3), dtype=np.uint8)
+            tf.io.write_file(str(tmp_path / "imgs" / cname / f"{k}.png"), tf.io.encode_png(pixels))
+    split = sources.get_source("folder", root=tmp_path / "imgs", image_size=4).split("test")
+    shown = {}
+
+    def record(query_images, result_images, correct, path, query_labels=None, result_labels=None, **kw):
+        shown["query"], shown["result"] = list(query_labels), np.asarray(result_labels).ravel().tolist()
+        return path
+
+    monkeypatch.setattr(plots, "retrieval_grid", record)
+    evaluate.run(lambda x: tf.reshape(x, [tf.shape(x)[0], -1]), split, str(tmp_path / "out"),
+                 metrics=["recall"], ks=[1], verbose=0, grid_queries=4, grid_k=2)
+    assert set(shown["query"]) <= {"cat", "dog"} and set(shown["result"]) <= {"cat", "dog"}
+    assert shown["query"]

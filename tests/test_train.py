@@ -421,3 +421,25 @@ def test_reloaded_model_keras_keeps_the_optimizer_state(tmp_path, head_lr_multip
     assert int(model.optimizer.iterations) == 2
     moments = [v.numpy() for v in model.optimizer.variables if "momentum" in v.path]
     assert moments and any(np.abs(m).max() > 0 for m in moments)
+
+
+def test_large_sparse_class_ids_train_a_small_model(tmp_path):
+    """Issue 11: ids from 2**40 on (sparse, beyond int32) sized the margin
+    loss's β_class by max(label) + 1 (834 MB for a 6-class toy) and merged in
+    int32. Sources map them to 0..L-1: β_class has one entry per class."""
+    rng = np.random.default_rng(0)
+    ids = 2**40 + 7919 * np.arange(10, dtype=np.int64)
+    labels = np.repeat(ids, 20)
+    features = rng.normal(size=(200, 8)).astype("float32") + (np.arange(200)[:, None] // 20)
+    cfg = small_cfg(tmp_path, **{"data.source": "arrays",
+                                 "data.options": {"features": features, "labels": labels},
+                                 "model.backbone": "mlp", "model.backbone_options": {"width": 8},
+                                 "training.epochs": 1, "evaluation.metrics": ["recall"],
+                                 "evaluation.ks": [1]})
+    experiment.run(cfg, verbose=0)
+    shapes = {}
+    with h5py.File(tmp_path / "final.weights.h5") as f:
+        f.visititems(lambda name, obj: shapes.update({name: obj.shape})
+                     if isinstance(obj, h5py.Dataset) else None)
+    assert (5,) in shapes.values()  # β_class of the 5 training classes
+    assert max(np.prod(s) for s in shapes.values()) < 10_000

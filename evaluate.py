@@ -353,12 +353,13 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
     info = {"num_examples": num, "embedding_dim": int(embeddings.shape[1]),
             "distance": distance, "metrics_requested": list(names), "ks": list(ks),
             **(extra_info or {})}
-    with open(os.path.join(out_dir, "metrics.json"), "w") as f:
-        record = {"metrics": _jsonable(results), "info": info,
-                  "plots": [os.path.basename(p) for p in written]}
-        if baseline_results is not None:
-            record["baseline"] = {"name": baseline, "metrics": _jsonable(baseline_results)}
-        json.dump(record, f, indent=2)
+    from tfdml import files
+
+    record = {"metrics": _jsonable(results), "info": info,
+              "plots": [os.path.basename(p) for p in written]}
+    if baseline_results is not None:
+        record["baseline"] = {"name": baseline, "metrics": _jsonable(baseline_results)}
+    files.write_json(os.path.join(out_dir, "metrics.json"), record)
     if verbose:
         print(format_table(results, baseline_results, baseline))
         print(f"Wrote {os.path.join(out_dir, 'metrics.json')} and "

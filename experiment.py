@@ -9,6 +9,7 @@ import inspect
 import json
 import math
 import os
+import sys
 import time
 
 import keras
@@ -16,8 +17,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfdml import config as config_lib
+from tfdml import files, models, runs
 from tfdml import losses as losses_lib
-from tfdml import models
 
 
 class ExperimentError(RuntimeError):
@@ -286,9 +287,9 @@ class NaNGuard(keras.callbacks.Callback):
     completed epoch stays in place for a resume.
     """
 
-    def __init__(self, backup_dir):
+    def __init__(self, backup):
         super().__init__()
-        self.backup_dir = backup_dir
+        self.backup = backup
         self.epoch = 0
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -304,24 +305,16 @@ class NaNGuard(keras.callbacks.Callback):
             what = f"the loss became {float(loss)}"
         else:
             return
-        meta = os.path.join(self.backup_dir, "training_metadata.json")
-        last = "none yet (no epoch completed)"
-        if os.path.exists(meta):
-            with open(meta) as fh:
-                last = f"{self.backup_dir} (after epoch {json.load(fh)['epoch']})"
         raise ExperimentError(
             f"{what} at epoch {self.epoch + 1}, step {batch + 1}. "
-            f"Last good checkpoint: {last}. Lower optimizer.learning_rate or check the data, "
+            f"Last good checkpoint: {self.backup.describe()}. Lower optimizer.learning_rate or check the data, "
             f"then rerun the same command to resume from that checkpoint."
         )
 
 
 def completed_epochs(backup_dir):
-    meta = os.path.join(backup_dir, "training_metadata.json")
-    if not os.path.exists(meta):
-        return 0
-    with open(meta) as fh:
-        return int(json.load(fh)["epoch"])
+    """The number of epochs the backup in ``backup_dir`` has completed (0: none)."""
+    return runs.Backup(backup_dir).epoch
 
 
 # -- the run ----------------------------------------------------------------------
@@ -341,8 +334,13 @@ def is_chief(strategy):
     return task_type == "worker" and task_id == 0
 
 
-def run(cfg, fresh=False, verbose=1, callbacks=()):
+def run(cfg, fresh=False, verbose=1, callbacks=(), overwrite=False):
     """Train, evaluate, export. Returns a dict of results for :func:`summary`.
+
+    The output dir is locked for the run (a second run into it fails at
+    once); a finished run in it is not overwritten unless ``overwrite`` (or
+    ``fresh``); a backup in it is resumed only when the config still matches
+    (:func:`tfdml.config.resume_differences`), and ``fresh`` discards it.
 
     ``callbacks``: extra Keras callbacks for ``model.fit`` (run after the
     built-in ones; not used by the multi-worker loop).
@@ -354,12 +352,44 @@ def run(cfg, fresh=False, verbose=1, callbacks=()):
     out = cfg["output_dir"]
     if not chief:
         out = os.path.join(out, "workers", str(strategy.cluster_resolver.task_id))
-    backup_dir = os.path.join(out, "backup")
-    if fresh and os.path.isdir(backup_dir):
-        import shutil
+    try:
+        os.makedirs(os.path.join(out, "checkpoints"), exist_ok=True)
+    except (FileExistsError, NotADirectoryError, PermissionError) as err:
+        raise ExperimentError(
+            f"output_dir {out!r} cannot be used as a directory ({err.strerror}); set output_dir to a "
+            "writable directory path."
+        ) from None
+    try:
+        with runs.RunLock(out):
+            runs.check_not_finished(out, overwrite=fresh or overwrite)
+            result = _run(cfg, strategy, chief, out, fresh, verbose, callbacks)
+    except runs.RunError as err:
+        raise ExperimentError(str(err)) from None
+    result["seconds"] = time.time() - started
+    return result
 
-        shutil.rmtree(backup_dir)
-    os.makedirs(os.path.join(out, "checkpoints"), exist_ok=True)
+
+def _check_resume(cfg, backup):
+    """Refuse to resume a backup made with another config (different model or data)."""
+    state = backup.state()
+    if state is None or "config" not in state:
+        return
+    differing = config_lib.resume_differences(state["config"], cfg)
+    if differing:
+        shown = ", ".join(differing[:8]) + (", ..." if len(differing) > 8 else "")
+        raise ExperimentError(
+            f"{backup.directory} holds the backup of a run with another config (differing: {shown}); "
+            f"resuming would mix the two runs. Rerun with --fresh to start this config over, or set "
+            f"another output_dir. (Only {', '.join(config_lib.RESUMABLE_KEYS)} may change on a resume.)"
+        )
+
+
+def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
+    backup = runs.Backup(os.path.join(out, "backup"))
+    if fresh:
+        backup.remove()
+        runs.clear_finished(out)
+    _check_resume(cfg, backup)
     config_lib.dump(cfg, os.path.join(out, "config.yaml"))
     keras.utils.set_random_seed(cfg["seed"])
 
@@ -381,8 +411,11 @@ def run(cfg, fresh=False, verbose=1, callbacks=()):
     with strategy.scope():
         model = build_model(cfg, input_shape, num_classes, num_examples)
 
+    state, notes = backup.restore(model)
+    for note in notes:
+        print(f"Note: {note}", file=sys.stderr)
+    done = int(state["epoch"]) if state else 0
     steps = cfg["training"]["steps_per_epoch"]
-    done = 0 if fresh else completed_epochs(backup_dir)
     train_ds = train_dataset(cfg, design, train_split, skip_batches=done * steps)
     pretrain = cfg["loss"]["sampler_options"].get("pretrain_steps", 0)
     if cfg["loss"]["sampler"] in config_lib.LEARNED_SAMPLERS and pretrain and not done:
@@ -391,16 +424,20 @@ def run(cfg, fresh=False, verbose=1, callbacks=()):
     test_ds = eval_dataset(cfg, test_split)
 
     if cfg["strategy"] == "multi_worker":
-        history = _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup_dir, done, verbose)
+        history = _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup, state, verbose)
     else:
-        history = _fit_keras(cfg, model, train_ds, test_ds, out, backup_dir, done, verbose, callbacks)
+        history = _fit_keras(cfg, model, train_ds, test_ds, out, backup, state, verbose, callbacks)
 
-    model.save_weights(os.path.join(out, "final.weights.h5"))
+    files.save_weights(model, os.path.join(out, "final.weights.h5"))
     result = {"resumed_from_epoch": done, "history": history, "output_dir": out}
     if chief:
         result.update(final_evaluation(cfg, model, test_split, out, verbose))
         export(model, out, input_shape)
-    result["seconds"] = time.time() - started
+    runs.mark_finished(out, {"finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+                             "epochs": cfg["training"]["epochs"],
+                             "metrics": result.get("metrics", {})})
+    # As keras.callbacks.BackupAndRestore does: a finished run leaves no backup behind.
+    backup.remove()
     return result
 
 
@@ -420,33 +457,37 @@ def best_checkpoint_monitor(metrics, ks):
     return {"monitor": "loss", "mode": "min"}
 
 
-def _fit_keras(cfg, model, train_ds, test_ds, out, backup_dir, done, verbose, extra_callbacks=()):
+def _fit_keras(cfg, model, train_ds, test_ds, out, backup, state, verbose, extra_callbacks=()):
     from tfdml import callbacks as callbacks_lib
 
     ev = cfg["evaluation"]
-    nan_guard = NaNGuard(backup_dir)
+    state = state or {}
+    best = runs.AtomicCheckpoint(
+        os.path.join(out, "checkpoints", "best.weights.h5"),
+        **best_checkpoint_monitor(ev["metrics"], ev["ks"]),
+        best=state.get("best"),
+    )
+    history_csv = runs.HistoryCSV(os.path.join(out, "history.csv"), rows=state.get("history"))
+    resolved = config_lib.plain(cfg)
     callbacks = [
         callbacks_lib.RetrievalEvaluation(
             test_ds, every_n_epochs=ev["every_n_epochs"], metrics=ev["metrics"], ks=ev["ks"]
         ),
-        nan_guard,
-        keras.callbacks.BackupAndRestore(backup_dir),
-        keras.callbacks.ModelCheckpoint(
-            os.path.join(out, "checkpoints", "best.weights.h5"),
-            **best_checkpoint_monitor(ev["metrics"], ev["ks"]),
-            save_best_only=True,
-            save_weights_only=True,
-        ),
-        keras.callbacks.ModelCheckpoint(
-            os.path.join(out, "checkpoints", "last.weights.h5"), save_weights_only=True
-        ),
-        keras.callbacks.CSVLogger(os.path.join(out, "history.csv"), append=done > 0),
+        NaNGuard(backup),
+        best,
+        runs.AtomicCheckpoint(os.path.join(out, "checkpoints", "last.weights.h5")),
+        history_csv,
         keras.callbacks.TensorBoard(os.path.join(out, "logs"), write_graph=False),
+        # Last of the built-in ones: the epoch is complete once its backup is.
+        runs.BackupCallback(backup, extra=lambda epoch: {
+            "best": best.best, "history": history_csv.rows, "config": resolved}),
         *extra_callbacks,
     ]
+    done = int(state.get("epoch", 0))
     history = model.fit(
         train_ds,
         epochs=cfg["training"]["epochs"],
+        initial_epoch=done,
         steps_per_epoch=cfg["training"]["steps_per_epoch"],
         callbacks=callbacks,
         shuffle=False,  # the design already draws the batches at random
@@ -455,27 +496,19 @@ def _fit_keras(cfg, model, train_ds, test_ds, out, backup_dir, done, verbose, ex
     return {k: [float(v) for v in vals] for k, vals in history.history.items()}
 
 
-def _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup_dir, done, verbose):
+def _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup, state, verbose):
     """Multi-worker training through :func:`tfdml.distributed.train_loop`
     (Keras' fit under MultiWorkerMirroredStrategy: keras-team/keras#20585)."""
     from tfdml import distributed
 
-    os.makedirs(backup_dir, exist_ok=True)
-    weights = os.path.join(backup_dir, "latest.weights.h5")
-    if done:
-        model.load_weights(weights)
-
-    history_csv = os.path.join(out, "history.csv")
-    if not done:
-        with open(history_csv, "w") as fh:
-            fh.write("epoch,loss\n")
+    state = state or {}
+    done = int(state.get("epoch", 0))
+    history_csv = runs.HistoryCSV(os.path.join(out, "history.csv"), rows=state.get("history"))
+    resolved = config_lib.plain(cfg)
 
     def on_epoch_end(epoch, logs):
-        model.save_weights(weights)
-        with open(os.path.join(backup_dir, "training_metadata.json"), "w") as fh:
-            json.dump({"epoch": epoch + 1}, fh)
-        with open(history_csv, "a") as fh:
-            fh.write(f"{epoch},{logs['loss']}\n")
+        history_csv.on_epoch_end(epoch, {"loss": logs["loss"]})
+        backup.save(model, epoch + 1, {"history": history_csv.rows, "config": resolved})
 
     try:
         losses = distributed.train_loop(
@@ -491,13 +524,9 @@ def _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup_dir, do
         )
     except FloatingPointError as err:
         raise ExperimentError(
-            f"{err}. Last good checkpoint: {backup_dir} (after epoch {completed_epochs(backup_dir)}); "
+            f"{err}. Last good checkpoint: {backup.describe()}; "
             "lower optimizer.learning_rate, then rerun the same command to resume."
         ) from None
-    # As keras.callbacks.BackupAndRestore does: a finished run leaves no backup behind.
-    import shutil
-
-    shutil.rmtree(backup_dir, ignore_errors=True)
     return {"loss": losses}
 
 
@@ -535,8 +564,19 @@ def final_evaluation(cfg, model, test_split, out, verbose=1):
 
 
 def export(model, out, input_shape):
-    model.save(os.path.join(out, "model.keras"))
-    model.export(os.path.join(out, "saved_model"), verbose=False)
+    """``model.keras`` and ``saved_model/``, each replaced atomically."""
+    import shutil
+
+    files.save_model(model, os.path.join(out, "model.keras"))
+    target = os.path.join(out, "saved_model")
+    staging, old = f"{target}.partial", f"{target}.old"
+    for leftover in (staging, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    model.export(staging, verbose=False)
+    if os.path.exists(target):
+        os.replace(target, old)
+    os.replace(staging, target)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def summary(cfg, result):

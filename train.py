@@ -15,12 +15,19 @@ work starts. The run writes into ``output_dir``:
     plots/               retrieval grid, distance histograms, PR curve
     model.keras          the trained model
     saved_model/         SavedModel with a serving signature images -> embeddings
+    finished.json        written last: the run is complete
+
+Every file is written atomically (a kill never leaves half a file). The
+output dir is locked while a run uses it; a finished run is not overwritten
+without ``--overwrite`` (or ``--fresh``); a backup is resumed only if the
+config still matches (more epochs or other evaluation settings may change).
+Without ``--config``, configs/default.yaml (the main job) is trained.
 
 Exit status: 0 when the run finished; 2 for a problem of the config, the
 data or the model (a NaN, an unreadable file, a full disk), printed as one
 line (``TFDML_DEBUG=1`` shows the traceback instead).
 
-Training that stops (killed, crashed, NaN) can be resumed by running the same
+Training that stops (killed, Ctrl-C, crashed, NaN) can be resumed by running the same
 command again: it restarts from the last completed epoch, with the optimizer
 state, the loss's learned parameters and the sampler's random stream.
 """
@@ -29,10 +36,14 @@ import argparse
 import os
 import sys
 
+ROOT = os.path.dirname(os.path.abspath(__file__))
+#: What ``train.py`` trains without ``--config``: the README's main job.
+DEFAULT_CONFIG = os.path.join("configs", "default.yaml")
+
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", help="YAML config (see configs/); defaults if omitted")
+    parser.add_argument("--config", help=f"YAML config (see configs/); {DEFAULT_CONFIG} if omitted")
     parser.add_argument(
         "--set",
         action="append",
@@ -40,7 +51,10 @@ def parse_args(argv=None):
         metavar="KEY=VALUE",
         help="override a config value, e.g. --set training.epochs=2 (repeatable)",
     )
-    parser.add_argument("--fresh", action="store_true", help="ignore a backup in output_dir and start over")
+    parser.add_argument("--fresh", action="store_true",
+                        help="discard a backup (or a finished run) in output_dir and start over")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="train again into an output_dir that holds a finished run")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser.parse_args(argv)
 
@@ -50,6 +64,9 @@ def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from tfdml import config as config_lib
 
+    if args.config is None:
+        args.config = os.path.join(ROOT, DEFAULT_CONFIG)
+        print(f"No --config given: training {DEFAULT_CONFIG} (the main job).", file=sys.stderr)
     try:
         cfg = config_lib.load(args.config, args.set)
     except config_lib.ConfigError as err:
@@ -60,7 +77,13 @@ def main(argv=None):
     from tfdml import errors
 
     try:
-        result = experiment.run(cfg, fresh=args.fresh, verbose=0 if args.quiet else 1)
+        result = experiment.run(cfg, fresh=args.fresh, overwrite=args.overwrite,
+                                verbose=0 if args.quiet else 1)
+    except KeyboardInterrupt:
+        backup = experiment.completed_epochs(os.path.join(cfg["output_dir"], "backup"))
+        kept = f"the backup after epoch {backup} is intact" if backup else "no epoch was completed yet"
+        print(f"\nInterrupted: {kept}; rerun the same command to resume.", file=sys.stderr)
+        return 130
     except (experiment.ExperimentError, *errors.USER_ERROR_TYPES) as err:
         if os.environ.get("TFDML_DEBUG") == "1":
             raise

@@ -131,6 +131,18 @@ def test_resume_after_kill_reaches_the_same_weights(tmp_path):
         np.testing.assert_allclose(a[key], b[key], atol=1e-6, err_msg=key)
     history = open(os.path.join(resumed["output_dir"], "history.csv")).read().splitlines()
     assert len(history) == 5  # header + 4 epochs, across the two runs
+    # Not only the final weights: the best and last checkpoints and the history
+    # equal the uninterrupted run's (the best value survives the resume).
+    for name in ("best.weights.h5", "last.weights.h5"):
+        a = _weights(os.path.join(straight["output_dir"], "checkpoints", name))
+        b = _weights(os.path.join(resumed["output_dir"], "checkpoints", name))
+        for key in a:
+            np.testing.assert_allclose(a[key], b[key], atol=1e-6, err_msg=f"{name}: {key}")
+    straight_history = open(os.path.join(straight["output_dir"], "history.csv")).read().splitlines()
+    assert straight_history[0] == history[0]
+    for x, y in zip(straight_history[1:], history[1:]):
+        np.testing.assert_allclose([float(v) for v in x.split(",")], [float(v) for v in y.split(",")],
+                                   rtol=1e-5)
 
 
 def _nan_features_cfg(tmp_path, value=np.nan):
@@ -443,3 +455,155 @@ def test_large_sparse_class_ids_train_a_small_model(tmp_path):
                      if isinstance(obj, h5py.Dataset) else None)
     assert (5,) in shapes.values()  # β_class of the 5 training classes
     assert max(np.prod(s) for s in shapes.values()) < 10_000
+
+
+# -- runs that never lose work and never mix results (issue 16) ---------------------
+
+_KILL_DURING_BACKUP = """
+import json, os, signal, sys
+sys.path.insert(0, {root!r})
+import keras
+import experiment
+
+original = keras.Model.save_weights
+writes = []
+
+def save_then_die(self, filepath, *args, **kwargs):
+    original(self, filepath, *args, **kwargs)
+    if os.path.basename(os.path.dirname(str(filepath))) == "backup":
+        writes.append(filepath)
+        if len(writes) == 2:  # the second epoch's backup: cut the file, then die mid-write
+            with open(filepath, "r+b") as fh:
+                fh.truncate(os.path.getsize(filepath) // 2)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+keras.Model.save_weights = save_then_die
+experiment.run(json.loads(sys.argv[1]), verbose=0)
+"""
+
+
+def test_a_kill_while_the_backup_is_written_loses_one_epoch_at_most(tmp_path):
+    """A real process killed (SIGKILL) in the middle of writing the epoch-2
+    backup: the rerun resumes from epoch 1 and ends with the weights of an
+    uninterrupted run. (Before: a 0-byte latest.weights.h5, then an h5py
+    'file signature not found' crash on every rerun.)"""
+    cfg = small_cfg(tmp_path / "killed", **{"training.epochs": 3, "evaluation.metrics": ["recall"],
+                                            "evaluation.ks": [1]})
+    proc = subprocess.run([sys.executable, "-c", _KILL_DURING_BACKUP.format(root=ROOT), json.dumps(cfg)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert experiment.completed_epochs(os.path.join(cfg["output_dir"], "backup")) == 1
+    result = experiment.run(cfg, verbose=0)
+    assert result["resumed_from_epoch"] == 1
+
+    straight = small_cfg(tmp_path / "straight", **{"training.epochs": 3, "evaluation.metrics": ["recall"],
+                                                   "evaluation.ks": [1]})
+    experiment.run(straight, verbose=0)
+    a = _weights(os.path.join(straight["output_dir"], "final.weights.h5"))
+    b = _weights(os.path.join(cfg["output_dir"], "final.weights.h5"))
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], atol=1e-6, err_msg=key)
+
+
+def test_resuming_with_another_config_is_refused_naming_the_keys(tmp_path):
+    cfg = small_cfg(tmp_path, **{"training.epochs": 3})
+    with pytest.raises(KeyboardInterrupt):
+        experiment.run(cfg, verbose=0, callbacks=[_KillAfterEpoch(1)])
+    changed = small_cfg(tmp_path, **{"training.epochs": 3, "loss.name": "triplet", "loss.sampler": "semi_hard",
+                                     "model.embedding_dim": 16})
+    with pytest.raises(experiment.ExperimentError,
+                       match=r"another config \(differing: loss.name, loss.sampler, model.embedding_dim\).*--fresh"):
+        experiment.run(changed, verbose=0)
+    # More epochs and other evaluation settings extend the same run.
+    longer = small_cfg(tmp_path, **{"training.epochs": 4, "evaluation.ks": [1]})
+    assert experiment.run(longer, verbose=0)["resumed_from_epoch"] == 1
+    # --fresh starts the changed config over.
+    assert experiment.run(changed, verbose=0, fresh=True)["resumed_from_epoch"] == 0
+
+
+def test_a_finished_run_is_not_overwritten(finished_run, capsys, monkeypatch):
+    cfg, _, out = finished_run
+    before = os.path.getmtime(os.path.join(out, "model.keras"))
+    monkeypatch.setattr(config, "load", lambda *a, **k: cfg)
+    assert train.main(["--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "holds a finished run" in err and "finished.json" in err and "--overwrite" in err
+    assert os.path.getmtime(os.path.join(out, "model.keras")) == before
+
+
+def test_overwrite_trains_a_finished_dir_again(tmp_path):
+    cfg = small_cfg(tmp_path, **{"training.epochs": 1, "training.steps_per_epoch": 1,
+                                 "evaluation.metrics": ["recall"], "evaluation.ks": [1]})
+    experiment.run(cfg, verbose=0)
+    with pytest.raises(experiment.ExperimentError, match="holds a finished run"):
+        experiment.run(cfg, verbose=0)
+    assert experiment.run(cfg, verbose=0, overwrite=True)["resumed_from_epoch"] == 0
+
+
+def test_a_second_run_into_a_live_run_dir_fails_at_once(tmp_path):
+    import socket
+
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        tmp_path.mkdir(exist_ok=True)
+        (tmp_path / ".lock").write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname()}))
+        with pytest.raises(experiment.ExperimentError, match=rf"in use by another run \(PID {holder.pid}"):
+            experiment.run(small_cfg(tmp_path), verbose=0)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (tmp_path / "config.yaml").exists()  # nothing of the second run was written
+
+
+def test_ctrl_c_says_the_backup_is_intact(tmp_path, capsys, monkeypatch):
+    cfg = small_cfg(tmp_path, **{"training.epochs": 3})
+    monkeypatch.setattr(config, "load", lambda *a, **k: cfg)
+    run = experiment.run
+    monkeypatch.setattr(experiment, "run", lambda c, **kw: run(c, callbacks=[_KillAfterEpoch(2)], **kw))
+    assert train.main(["--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert "Interrupted: the backup after epoch 2 is intact; rerun the same command to resume." in err
+    assert "Traceback" not in err
+    assert not (tmp_path / ".lock").exists()
+
+
+def test_disk_full_during_a_backup_is_one_line_and_keeps_the_last_backup(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from tfdml import files
+
+    cfg = small_cfg(tmp_path, **{"training.epochs": 3})
+    monkeypatch.setattr(config, "load", lambda *a, **k: cfg)
+    fsync = files.os.fsync
+
+    def fill_up(fd):
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if "epoch-0002" in name:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return fsync(fd)
+
+    monkeypatch.setattr(files.os, "fsync", fill_up)
+    assert train.main(["--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "No space left on the device while writing" in err and "epoch-0002.weights.h5" in err
+    assert "free" in err
+    assert experiment.completed_epochs(os.path.join(tmp_path, "backup")) == 1
+
+
+def test_no_config_trains_the_main_job_and_an_empty_one_is_refused(tmp_path, capsys, monkeypatch):
+    seen = {}
+
+    def record(cfg, **kwargs):
+        seen["cfg"] = cfg
+        raise experiment.ExperimentError("stop here")
+
+    monkeypatch.setattr(experiment, "run", record)
+    assert train.main(["--quiet"]) == 2
+    assert "No --config given: training configs/default.yaml" in capsys.readouterr().err
+    assert seen["cfg"] == config.load(os.path.join(ROOT, "configs", "default.yaml"))
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing here\n")
+    assert train.main(["--config", str(empty)]) == 2
+    assert "is empty" in capsys.readouterr().err

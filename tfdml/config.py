@@ -265,21 +265,34 @@ def load(path=None, overrides=()):
     if path is not None:
         try:
             with open(path) as fh:
-                raw = yaml.safe_load(fh) or {}
+                raw = yaml.safe_load(fh)
         except FileNotFoundError:
             raise ConfigError(f"Config file {path!r} does not exist; see configs/ for examples.") from None
+        except IsADirectoryError:
+            raise ConfigError(f"--config {path!r} is a directory; give a YAML file such as "
+                              "configs/default.yaml.") from None
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"Config file {path!r} cannot be read: {err}.") from None
         except yaml.YAMLError as err:
             raise ConfigError(f"Config file {path!r} is not valid YAML: {err}") from None
+        if raw is None:
+            raise ConfigError(
+                f"Config file {path!r} is empty, so the run would silently train the schema defaults; "
+                "copy configs/default.yaml and edit it, or leave --config out to train the main job."
+            )
+        if not isinstance(raw, dict):
+            raise ConfigError(f"Config file {path!r} must be a mapping of sections (data:, loss:, ...), "
+                              f"got a {type(raw).__name__}.")
     apply_overrides(raw, overrides)
     return validate(raw)
 
 
-def _plain(value):
+def plain(value):
     """YAML-safe copy: in-memory arrays (the ``arrays`` source) become a description."""
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     shape = getattr(value, "shape", None)
@@ -288,5 +301,32 @@ def _plain(value):
 
 def dump(config, path):
     """Write a resolved config as YAML (the copy kept in the output dir)."""
-    with open(path, "w") as fh:
-        yaml.safe_dump(_plain(config), fh, sort_keys=False)
+    from tfdml import files
+
+    files.write_text(path, yaml.safe_dump(plain(config), sort_keys=False))
+
+
+#: Config keys that may change when a run resumes from its backup: they extend
+#: the run or change only what is reported, not the model or the data stream.
+RESUMABLE_KEYS = ("training.epochs", "evaluation", "output_dir")
+
+
+def resume_differences(saved, current, allowed=RESUMABLE_KEYS):
+    """Dotted keys whose values differ between the ``saved`` config of a backup
+    and the ``current`` one, leaving out ``allowed`` keys (and their subkeys)."""
+    saved, current = plain(saved), plain(current)
+    out = []
+
+    def walk(a, b, prefix):
+        for key in sorted(set(a) | set(b), key=str):
+            where = f"{prefix}.{key}" if prefix else str(key)
+            if any(where == k or where.startswith(k + ".") for k in allowed):
+                continue
+            x, y = a.get(key), b.get(key)
+            if isinstance(x, dict) and isinstance(y, dict):
+                walk(x, y, where)
+            elif x != y:
+                out.append(where)
+
+    walk(saved, current, "")
+    return out

@@ -25,7 +25,10 @@ _RIGHT, _WRONG = "#1a9850", "#d73027"
 def _save(fig, path):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=90)
+    from tfdml import files
+
+    with files.atomic_path(path) as tmp:  # a kill never leaves half a PNG
+        fig.savefig(tmp, dpi=90, format=os.path.splitext(path)[1].lstrip(".") or "png")
     return path
 
 

@@ -410,10 +410,14 @@ class MPerClassDesign(Design):
 
     ``MPerClassDesign(m, classes_per_batch)`` or ``MPerClassDesign(m,
     batch_size=B)``. Each epoch is a fresh uniform permutation of the
-    eligible classes (N_c ≥ m) cut into ``floor(L / classes_per_batch)``
-    blocks; the leftover classes of an epoch wait for the next permutation, so
-    every class appears equally often in expectation and at most once per
-    epoch. Examples: m per class without replacement. Weights: Eq. 25 with
+    eligible classes (N_c ≥ m), independent of the previous epochs; its first
+    ``floor(L / classes_per_batch) · classes_per_batch`` classes are cut into
+    ``floor(L / classes_per_batch)`` blocks, one per batch, and the last
+    ``L mod classes_per_batch`` classes of the permutation are dropped for that
+    epoch (not carried over to the next one). So every class appears at most
+    once per epoch, and in a given epoch with the same probability
+    ``floor(L / n) · n / L`` (n = classes_per_batch) as any other class.
+    Examples: m per class without replacement. Weights: Eq. 25 with
     n = classes_per_batch (exact; see the module docstring).
     """
 

@@ -195,6 +195,17 @@ def test_m_per_class_visits_every_class_once_per_epoch():
     assert seen.min() > 20 and seen.sum() == 240
 
 
+def test_m_per_class_leftover_classes_are_dropped_not_carried_over():
+    """The L mod n classes at the end of an epoch's permutation are dropped: the next
+    epoch is an independent permutation, so a class can be left out twice in a row
+    (with leftovers carried over, that could never happen)."""
+    labels = labels_for(np.array([3, 2, 4, 2, 5, 3, 2]))  # 7 classes, 2 per batch: 1 left out
+    design = designs.MPerClassDesign(2, classes_per_batch=2)
+    lab = take(design.index_batches(labels, seed=1), 3 * 60)["label"].reshape(60, 12)
+    left_out = [int(np.setdiff1d(np.arange(7), epoch)[0]) for epoch in lab]
+    assert any(a == b for a, b in zip(left_out, left_out[1:]))
+
+
 # --- weights vs Eq. 24 / 25 -----------------------------------------------------------
 
 

@@ -193,6 +193,11 @@ class Design:
         def make(chunk, extra):
             key = tf.random.experimental.stateless_fold_in(base, chunk)
             example_id, pair_id = self._draw(plan, consts, key, extra)
+            # A design knows its batch size: static shapes (checked), so that
+            # model.fit traces (and XLA compiles) one step for the batch size.
+            example_id = tf.ensure_shape(example_id, [plan.chunk, batch])
+            if pair_id is not None:
+                pair_id = tf.ensure_shape(pair_id, [plan.chunk, batch])
             cols = {
                 "label": tf.gather(consts["labels"], example_id),
                 "class_size": tf.gather(consts["class_size"], example_id),
@@ -222,6 +227,10 @@ class Design:
         or decodes images). ``transform(images, seed)`` (e.g. from
         :mod:`pipelines.augment`) is applied to each batch with a stateless
         seed derived from ``(seed, step)``.
+
+        Shapes are static (``element_spec`` fully defined): B = ``batch_size``,
+        every column is [B], and x keeps the split's (or the transform's)
+        static image size, as the loaders and :mod:`pipelines.augment` give.
         """
         if not hasattr(split, "load"):
             raise ValueError(
@@ -236,6 +245,8 @@ class Design:
             x = split.load(cols["example_id"])
             if transform is not None:
                 x = transform(x, seed=tf.random.experimental.stateless_fold_in(augment_base, step))
+            if x.shape.rank is not None:  # keep the static batch size through a transform
+                x = tf.ensure_shape(x, [self.batch_size] + [None] * (x.shape.rank - 1))
             return x, cols
 
         ds = self._index_dataset(plan, seed, with_step=True)
@@ -399,10 +410,14 @@ class MPerClassDesign(Design):
 
     ``MPerClassDesign(m, classes_per_batch)`` or ``MPerClassDesign(m,
     batch_size=B)``. Each epoch is a fresh uniform permutation of the
-    eligible classes (N_c ≥ m) cut into ``floor(L / classes_per_batch)``
-    blocks; the leftover classes of an epoch wait for the next permutation, so
-    every class appears equally often in expectation and at most once per
-    epoch. Examples: m per class without replacement. Weights: Eq. 25 with
+    eligible classes (N_c ≥ m), independent of the previous epochs; its first
+    ``floor(L / classes_per_batch) · classes_per_batch`` classes are cut into
+    ``floor(L / classes_per_batch)`` blocks, one per batch, and the last
+    ``L mod classes_per_batch`` classes of the permutation are dropped for that
+    epoch (not carried over to the next one). So every class appears at most
+    once per epoch, and in a given epoch with the same probability
+    ``floor(L / n) · n / L`` (n = classes_per_batch) as any other class.
+    Examples: m per class without replacement. Weights: Eq. 25 with
     n = classes_per_batch (exact; see the module docstring).
     """
 
@@ -441,7 +456,8 @@ class MPerClassDesign(Design):
             perm = tf.argsort(bits)[: blocks * n]
             return tf.reshape(tf.gather(eligible, perm), [blocks, n])
 
-        class_blocks = tf.data.Dataset.counter().map(epoch).unbatch().batch(plan.chunk)
+        # The stream is infinite: drop_remainder drops nothing and keeps the shape static.
+        class_blocks = tf.data.Dataset.counter().map(epoch).unbatch().batch(plan.chunk, drop_remainder=True)
         return tf.data.Dataset.zip(tf.data.Dataset.counter(), class_blocks)
 
     def _draw(self, plan, consts, key, extra):

@@ -39,7 +39,11 @@ def pairwise_squared_euclidean(a, b=None):
     d2 = sq_a[:, None] + sq_b[None, :] - 2.0 * tf.matmul(a, b, transpose_b=True)
     d2 = tf.maximum(d2, 0.0)
     if same:
-        d2 = tf.linalg.set_diag(d2, tf.zeros_like(sq_a))
+        # A mask, not tf.linalg.set_diag: the gradient of set_diag builds its
+        # zero diagonal from a tf.cond over the shape when the batch size is
+        # not static, which XLA (jit_compile) cannot compile.
+        diagonal = tf.eye(tf.shape(d2)[0], dtype=tf.bool)
+        d2 = tf.where(diagonal, tf.zeros_like(d2), d2)
     return d2
 
 

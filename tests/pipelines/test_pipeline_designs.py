@@ -195,6 +195,17 @@ def test_m_per_class_visits_every_class_once_per_epoch():
     assert seen.min() > 20 and seen.sum() == 240
 
 
+def test_m_per_class_leftover_classes_are_dropped_not_carried_over():
+    """The L mod n classes at the end of an epoch's permutation are dropped: the next
+    epoch is an independent permutation, so a class can be left out twice in a row
+    (with leftovers carried over, that could never happen)."""
+    labels = labels_for(np.array([3, 2, 4, 2, 5, 3, 2]))  # 7 classes, 2 per batch: 1 left out
+    design = designs.MPerClassDesign(2, classes_per_batch=2)
+    lab = take(design.index_batches(labels, seed=1), 3 * 60)["label"].reshape(60, 12)
+    left_out = [int(np.setdiff1d(np.arange(7), epoch)[0]) for epoch in lab]
+    assert any(a == b for a, b in zip(left_out, left_out[1:]))
+
+
 # --- weights vs Eq. 24 / 25 -----------------------------------------------------------
 
 
@@ -282,6 +293,49 @@ def test_batches_gather_images_and_are_deterministic():
     assert x1.shape == (4, 4, 4, 1)
     np.testing.assert_array_equal(x1.numpy(), x2.numpy())
     np.testing.assert_array_equal(c1["example_id"].numpy(), cols["example_id"].numpy())
+
+
+def _static_shape_split():
+    from pipelines import sources
+
+    feats = np.random.default_rng(0).random((60, 10, 10, 1)).astype("float32")
+    return sources.get_source("arrays", features=feats, labels=np.repeat(np.arange(12), 5)).split("train")
+
+
+def _transforms():
+    from pipelines import augment
+
+    return {
+        "none": None,
+        "crop": augment.TrainTransform(size=8),
+        "resized_crop": augment.TrainTransform(size=(8, 6), scale=(0.3, 1.0)),
+        "eval": augment.EvalTransform(size=8, resize_to=9),
+    }
+
+
+@pytest.mark.parametrize(
+    "design",
+    [designs.MPerClassDesign(2, classes_per_batch=3), designs.GroupDesign(2, 3), designs.PRandomDesign(0.5, 3)],
+    ids=lambda d: d.name,
+)
+@pytest.mark.parametrize("transform", list(_transforms()))
+def test_batches_have_static_shapes(design, transform):
+    """A design knows its batch size (DESIGN.md): every element_spec is fully defined,
+    with and without augmentation, and the batches have those shapes."""
+    split = _static_shape_split()
+    t = _transforms()[transform]
+    ds = design.batches(split, seed=0, transform=t)
+    specs = tf.nest.flatten(ds.element_spec)
+    assert all(spec.shape.is_fully_defined() for spec in specs), ds.element_spec
+    x_spec, col_specs = ds.element_spec
+    assert x_spec.shape[0] == design.batch_size
+    assert x_spec.shape[1:] == ((10, 10, 1) if t is None else tuple(t.size) + (1,))
+    assert all(spec.shape == (design.batch_size,) for spec in col_specs.values())
+    assert ("pair_id" in col_specs) == (design.name == "p_random")
+    for value, spec in zip(tf.nest.flatten(next(iter(ds))), specs):
+        assert value.shape == spec.shape
+    index_specs = design.index_batches(split).element_spec
+    assert all(spec.shape == (design.batch_size,) for spec in index_specs.values())
 
 
 # --- errors --------------------------------------------------------------------------

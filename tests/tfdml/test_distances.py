@@ -43,6 +43,29 @@ def test_gradient_finite_for_identical_embeddings(kind):
     assert np.all(np.isfinite(grad.numpy()))
 
 
+@pytest.mark.parametrize("kind", distances.DISTANCES)
+def test_xla_with_unknown_batch_size_equals_eager(kind):
+    """Value and gradient under jit_compile when the batch size is unknown at trace
+    time (a user's tf.data pipeline without drop_remainder). The gradient of
+    tf.linalg.set_diag did not compile there (a tf.cond over the diagonal's shape)."""
+    a = tf.constant(np.random.default_rng(3).normal(size=(6, 4)).astype("float32"))
+    a = tf.concat([a, a[:1]], 0)  # a duplicate row: a zero off-diagonal distance too
+
+    def value_and_grad(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            d = distances.pairwise(x, None, kind)
+            total = tf.reduce_sum(d * tf.reshape(tf.range(tf.size(d), dtype=d.dtype), tf.shape(d)))
+        return d, tape.gradient(total, x)
+
+    spec = [tf.TensorSpec([None, 4], tf.float32)]
+    compiled = tf.function(value_and_grad, input_signature=spec, jit_compile=True)(a)
+    for c, e in zip(compiled, value_and_grad(a)):
+        np.testing.assert_allclose(c.numpy(), e.numpy(), rtol=1e-5, atol=1e-5)
+    if kind != "cosine":
+        assert np.all(np.diag(compiled[0].numpy()) == 0.0)
+
+
 def test_euclidean_gradient_matches_analytic_away_from_zero():
     a = tf.Variable([[0.0, 0.0], [3.0, 4.0]])
     with tf.GradientTape() as tape:

@@ -5,7 +5,6 @@ This module is where the data side (:mod:`pipelines`) meets the model side
 turns one config section into objects, so tests can build parts alone.
 """
 
-import inspect
 import json
 import math
 import os
@@ -141,38 +140,12 @@ def build_strategy(cfg):
 
 
 def build_loss(cfg, num_classes, num_examples):
-    name = cfg["loss"]["name"]
-    cls = losses_lib.LOSSES[name]
-    opts = dict(cfg["loss"]["options"])
-    sampler = cfg["loss"]["sampler"]
-    parameters = inspect.signature(cls.__init__).parameters
-    if "sampler" not in parameters or sampler in config_lib.LEARNED_SAMPLERS:
-        # The loss fixes its own selection (e.g. top-k sets of ℓ_k), or a DSN
-        # selects the tuples (the loss's own sampler then only serves evaluate()).
-        sampler = None
-    elif sampler == "none":
-        opts["sampler"] = None
-    elif sampler is not None:
-        options = cfg["loss"]["sampler_options"]
-        opts["sampler"] = _sampler_with_options(sampler, options) if options else sampler
-    if name in ("margin", "balanced_contrastive"):
-        opts.setdefault("num_classes", num_classes)
-    if "seed" in parameters:
-        opts.setdefault("seed", cfg["seed"])
+    """The configured loss (see :func:`tfdml.config.build_loss`, which validation
+    already ran): ``num_classes`` is the number of classes of the training split."""
     try:
-        return cls(**opts)
-    except (TypeError, ValueError) as err:
-        raise ExperimentError(f"loss.options for {name!r}: {err}") from None
-
-
-def _sampler_with_options(name, options):
-    from tfdml import samplers
-
-    cls = type(samplers.get(name))
-    try:
-        return cls(**options)
-    except (TypeError, ValueError) as err:
-        raise ExperimentError(f"loss.sampler_options for {name!r}: {err}") from None
+        return config_lib.build_loss(cfg, num_classes)
+    except config_lib.ConfigError as err:
+        raise ExperimentError(str(err)) from None
 
 
 def build_optimizer(cfg):
@@ -248,11 +221,12 @@ def build_dsn_model(cfg, encoder, loss):
         )
     learning_rate = options.pop("learning_rate", 1e-3)
     options.pop("pretrain_steps", None)
-    npair = cfg["loss"]["name"] == "npair"
+    kind = dsn.kind_for_loss(loss)  # the config checked that there is one
+    npair = kind == "npair"
     try:
         model = dsn.DSNEmbeddingModel(
             encoder,
-            sampler="npair" if npair else "triplet",
+            sampler=kind,
             tuples_per_minibatch=options.pop("tuples_per_minibatch", cfg["design"]["n"] if npair else 16),
             minibatches=options.pop("minibatches", 4),
             baseline=options.pop("baseline", "mean"),

@@ -154,6 +154,19 @@ def test_bad_config_exits_2_with_a_message(tmp_path, capsys):
     assert "loss.name = 'margn'" in err and "did you mean 'margin'" in err
 
 
+def test_loss_the_library_refuses_stops_before_any_work(tmp_path, capsys):
+    """Issue 11: stable_contrast + random passed validation, created the output
+    dir, loaded the data and only then failed on loss.options."""
+    out = tmp_path / "run"
+    code = train.main(["--set", f"output_dir={out}", "--set", "data.source=digits",
+                       "--set", "loss.name=stable_contrast", "--set", "loss.sampler=random"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "Config error: loss.sampler = 'random' does not fit loss.name = 'stable_contrast'" in err
+    assert "valid samplers for stable_contrast: semi_hard, hard, distance_weighted" in err
+    assert not out.exists()
+
+
 def test_impossible_design_is_a_clear_error(tmp_path):
     cfg = small_cfg(tmp_path, **{"design.m": 400})
     with pytest.raises(experiment.ExperimentError, match="design"):

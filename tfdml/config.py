@@ -6,10 +6,20 @@ file, applies ``--set key=value`` overrides, fills defaults and validates
 *before any work starts*: an unknown key, a wrong type, an unknown name or an
 impossible combination raises :class:`ConfigError` with a message naming the
 key, the bad value and the valid choices.
+
+The names of losses and samplers, and which of them fit
+together, are not copied here: they are read from the library at validation
+time (the registries :data:`tfdml.losses.LOSSES` and
+:data:`tfdml.samplers.SAMPLERS`, each sampler's ``kind`` against each loss's
+``sampler_kinds``, the losses' and samplers' ``needs_tuples``), and the loss
+is built once with its sampler, so whatever the library would refuse is
+refused before any work. A loss added to the registry is a valid
+``loss.name`` without any change here.
 """
 
 import copy
 import difflib
+import inspect
 
 import yaml
 
@@ -19,53 +29,65 @@ class ConfigError(ValueError):
 
 
 class _Field:
+    """One config key. ``choices``: a tuple, or a function returning one (names
+    that the library registers, read when a config is validated)."""
+
     def __init__(self, types, default, choices=None, doc="", check=None):
         self.types = types if isinstance(types, tuple) else (types,)
         self.default = default
-        self.choices = choices
+        self._choices = choices
         self.doc = doc
         self.check = check
+
+    @property
+    def choices(self):
+        return self._choices() if callable(self._choices) else self._choices
 
 
 _NUM = (int, float)
 
-LOSSES = (
-    "contrastive",
-    "triplet",
-    "margin",
-    "weighted_contrastive",
-    "balanced_contrastive",
-    "npair",
-    "precision_at_k",
-    "stable_contrast",
-    "robust_hard_contrastive",
-)
-SAMPLERS = ("all", "random", "semi_hard", "hard", "distance_weighted", "top_k", "learned", "none")
-#: Samplers that are not in-graph selection functions but a trained policy network
-#: (Duan et al. 2019, tfdml.dsn).
+#: loss.sampler names of the config itself: ``learned`` is the trained policy
+#: network of Duan et al. 2019 (:mod:`tfdml.dsn`), not an in-graph sampler;
+#: ``none`` asks for no sampler (all candidate pairs, or a loss that selects
+#: without one).
 LEARNED_SAMPLERS = ("learned",)
+NO_SAMPLER = "none"
+# The data side's names (tfdml never imports pipelines; tests/tfdml/test_config.py
+# checks that they match pipelines.designs.DESIGNS and pipelines.sources.SOURCES).
 DESIGNS = ("m_per_class", "group", "p_random")
 SOURCES = ("mnist5k", "digits", "folder", "tfds", "arrays")
+# What experiment.py builds.
 STRATEGIES = ("default", "mirrored", "multi_worker")
 OPTIMIZERS = ("adam", "sgd", "adamw")
 SCHEDULES = ("constant", "exponential_decay")
 METRICS = ("recall", "precision", "map@r", "r_precision", "map", "nmi", "f1", "verification")
 
-# Which sampler kinds make sense for which loss (None: the loss picks its own).
-LOSS_SAMPLERS = {
-    "contrastive": ("all", "random", "semi_hard", "hard", "distance_weighted"),
-    "triplet": ("semi_hard", "hard", "distance_weighted", "learned"),
-    "margin": ("all", "random", "semi_hard", "hard", "distance_weighted"),
-    "weighted_contrastive": ("all",),
-    "balanced_contrastive": ("all",),
-    "npair": ("none", "learned"),
-    "precision_at_k": ("top_k",),
-    "stable_contrast": ("random", "semi_hard", "hard", "distance_weighted"),
-    "robust_hard_contrastive": ("none",),
-}
-# Losses that need tuples (an anchor with a positive) inside a batch: a
-# p-random pair design gives only isolated pairs.
-TUPLE_LOSSES = ("triplet", "npair", "precision_at_k", "stable_contrast", "robust_hard_contrastive")
+
+def _losses():
+    from tfdml import losses
+
+    return losses
+
+
+def _samplers():
+    from tfdml import samplers
+
+    return samplers
+
+
+def _dsn():
+    from tfdml import dsn
+
+    return dsn
+
+
+def _loss_names():
+    return tuple(_losses().LOSSES)
+
+
+def _sampler_names():
+    return tuple(_samplers().SAMPLERS) + LEARNED_SAMPLERS + (NO_SAMPLER, None)
+
 
 SCHEMA = {
     "seed": _Field(int, 0, doc="global seed (weights, batches, samplers)"),
@@ -99,10 +121,11 @@ SCHEMA = {
         "normalize": _Field(bool, True, doc="L2-normalise embeddings"),
     },
     "loss": {
-        "name": _Field(str, "margin", LOSSES),
+        "name": _Field(str, "margin", _loss_names, doc="a tfdml.losses.LOSSES name"),
         "options": _Field(dict, {}, doc="keyword arguments of the loss class"),
-        "sampler": _Field((str, type(None)), None, SAMPLERS + (None,), doc="None: the loss's default"),
-        "sampler_options": _Field(dict, {}),
+        "sampler": _Field((str, type(None)), None, _sampler_names,
+                          doc="a tfdml.samplers name, 'learned' (tfdml.dsn), 'none', or None: the loss's default"),
+        "sampler_options": _Field(dict, {}, doc="keyword arguments of the sampler (None: of the loss's default)"),
     },
     "optimizer": {
         "name": _Field(str, "adam", OPTIMIZERS),
@@ -171,8 +194,9 @@ def _validate(config, schema, path):
             raise ConfigError(
                 f"{where} must be {_type_names(field.types)}, got {value!r} ({type(value).__name__})."
             )
-        if field.choices is not None and value not in field.choices:
-            shown = [c for c in field.choices if c is not None]
+        choices = field.choices
+        if choices is not None and value not in choices:
+            shown = [c for c in choices if c is not None]
             raise ConfigError(
                 f"{where} = {value!r} is not valid{_suggest(str(value), [str(c) for c in shown])}; "
                 f"choose one of: {', '.join(map(str, shown))}."
@@ -182,12 +206,7 @@ def _validate(config, schema, path):
 
 
 def _check_combinations(cfg):
-    loss, sampler, design = cfg["loss"]["name"], cfg["loss"]["sampler"], cfg["design"]["name"]
-    if sampler is not None and sampler not in LOSS_SAMPLERS[loss]:
-        raise ConfigError(
-            f"loss.sampler = {sampler!r} does not fit loss.name = {loss!r}; "
-            f"valid samplers for {loss}: {', '.join(LOSS_SAMPLERS[loss])} (or leave it empty for the default)."
-        )
+    sampler, design = cfg["loss"]["sampler"], cfg["design"]["name"]
     if sampler == "learned" and design not in ("m_per_class", "group"):
         raise ConfigError(
             f"loss.sampler = 'learned' draws tuples from a pool of several classes; design.name = {design!r} "
@@ -197,12 +216,6 @@ def _check_combinations(cfg):
         raise ConfigError(
             f"loss.sampler = 'learned' (the DSN of Duan et al.) runs on one replica; strategy = "
             f"{cfg['strategy']!r} is not supported with it: use strategy 'default'."
-        )
-    if design == "p_random" and loss in TUPLE_LOSSES:
-        raise ConfigError(
-            f"design.name = 'p_random' gives isolated pairs, but loss.name = {loss!r} needs tuples "
-            f"(an anchor with positives and negatives in one batch); use design 'm_per_class' or 'group', "
-            f"or a pair loss (contrastive, weighted_contrastive, balanced_contrastive, margin)."
         )
     if design in ("m_per_class", "group") and cfg["design"]["m"] < 2:
         raise ConfigError(f"design.m = {cfg['design']['m']} leaves no positive pairs; use m >= 2.")
@@ -227,10 +240,207 @@ def _check_combinations(cfg):
         raise ConfigError(f"optimizer.learning_rate must be > 0, got {cfg['optimizer']['learning_rate']}.")
 
 
+# -- the loss and its sampler, as the library sees them ---------------------------
+
+#: ``num_classes`` of a loss built while a config is validated, before the data
+#: is read (the fewest a training split can have); a run passes the real count.
+VALIDATION_NUM_CLASSES = 2
+
+
+def _init_parameters(cls):
+    return inspect.signature(cls.__init__).parameters
+
+
+def _option_names(cls):
+    """Keyword arguments of ``cls``, or None when it takes any (``**kwargs``)."""
+    params = _init_parameters(cls)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return [n for n, p in params.items() if n != "self" and p.kind is not inspect.Parameter.VAR_POSITIONAL]
+
+
+def _check_option_names(key, options, cls, owner):
+    valid = _option_names(cls)
+    if valid is None:
+        return
+    for option in options:
+        if option not in valid:
+            raise ConfigError(
+                f"{key} has {option!r}, which is not an option of {owner}{_suggest(option, valid)}; "
+                f"valid: {', '.join(valid)}."
+            )
+
+
+def _takes_sampler(cls):
+    """False for a loss that fixes its own selection (no ``sampler`` argument)."""
+    return "sampler" in _init_parameters(cls)
+
+
+def valid_samplers(loss_name):
+    """The loss.sampler names that fit ``loss_name``, from the library: the
+    registered samplers whose ``kind`` the loss accepts, ``none`` unless the
+    loss needs a sampler, ``learned`` when a tfdml.dsn network trains it."""
+    cls = _losses().LOSSES[loss_name]
+    samplers = _samplers()
+    names = [n for n in samplers.SAMPLERS if samplers.get(n).kind in cls.sampler_kinds]
+    if not cls.sampler_kinds or (_takes_sampler(cls) and not cls.sampler_required):
+        names.append(NO_SAMPLER)
+    if _dsn().kind_for_loss(cls) is not None:
+        names += list(LEARNED_SAMPLERS)
+    return names
+
+
+def _misfit(loss_name, sampler, reason):
+    return ConfigError(
+        f"loss.sampler = {sampler!r} does not fit loss.name = {loss_name!r}: {reason}; "
+        f"valid samplers for {loss_name}: {', '.join(valid_samplers(loss_name))} "
+        "(or leave it empty for the default)."
+    )
+
+
+def _kinds(kinds):
+    return " or ".join(kinds) if kinds else "nothing"
+
+
+def _sampler_argument(section, cls):
+    """What to pass as ``sampler=`` to the loss class: a sampler object, None,
+    or ``_DEFAULT`` (nothing: the loss's default, or its fixed selection)."""
+    name, sampler, options = section["name"], section["sampler"], section["sampler_options"]
+    samplers = _samplers()
+    takes = _takes_sampler(cls)
+    if sampler in LEARNED_SAMPLERS:
+        supported = [n for n, c in _losses().LOSSES.items() if _dsn().kind_for_loss(c) is not None]
+        if _dsn().kind_for_loss(cls) is None:
+            raise _misfit(name, sampler, f"the learned sampler (tfdml.dsn) trains {', '.join(supported)} only")
+        # loss.sampler_options configure the DSN (experiment.build_dsn_model); the
+        # loss keeps its default sampler, which only serves evaluate().
+        return _DEFAULT
+    if sampler is None and options:
+        default = _init_parameters(cls)["sampler"].default if takes else None
+        if not isinstance(default, str):
+            raise ConfigError(
+                f"loss.sampler_options {options!r} are given, but loss.sampler is empty and {name} "
+                f"uses no sampler by default; name the sampler in loss.sampler "
+                f"(valid for {name}: {', '.join(valid_samplers(name))})."
+            )
+        sampler = default  # the options are those of the loss's default sampler
+    if sampler is None:
+        return _DEFAULT
+    if sampler == NO_SAMPLER:
+        if options:
+            raise ConfigError(f"loss.sampler_options {options!r} are given, but loss.sampler = 'none'.")
+        if cls.sampler_required:
+            raise _misfit(name, sampler, f"{name} needs a sampler that selects {_kinds(cls.sampler_kinds)}")
+        if not takes and cls.sampler_kinds:
+            raise _misfit(name, sampler, f"{name} selects with its own sampler of {_kinds(cls.sampler_kinds)}")
+        return None if takes else _DEFAULT
+    kind = samplers.get(sampler).kind
+    if kind not in cls.sampler_kinds:
+        accepts = f"{name} accepts {_kinds(cls.sampler_kinds)}" if cls.sampler_kinds else f"{name} takes no sampler"
+        raise _misfit(name, sampler, f"it selects {kind}, {accepts}")
+    if not takes:
+        if options:
+            raise ConfigError(
+                f"loss.sampler_options {options!r}: {name} builds its own {sampler} sampler; set its "
+                f"arguments in loss.options (valid: {', '.join(_option_names(cls) or [])})."
+            )
+        return _DEFAULT
+    _check_option_names("loss.sampler_options", options, type(samplers.get(sampler)), sampler)
+    try:
+        return samplers.get({"name": sampler, **options})
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"loss.sampler_options for {sampler!r}: {err}") from None
+
+
+_DEFAULT = object()
+
+
+def build_loss(cfg, num_classes):
+    """The loss of a resolved config, built by the library.
+
+    ``loss.name`` from :data:`tfdml.losses.LOSSES` with ``loss.options``; its
+    sampler from ``loss.sampler`` / ``loss.sampler_options`` (with a ``learned``
+    sampler the loss keeps its default one: the DSN selects the training
+    tuples); ``seed`` and ``num_classes`` (the number of classes of the training
+    split) where the loss's constructor takes them and ``loss.options`` does
+    not set them. Raises :class:`ConfigError` naming the key for anything the
+    library refuses.
+    """
+    section = cfg["loss"]
+    name = section["name"]
+    cls = _losses().LOSSES[name]
+    params = _init_parameters(cls)
+    _check_option_names("loss.options", section["options"], cls, name)
+    sampler = _sampler_argument(section, cls)
+    kwargs = dict(section["options"])
+    if sampler is not _DEFAULT:
+        kwargs["sampler"] = sampler
+    if "seed" in params:
+        kwargs.setdefault("seed", cfg["seed"])
+    if "num_classes" in params:
+        kwargs.setdefault("num_classes", num_classes)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:
+        if "sampler" in kwargs and _refuses_sampler(cls, sampler, cfg["seed"], num_classes):
+            raise _misfit(name, section["sampler"], str(err)) from None
+        raise ConfigError(f"loss.options for {name!r}: {err}") from None
+
+
+def _refuses_sampler(cls, sampler, seed, num_classes):
+    """True when ``cls`` with default options refuses ``sampler`` (so an error
+    is the sampler's, not the options')."""
+    params = _init_parameters(cls)
+    kwargs = {"sampler": sampler}
+    if "seed" in params:
+        kwargs["seed"] = seed
+    if "num_classes" in params:
+        kwargs["num_classes"] = num_classes
+    try:
+        cls(**kwargs)
+    except (TypeError, ValueError):
+        return True
+    return False
+
+
+def _check_loss(cfg):
+    """Build the loss (and its sampler) once, as the run will, and check that
+    the batch design gives it what it scores."""
+    loss = build_loss(cfg, VALIDATION_NUM_CLASSES)
+    if cfg["design"]["name"] != "p_random":
+        return
+    name, sampler = cfg["loss"]["name"], getattr(loss, "sampler", None)
+    if getattr(loss, "needs_tuples", False):
+        what = f"loss.name = {name!r}"
+        pair_losses = [n for n, c in _losses().LOSSES.items() if not c.needs_tuples]
+        fix = f"or a loss that scores single pairs ({', '.join(pair_losses)})"
+    elif sampler is not None and sampler.needs_tuples:
+        shown = repr(cfg["loss"]["sampler"]) if cfg["loss"]["sampler"] else f"empty (the default of {name})"
+        what = f"loss.sampler = {shown}, a {type(sampler).__name__} that selects {sampler.kind},"
+        samplers = _samplers()
+        pair_samplers = [n for n in valid_samplers(name)
+                         if n in samplers.SAMPLERS and not samplers.get(n).needs_tuples]
+        if NO_SAMPLER in valid_samplers(name):
+            pair_samplers.append(NO_SAMPLER)
+        fix = f"or a sampler of single pairs ({', '.join(pair_samplers)})"
+    else:
+        return
+    raise ConfigError(
+        f"design.name = 'p_random' gives isolated pairs, but {what} needs tuples (an anchor with "
+        f"positives and negatives in one batch): it would score nothing. Use design 'm_per_class' "
+        f"or 'group', {fix}."
+    )
+
+
 def validate(config):
-    """Fill defaults and validate a config dict; returns the resolved config."""
+    """Fill defaults and validate a config dict; returns the resolved config.
+
+    The loss is built once with its sampler (:func:`build_loss`), so anything
+    the library refuses is refused here, before any work.
+    """
     cfg = _validate(config or {}, SCHEMA, "")
     _check_combinations(cfg)
+    _check_loss(cfg)
     return cfg
 
 

@@ -339,7 +339,9 @@ def run(cfg, fresh=False, verbose=1, callbacks=()):
     except ValueError as err:
         raise ExperimentError(f"design: {err}") from None
     input_shape = input_shape_for(cfg, train_split.image_shape)
-    num_classes = int(np.max(train_split.labels)) + 1
+    # L of the losses (Hong's η, Wu's β_class): the classes the training split
+    # holds, not its highest label + 1 (train_classes [5..9] are 5 classes).
+    num_classes = int(train_split.num_classes)
     num_examples = int(train_split.num_examples)
 
     with strategy.scope():

@@ -167,6 +167,38 @@ def test_loss_the_library_refuses_stops_before_any_work(tmp_path, capsys):
     assert not out.exists()
 
 
+class _Built(Exception):
+    """Stops experiment.run once the model's parts are built (no training)."""
+
+
+def test_loss_gets_the_number_of_training_classes(tmp_path, monkeypatch):
+    """Issue 11: with train_classes [5..9] run passed the highest label + 1 = 10
+    as num_classes. BalancedContrastiveLoss's η = λ/(L−1) · (N_i − 1)/N_j (Hong
+    Eq. 15) then used L − 1 = 9 instead of 4: η was 4/9 of its value."""
+    from tfdml import targets as targets_lib
+    from tfdml.losses import BalancedContrastiveLoss
+
+    cfg = small_cfg(tmp_path, **{"data.source": "mnist5k", "data.options": {"train_classes": [5, 6, 7, 8, 9]},
+                                 "design.name": "group", "loss": {"name": "balanced_contrastive",
+                                                                  "options": {"lam": 4.0}}})
+    built = {}
+
+    def build_model(cfg, input_shape, num_classes, num_examples):
+        built["loss"] = experiment.build_loss(cfg, num_classes, num_examples)
+        raise _Built
+
+    monkeypatch.setattr(experiment, "build_model", build_model)
+    with pytest.raises(_Built):
+        experiment.run(cfg, verbose=0)
+    loss = built["loss"]
+    assert isinstance(loss, BalancedContrastiveLoss) and loss.num_classes == 5
+    # MNIST-5k has 500 images per class: η = 4/(5 − 1) · 499/500 for every negative pair.
+    class_size = tf.fill([3], 500.0)
+    targets = targets_lib.unpack({"label": tf.constant([5, 6, 7]), "class_size": class_size})
+    eta = loss.negative_weights(targets, tf.float32).numpy()
+    np.testing.assert_allclose(eta, np.full((3, 3), 4.0 / 4.0 * 499.0 / 500.0), rtol=1e-6)
+
+
 def test_impossible_design_is_a_clear_error(tmp_path):
     cfg = small_cfg(tmp_path, **{"design.m": 400})
     with pytest.raises(experiment.ExperimentError, match="design"):

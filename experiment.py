@@ -393,7 +393,8 @@ def _fit_keras(cfg, model, train_ds, test_ds, out, backup_dir, done, verbose, ex
     nan_guard = NaNGuard(backup_dir)
     callbacks = [
         callbacks_lib.RetrievalEvaluation(
-            test_ds, every_n_epochs=ev["every_n_epochs"], metrics=ev["metrics"], ks=ev["ks"]
+            test_ds, every_n_epochs=ev["every_n_epochs"], metrics=ev["metrics"], ks=ev["ks"],
+            distance=ev["distance"],
         ),
         nan_guard,
         keras.callbacks.BackupAndRestore(backup_dir),
@@ -483,6 +484,7 @@ def final_evaluation(cfg, model, test_split, out, verbose=1):
         out,
         metrics=ev["metrics"],
         ks=ev["ks"],
+        distance=ev["distance"],
         batch_size=ev["batch_size"],
         verbose=verbose,
         extra_info={"config": os.path.join(out, "config.yaml")},

@@ -45,7 +45,7 @@ def small_cfg(out, **overrides):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
-    cfg = small_cfg(out)
+    cfg = small_cfg(out, **{"evaluation.distance": "cosine"})
     result = experiment.run(cfg, verbose=0)
     return cfg, result, out
 
@@ -57,8 +57,10 @@ def test_run_writes_everything(finished_run):
                  "saved_model/saved_model.pb", "retrieval_grid.png", "distance_histogram.png"):
         assert os.path.exists(os.path.join(out, name)), name
     assert os.listdir(os.path.join(out, "logs"))
-    metrics = json.load(open(os.path.join(out, "metrics.json")))["metrics"]
+    report = json.load(open(os.path.join(out, "metrics.json")))
+    metrics = report["metrics"]
     assert 0.0 <= metrics["recall@1"] <= 1.0 and "map@r" in metrics and "nmi" in metrics
+    assert report["info"]["distance"] == "cosine"  # evaluation.distance reaches the evaluation
     assert config.load(os.path.join(out, "config.yaml")) == cfg
     history = open(os.path.join(out, "history.csv")).read().splitlines()
     assert len(history) == 3 and "map@r" in history[0]

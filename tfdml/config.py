@@ -7,14 +7,15 @@ file, applies ``--set key=value`` overrides, fills defaults and validates
 impossible combination raises :class:`ConfigError` with a message naming the
 key, the bad value and the valid choices.
 
-The names of losses and samplers, and which of them fit
+The names of losses, samplers, metrics and distances, and which of them fit
 together, are not copied here: they are read from the library at validation
 time (the registries :data:`tfdml.losses.LOSSES` and
 :data:`tfdml.samplers.SAMPLERS`, each sampler's ``kind`` against each loss's
-``sampler_kinds``, the losses' and samplers' ``needs_tuples``), and the loss
-is built once with its sampler, so whatever the library would refuse is
-refused before any work. A loss added to the registry is a valid
-``loss.name`` without any change here.
+``sampler_kinds``, the losses' and samplers' ``needs_tuples``,
+:func:`tfdml.metrics.parse_metrics`, the retrieval distances of
+:mod:`tfdml.metrics.knn`), and the loss is built once with its sampler, so
+whatever the library would refuse is refused before any work. A loss added to
+the registry is a valid ``loss.name`` without any change here.
 """
 
 import copy
@@ -60,7 +61,6 @@ SOURCES = ("mnist5k", "digits", "folder", "tfds", "arrays")
 STRATEGIES = ("default", "mirrored", "multi_worker")
 OPTIMIZERS = ("adam", "sgd", "adamw")
 SCHEDULES = ("constant", "exponential_decay")
-METRICS = ("recall", "precision", "map@r", "r_precision", "map", "nmi", "f1", "verification")
 
 
 def _losses():
@@ -79,6 +79,12 @@ def _dsn():
     from tfdml import dsn
 
     return dsn
+
+
+def _distance_names():
+    from tfdml.metrics import knn
+
+    return knn.RETRIEVAL_DISTANCES
 
 
 def _loss_names():
@@ -142,8 +148,11 @@ SCHEMA = {
         "jit_compile": _Field(bool, False),
     },
     "evaluation": {
-        "metrics": _Field(list, ["recall", "map@r", "r_precision", "nmi"], doc=f"subset of {METRICS}"),
+        "metrics": _Field(list, ["recall", "map@r", "r_precision", "nmi"],
+                          doc="tfdml.metrics.METRICS names (or recall@k / precision@k)"),
         "ks": _Field(list, [1, 2, 4, 8]),
+        "distance": _Field(str, "euclidean", _distance_names,
+                           doc="distance of the retrieval metrics and plots (also read by evaluate.py)"),
         "every_n_epochs": _Field(int, 1),
         "batch_size": _Field(int, 256),
         "baseline": _Field((str, type(None)), None, ("raw_pixels", None),
@@ -225,12 +234,15 @@ def _check_combinations(cfg):
     if len(scale) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scale) \
             or not 0.0 < scale[0] <= scale[1] <= 1.0:
         raise ConfigError(f"image.crop_scale must be [min, max] with 0 < min <= max <= 1, got {scale!r}.")
-    bad = [m for m in cfg["evaluation"]["metrics"] if m not in METRICS]
-    if bad:
-        raise ConfigError(f"evaluation.metrics has unknown {bad}; choose from: {', '.join(METRICS)}.")
     bad_k = [k for k in cfg["evaluation"]["ks"] if not isinstance(k, int) or isinstance(k, bool) or k < 1]
     if bad_k:
         raise ConfigError(f"evaluation.ks must be positive integers, got {bad_k}.")
+    from tfdml import metrics
+
+    try:
+        metrics.parse_metrics(cfg["evaluation"]["metrics"], cfg["evaluation"]["ks"])
+    except ValueError as err:
+        raise ConfigError(f"evaluation.metrics: {err}") from None
     for key in ("epochs", "steps_per_epoch"):
         if cfg["training"][key] < 1:
             raise ConfigError(f"training.{key} must be >= 1, got {cfg['training'][key]}.")

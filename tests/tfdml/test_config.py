@@ -51,7 +51,7 @@ def test_impossible_combinations():
         config.validate({"design": {"name": "p_random", "p": 1.5}, "loss": {"name": "contrastive"}})
     with pytest.raises(config.ConfigError, match=r"design.m = 1"):
         config.validate({"design": {"m": 1}})
-    with pytest.raises(config.ConfigError, match=r"unknown \['recal'\]"):
+    with pytest.raises(config.ConfigError, match=r"evaluation.metrics: Unknown metric 'recal'; choose from"):
         config.validate({"evaluation": {"metrics": ["recal"]}})
 
 
@@ -79,7 +79,7 @@ def test_schema_names_are_the_registries():
     assert config.SCHEMA["loss"]["name"].choices == tuple(losses.LOSSES)
     sampler_choices = set(config.SCHEMA["loss"]["sampler"].choices)
     assert sampler_choices == set(samplers.SAMPLERS) | set(config.LEARNED_SAMPLERS) | {"none", None}
-    for copied in ("LOSSES", "SAMPLERS", "LOSS_SAMPLERS", "TUPLE_LOSSES"):
+    for copied in ("LOSSES", "SAMPLERS", "LOSS_SAMPLERS", "TUPLE_LOSSES", "METRICS"):
         assert not hasattr(config, copied), copied
 
 
@@ -194,6 +194,20 @@ def test_p_random_needs_a_loss_and_sampler_that_score_single_pairs():
     for loss, sampler in [("margin", "random"), ("contrastive", None), ("balanced_contrastive", None),
                           ("npair", None)]:  # N-pair: p-random positive pairs form one N-pair batch
         config.validate({"design": {"name": "p_random"}, "loss": {"name": loss, "sampler": sampler}})
+
+
+def test_evaluation_names_come_from_tfdml_metrics():
+    """evaluate.py reads evaluation.distance and recall@k names from the same
+    YAML that train.py validates: the config accepts what tfdml.metrics accepts."""
+    from tfdml.metrics import knn
+
+    assert config.validate({})["evaluation"]["distance"] == "euclidean"
+    for distance in knn.RETRIEVAL_DISTANCES:
+        assert config.validate({"evaluation": {"distance": distance}})["evaluation"]["distance"] == distance
+    with pytest.raises(config.ConfigError,
+                       match=r"evaluation.distance = 'manhattan'.*euclidean, squared_euclidean, cosine"):
+        config.validate({"evaluation": {"distance": "manhattan"}})
+    config.validate({"evaluation": {"metrics": ["recall@2", "map@r", "auc"], "ks": [1]}})
 
 
 def test_data_choices_match_the_pipelines():

@@ -21,12 +21,41 @@ the registry is a valid ``loss.name`` without any change here.
 import copy
 import difflib
 import inspect
+import re
 
 import yaml
 
 
 class ConfigError(ValueError):
     """A config problem, with a message that names the key and the fix."""
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading numbers as people write them.
+
+    PyYAML implements YAML 1.1, where a float needs a dot and a signed
+    exponent: ``1e-3``, ``1E-4`` and ``2e+1`` would be strings, and
+    ``optimizer.learning_rate: 1e-3`` would be refused. As in YAML 1.2, a plain
+    scalar in exponent notation is a float here. Quoted scalars stay strings.
+    """
+
+
+class _Dumper(yaml.SafeDumper):
+    """Writes what :class:`_Loader` reads back: quotes a string such as '2e5'."""
+
+
+for _cls in (_Loader, _Dumper):
+    _cls.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+        list("-+0123456789."),
+    )
+del _cls
+
+
+def read_yaml(stream):
+    """A YAML document (text or file) read as configs are: exponent-notation floats."""
+    return yaml.load(stream, Loader=_Loader)
 
 
 class _Field:
@@ -462,7 +491,7 @@ def parse_override(text):
         raise ConfigError(f"--set expects key=value (e.g. training.epochs=2), got {text!r}.")
     key, raw = text.split("=", 1)
     try:
-        value = yaml.safe_load(raw)
+        value = read_yaml(raw)
     except yaml.YAMLError as err:
         raise ConfigError(f"--set {key}: cannot read the value {raw!r} ({err}).") from None
     return key.strip().split("."), value
@@ -487,7 +516,7 @@ def load(path=None, overrides=()):
     if path is not None:
         try:
             with open(path) as fh:
-                raw = yaml.safe_load(fh) or {}
+                raw = read_yaml(fh) or {}
         except FileNotFoundError:
             raise ConfigError(f"Config file {path!r} does not exist; see configs/ for examples.") from None
         except yaml.YAMLError as err:
@@ -511,4 +540,4 @@ def _plain(value):
 def dump(config, path):
     """Write a resolved config as YAML (the copy kept in the output dir)."""
     with open(path, "w") as fh:
-        yaml.safe_dump(_plain(config), fh, sort_keys=False)
+        yaml.dump(_plain(config), fh, Dumper=_Dumper, sort_keys=False)

@@ -5,6 +5,7 @@ import inspect
 import os
 
 import pytest
+import yaml
 
 from tfdml import config
 
@@ -61,6 +62,31 @@ def test_overrides_are_parsed_as_yaml():
     assert cfg["loss"]["options"] == {"alpha": 0.3}
     with pytest.raises(config.ConfigError, match="key=value"):
         config.load(None, ["training.epochs"])
+
+
+def test_numbers_in_exponent_notation_are_floats(tmp_path):
+    """Issue 11: PyYAML (YAML 1.1) reads 1e-3 as a string, and learning_rate: 1e-3
+    was refused. Files and --set values read it as YAML 1.2 does; quoted stays text."""
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "output_dir: '1e-3'\n"
+        "optimizer: {learning_rate: 1e-3, weight_decay: 1E-4, head_lr_multiplier: 2e+1}\n"
+        "loss: {name: margin, options: {alpha: +2.5e-1}}\n"
+    )
+    cfg = config.load(str(path))
+    assert cfg["optimizer"]["learning_rate"] == 1e-3 and isinstance(cfg["optimizer"]["learning_rate"], float)
+    assert cfg["optimizer"]["weight_decay"] == 1e-4 and cfg["optimizer"]["head_lr_multiplier"] == 20.0
+    assert cfg["loss"]["options"]["alpha"] == 0.25
+    assert cfg["output_dir"] == "1e-3"
+    cfg = config.load(str(path), ["optimizer.learning_rate=1e-4", "optimizer.decay_rate=5E-1",
+                                  "output_dir=runs/1e-3", "model.backbone='2e5'"])
+    assert cfg["optimizer"]["learning_rate"] == 1e-4 and cfg["optimizer"]["decay_rate"] == 0.5
+    assert cfg["output_dir"] == "runs/1e-3" and cfg["model"]["backbone"] == "2e5"
+    # The resolved config written into a run reads back the same.
+    config.dump(cfg, str(tmp_path / "resolved.yaml"))
+    assert config.load(str(tmp_path / "resolved.yaml")) == cfg
+    # PyYAML's own loader is left alone.
+    assert yaml.safe_load("x: 1e-3") == {"x": "1e-3"}
 
 
 def test_missing_file_is_clear(tmp_path):

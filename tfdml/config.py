@@ -343,6 +343,10 @@ def _kinds(kinds):
     return " or ".join(kinds) if kinds else "nothing"
 
 
+#: "pass no sampler argument" (the loss's default, or its fixed selection).
+_DEFAULT = object()
+
+
 def _sampler_argument(section, cls):
     """What to pass as ``sampler=`` to the loss class: a sampler object, None,
     or ``_DEFAULT`` (nothing: the loss's default, or its fixed selection)."""
@@ -352,7 +356,8 @@ def _sampler_argument(section, cls):
     if sampler in LEARNED_SAMPLERS:
         supported = [n for n, c in _losses().LOSSES.items() if _dsn().kind_for_loss(c) is not None]
         if _dsn().kind_for_loss(cls) is None:
-            raise _misfit(name, sampler, f"the learned sampler (tfdml.dsn) trains {', '.join(supported)} only")
+            raise _misfit(name, sampler,
+                          f"the learned sampler (tfdml.dsn) trains {', '.join(supported)} only")
         # loss.sampler_options configure the DSN (experiment.build_dsn_model); the
         # loss keeps its default sampler, which only serves evaluate().
         return _DEFAULT
@@ -373,11 +378,13 @@ def _sampler_argument(section, cls):
         if cls.sampler_required:
             raise _misfit(name, sampler, f"{name} needs a sampler that selects {_kinds(cls.sampler_kinds)}")
         if not takes and cls.sampler_kinds:
-            raise _misfit(name, sampler, f"{name} selects with its own sampler of {_kinds(cls.sampler_kinds)}")
+            raise _misfit(name, sampler,
+                          f"{name} selects with its own sampler of {_kinds(cls.sampler_kinds)}")
         return None if takes else _DEFAULT
     kind = samplers.get(sampler).kind
     if kind not in cls.sampler_kinds:
-        accepts = f"{name} accepts {_kinds(cls.sampler_kinds)}" if cls.sampler_kinds else f"{name} takes no sampler"
+        accepts = (f"{name} accepts {_kinds(cls.sampler_kinds)}" if cls.sampler_kinds
+                   else f"{name} takes no sampler")
         raise _misfit(name, sampler, f"it selects {kind}, {accepts}")
     if not takes:
         if options:
@@ -391,9 +398,6 @@ def _sampler_argument(section, cls):
         return samplers.get({"name": sampler, **options})
     except (TypeError, ValueError) as err:
         raise ConfigError(f"loss.sampler_options for {sampler!r}: {err}") from None
-
-
-_DEFAULT = object()
 
 
 def build_loss(cfg, num_classes):

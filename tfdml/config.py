@@ -451,7 +451,14 @@ def _refuses_sampler(cls, sampler, seed, num_classes):
 def _check_loss(cfg):
     """Build the loss (and its sampler) once, as the run will, and check that
     the batch design gives it what it scores."""
-    loss = build_loss(cfg, VALIDATION_NUM_CLASSES)
+    import tensorflow as tf
+
+    # In a throwaway graph: the loss's variables (learned margins, seed state)
+    # become graph nodes and no op runs, so the eager context stays
+    # uninitialised and a multi-worker strategy can still be created after
+    # validation (it must exist before TensorFlow runs any op).
+    with tf.Graph().as_default():
+        loss = build_loss(cfg, VALIDATION_NUM_CLASSES)
     if cfg["design"]["name"] != "p_random":
         return
     name, sampler = cfg["loss"]["name"], getattr(loss, "sampler", None)

@@ -3,6 +3,8 @@
 import glob
 import inspect
 import os
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -62,6 +64,24 @@ def test_overrides_are_parsed_as_yaml():
     assert cfg["loss"]["options"] == {"alpha": 0.3}
     with pytest.raises(config.ConfigError, match="key=value"):
         config.load(None, ["training.epochs"])
+
+
+def test_validation_runs_no_tensorflow_op():
+    """Validation builds the loss (with its variables) but runs no op, so what
+    must be configured at program startup still can be afterwards: logical
+    devices here, a MultiWorkerMirroredStrategy in train.py (tests/test_multi_worker.py)."""
+    code = (
+        "import tensorflow as tf\n"
+        "from tfdml import config\n"
+        "config.load('configs/default.yaml')\n"
+        "cpu = tf.config.list_physical_devices('CPU')[0]\n"
+        "tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)\n"
+        "print(len(tf.config.list_logical_devices('CPU')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "2"
 
 
 def test_numbers_in_exponent_notation_are_floats(tmp_path):

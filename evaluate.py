@@ -67,9 +67,11 @@ def read_config(path):
 
     if not os.path.isfile(path):
         raise EvaluationError(f"--config {path!r}: no such file.")
+    from tfdml.config import read_yaml  # numbers as train.py reads them (1e-3 is a float)
+
     try:
         with open(path) as f:
-            config = yaml.safe_load(f) or {}
+            config = read_yaml(f) or {}
     except yaml.YAMLError as err:
         raise EvaluationError(f"--config {path!r} is not valid YAML: {err}") from None
     if not isinstance(config, dict):

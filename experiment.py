@@ -5,7 +5,6 @@ This module is where the data side (:mod:`pipelines`) meets the model side
 turns one config section into objects, so tests can build parts alone.
 """
 
-import inspect
 import json
 import math
 import os
@@ -142,38 +141,12 @@ def build_strategy(cfg):
 
 
 def build_loss(cfg, num_classes, num_examples):
-    name = cfg["loss"]["name"]
-    cls = losses_lib.LOSSES[name]
-    opts = dict(cfg["loss"]["options"])
-    sampler = cfg["loss"]["sampler"]
-    parameters = inspect.signature(cls.__init__).parameters
-    if "sampler" not in parameters or sampler in config_lib.LEARNED_SAMPLERS:
-        # The loss fixes its own selection (e.g. top-k sets of ℓ_k), or a DSN
-        # selects the tuples (the loss's own sampler then only serves evaluate()).
-        sampler = None
-    elif sampler == "none":
-        opts["sampler"] = None
-    elif sampler is not None:
-        options = cfg["loss"]["sampler_options"]
-        opts["sampler"] = _sampler_with_options(sampler, options) if options else sampler
-    if name in ("margin", "balanced_contrastive"):
-        opts.setdefault("num_classes", num_classes)
-    if "seed" in parameters:
-        opts.setdefault("seed", cfg["seed"])
+    """The configured loss (see :func:`tfdml.config.build_loss`, which validation
+    already ran): ``num_classes`` is the number of classes of the training split."""
     try:
-        return cls(**opts)
-    except (TypeError, ValueError) as err:
-        raise ExperimentError(f"loss.options for {name!r}: {err}") from None
-
-
-def _sampler_with_options(name, options):
-    from tfdml import samplers
-
-    cls = type(samplers.get(name))
-    try:
-        return cls(**options)
-    except (TypeError, ValueError) as err:
-        raise ExperimentError(f"loss.sampler_options for {name!r}: {err}") from None
+        return config_lib.build_loss(cfg, num_classes)
+    except config_lib.ConfigError as err:
+        raise ExperimentError(str(err)) from None
 
 
 def build_optimizer(cfg):
@@ -249,11 +222,12 @@ def build_dsn_model(cfg, encoder, loss):
         )
     learning_rate = options.pop("learning_rate", 1e-3)
     options.pop("pretrain_steps", None)
-    npair = cfg["loss"]["name"] == "npair"
+    kind = dsn.kind_for_loss(loss)  # the config checked that there is one
+    npair = kind == "npair"
     try:
         model = dsn.DSNEmbeddingModel(
             encoder,
-            sampler="npair" if npair else "triplet",
+            sampler=kind,
             tuples_per_minibatch=options.pop("tuples_per_minibatch", cfg["design"]["n"] if npair else 16),
             minibatches=options.pop("minibatches", 4),
             baseline=options.pop("baseline", "mean"),
@@ -405,7 +379,9 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
     except ValueError as err:
         raise ExperimentError(f"design: {err}") from None
     input_shape = input_shape_for(cfg, train_split.image_shape)
-    num_classes = int(np.max(train_split.labels)) + 1
+    # L of the losses (Hong's η, Wu's β_class): the classes the training split
+    # holds, not its highest label + 1 (train_classes [5..9] are 5 classes).
+    num_classes = int(train_split.num_classes)
     num_examples = int(train_split.num_examples)
 
     with strategy.scope():
@@ -471,7 +447,8 @@ def _fit_keras(cfg, model, train_ds, test_ds, out, backup, state, verbose, extra
     resolved = config_lib.plain(cfg)
     callbacks = [
         callbacks_lib.RetrievalEvaluation(
-            test_ds, every_n_epochs=ev["every_n_epochs"], metrics=ev["metrics"], ks=ev["ks"]
+            test_ds, every_n_epochs=ev["every_n_epochs"], metrics=ev["metrics"], ks=ev["ks"],
+            distance=ev["distance"],
         ),
         NaNGuard(backup),
         best,
@@ -547,6 +524,7 @@ def final_evaluation(cfg, model, test_split, out, verbose=1):
             out,
             metrics=ev["metrics"],
             ks=ev["ks"],
+            distance=ev["distance"],
             batch_size=ev["batch_size"],
             verbose=verbose,
             extra_info={"config": os.path.join(out, "config.yaml")},

@@ -350,9 +350,15 @@ def _group_plan(labels, m, n, design):
             f"use m <= {largest}."
         )
     if plan.num_classes < n:
+        if plan.num_classes >= 2:
+            fix = f"use n <= {plan.num_classes} or a smaller m"
+        else:  # n >= 2 always: only a smaller m lets a second class in
+            second = int(np.sort(plan.sizes)[-2]) if len(plan.sizes) > 1 else 0
+            fix = (f"use m <= {second} so that two classes qualify" if second >= 2
+                   else "the split needs two classes with at least two examples each")
         raise ValueError(
             f"n={n} classes per batch, but only {plan.num_classes} classes have at least m={m} "
-            f"examples; use n <= {plan.num_classes} or a smaller m."
+            f"examples; {fix}."
         )
     _warn_left_out(plan, m, design)
     plan.w_pos, plan.w_neg = _group_weights(plan, m, n)

@@ -93,6 +93,10 @@ def test_config_sections(models, tmp_path):
     report = json.load(open(os.path.join(out, "metrics.json")))
     assert list(report["metrics"])[:3] == ["recall@1", "recall@2", "map@r"]
     assert report["info"]["distance"] == "cosine"
+    # The keys evaluate.py reads are keys that train.py's config accepts (issue 11).
+    from tfdml import config as config_lib
+
+    assert config_lib.load(str(cfg))["evaluation"]["distance"] == "cosine"
     assert evaluate.main(["--model", models["rgb"], "--data", "digits", "--out", out,
                           "--quiet", "--no-plots"]) == 2  # without the transform: clear error
 

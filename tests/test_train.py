@@ -45,7 +45,7 @@ def small_cfg(out, **overrides):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
-    cfg = small_cfg(out)
+    cfg = small_cfg(out, **{"evaluation.distance": "cosine"})
     result = experiment.run(cfg, verbose=0)
     return cfg, result, out
 
@@ -57,8 +57,10 @@ def test_run_writes_everything(finished_run):
                  "saved_model/saved_model.pb", "retrieval_grid.png", "distance_histogram.png"):
         assert os.path.exists(os.path.join(out, name)), name
     assert os.listdir(os.path.join(out, "logs"))
-    metrics = json.load(open(os.path.join(out, "metrics.json")))["metrics"]
+    report = json.load(open(os.path.join(out, "metrics.json")))
+    metrics = report["metrics"]
     assert 0.0 <= metrics["recall@1"] <= 1.0 and "map@r" in metrics and "nmi" in metrics
+    assert report["info"]["distance"] == "cosine"  # evaluation.distance reaches the evaluation
     assert config.load(os.path.join(out, "config.yaml")) == cfg
     history = open(os.path.join(out, "history.csv")).read().splitlines()
     assert len(history) == 3 and "map@r" in history[0]
@@ -241,6 +243,51 @@ def test_bad_config_exits_2_with_a_message(tmp_path, capsys):
     assert train.main(["--config", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "loss.name = 'margn'" in err and "did you mean 'margin'" in err
+
+
+def test_loss_the_library_refuses_stops_before_any_work(tmp_path, capsys):
+    """Issue 11: stable_contrast + random passed validation, created the output
+    dir, loaded the data and only then failed on loss.options."""
+    out = tmp_path / "run"
+    code = train.main(["--set", f"output_dir={out}", "--set", "data.source=digits",
+                       "--set", "loss.name=stable_contrast", "--set", "loss.sampler=random"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "Config error: loss.sampler = 'random' does not fit loss.name = 'stable_contrast'" in err
+    assert "valid samplers for stable_contrast: semi_hard, hard, distance_weighted" in err
+    assert not out.exists()
+
+
+class _Built(Exception):
+    """Stops experiment.run once the model's parts are built (no training)."""
+
+
+def test_loss_gets_the_number_of_training_classes(tmp_path, monkeypatch):
+    """Issue 11: with train_classes [5..9] run passed the highest label + 1 = 10
+    as num_classes. BalancedContrastiveLoss's η = λ/(L−1) · (N_i − 1)/N_j (Hong
+    Eq. 15) then used L − 1 = 9 instead of 4: η was 4/9 of its value."""
+    from tfdml import targets as targets_lib
+    from tfdml.losses import BalancedContrastiveLoss
+
+    cfg = small_cfg(tmp_path, **{"data.source": "mnist5k", "data.options": {"train_classes": [5, 6, 7, 8, 9]},
+                                 "design.name": "group", "loss": {"name": "balanced_contrastive",
+                                                                  "options": {"lam": 4.0}}})
+    built = {}
+
+    def build_model(cfg, input_shape, num_classes, num_examples):
+        built["loss"] = experiment.build_loss(cfg, num_classes, num_examples)
+        raise _Built
+
+    monkeypatch.setattr(experiment, "build_model", build_model)
+    with pytest.raises(_Built):
+        experiment.run(cfg, verbose=0)
+    loss = built["loss"]
+    assert isinstance(loss, BalancedContrastiveLoss) and loss.num_classes == 5
+    # MNIST-5k has 500 images per class: η = 4/(5 − 1) · 499/500 for every negative pair.
+    class_size = tf.fill([3], 500.0)
+    targets = targets_lib.unpack({"label": tf.constant([5, 6, 7]), "class_size": class_size})
+    eta = loss.negative_weights(targets, tf.float32).numpy()
+    np.testing.assert_allclose(eta, np.full((3, 3), 4.0 / 4.0 * 499.0 / 500.0), rtol=1e-6)
 
 
 def test_impossible_design_is_a_clear_error(tmp_path):

@@ -6,10 +6,22 @@ file, applies ``--set key=value`` overrides, fills defaults and validates
 *before any work starts*: an unknown key, a wrong type, an unknown name or an
 impossible combination raises :class:`ConfigError` with a message naming the
 key, the bad value and the valid choices.
+
+The names of losses, samplers, metrics and distances, and which of them fit
+together, are not copied here: they are read from the library at validation
+time (the registries :data:`tfdml.losses.LOSSES` and
+:data:`tfdml.samplers.SAMPLERS`, each sampler's ``kind`` against each loss's
+``sampler_kinds``, the losses' and samplers' ``needs_tuples``,
+:func:`tfdml.metrics.parse_metrics`, the retrieval distances of
+:mod:`tfdml.metrics.knn`), and the loss is built once with its sampler, so
+whatever the library would refuse is refused before any work. A loss added to
+the registry is a valid ``loss.name`` without any change here.
 """
 
 import copy
 import difflib
+import inspect
+import re
 
 import yaml
 
@@ -18,54 +30,99 @@ class ConfigError(ValueError):
     """A config problem, with a message that names the key and the fix."""
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading numbers as people write them.
+
+    PyYAML implements YAML 1.1, where a float needs a dot and a signed
+    exponent: ``1e-3``, ``1E-4`` and ``2e+1`` would be strings, and
+    ``optimizer.learning_rate: 1e-3`` would be refused. As in YAML 1.2, a plain
+    scalar in exponent notation is a float here. Quoted scalars stay strings.
+    """
+
+
+class _Dumper(yaml.SafeDumper):
+    """Writes what :class:`_Loader` reads back: quotes a string such as '2e5'."""
+
+
+for _cls in (_Loader, _Dumper):
+    _cls.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+        list("-+0123456789."),
+    )
+del _cls
+
+
+def read_yaml(stream):
+    """A YAML document (text or file) read as configs are: exponent-notation floats."""
+    return yaml.load(stream, Loader=_Loader)
+
+
 class _Field:
+    """One config key. ``choices``: a tuple, or a function returning one (names
+    that the library registers, read when a config is validated)."""
+
     def __init__(self, types, default, choices=None, doc="", check=None):
         self.types = types if isinstance(types, tuple) else (types,)
         self.default = default
-        self.choices = choices
+        self._choices = choices
         self.doc = doc
         self.check = check
+
+    @property
+    def choices(self):
+        return self._choices() if callable(self._choices) else self._choices
 
 
 _NUM = (int, float)
 
-LOSSES = (
-    "contrastive",
-    "triplet",
-    "margin",
-    "weighted_contrastive",
-    "balanced_contrastive",
-    "npair",
-    "precision_at_k",
-    "stable_contrast",
-    "robust_hard_contrastive",
-)
-SAMPLERS = ("all", "random", "semi_hard", "hard", "distance_weighted", "top_k", "learned", "none")
-#: Samplers that are not in-graph selection functions but a trained policy network
-#: (Duan et al. 2019, tfdml.dsn).
+#: loss.sampler names of the config itself: ``learned`` is the trained policy
+#: network of Duan et al. 2019 (:mod:`tfdml.dsn`), not an in-graph sampler;
+#: ``none`` asks for no sampler (all candidate pairs, or a loss that selects
+#: without one).
 LEARNED_SAMPLERS = ("learned",)
+NO_SAMPLER = "none"
+# The data side's names (tfdml never imports pipelines; tests/tfdml/test_config.py
+# checks that they match pipelines.designs.DESIGNS and pipelines.sources.SOURCES).
 DESIGNS = ("m_per_class", "group", "p_random")
 SOURCES = ("mnist5k", "digits", "folder", "tfds", "arrays")
+# What experiment.py builds.
 STRATEGIES = ("default", "mirrored", "multi_worker")
 OPTIMIZERS = ("adam", "sgd", "adamw")
 SCHEDULES = ("constant", "exponential_decay")
-METRICS = ("recall", "precision", "map@r", "r_precision", "map", "nmi", "f1", "verification")
 
-# Which sampler kinds make sense for which loss (None: the loss picks its own).
-LOSS_SAMPLERS = {
-    "contrastive": ("all", "random", "semi_hard", "hard", "distance_weighted"),
-    "triplet": ("semi_hard", "hard", "distance_weighted", "learned"),
-    "margin": ("all", "random", "semi_hard", "hard", "distance_weighted"),
-    "weighted_contrastive": ("all",),
-    "balanced_contrastive": ("all",),
-    "npair": ("none", "learned"),
-    "precision_at_k": ("top_k",),
-    "stable_contrast": ("random", "semi_hard", "hard", "distance_weighted"),
-    "robust_hard_contrastive": ("none",),
-}
-# Losses that need tuples (an anchor with a positive) inside a batch: a
-# p-random pair design gives only isolated pairs.
-TUPLE_LOSSES = ("triplet", "npair", "precision_at_k", "stable_contrast", "robust_hard_contrastive")
+
+def _losses():
+    from tfdml import losses
+
+    return losses
+
+
+def _samplers():
+    from tfdml import samplers
+
+    return samplers
+
+
+def _dsn():
+    from tfdml import dsn
+
+    return dsn
+
+
+def _distance_names():
+    from tfdml.metrics import knn
+
+    return knn.RETRIEVAL_DISTANCES
+
+
+def _loss_names():
+    return tuple(_losses().LOSSES)
+
+
+def _sampler_names():
+    return tuple(_samplers().SAMPLERS) + LEARNED_SAMPLERS + (NO_SAMPLER, None)
+
 
 SCHEMA = {
     "seed": _Field(int, 0, doc="global seed (weights, batches, samplers)"),
@@ -99,10 +156,11 @@ SCHEMA = {
         "normalize": _Field(bool, True, doc="L2-normalise embeddings"),
     },
     "loss": {
-        "name": _Field(str, "margin", LOSSES),
+        "name": _Field(str, "margin", _loss_names, doc="a tfdml.losses.LOSSES name"),
         "options": _Field(dict, {}, doc="keyword arguments of the loss class"),
-        "sampler": _Field((str, type(None)), None, SAMPLERS + (None,), doc="None: the loss's default"),
-        "sampler_options": _Field(dict, {}),
+        "sampler": _Field((str, type(None)), None, _sampler_names,
+                          doc="a tfdml.samplers name, 'learned' (tfdml.dsn), 'none', or None: the loss's default"),
+        "sampler_options": _Field(dict, {}, doc="keyword arguments of the sampler (None: of the loss's default)"),
     },
     "optimizer": {
         "name": _Field(str, "adam", OPTIMIZERS),
@@ -119,8 +177,11 @@ SCHEMA = {
         "jit_compile": _Field(bool, False),
     },
     "evaluation": {
-        "metrics": _Field(list, ["recall", "map@r", "r_precision", "nmi"], doc=f"subset of {METRICS}"),
+        "metrics": _Field(list, ["recall", "map@r", "r_precision", "nmi"],
+                          doc="tfdml.metrics.METRICS names (or recall@k / precision@k)"),
         "ks": _Field(list, [1, 2, 4, 8]),
+        "distance": _Field(str, "euclidean", _distance_names,
+                           doc="distance of the retrieval metrics and plots (also read by evaluate.py)"),
         "every_n_epochs": _Field(int, 1),
         "batch_size": _Field(int, 256),
         "baseline": _Field((str, type(None)), None, ("raw_pixels", None),
@@ -171,8 +232,9 @@ def _validate(config, schema, path):
             raise ConfigError(
                 f"{where} must be {_type_names(field.types)}, got {value!r} ({type(value).__name__})."
             )
-        if field.choices is not None and value not in field.choices:
-            shown = [c for c in field.choices if c is not None]
+        choices = field.choices
+        if choices is not None and value not in choices:
+            shown = [c for c in choices if c is not None]
             raise ConfigError(
                 f"{where} = {value!r} is not valid{_suggest(str(value), [str(c) for c in shown])}; "
                 f"choose one of: {', '.join(map(str, shown))}."
@@ -182,12 +244,7 @@ def _validate(config, schema, path):
 
 
 def _check_combinations(cfg):
-    loss, sampler, design = cfg["loss"]["name"], cfg["loss"]["sampler"], cfg["design"]["name"]
-    if sampler is not None and sampler not in LOSS_SAMPLERS[loss]:
-        raise ConfigError(
-            f"loss.sampler = {sampler!r} does not fit loss.name = {loss!r}; "
-            f"valid samplers for {loss}: {', '.join(LOSS_SAMPLERS[loss])} (or leave it empty for the default)."
-        )
+    sampler, design = cfg["loss"]["sampler"], cfg["design"]["name"]
     if sampler == "learned" and design not in ("m_per_class", "group"):
         raise ConfigError(
             f"loss.sampler = 'learned' draws tuples from a pool of several classes; design.name = {design!r} "
@@ -198,12 +255,6 @@ def _check_combinations(cfg):
             f"loss.sampler = 'learned' (the DSN of Duan et al.) runs on one replica; strategy = "
             f"{cfg['strategy']!r} is not supported with it: use strategy 'default'."
         )
-    if design == "p_random" and loss in TUPLE_LOSSES:
-        raise ConfigError(
-            f"design.name = 'p_random' gives isolated pairs, but loss.name = {loss!r} needs tuples "
-            f"(an anchor with positives and negatives in one batch); use design 'm_per_class' or 'group', "
-            f"or a pair loss (contrastive, weighted_contrastive, balanced_contrastive, margin)."
-        )
     if design in ("m_per_class", "group") and cfg["design"]["m"] < 2:
         raise ConfigError(f"design.m = {cfg['design']['m']} leaves no positive pairs; use m >= 2.")
     if design == "p_random" and not 0.0 < cfg["design"]["p"] < 1.0:
@@ -212,12 +263,15 @@ def _check_combinations(cfg):
     if len(scale) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scale) \
             or not 0.0 < scale[0] <= scale[1] <= 1.0:
         raise ConfigError(f"image.crop_scale must be [min, max] with 0 < min <= max <= 1, got {scale!r}.")
-    bad = [m for m in cfg["evaluation"]["metrics"] if m not in METRICS]
-    if bad:
-        raise ConfigError(f"evaluation.metrics has unknown {bad}; choose from: {', '.join(METRICS)}.")
     bad_k = [k for k in cfg["evaluation"]["ks"] if not isinstance(k, int) or isinstance(k, bool) or k < 1]
     if bad_k:
         raise ConfigError(f"evaluation.ks must be positive integers, got {bad_k}.")
+    from tfdml import metrics
+
+    try:
+        metrics.parse_metrics(cfg["evaluation"]["metrics"], cfg["evaluation"]["ks"])
+    except ValueError as err:
+        raise ConfigError(f"evaluation.metrics: {err}") from None
     for key in ("epochs", "steps_per_epoch"):
         if cfg["training"][key] < 1:
             raise ConfigError(f"training.{key} must be >= 1, got {cfg['training'][key]}.")
@@ -227,10 +281,218 @@ def _check_combinations(cfg):
         raise ConfigError(f"optimizer.learning_rate must be > 0, got {cfg['optimizer']['learning_rate']}.")
 
 
+# -- the loss and its sampler, as the library sees them ---------------------------
+
+#: ``num_classes`` of a loss built while a config is validated, before the data
+#: is read (the fewest a training split can have); a run passes the real count.
+VALIDATION_NUM_CLASSES = 2
+
+
+def _init_parameters(cls):
+    return inspect.signature(cls.__init__).parameters
+
+
+def _option_names(cls):
+    """Keyword arguments of ``cls``, or None when it takes any (``**kwargs``)."""
+    params = _init_parameters(cls)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return [n for n, p in params.items() if n != "self" and p.kind is not inspect.Parameter.VAR_POSITIONAL]
+
+
+def _check_option_names(key, options, cls, owner):
+    valid = _option_names(cls)
+    if valid is None:
+        return
+    for option in options:
+        if option not in valid:
+            raise ConfigError(
+                f"{key} has {option!r}, which is not an option of {owner}{_suggest(option, valid)}; "
+                f"valid: {', '.join(valid)}."
+            )
+
+
+def _takes_sampler(cls):
+    """False for a loss that fixes its own selection (no ``sampler`` argument)."""
+    return "sampler" in _init_parameters(cls)
+
+
+def valid_samplers(loss_name):
+    """The loss.sampler names that fit ``loss_name``, from the library: the
+    registered samplers whose ``kind`` the loss accepts, ``none`` unless the
+    loss needs a sampler, ``learned`` when a tfdml.dsn network trains it."""
+    cls = _losses().LOSSES[loss_name]
+    samplers = _samplers()
+    names = [n for n in samplers.SAMPLERS if samplers.get(n).kind in cls.sampler_kinds]
+    if not cls.sampler_kinds or (_takes_sampler(cls) and not cls.sampler_required):
+        names.append(NO_SAMPLER)
+    if _dsn().kind_for_loss(cls) is not None:
+        names += list(LEARNED_SAMPLERS)
+    return names
+
+
+def _misfit(loss_name, sampler, reason):
+    return ConfigError(
+        f"loss.sampler = {sampler!r} does not fit loss.name = {loss_name!r}: {reason}; "
+        f"valid samplers for {loss_name}: {', '.join(valid_samplers(loss_name))} "
+        "(or leave it empty for the default)."
+    )
+
+
+def _kinds(kinds):
+    return " or ".join(kinds) if kinds else "nothing"
+
+
+#: "pass no sampler argument" (the loss's default, or its fixed selection).
+_DEFAULT = object()
+
+
+def _sampler_argument(section, cls):
+    """What to pass as ``sampler=`` to the loss class: a sampler object, None,
+    or ``_DEFAULT`` (nothing: the loss's default, or its fixed selection)."""
+    name, sampler, options = section["name"], section["sampler"], section["sampler_options"]
+    samplers = _samplers()
+    takes = _takes_sampler(cls)
+    if sampler in LEARNED_SAMPLERS:
+        supported = [n for n, c in _losses().LOSSES.items() if _dsn().kind_for_loss(c) is not None]
+        if _dsn().kind_for_loss(cls) is None:
+            raise _misfit(name, sampler,
+                          f"the learned sampler (tfdml.dsn) trains {', '.join(supported)} only")
+        # loss.sampler_options configure the DSN (experiment.build_dsn_model); the
+        # loss keeps its default sampler, which only serves evaluate().
+        return _DEFAULT
+    if sampler is None and options:
+        default = _init_parameters(cls)["sampler"].default if takes else None
+        if not isinstance(default, str):
+            raise ConfigError(
+                f"loss.sampler_options {options!r} are given, but loss.sampler is empty and {name} "
+                f"uses no sampler by default; name the sampler in loss.sampler "
+                f"(valid for {name}: {', '.join(valid_samplers(name))})."
+            )
+        sampler = default  # the options are those of the loss's default sampler
+    if sampler is None:
+        return _DEFAULT
+    if sampler == NO_SAMPLER:
+        if options:
+            raise ConfigError(f"loss.sampler_options {options!r} are given, but loss.sampler = 'none'.")
+        if cls.sampler_required:
+            raise _misfit(name, sampler, f"{name} needs a sampler that selects {_kinds(cls.sampler_kinds)}")
+        if not takes and cls.sampler_kinds:
+            raise _misfit(name, sampler,
+                          f"{name} selects with its own sampler of {_kinds(cls.sampler_kinds)}")
+        return None if takes else _DEFAULT
+    kind = samplers.get(sampler).kind
+    if kind not in cls.sampler_kinds:
+        accepts = (f"{name} accepts {_kinds(cls.sampler_kinds)}" if cls.sampler_kinds
+                   else f"{name} takes no sampler")
+        raise _misfit(name, sampler, f"it selects {kind}, {accepts}")
+    if not takes:
+        if options:
+            raise ConfigError(
+                f"loss.sampler_options {options!r}: {name} builds its own {sampler} sampler; set its "
+                f"arguments in loss.options (valid: {', '.join(_option_names(cls) or [])})."
+            )
+        return _DEFAULT
+    _check_option_names("loss.sampler_options", options, type(samplers.get(sampler)), sampler)
+    try:
+        return samplers.get({"name": sampler, **options})
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"loss.sampler_options for {sampler!r}: {err}") from None
+
+
+def build_loss(cfg, num_classes):
+    """The loss of a resolved config, built by the library.
+
+    ``loss.name`` from :data:`tfdml.losses.LOSSES` with ``loss.options``; its
+    sampler from ``loss.sampler`` / ``loss.sampler_options`` (with a ``learned``
+    sampler the loss keeps its default one: the DSN selects the training
+    tuples); ``seed`` and ``num_classes`` (the number of classes of the training
+    split) where the loss's constructor takes them and ``loss.options`` does
+    not set them. Raises :class:`ConfigError` naming the key for anything the
+    library refuses.
+    """
+    section = cfg["loss"]
+    name = section["name"]
+    cls = _losses().LOSSES[name]
+    params = _init_parameters(cls)
+    _check_option_names("loss.options", section["options"], cls, name)
+    sampler = _sampler_argument(section, cls)
+    kwargs = dict(section["options"])
+    if sampler is not _DEFAULT:
+        kwargs["sampler"] = sampler
+    if "seed" in params:
+        kwargs.setdefault("seed", cfg["seed"])
+    if "num_classes" in params:
+        kwargs.setdefault("num_classes", num_classes)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:
+        if "sampler" in kwargs and _refuses_sampler(cls, sampler, cfg["seed"], num_classes):
+            raise _misfit(name, section["sampler"], str(err)) from None
+        raise ConfigError(f"loss.options for {name!r}: {err}") from None
+
+
+def _refuses_sampler(cls, sampler, seed, num_classes):
+    """True when ``cls`` with default options refuses ``sampler`` (so an error
+    is the sampler's, not the options')."""
+    params = _init_parameters(cls)
+    kwargs = {"sampler": sampler}
+    if "seed" in params:
+        kwargs["seed"] = seed
+    if "num_classes" in params:
+        kwargs["num_classes"] = num_classes
+    try:
+        cls(**kwargs)
+    except (TypeError, ValueError):
+        return True
+    return False
+
+
+def _check_loss(cfg):
+    """Build the loss (and its sampler) once, as the run will, and check that
+    the batch design gives it what it scores."""
+    import tensorflow as tf
+
+    # In a throwaway graph: the loss's variables (learned margins, seed state)
+    # become graph nodes and no op runs, so the eager context stays
+    # uninitialised and a multi-worker strategy can still be created after
+    # validation (it must exist before TensorFlow runs any op).
+    with tf.Graph().as_default():
+        loss = build_loss(cfg, VALIDATION_NUM_CLASSES)
+    if cfg["design"]["name"] != "p_random":
+        return
+    name, sampler = cfg["loss"]["name"], getattr(loss, "sampler", None)
+    if getattr(loss, "needs_tuples", False):
+        what = f"loss.name = {name!r}"
+        pair_losses = [n for n, c in _losses().LOSSES.items() if not c.needs_tuples]
+        fix = f"or a loss that scores single pairs ({', '.join(pair_losses)})"
+    elif sampler is not None and sampler.needs_tuples:
+        shown = repr(cfg["loss"]["sampler"]) if cfg["loss"]["sampler"] else f"empty (the default of {name})"
+        what = f"loss.sampler = {shown}, a {type(sampler).__name__} that selects {sampler.kind},"
+        samplers = _samplers()
+        pair_samplers = [n for n in valid_samplers(name)
+                         if n in samplers.SAMPLERS and not samplers.get(n).needs_tuples]
+        if NO_SAMPLER in valid_samplers(name):
+            pair_samplers.append(NO_SAMPLER)
+        fix = f"or a sampler of single pairs ({', '.join(pair_samplers)})"
+    else:
+        return
+    raise ConfigError(
+        f"design.name = 'p_random' gives isolated pairs, but {what} needs tuples (an anchor with "
+        f"positives and negatives in one batch): it would score nothing. Use design 'm_per_class' "
+        f"or 'group', {fix}."
+    )
+
+
 def validate(config):
-    """Fill defaults and validate a config dict; returns the resolved config."""
+    """Fill defaults and validate a config dict; returns the resolved config.
+
+    The loss is built once with its sampler (:func:`build_loss`), so anything
+    the library refuses is refused here, before any work.
+    """
     cfg = _validate(config or {}, SCHEMA, "")
     _check_combinations(cfg)
+    _check_loss(cfg)
     return cfg
 
 
@@ -240,7 +502,7 @@ def parse_override(text):
         raise ConfigError(f"--set expects key=value (e.g. training.epochs=2), got {text!r}.")
     key, raw = text.split("=", 1)
     try:
-        value = yaml.safe_load(raw)
+        value = read_yaml(raw)
     except yaml.YAMLError as err:
         raise ConfigError(f"--set {key}: cannot read the value {raw!r} ({err}).") from None
     return key.strip().split("."), value
@@ -265,7 +527,7 @@ def load(path=None, overrides=()):
     if path is not None:
         try:
             with open(path) as fh:
-                raw = yaml.safe_load(fh)
+                raw = read_yaml(fh)
         except FileNotFoundError:
             raise ConfigError(f"Config file {path!r} does not exist; see configs/ for examples.") from None
         except IsADirectoryError:
@@ -303,7 +565,7 @@ def dump(config, path):
     """Write a resolved config as YAML (the copy kept in the output dir)."""
     from tfdml import files
 
-    files.write_text(path, yaml.safe_dump(plain(config), sort_keys=False))
+    files.write_text(path, yaml.dump(plain(config), Dumper=_Dumper, sort_keys=False))
 
 
 #: Config keys that may change when a run resumes from its backup: they extend

@@ -371,6 +371,14 @@ def test_impossible_designs_for_a_split_raise_on_validate():
         designs.GroupDesign(4, 3).index_batches(labels)
     with pytest.raises(ValueError, match="only 4 classes"):
         designs.MPerClassDesign(2, 5).validate(labels)
+    # One class with m examples: the advice is never "n <= 1", which n >= 2 refuses.
+    one_big = labels_for([6, 3, 2])
+    with pytest.raises(ValueError, match=r"only 1 classes have at least m=4 examples; use m <= 3 so") as err:
+        designs.MPerClassDesign(4, 2).validate(one_big)
+    assert "n <= 1" not in str(err.value)
+    designs.MPerClassDesign(3, 2).validate(one_big)  # the advice works
+    with pytest.raises(ValueError, match="needs two classes with at least two examples"):
+        designs.GroupDesign(2, 2).validate(labels_for([5, 1]))
     with pytest.raises(ValueError, match="at least 2 classes"):
         designs.PRandomDesign(0.5, 2).validate(np.zeros(5, int))
     with pytest.raises(ValueError, match="at least 2 examples"):

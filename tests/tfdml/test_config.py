@@ -1,9 +1,13 @@
 """Config validation: every bad input names the key, the value and the choices."""
 
 import glob
+import inspect
 import os
+import subprocess
+import sys
 
 import pytest
+import yaml
 
 from tfdml import config
 
@@ -50,7 +54,7 @@ def test_impossible_combinations():
         config.validate({"design": {"name": "p_random", "p": 1.5}, "loss": {"name": "contrastive"}})
     with pytest.raises(config.ConfigError, match=r"design.m = 1"):
         config.validate({"design": {"m": 1}})
-    with pytest.raises(config.ConfigError, match=r"unknown \['recal'\]"):
+    with pytest.raises(config.ConfigError, match=r"evaluation.metrics: Unknown metric 'recal'; choose from"):
         config.validate({"evaluation": {"metrics": ["recal"]}})
 
 
@@ -62,6 +66,49 @@ def test_overrides_are_parsed_as_yaml():
         config.load(None, ["training.epochs"])
 
 
+def test_validation_runs_no_tensorflow_op():
+    """Validation builds the loss (with its variables) but runs no op, so what
+    must be configured at program startup still can be afterwards: logical
+    devices here, a MultiWorkerMirroredStrategy in train.py (tests/test_multi_worker.py)."""
+    code = (
+        "import tensorflow as tf\n"
+        "from tfdml import config\n"
+        "config.load('configs/default.yaml')\n"
+        "cpu = tf.config.list_physical_devices('CPU')[0]\n"
+        "tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)\n"
+        "print(len(tf.config.list_logical_devices('CPU')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "2"
+
+
+def test_numbers_in_exponent_notation_are_floats(tmp_path):
+    """Issue 11: PyYAML (YAML 1.1) reads 1e-3 as a string, and learning_rate: 1e-3
+    was refused. Files and --set values read it as YAML 1.2 does; quoted stays text."""
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "output_dir: '1e-3'\n"
+        "optimizer: {learning_rate: 1e-3, weight_decay: 1E-4, head_lr_multiplier: 2e+1}\n"
+        "loss: {name: margin, options: {alpha: +2.5e-1}}\n"
+    )
+    cfg = config.load(str(path))
+    assert cfg["optimizer"]["learning_rate"] == 1e-3 and isinstance(cfg["optimizer"]["learning_rate"], float)
+    assert cfg["optimizer"]["weight_decay"] == 1e-4 and cfg["optimizer"]["head_lr_multiplier"] == 20.0
+    assert cfg["loss"]["options"]["alpha"] == 0.25
+    assert cfg["output_dir"] == "1e-3"
+    cfg = config.load(str(path), ["optimizer.learning_rate=1e-4", "optimizer.decay_rate=5E-1",
+                                  "output_dir=runs/1e-3", "model.backbone='2e5'"])
+    assert cfg["optimizer"]["learning_rate"] == 1e-4 and cfg["optimizer"]["decay_rate"] == 0.5
+    assert cfg["output_dir"] == "runs/1e-3" and cfg["model"]["backbone"] == "2e5"
+    # The resolved config written into a run reads back the same.
+    config.dump(cfg, str(tmp_path / "resolved.yaml"))
+    assert config.load(str(tmp_path / "resolved.yaml")) == cfg
+    # PyYAML's own loader is left alone.
+    assert yaml.safe_load("x: 1e-3") == {"x": "1e-3"}
+
+
 def test_missing_file_is_clear(tmp_path):
     with pytest.raises(config.ConfigError, match="does not exist"):
         config.load(str(tmp_path / "nope.yaml"))
@@ -71,13 +118,142 @@ def test_missing_file_is_clear(tmp_path):
         config.load(str(bad))
 
 
-def test_schema_names_match_the_registries():
-    """The config's choices are the names the libraries actually register."""
-    from tfdml import losses, metrics, samplers
+def test_schema_names_are_the_registries():
+    """The config's choices are read from the libraries, not copied."""
+    from tfdml import losses, samplers
 
-    assert set(config.LOSSES) == set(losses.LOSSES)
-    assert set(config.SAMPLERS) - {"none"} - set(config.LEARNED_SAMPLERS) == set(samplers.SAMPLERS)
-    assert set(config.METRICS) == set(metrics.METRICS)
+    assert config.SCHEMA["loss"]["name"].choices == tuple(losses.LOSSES)
+    sampler_choices = set(config.SCHEMA["loss"]["sampler"].choices)
+    assert sampler_choices == set(samplers.SAMPLERS) | set(config.LEARNED_SAMPLERS) | {"none", None}
+    for copied in ("LOSSES", "SAMPLERS", "LOSS_SAMPLERS", "TUPLE_LOSSES", "METRICS"):
+        assert not hasattr(config, copied), copied
+
+
+def test_stable_contrast_refuses_a_pair_sampler_at_validation():
+    """Issue 11: stable_contrast + random passed validation and failed after loading the data.
+    StableContrastLoss accepts triplet samplers only; random selects pairs."""
+    with pytest.raises(config.ConfigError) as err:
+        config.validate({"loss": {"name": "stable_contrast", "sampler": "random"}})
+    message = str(err.value)
+    assert "loss.sampler = 'random'" in message and "selects pairs" in message
+    assert "valid samplers for stable_contrast: semi_hard, hard, distance_weighted" in message
+
+
+def _library_accepts(cls, sampler):
+    kwargs = {"sampler": sampler}
+    if "num_classes" in inspect.signature(cls).parameters:
+        kwargs["num_classes"] = 2
+    try:
+        cls(**kwargs)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _config_accepts(raw):
+    try:
+        config.validate(raw)
+    except config.ConfigError:
+        return False
+    return True
+
+
+def test_config_accepts_exactly_the_samplers_a_loss_accepts():
+    """Every (loss, sampler) pair: the config says yes where the library says yes.
+    Losses with a sampler argument are asked directly; a loss that fixes its own
+    selection (no sampler argument) accepts the names of the kinds it declares."""
+    from tfdml import losses, samplers
+
+    for name, cls in losses.LOSSES.items():
+        for sampler in samplers.SAMPLERS:
+            accepted = _config_accepts({"loss": {"name": name, "sampler": sampler}})
+            if "sampler" in inspect.signature(cls).parameters:
+                assert accepted == _library_accepts(cls, sampler), (name, sampler)
+            else:
+                assert accepted == (samplers.get(sampler).kind in cls.sampler_kinds), (name, sampler)
+        takes_none = "sampler" in inspect.signature(cls).parameters and _library_accepts(cls, None)
+        fixed_without_sampler = "sampler" not in inspect.signature(cls).parameters and not cls.sampler_kinds
+        assert _config_accepts({"loss": {"name": name, "sampler": "none"}}) == (
+            takes_none or fixed_without_sampler), name
+
+
+def test_learned_sampler_losses_come_from_tfdml_dsn():
+    from tfdml import dsn, losses
+
+    for name, cls in losses.LOSSES.items():
+        raw = {"loss": {"name": name, "sampler": "learned"}}
+        assert _config_accepts(raw) == (dsn.kind_for_loss(cls) is not None), name
+    assert _config_accepts({"loss": {"name": "triplet", "sampler": "learned"}})
+    with pytest.raises(config.ConfigError, match=r"trains triplet, npair only"):
+        config.validate({"loss": {"name": "margin", "sampler": "learned"}})
+
+
+def test_a_registered_loss_needs_no_edit_of_the_config(monkeypatch):
+    """Adding a loss to tfdml.losses.LOSSES is enough for loss.name to accept it:
+    its samplers follow from its sampler_kinds, its options from its constructor."""
+    from tfdml import losses
+
+    class PairOnlyLoss(losses.ContrastiveLoss):
+        sampler_kinds = ("pairs",)
+
+    monkeypatch.setitem(losses.LOSSES, "pair_only", PairOnlyLoss)
+    cfg = config.validate({"seed": 7, "loss": {"name": "pair_only", "sampler": "random",
+                                               "sampler_options": {"num_pairs": 4},
+                                               "options": {"margin": 0.5}}})
+    loss = config.build_loss(cfg, num_classes=3)
+    assert type(loss) is PairOnlyLoss and loss.margin == 0.5 and loss.seed == 7
+    assert loss.sampler.num_pairs == 4
+    with pytest.raises(config.ConfigError,
+                       match=r"'hard'.*selects triplets.*valid samplers for pair_only: all, random, none"):
+        config.validate({"loss": {"name": "pair_only", "sampler": "hard"}})
+    with pytest.raises(config.ConfigError, match=r"'pair_onl'.*did you mean 'pair_only'"):
+        config.validate({"loss": {"name": "pair_onl"}})
+
+
+def test_loss_and_sampler_options_are_checked_by_the_library():
+    with pytest.raises(config.ConfigError, match=r"loss.options has 'alpah'.*did you mean 'alpha'"):
+        config.validate({"loss": {"name": "margin", "options": {"alpah": 0.1}}})
+    with pytest.raises(config.ConfigError, match=r"loss.options for 'margin': alpha must be a number > 0"):
+        config.validate({"loss": {"name": "margin", "options": {"alpha": -0.1}}})
+    with pytest.raises(config.ConfigError, match=r"loss.sampler_options has 'num_pair'.*'num_pairs'"):
+        config.validate({"loss": {"name": "margin", "sampler": "random", "sampler_options": {"num_pair": 3}}})
+    with pytest.raises(config.ConfigError, match=r"loss.sampler_options for 'random'.*num_pairs"):
+        config.validate({"loss": {"name": "margin", "sampler": "random", "sampler_options": {"num_pairs": 0}}})
+    # Options without a sampler name are those of the loss's default sampler ...
+    cfg = config.validate({"loss": {"name": "margin", "sampler_options": {"cutoff": 0.4}}})
+    assert config.build_loss(cfg, 5).sampler.cutoff == 0.4
+    # ... and refused where there is none to apply them to.
+    with pytest.raises(config.ConfigError, match=r"contrastive uses no sampler by default"):
+        config.validate({"loss": {"name": "contrastive", "sampler_options": {"num_pairs": 3}}})
+    with pytest.raises(config.ConfigError, match=r"precision_at_k builds its own top_k sampler"):
+        config.validate({"loss": {"name": "precision_at_k", "sampler": "top_k", "sampler_options": {"k": 3}}})
+
+
+def test_p_random_needs_a_loss_and_sampler_that_score_single_pairs():
+    """The p-random design scores only the pair sharing a pair_id: a triplet
+    sampler finds no anchor with both a positive and a negative there."""
+    with pytest.raises(config.ConfigError, match=r"p_random.*default of margin.*DistanceWeightedSampler"
+                                                 r".*sampler of single pairs \(all, random, none\)"):
+        config.validate({"design": {"name": "p_random"}, "loss": {"name": "margin"}})
+    with pytest.raises(config.ConfigError, match=r"p_random.*loss.sampler = 'hard'"):
+        config.validate({"design": {"name": "p_random"}, "loss": {"name": "contrastive", "sampler": "hard"}})
+    for loss, sampler in [("margin", "random"), ("contrastive", None), ("balanced_contrastive", None),
+                          ("npair", None)]:  # N-pair: p-random positive pairs form one N-pair batch
+        config.validate({"design": {"name": "p_random"}, "loss": {"name": loss, "sampler": sampler}})
+
+
+def test_evaluation_names_come_from_tfdml_metrics():
+    """evaluate.py reads evaluation.distance and recall@k names from the same
+    YAML that train.py validates: the config accepts what tfdml.metrics accepts."""
+    from tfdml.metrics import knn
+
+    assert config.validate({})["evaluation"]["distance"] == "euclidean"
+    for distance in knn.RETRIEVAL_DISTANCES:
+        assert config.validate({"evaluation": {"distance": distance}})["evaluation"]["distance"] == distance
+    with pytest.raises(config.ConfigError,
+                       match=r"evaluation.distance = 'manhattan'.*euclidean, squared_euclidean, cosine"):
+        config.validate({"evaluation": {"distance": "manhattan"}})
+    config.validate({"evaluation": {"metrics": ["recall@2", "map@r", "auc"], "ks": [1]}})
 
 
 def test_data_choices_match_the_pipelines():

@@ -23,7 +23,7 @@ Usage::
     model.fit(pools, steps_per_epoch=100, epochs=3)
 """
 
-from tfdml.dsn.model import DSNEmbeddingModel
+from tfdml.dsn.model import DSNEmbeddingModel, kind_for_loss
 from tfdml.dsn.policy import (
     KINDS,
     NPairChoice,
@@ -45,6 +45,7 @@ __all__ = [
     "TripletChoice",
     "TripletSamplerNetwork",
     "cheap_features",
+    "kind_for_loss",
     "npair_regularizer",
     "npair_terms",
     "pool_structure",

@@ -52,6 +52,16 @@ from tfdml.losses import NPairLoss, SeedState, TripletLoss, reduce_tuples
 _LOSS_FOR_KIND = {"triplet": TripletLoss, "npair": NPairLoss}
 
 
+def kind_for_loss(loss):
+    """The sampler-network kind (``"triplet"``, ``"npair"``) that trains with
+    ``loss`` (a loss or a loss class), or ``None`` when no DSN supports it."""
+    cls = loss if isinstance(loss, type) else type(loss)
+    for kind, loss_cls in _LOSS_FOR_KIND.items():
+        if issubclass(cls, loss_cls):
+            return kind
+    return None
+
+
 @keras.saving.register_keras_serializable(package="tfdml")
 class DSNEmbeddingModel(models.EmbeddingModel):
     """An embedding model trained with a learned sampling policy (DE-DSP).

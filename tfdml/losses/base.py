@@ -18,6 +18,7 @@ from call to call, and restored from a checkpoint together with the model.
 """
 
 import collections
+import inspect
 
 import keras
 import tensorflow as tf
@@ -167,9 +168,22 @@ def check_positive(name, value, allow_zero=False):
 class MetricLoss(keras.losses.Loss):
     """Base class of tfdml losses (not registered; use a subclass).
 
-    Subclasses set ``sampler_kinds`` (the selection kinds they accept, empty
-    for losses without a sampler) and ``default_tuple_reduction``, and implement
-    ``compute(targets, embeddings)`` returning the scalar loss.
+    Subclasses say what they can do in class attributes, which configs read
+    (:mod:`tfdml.config` keeps no tables of losses):
+
+    * ``sampler_kinds``: the selection kinds they accept (empty for losses
+      without a sampler);
+    * ``sampler_required``: ``sampler=None`` is refused (a triplet loss has no
+      terms without a triplet sampler);
+    * ``needs_tuples``: the formula itself compares an anchor with positives
+      and negatives of the same batch, so a batch of isolated pairs (the
+      p-random design) gives it nothing (a sampler may need tuples too, see
+      ``Sampler.needs_tuples``);
+
+    and ``default_tuple_reduction``, and implement
+    ``compute(targets, embeddings)`` returning the scalar loss. Constructor
+    arguments named ``num_classes`` (classes of the training split) and
+    ``seed`` are filled in by ``train.py``.
 
     Args:
       distance: name of the pairwise distance (:data:`tfdml.distances.DISTANCES`);
@@ -184,6 +198,8 @@ class MetricLoss(keras.losses.Loss):
     """
 
     sampler_kinds = ()
+    sampler_required = False
+    needs_tuples = False
     takes_distance = True
     default_tuple_reduction = "mean"
 
@@ -201,6 +217,13 @@ class MetricLoss(keras.losses.Loss):
         self.distance = check_distance(distance)
         if sampler is not None and not self.sampler_kinds:
             raise ValueError(f"{type(self).__name__} takes no sampler; got sampler={sampler!r}.")
+        if sampler is None and self.sampler_required:
+            default = inspect.signature(type(self).__init__).parameters.get("sampler")
+            example = "" if default is None else f", e.g. sampler={default.default!r}"
+            raise ValueError(
+                f"{type(self).__name__} needs a "
+                f"{' or '.join(kind.rstrip('s') for kind in self.sampler_kinds)} sampler{example}."
+            )
         self.sampler = resolve_sampler(sampler, self.sampler_kinds, type(self).__name__)
         if tuple_reduction is None:
             tuple_reduction = self.default_tuple_reduction

@@ -68,6 +68,7 @@ class NPairLoss(base.MetricLoss):
       l2_reg: weight of the ℓ2 regulariser (Sohn uses 0.002).
     """
 
+    needs_tuples = False  # p-random positive pairs form one N-pair batch (see above)
     takes_distance = False
     default_tuple_reduction = "mean"
 

@@ -29,6 +29,7 @@ class PrecisionAtKLoss(base.MetricLoss):
     """
 
     sampler_kinds = ("sets",)
+    needs_tuples = True  # the misplaced sets of a query among several candidates
     takes_distance = False
     default_tuple_reduction = "sum"
 

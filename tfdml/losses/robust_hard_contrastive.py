@@ -28,6 +28,7 @@ class RobustHardContrastiveLoss(base.MetricLoss):
       distance: pairwise distance D (euclidean, as in the draft).
     """
 
+    needs_tuples = True  # the hardest negative of each positive pair's anchor
     default_tuple_reduction = "mean"
 
     def __init__(

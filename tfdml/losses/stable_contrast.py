@@ -31,6 +31,8 @@ class StableContrastLoss(base.MetricLoss):
     """
 
     sampler_kinds = ("triplets",)
+    sampler_required = True
+    needs_tuples = True
     default_tuple_reduction = "mean"
 
     def __init__(
@@ -45,10 +47,6 @@ class StableContrastLoss(base.MetricLoss):
         reduction="sum_over_batch_size",
         dtype=None,
     ):
-        if sampler is None:
-            raise ValueError(
-                "StableContrastLoss needs a triplet sampler, e.g. sampler='distance_weighted'."
-            )
         super().__init__(
             distance=distance,
             sampler=sampler,

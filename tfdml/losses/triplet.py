@@ -35,6 +35,8 @@ class TripletLoss(base.MetricLoss):
     """
 
     sampler_kinds = ("triplets",)
+    sampler_required = True
+    needs_tuples = True
     default_tuple_reduction = "mean"
 
     def __init__(
@@ -49,8 +51,6 @@ class TripletLoss(base.MetricLoss):
         reduction="sum_over_batch_size",
         dtype=None,
     ):
-        if sampler is None:
-            raise ValueError("TripletLoss needs a triplet sampler, e.g. sampler='semi_hard'.")
         super().__init__(
             distance=distance,
             sampler=sampler,

@@ -195,7 +195,8 @@ class Sampler:
     """Base class of the in-graph samplers.
 
     Subclasses set ``kind`` (``"pairs"``, ``"triplets"`` or ``"sets"``) and
-    ``needs_seed``, and implement :meth:`sample`. Calling a sampler:
+    ``needs_seed``, and implement :meth:`sample`; ``needs_tuples`` follows
+    from the kind. Calling a sampler:
 
     ``sampler(dist, labels, candidates=None, seed=None, embedding_dim=None)``
 
@@ -216,6 +217,13 @@ class Sampler:
 
     kind = None
     needs_seed = False
+
+    @property
+    def needs_tuples(self):
+        """True unless the sampler selects single pairs: a triplet or a set
+        needs an anchor with both a positive and a negative candidate, which a
+        batch of isolated pairs (the p-random design) never has."""
+        return self.kind != "pairs"
 
     def __call__(self, dist, labels, candidates=None, seed=None, embedding_dim=None):
         dist, labels, candidates = _prepare(dist, labels, candidates)

@@ -31,8 +31,8 @@ def _as_float(x):
     return x
 
 
-def _centre(a, b):
-    """The mean of the finite rows of ``a`` (and ``b``), as a constant (no gradient).
+def _centre(a):
+    """The mean of the finite rows of ``a``, as a constant (no gradient).
 
     Distances do not depend on the point they are measured from, so the centre
     is only a numerical device and carries no gradient (the exact derivative of
@@ -42,13 +42,10 @@ def _centre(a, b):
     overflow.
     """
     acc = tf.float32 if a.dtype in (tf.float16, tf.bfloat16) else a.dtype
-    total = tf.zeros(tf.shape(a)[-1:], acc)
-    count = tf.zeros([], acc)
-    for x in (a,) if b is None else (a, b):
-        x = tf.cast(x, acc)
-        finite = tf.reduce_all(tf.math.is_finite(x), axis=-1, keepdims=True)
-        total += tf.reduce_sum(tf.where(finite, x, tf.zeros_like(x)), axis=0)
-        count += tf.reduce_sum(tf.cast(finite, acc))
+    x = tf.cast(a, acc)
+    finite = tf.reduce_all(tf.math.is_finite(x), axis=-1, keepdims=True)
+    total = tf.reduce_sum(tf.where(finite, x, tf.zeros_like(x)), axis=0)
+    count = tf.reduce_sum(tf.cast(finite, acc))
     return tf.stop_gradient(tf.cast(tf.math.divide_no_nan(total, count), a.dtype))
 
 
@@ -57,8 +54,10 @@ def pairwise_squared_euclidean(a, b=None):
 
     Computed as ``|u_i|² + |v_j|² - 2 u_i·v_j`` (one matmul), clipped at 0,
     where ``u = a - c`` and ``v = b - c`` are the rows measured from ``c``, the
-    mean of the finite rows of ``a`` and ``b`` (see :func:`_centre`).
-    ``b`` defaults to ``a``; with ``b = a`` the diagonal is exactly 0.
+    mean of the finite rows of ``a`` (see :func:`_centre`; only ``a``'s, so that
+    a large fixed ``b``, such as a retrieval gallery searched by chunks of
+    queries, is not reduced again for every chunk). ``b`` defaults to ``a``;
+    with ``b = a`` the diagonal is exactly 0.
 
     Why the centre: the expansion cancels terms of size ``|u|²`` to leave
     ``D²``, so its rounding error is proportional to ``|u_i|² + |v_j|²``. Around
@@ -91,7 +90,7 @@ def pairwise_squared_euclidean(a, b=None):
     a = _as_float(a)
     same = b is None
     b = a if same else tf.cast(b, a.dtype)
-    c = _centre(a, None if same else b)
+    c = _centre(a)
     u = a - c
     v = u if same else b - c
     sq_u = tf.reduce_sum(tf.square(u), axis=-1)

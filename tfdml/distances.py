@@ -49,15 +49,17 @@ def _centre(a):
     return tf.stop_gradient(tf.cast(tf.math.divide_no_nan(total, count), a.dtype))
 
 
-def pairwise_squared_euclidean(a, b=None):
+def pairwise_squared_euclidean(a, b=None, *, centre=True):
     """``D_ij² = ||a_i - b_j||²`` for all i, j (Wu et al. 2017 §3, D_ij squared).
 
     Computed as ``|u_i|² + |v_j|² - 2 u_i·v_j`` (one matmul), clipped at 0,
     where ``u = a - c`` and ``v = b - c`` are the rows measured from ``c``, the
-    mean of the finite rows of ``a`` (see :func:`_centre`; only ``a``'s, so that
-    a large fixed ``b``, such as a retrieval gallery searched by chunks of
-    queries, is not reduced again for every chunk). ``b`` defaults to ``a``;
-    with ``b = a`` the diagonal is exactly 0.
+    mean of the finite rows of ``a`` (see :func:`_centre`). ``b`` defaults to
+    ``a``; with ``b = a`` the diagonal is exactly 0. ``centre=False`` expands
+    around the origin instead (``c = 0``), for callers that have centred the
+    data once themselves, e.g. a retrieval gallery searched by chunks of
+    queries (:mod:`tfdml.metrics.knn`), where centring every chunk would cost
+    a pass over the whole gallery each time.
 
     Why the centre: the expansion cancels terms of size ``|u|²`` to leave
     ``D²``, so its rounding error is proportional to ``|u_i|² + |v_j|²``. Around
@@ -87,12 +89,13 @@ def pairwise_squared_euclidean(a, b=None):
     (benchmarks/RESULTS.md). The bound assumes the matmul runs in the input
     dtype; TensorFloat-32 matmuls on GPUs have ``ε = 2^-11``.
     """
-    a = _as_float(a)
+    u = _as_float(a)
     same = b is None
-    b = a if same else tf.cast(b, a.dtype)
-    c = _centre(a)
-    u = a - c
-    v = u if same else b - c
+    v = u if same else tf.cast(b, u.dtype)
+    if centre:
+        c = _centre(u)
+        u = u - c
+        v = u if same else v - c
     sq_u = tf.reduce_sum(tf.square(u), axis=-1)
     sq_v = sq_u if same else tf.reduce_sum(tf.square(v), axis=-1)
     d2 = sq_u[:, None] + sq_v[None, :] - 2.0 * tf.matmul(u, v, transpose_b=True)

@@ -244,3 +244,12 @@ def test_nan_row_leaves_the_other_distances_accurate():
     got = distances.pairwise_euclidean(a).numpy()
     assert np.all(np.isnan(got[0, 1:])) and np.all(np.isnan(got[1:, 0]))
     _assert_relative_error_within(got[1:, 1:], d_ref, rel_bound)
+
+
+def test_centre_false_expands_around_the_origin_for_precentred_data():
+    """``centre=False`` (knn centres a whole gallery once) is as accurate on centred data."""
+    a = _near_duplicates(1e-4, 128)
+    d_ref, _, _, rel_bound = _reference(a)
+    c = a.astype(np.float64).mean(axis=0).astype(np.float32)
+    d2 = distances.pairwise_squared_euclidean(a - c, centre=False).numpy()
+    _assert_relative_error_within(np.sqrt(d2), d_ref, rel_bound)

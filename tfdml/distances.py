@@ -85,8 +85,8 @@ def pairwise_squared_euclidean(a, b=None, *, centre=True):
     error stays that of the expansion around the origin, about ``1e-7 / D_ij²``
     relative for unit vectors (exactly 0 is still possible below about 3e-4
     apart). Making those exact too costs a k-nearest selection and explicit
-    differences, or a float64 matmul: 2-10 times this function's time
-    (benchmarks/RESULTS.md). The bound assumes the matmul runs in the input
+    differences, or a float64 matmul: 1.3 to 5 times this function's time on
+    CPU (benchmarks/RESULTS.md). The bound assumes the matmul runs in the input
     dtype; TensorFloat-32 matmuls on GPUs have ``ε = 2^-11``.
     """
     u = _as_float(a)

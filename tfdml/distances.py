@@ -77,7 +77,7 @@ def pairwise_squared_euclidean(a, b=None, *, centre=True):
 
     For example, 64 unit vectors within 1e-4 of a common unit vector, d = 128
     (pairs about 1.4e-4 apart): bound 2.4e-5, measured error 2e-7, where the
-    expansion around the origin returns 0 or is off by up to 600 %.
+    expansion around the origin returns 0 or is off by up to 640 %.
 
     Not helped by the centre: embeddings close to each other but far from the
     batch mean, such as a near-duplicate pair (or a tight cluster) in an

@@ -10,6 +10,11 @@ The euclidean distance has a finite gradient where two embeddings coincide:
 embeddings (normal at initialisation) into NaN gradients (keras-team/keras#9097).
 Here the square root is taken only where the squared distance exceeds a tiny
 threshold; below it the distance is exactly 0 and its gradient is 0.
+
+Small distances are accurate when the batch is nearly collapsed (all embeddings
+close to one point, as early in training): the squared distance is expanded
+around the batch mean rather than around the origin, see
+:func:`pairwise_squared_euclidean`.
 """
 
 import tensorflow as tf
@@ -26,17 +31,74 @@ def _as_float(x):
     return x
 
 
-def pairwise_squared_euclidean(a, b=None):
-    """``||a_i - b_j||²`` for all i, j, as ``|a|² + |b|² - 2 a·b``, clipped at 0.
+def _centre(a):
+    """The mean of the finite rows of ``a``, as a constant (no gradient).
 
-    ``b`` defaults to ``a``; with ``b = a`` the diagonal is exactly 0.
+    Distances do not depend on the point they are measured from, so the centre
+    is only a numerical device and carries no gradient (the exact derivative of
+    every distance with respect to it is 0). Rows holding NaN or Inf are left
+    out, so that one diverged embedding does not turn every distance into NaN;
+    half-precision inputs are summed in float32 so that large batches cannot
+    overflow.
     """
-    a = _as_float(a)
+    acc = tf.float32 if a.dtype in (tf.float16, tf.bfloat16) else a.dtype
+    x = tf.cast(a, acc)
+    finite = tf.reduce_all(tf.math.is_finite(x), axis=-1, keepdims=True)
+    total = tf.reduce_sum(tf.where(finite, x, tf.zeros_like(x)), axis=0)
+    count = tf.reduce_sum(tf.cast(finite, acc))
+    return tf.stop_gradient(tf.cast(tf.math.divide_no_nan(total, count), a.dtype))
+
+
+def pairwise_squared_euclidean(a, b=None, *, centre=True):
+    """``D_ij² = ||a_i - b_j||²`` for all i, j (Wu et al. 2017 §3, D_ij squared).
+
+    Computed as ``|u_i|² + |v_j|² - 2 u_i·v_j`` (one matmul), clipped at 0,
+    where ``u = a - c`` and ``v = b - c`` are the rows measured from ``c``, the
+    mean of the finite rows of ``a`` (see :func:`_centre`). ``b`` defaults to
+    ``a``; with ``b = a`` the diagonal is exactly 0. ``centre=False`` expands
+    around the origin instead (``c = 0``), for callers that have centred the
+    data once themselves, e.g. a retrieval gallery searched by chunks of
+    queries (:mod:`tfdml.metrics.knn`), where centring every chunk would cost
+    a pass over the whole gallery each time.
+
+    Why the centre: the expansion cancels terms of size ``|u|²`` to leave
+    ``D²``, so its rounding error is proportional to ``|u_i|² + |v_j|²``. Around
+    the origin, two unit vectors 1e-4 apart (``D² = 1e-8``) come out at exactly
+    0 in float32 (error about 1e-7 against 1e-8). Around the batch mean, a
+    nearly collapsed batch has ``|u|`` of the order of its spread and keeps
+    float32 accuracy.
+
+    Error bound, first order in the unit roundoff ``ε`` (half the machine
+    epsilon: ``2^-24`` in float32, ``2^-53`` in float64), for any summation
+    order, embedding size ``d``::
+
+        |D̂_ij² - D_ij²| <= (2d + 3) ε (|u_i|² + |v_j|²) + 2ε D_ij²
+        |D̂_ij - D_ij| / D_ij <= (2d + 3) ε (|u_i|² + |v_j|²) / D_ij² + 3ε
+
+    For example, 64 unit vectors within 1e-4 of a common unit vector, d = 128
+    (pairs about 1.4e-4 apart): bound 2.4e-5, measured error 2e-7, where the
+    expansion around the origin returns 0 or is off by up to 640 %.
+
+    Not helped by the centre: embeddings close to each other but far from the
+    batch mean, such as a near-duplicate pair (or a tight cluster) in an
+    otherwise spread-out batch of unit vectors, for which ``|u| ≈ 1``. Their
+    error stays that of the expansion around the origin, about ``1e-7 / D_ij²``
+    relative for unit vectors (exactly 0 is still possible below about 3e-4
+    apart). Making those exact too costs a k-nearest selection and explicit
+    differences, or a float64 matmul: 1.3 to 5 times this function's time on
+    CPU (benchmarks/RESULTS.md). The bound assumes the matmul runs in the input
+    dtype; TensorFloat-32 matmuls on GPUs have ``ε = 2^-11``.
+    """
+    u = _as_float(a)
     same = b is None
-    b = a if same else tf.cast(b, a.dtype)
-    sq_a = tf.reduce_sum(tf.square(a), axis=-1)
-    sq_b = tf.reduce_sum(tf.square(b), axis=-1)
-    d2 = sq_a[:, None] + sq_b[None, :] - 2.0 * tf.matmul(a, b, transpose_b=True)
+    v = u if same else tf.cast(b, u.dtype)
+    if centre:
+        c = _centre(u)
+        u = u - c
+        v = u if same else v - c
+    sq_u = tf.reduce_sum(tf.square(u), axis=-1)
+    sq_v = sq_u if same else tf.reduce_sum(tf.square(v), axis=-1)
+    d2 = sq_u[:, None] + sq_v[None, :] - 2.0 * tf.matmul(u, v, transpose_b=True)
     d2 = tf.maximum(d2, 0.0)
     if same:
         # A mask, not tf.linalg.set_diag: the gradient of set_diag builds its

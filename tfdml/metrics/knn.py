@@ -81,11 +81,35 @@ def scores(query, gallery, distance="euclidean"):
     """[Q, N] "larger is closer" scores: cosine similarity or minus squared euclidean.
 
     Ranking by squared euclidean distance equals ranking by euclidean distance
-    (Wu D_ij) and skips the square root over the whole matrix.
+    (Wu D_ij) and skips the square root over the whole matrix. The squared
+    distance is expanded around the origin, chunk by chunk: pass ``query`` and
+    ``gallery`` through :func:`centre` once beforehand to keep small distances
+    accurate (:func:`tfdml.distances.pairwise_squared_euclidean`).
     """
     if distance == "cosine":
         return _distances.cosine_similarity(query, gallery)
-    return -_distances.pairwise_squared_euclidean(query, gallery)
+    return -_distances.pairwise_squared_euclidean(query, gallery, centre=False)
+
+
+def centre(query, gallery, distance="euclidean"):
+    """``(query, gallery)`` measured from the mean of the gallery's finite rows.
+
+    Euclidean distances do not change, but their expansion in :func:`scores`
+    keeps its accuracy for nearly collapsed embeddings (e.g. an untrained
+    model's), as :func:`tfdml.distances.pairwise_squared_euclidean` does for a
+    batch, with one pass over the data instead of one per chunk of queries.
+    Cosine similarity is not translation invariant: returned unchanged. The
+    same array for both (leave-one-out) stays one array.
+    """
+    if distance == "cosine":
+        return query, gallery
+    finite = np.all(np.isfinite(gallery), axis=1, keepdims=True)
+    c = np.zeros(gallery.shape[1], np.float64)
+    if finite.any():
+        c = np.mean(gallery, axis=0, dtype=np.float64, where=finite)
+    c = c.astype(gallery.dtype)
+    centred = gallery - c
+    return (centred if query is gallery else query - c), centred
 
 
 def scores_to_distances(values, distance="euclidean"):
@@ -158,6 +182,7 @@ def knn(query, gallery=None, k=1, distance="euclidean", chunk_size=None, query_i
     if k_eff <= 0:
         return np.zeros((num_q, 0), np.int64), np.zeros((num_q, 0), np.float32)
     chunk = chunk_size_for(gallery.shape[0], chunk_size)
+    query, gallery = centre(query, gallery, distance)
     g = tf.constant(gallery)
     out_i, out_v = [], []
     for start in range(0, num_q, chunk):

@@ -156,6 +156,7 @@ def positive_ranks(query, query_ids, gallery=None, gallery_ids=None, distance="e
     num_classes = int(max(query_ids.max(), gallery_ids.max())) + 1
     table = _positive_table(gallery_ids, num_classes)
     chunk = min(_knn.chunk_size_for(gallery.shape[0], chunk_size), query.shape[0])
+    query, gallery = _knn.centre(query, gallery, distance)
     g = tf.constant(gallery)
     for start in range(0, query.shape[0], chunk):
         stop = min(start + chunk, query.shape[0])

@@ -105,3 +105,48 @@ def test_query_index_excludes_picked_queries_from_their_results(data):
     ref_i, ref_v = knn(x, k=5)
     np.testing.assert_array_equal(idx, ref_i[picked])
     np.testing.assert_allclose(val, ref_v[picked], rtol=1e-5, atol=1e-5)
+
+
+def _near_duplicates(spread, n=64, dim=128, seed=0):
+    rng = np.random.default_rng(seed)
+    centre = rng.normal(size=dim)
+    step = rng.normal(size=(n, dim))
+    x = centre / np.linalg.norm(centre) + spread * step / np.linalg.norm(step, axis=1, keepdims=True)
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("loo", [True, False])
+def test_near_duplicate_distances_are_accurate(loo):
+    """Unit vectors within 1e-4 of one point: the expansion around the origin returns 0 or noise.
+
+    knn centres the data once on the gallery mean; the bound is the one of
+    tfdml.distances.pairwise_squared_euclidean (float32 unit roundoff 2^-24,
+    worst case over summation orders), with a factor 2 to spare.
+    """
+    x = _near_duplicates(1e-4)
+    query, gallery = (x, None) if loo else (x[:16], x[16:])
+    g = x if loo else gallery
+    idx, val = knn(query, gallery, k=5, distance="euclidean", chunk_size=7)
+    q64, g64 = query.astype(np.float64), g.astype(np.float64)
+    c = g64.mean(axis=0)
+    want = np.linalg.norm(q64[:, None] - g64[idx], axis=-1)
+    spread = (np.linalg.norm(q64 - c, axis=1)[:, None] ** 2 + np.linalg.norm(g64[idx] - c, axis=-1) ** 2)
+    bound = (2 * 128 + 3) * 2.0**-24 * spread / want**2 + 3 * 2.0**-24
+    ratio = np.abs(val - want) / want / bound
+    assert np.all(ratio <= 2), f"relative error up to {ratio.max():.3g} × the bound"
+    ref_i, ref_v = brute_knn(query, g, 5, "euclidean", loo)
+    np.testing.assert_allclose(val, ref_v, rtol=1e-3)  # the 5 nearest, not 5 others
+
+
+def test_centre():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(6, 3)).astype(np.float32) + 100
+    q, g = knn_mod.centre(x, x)
+    assert q is g and g.dtype == np.float32
+    np.testing.assert_allclose(g.mean(axis=0), 0, atol=1e-4)
+    np.testing.assert_allclose(g, x - x.mean(axis=0), atol=1e-4)
+    assert knn_mod.centre(x, x[:2], "cosine")[0] is x  # not translation invariant: unchanged
+    bad = x.copy()
+    bad[0, 1] = np.nan
+    _, g = knn_mod.centre(x[:3], bad)
+    np.testing.assert_allclose(g[1:], x[1:] - x[1:].mean(axis=0), atol=1e-4)  # NaN row left out

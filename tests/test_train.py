@@ -211,7 +211,7 @@ def test_train_cli_shows_a_data_problem_as_one_line_exit_2(tmp_path, poisoned_en
     assert train.main(["--quiet"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    assert err.startswith("Error: the embeddings became non-finite")
+    assert "\nError: the embeddings became non-finite" in "\n" + err
 
 
 def test_a_failing_final_evaluation_is_one_line_exit_2(tmp_path, capsys, monkeypatch):

@@ -5,6 +5,7 @@ This module is where the data side (:mod:`pipelines`) meets the model side
 turns one config section into objects, so tests can build parts alone.
 """
 
+import inspect
 import json
 import math
 import os
@@ -25,6 +26,29 @@ class ExperimentError(RuntimeError):
 
 
 # -- data -------------------------------------------------------------------------
+
+
+def check_source_options(cfg):
+    """Refuse ``data.options`` that the source does not take, or lacks, naming
+    the source's options (before any work: the options are the source
+    function's keyword arguments)."""
+    from pipelines import sources
+
+    name, options = cfg["data"]["source"], cfg["data"]["options"]
+    parameters = inspect.signature(sources.SOURCES[name]).parameters
+    unknown = sorted(set(options) - set(parameters))
+    missing = [p for p, spec in parameters.items() if spec.default is spec.empty and p not in options]
+    if unknown:
+        hint = "".join(config_lib.suggest(k, list(parameters)) for k in unknown[:1])
+        raise ExperimentError(
+            f"data.options {unknown} are not options of the {name!r} source{hint}; "
+            f"its options: {', '.join(parameters)}."
+        )
+    if missing:
+        raise ExperimentError(
+            f"data.options lacks {missing} for the {name!r} source (e.g. data.options.{missing[0]}: ...); "
+            f"its options: {', '.join(parameters)}."
+        )
 
 
 def build_source(cfg):
@@ -320,6 +344,7 @@ def run(cfg, fresh=False, verbose=1, callbacks=(), overwrite=False):
     built-in ones; not used by the multi-worker loop).
     """
     started = time.time()
+    check_source_options(cfg)
     # A multi-worker strategy must exist before TensorFlow runs any op.
     strategy = build_strategy(cfg)
     chief = is_chief(strategy)

@@ -654,3 +654,29 @@ def test_no_config_trains_the_main_job_and_an_empty_one_is_refused(tmp_path, cap
     empty.write_text("# nothing here\n")
     assert train.main(["--config", str(empty)]) == 2
     assert "is empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case, args, expected", [
+    ("option typo", ["--set", "data.source=folder", "--set", "data.options={{rot: /data}}"],
+     "data.options ['rot'] are not options of the 'folder' source (did you mean 'root'?)"),
+    ("folder without root", ["--set", "data.source=folder"], "data.options lacks ['root'] for the 'folder' source"),
+    ("embedding_dim 0", ["--set", "model.embedding_dim=0"], "model.embedding_dim = 0 must be >= 1"),
+    ("batch_size 0", ["--set", "evaluation.batch_size=0"], "evaluation.batch_size = 0 must be >= 1"),
+    ("decay_steps 0", ["--set", "optimizer.decay_steps=0"], "optimizer.decay_steps = 0 must be >= 1"),
+    ("output_dir is a file", ["--set", "output_dir={file}"], "cannot be used as a directory"),
+    ("config is a directory", ["--config", "{dir}"], "is a directory; give a YAML file"),
+    ("list-shaped config", ["--config", "{list_yaml}", "--set", "seed=1"], "must be a mapping of sections"),
+])
+def test_ordinary_mistakes_are_one_line_exit_2(tmp_path, capsys, case, args, expected):
+    """Issue 16: each of these used to end in a traceback (TypeError, h5py, ...)."""
+    (tmp_path / "a_file").write_text("not a directory")
+    (tmp_path / "list.yaml").write_text("- seed: 1\n")
+    args = [a.format(file=tmp_path / "a_file", dir=tmp_path, list_yaml=tmp_path / "list.yaml") for a in args]
+    if "--config" not in args:
+        args = ["--config", os.path.join(ROOT, "configs", "default.yaml")] + args
+    if not any(a.startswith("output_dir=") for a in args):
+        args += ["--set", f"output_dir={tmp_path / 'run'}"]
+    assert train.main(["--quiet"] + args) == 2, case
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+    assert len([line for line in err.splitlines() if line.strip()]) <= 2

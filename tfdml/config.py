@@ -58,6 +58,13 @@ def read_yaml(stream):
     return yaml.load(stream, Loader=_Loader)
 
 
+def _at_least(bound):
+    """A field check: the value must be >= ``bound`` (counts and sizes)."""
+    def check(value):
+        return None if value >= bound else f"must be >= {bound}"
+    return check
+
+
 class _Field:
     """One config key. ``choices``: a tuple, or a function returning one (names
     that the library registers, read when a config is validated)."""
@@ -139,7 +146,7 @@ SCHEMA = {
         "m": _Field(int, 8, doc="examples per class (m_per_class, group)"),
         "n": _Field(int, 5, doc="classes per batch (m_per_class, group)"),
         "p": _Field(_NUM, 0.5, doc="probability of a positive pair (p_random)"),
-        "pairs": _Field(int, 32, doc="pairs per batch (p_random)"),
+        "pairs": _Field(int, 32, doc="pairs per batch (p_random)", check=_at_least(1)),
     },
     "image": {
         "size": _Field((int, type(None)), None, doc="resize to size×size (None: native)"),
@@ -152,7 +159,7 @@ SCHEMA = {
         "backbone": _Field(str, "small_cnn", doc="small_cnn, mlp, or a tfdml.backbones name"),
         "backbone_options": _Field(dict, {}, doc="keyword arguments of the backbone"),
         "weights": _Field((str, type(None)), None, doc="pretrained weights: None, 'imagenet', 'bundled' or a path"),
-        "embedding_dim": _Field(int, 64),
+        "embedding_dim": _Field(int, 64, check=_at_least(1)),
         "normalize": _Field(bool, True, doc="L2-normalise embeddings"),
     },
     "loss": {
@@ -168,7 +175,7 @@ SCHEMA = {
         "weight_decay": _Field(_NUM, 0.0),
         "schedule": _Field(str, "constant", SCHEDULES),
         "decay_rate": _Field(_NUM, 0.9, doc="Hong: ×0.9 every 100 iterations"),
-        "decay_steps": _Field(int, 100),
+        "decay_steps": _Field(int, 100, check=_at_least(1)),
         "head_lr_multiplier": _Field(_NUM, 1.0, doc="learning rate × this for the embedding head (Duan §4: 10)"),
     },
     "training": {
@@ -182,8 +189,8 @@ SCHEMA = {
         "ks": _Field(list, [1, 2, 4, 8]),
         "distance": _Field(str, "euclidean", _distance_names,
                            doc="distance of the retrieval metrics and plots (also read by evaluate.py)"),
-        "every_n_epochs": _Field(int, 1),
-        "batch_size": _Field(int, 256),
+        "every_n_epochs": _Field(int, 1, check=_at_least(1)),
+        "batch_size": _Field(int, 256, check=_at_least(1)),
         "baseline": _Field((str, type(None)), None, ("raw_pixels", None),
                            doc="also score a model-free baseline on the test split (raw_pixels)"),
     },
@@ -198,7 +205,8 @@ def defaults(schema=SCHEMA):
     return out
 
 
-def _suggest(key, valid):
+def suggest(key, valid):
+    """``" (did you mean 'x'?)"`` for the closest of ``valid`` names, or ``""``."""
     close = difflib.get_close_matches(key, valid, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -214,7 +222,7 @@ def _validate(config, schema, path):
         if key not in schema:
             where = f"{path}.{key}" if path else key
             raise ConfigError(
-                f"Unknown config key {where!r}{_suggest(key, list(schema))}; "
+                f"Unknown config key {where!r}{suggest(key, list(schema))}; "
                 f"valid keys{' of ' + path if path else ''}: {', '.join(schema)}."
             )
     out = {}
@@ -236,9 +244,13 @@ def _validate(config, schema, path):
         if choices is not None and value not in choices:
             shown = [c for c in choices if c is not None]
             raise ConfigError(
-                f"{where} = {value!r} is not valid{_suggest(str(value), [str(c) for c in shown])}; "
+                f"{where} = {value!r} is not valid{suggest(str(value), [str(c) for c in shown])}; "
                 f"choose one of: {', '.join(map(str, shown))}."
             )
+        if field.check is not None and value is not None:
+            problem = field.check(value)
+            if problem:
+                raise ConfigError(f"{where} = {value!r} {problem}.")
         out[key] = value
     return out
 
@@ -307,7 +319,7 @@ def _check_option_names(key, options, cls, owner):
     for option in options:
         if option not in valid:
             raise ConfigError(
-                f"{key} has {option!r}, which is not an option of {owner}{_suggest(option, valid)}; "
+                f"{key} has {option!r}, which is not an option of {owner}{suggest(option, valid)}; "
                 f"valid: {', '.join(valid)}."
             )
 

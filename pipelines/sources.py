@@ -544,6 +544,52 @@ def folder(root, image_size=256, channels=3, resize="pad", train_classes=None, t
                   class_names=names, skipped_files=skipped)
 
 
+#: Where TFDS downloads from; probed (a few seconds at most) before a download
+#: is attempted, so that an offline machine fails at once with a clear message.
+TFDS_DOWNLOAD_HOST = ("storage.googleapis.com", 443)
+
+
+def _network_reachable(address=TFDS_DOWNLOAD_HOST, timeout=3.0):
+    import socket
+
+    try:
+        with socket.create_connection(address, timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _tfds_load(tfds_lib, dataset, split, decoders, data_dir, download):
+    """``tfds.load`` of prepared data; a download only when asked for and possible.
+
+    Data already prepared in ``data_dir`` loads without any network. Otherwise
+    the message says where TFDS looks and where to put manually downloaded
+    files, instead of minutes of retries and a ``ConnectionError``.
+    """
+    kwargs = dict(split=split, decoders=decoders, data_dir=data_dir, shuffle_files=False)
+    try:
+        return tfds_lib.load(dataset, download=False, **kwargs)
+    except (AssertionError, OSError, ValueError) as err:  # tfds: "could not find data in ..."
+        missing = err
+    root = data_dir or os.path.join("~", "tensorflow_datasets")
+    where = (
+        f"TFDS looks for it in {root} (data.options.data_dir). To use files downloaded elsewhere, put "
+        f"them in {os.path.join(root, 'downloads', 'manual')} or copy a prepared {root}/{dataset} "
+        f"folder there"
+    )
+    if not download:
+        raise ValueError(
+            f"TFDS dataset {dataset!r} is not prepared and download is off: {where}; or set "
+            f"data.options.download: true on a machine with network access. ({str(missing).splitlines()[0]})"
+        ) from None
+    if not _network_reachable():
+        raise ValueError(
+            f"TFDS dataset {dataset!r} is not prepared and this machine cannot reach the download "
+            f"server {TFDS_DOWNLOAD_HOST[0]}: {where}."
+        ) from None
+    return tfds_lib.load(dataset, download=True, **kwargs)
+
+
 # TFDS benchmarks: (label feature, splits to read, number of training classes).
 TFDS_DATASETS = {
     "cars196": ("label", "train+test", 98),
@@ -579,8 +625,7 @@ def tfds(dataset, image_size=256, channels=3, resize="pad", data_dir=None, downl
     decoders = tfds_lib.decode.PartialDecoding(
         {"image": True, label_key: True}, decoders={"image": tfds_lib.decode.SkipDecoding()}
     )
-    ds = tfds_lib.load(dataset, split=tfds_split, decoders=decoders, data_dir=data_dir,
-                       download=download, shuffle_files=False)
+    ds = _tfds_load(tfds_lib, dataset, tfds_split, decoders, data_dir, download)
     blobs, raw = [], []
     for ex in ds.batch(2048).as_numpy_iterator():
         blobs.extend(ex["image"])

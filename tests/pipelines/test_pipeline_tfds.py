@@ -67,3 +67,31 @@ def test_tfds_lfw_identities_by_name():
 def test_tfds_unknown_dataset():
     with pytest.raises(ValueError, match="choose one of"):
         sources.get_source("tfds", dataset="imagenet2012")
+
+
+@pytest.mark.parametrize("download", [False, True])
+def test_tfds_offline_fails_fast_with_where_to_put_the_files(tmp_path, monkeypatch, download):
+    """Issue 16: offline, about 3.5 minutes of download retries ended in a
+    ConnectionError traceback, and download=False in an AssertionError one.
+    No traffic leaves the machine here: the reachability probe is replaced."""
+    import time
+
+    probes = []
+    monkeypatch.setattr(sources, "_network_reachable", lambda *a, **k: probes.append(1) or False)
+    started = time.time()
+    with pytest.raises(ValueError, match=r"'cars196' is not prepared.*downloads/manual"):
+        sources.get_source("tfds", dataset="cars196", data_dir=str(tmp_path), download=download)
+    assert time.time() - started < 30
+    assert len(probes) == (1 if download else 0)
+
+
+def test_tfds_extra_brings_what_tfds_needs_offline():
+    """The extra lists importlib_resources, which tensorflow-datasets imports
+    when it prepares data but does not declare."""
+    import configparser
+    import os
+
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(os.path.dirname(__file__), "..", "..", "setup.cfg"))
+    for extra in ("tfds", "test"):
+        assert "importlib_resources" in cfg["options.extras_require"][extra].split()

@@ -680,3 +680,49 @@ def test_ordinary_mistakes_are_one_line_exit_2(tmp_path, capsys, case, args, exp
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err
     assert len([line for line in err.splitlines() if line.strip()]) <= 2
+
+
+_RUN = """
+import json, sys
+sys.path.insert(0, {root!r})
+import experiment
+experiment.run(json.loads(sys.argv[1]), verbose=0)
+"""
+
+
+@pytest.mark.slow
+def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
+    """Issue 16 soak: SIGKILL a real run at random moments (during start-up,
+    training, a backup, the evaluation or the export), rerun it each time;
+    it ends with the final weights and the best checkpoint of a run that was
+    never interrupted."""
+    import time
+
+    def cfg_for(out):
+        return small_cfg(out, **{"training.epochs": 4, "evaluation.metrics": ["recall", "map@r"],
+                                 "evaluation.ks": [1]})
+
+    straight = cfg_for(tmp_path / "straight")
+    experiment.run(straight, verbose=0)
+    cfg = cfg_for(tmp_path / "soak")
+    rng = np.random.default_rng(0)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    kills = 0
+    for _ in range(12):
+        proc = subprocess.Popen([sys.executable, "-c", _RUN.format(root=ROOT), json.dumps(cfg)], cwd=ROOT,
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(3.0, 15.0))
+        if proc.poll() is not None:
+            break
+        proc.kill()
+        proc.wait()
+        kills += 1
+    if not os.path.exists(os.path.join(cfg["output_dir"], "finished.json")):
+        experiment.run(cfg, verbose=0)
+    assert kills >= 3, "the run finished before enough kills; lengthen it"
+    for name in ("final.weights.h5", os.path.join("checkpoints", "best.weights.h5")):
+        a = _weights(os.path.join(straight["output_dir"], name))
+        b = _weights(os.path.join(cfg["output_dir"], name))
+        assert a.keys() == b.keys()
+        for key in a:
+            np.testing.assert_allclose(a[key], b[key], atol=1e-6, err_msg=f"{name}: {key} after {kills} kills")

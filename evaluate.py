@@ -56,12 +56,13 @@ def read_config(path):
           metrics: [recall, map@r, r_precision, nmi]   # tfdml.metrics names
           ks: [1, 2, 4, 8]
           distance: euclidean        # euclidean | squared_euclidean | cosine
+          baseline: raw_pixels       # also score a model-free baseline (or null)
 
     ``image.size`` / ``image.channels`` are the training run's model-input
     transform (``pipelines.augment.to_model_input``), applied here too.
     Returns a dict with ``source`` (name or None), ``source_kwargs``,
-    ``split``, ``image_size``, ``image_channels``, ``metrics``, ``ks`` and
-    ``distance`` (None where absent).
+    ``split``, ``image_size``, ``image_channels``, ``metrics``, ``ks``,
+    ``distance`` and ``baseline`` (None where absent).
     """
     import yaml
 
@@ -95,6 +96,7 @@ def read_config(path):
         "metrics": evaluation.get("metrics"),
         "ks": evaluation.get("ks"),
         "distance": evaluation.get("distance"),
+        "baseline": evaluation.get("baseline"),
     }
 
 
@@ -311,7 +313,8 @@ def _image_loader(split):
 
 def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance="euclidean",
         batch_size=256, chunk_size=None, seed=0, num_pairs=6000, grid_queries=8, grid_k=8,
-        verbose=1, extra_info=None, make_plots=True, transform=None, baseline=None):
+        verbose=1, extra_info=None, make_plots=True, transform=None, baseline=None,
+        show_table=True):
     """Embed ``split`` with ``model`` (a path or an embedder), evaluate, write JSON and PNGs.
 
     ``split``: an object with ``labels``, ``dataset()`` (unbatched (image,
@@ -363,7 +366,8 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
         record["baseline"] = {"name": baseline, "metrics": _jsonable(baseline_results)}
     files.write_json(os.path.join(out_dir, "metrics.json"), record)
     if verbose:
-        print(format_table(results, baseline_results, baseline))
+        if show_table:  # train.py prints its own summary of the same figures
+            print(format_table(results, baseline_results, baseline))
         print(f"Wrote {os.path.join(out_dir, 'metrics.json')} and "
               f"{', '.join(os.path.basename(p) for p in written)}")
     return results
@@ -483,7 +487,7 @@ def main(argv=None):
         run(embedder, split, out, metrics, ks, distance, batch_size=args.batch_size,
             chunk_size=args.chunk_size, seed=args.seed, num_pairs=args.num_pairs,
             grid_queries=args.grid[0], grid_k=args.grid[1], verbose=0 if args.quiet else 1,
-            make_plots=not args.no_plots, baseline=args.baseline,
+            make_plots=not args.no_plots, baseline=args.baseline or config.get("baseline"),
             transform=model_input_transform(config.get("image_size"), config.get("image_channels")),
             extra_info={"model": os.path.abspath(args.model), "data": source,
                         "source_kwargs": kwargs, "split": split_name})

@@ -554,6 +554,7 @@ def final_evaluation(cfg, model, test_split, out, verbose=1):
             verbose=verbose,
             extra_info={"config": os.path.join(out, "config.yaml")},
             baseline=ev["baseline"],
+            show_table=False,
         )
     except ValueError as err:
         raise ExperimentError(f"final evaluation on the '{test_split.name}' split: {err}") from None

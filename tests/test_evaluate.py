@@ -214,3 +214,14 @@ def test_retrieval_grid_shows_the_users_class_names(tmp_path, monkeypatch):
                  metrics=["recall"], ks=[1], verbose=0, grid_queries=4, grid_k=2)
     assert set(shown["query"]) <= {"cat", "dog"} and set(shown["result"]) <= {"cat", "dog"}
     assert shown["query"]
+
+
+def test_config_evaluation_baseline_is_honoured(models, tmp_path):
+    """Issue 16: evaluate.py --config ignored evaluation.baseline."""
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("data: {source: digits}\nevaluation: {metrics: [recall], ks: [1], baseline: raw_pixels}\n")
+    out = str(tmp_path / "eval")
+    assert evaluate.main(["--model", models["keras"], "--config", str(cfg), "--out", out, "--quiet",
+                          "--no-plots"]) == 0
+    report = json.load(open(os.path.join(out, "metrics.json")))
+    assert report["baseline"]["name"] == "raw_pixels" and "recall@1" in report["baseline"]["metrics"]

@@ -308,7 +308,9 @@ def test_cli_smoke(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "held-out metrics" in proc.stdout and "recall@1" in proc.stdout
     # The summary puts the raw-pixel figure next to the model's.
-    row = next(line for line in proc.stdout.splitlines() if line.strip().startswith("recall@1"))
+    rows = [line for line in proc.stdout.splitlines() if line.strip().startswith("recall@1")]
+    assert len(rows) == 1, "the final table is printed once"
+    row = rows[0]
     assert len(row.split()) == 3 and "raw_pixels" in proc.stdout
 
 

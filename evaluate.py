@@ -348,7 +348,7 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
             embeddings, labels, out_dir, distance=distance, images=_image_loader(split),
             seed=seed, num_pairs=num_pairs, grid=(grid_queries, grid_k), chunk_size=chunk_size,
             details=details, pr_label=f"mAP {results['map']:.4f}" if "map" in results else None,
-            class_names=getattr(split, "class_names", None))
+            class_names=getattr(split, "class_names", None), title=_split_title(split))
 
     baseline_results = None
     if baseline is not None:
@@ -371,6 +371,13 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
         print(f"Wrote {os.path.join(out_dir, 'metrics.json')} and "
               f"{', '.join(os.path.basename(p) for p in written)}")
     return results
+
+
+def _split_title(split):
+    """'test split, classes 5, 6, 7, 8, 9' (shortened beyond 12 classes)."""
+    names = list((getattr(split, "class_names", None) or {}).values())
+    shown = ", ".join(names[:12]) + (f", ... ({len(names)} classes)" if len(names) > 12 else "")
+    return f"{getattr(split, 'name', 'evaluated')} split" + (f", classes {shown}" if names else "")
 
 
 def _jsonable(results):

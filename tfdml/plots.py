@@ -156,7 +156,7 @@ def roc_curve(fpr, tpr, path, auc=None, eer=None):
 
 def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, seed=0,
               num_pairs=6000, grid=(8, 8), chunk_size=None, details=None, pr_label=None,
-              class_names=None):
+              class_names=None, title=None):
     """Write every plot of an evaluation into ``out_dir``; returns the paths written.
 
     Args:
@@ -172,6 +172,11 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
       pr_label: legend of the PR curve (default: its mAP when computed here).
       class_names: optional dict label → the user's class name, shown in the
         retrieval grid instead of the contiguous label.
+      title: what the plots show (e.g. "test split: classes 5–9"), above the grid.
+
+    The grid shows failures first: among a random sample of queries, those
+    whose nearest result has another class lead (a grid of correct results
+    teaches little), then correct ones.
 
     Files: ``distance_histogram.png``, ``roc.png``, ``pr_curve.png`` and, with
     images, ``retrieval_grid.png``. A plot that the data cannot support (one
@@ -218,9 +223,12 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
     if images is not None and num_queries > 0 and k > 0 and labels.size > 1:
         load = images if callable(images) else (lambda idx, a=np.asarray(images): a[idx])
         rng = np.random.default_rng(seed)
-        picked = np.sort(rng.choice(labels.size, min(num_queries, labels.size), replace=False))
-        idx, _ = tm.nearest_neighbors(embeddings[picked], embeddings, k=k, distance=distance,
-                                      chunk_size=chunk_size, query_index=picked)
+        pool = np.sort(rng.choice(labels.size, min(10 * num_queries, labels.size), replace=False))
+        pool_idx, _ = tm.nearest_neighbors(embeddings[pool], embeddings, k=k, distance=distance,
+                                           chunk_size=chunk_size, query_index=pool)
+        wrong = labels[pool_idx[:, 0]] != labels[pool]
+        order = np.concatenate([np.flatnonzero(wrong), np.flatnonzero(~wrong)])[:num_queries]
+        picked, idx = pool[order], pool_idx[order]
         query_images = np.asarray(load(picked))
         if is_image_batch(query_images):
             result_images = np.asarray(load(idx.reshape(-1)))
@@ -230,5 +238,5 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
             written.append(retrieval_grid(
                 query_images, result_images, labels[idx] == labels[picked][:, None],
                 os.path.join(out_dir, "retrieval_grid.png"),
-                query_labels=shown[picked], result_labels=shown[idx]))
+                query_labels=shown[picked], result_labels=shown[idx], title=title))
     return written

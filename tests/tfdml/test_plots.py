@@ -56,3 +56,28 @@ def test_write_all(tmp_path):
     assert "retrieval_grid.png" in map(os.path.basename, paths)
     # One example per class: no pairs or PR curve to draw, nothing fails.
     assert plots.write_all(emb[:4], np.arange(4), str(tmp_path / "c")) == []
+
+
+def test_retrieval_grid_shows_failures_first(tmp_path, monkeypatch):
+    """Issue 16: a grid of 64 green borders teaches nothing; queries whose
+    nearest result has another class come first."""
+    from tfdml import plots as plots_lib
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(4), 10)
+    embeddings = np.eye(4)[labels] + 0.01 * rng.normal(size=(40, 4))
+    embeddings[[3, 17]] = np.eye(4)[[2, 0]]  # two examples that sit in another class
+    seen = {}
+
+    def record(query_images, result_images, correct, path, **kwargs):
+        seen["correct"], seen["title"] = np.asarray(correct), kwargs.get("title")
+        return path
+
+    monkeypatch.setattr(plots_lib, "retrieval_grid", record)
+    images = rng.random((40, 4, 4))
+    plots_lib.write_all(embeddings.astype("float32"), labels, str(tmp_path), images=images, grid=(5, 3),
+                        title="test split, classes a, b")
+    first = seen["correct"][:, 0]
+    assert not first[0] and first.any()
+    assert list(first) == sorted(first)  # every failure (False) before every correct query
+    assert seen["title"] == "test split, classes a, b"

@@ -75,7 +75,7 @@ def test_retrieval_grid_shows_failures_first(tmp_path, monkeypatch):
 
     monkeypatch.setattr(plots_lib, "retrieval_grid", record)
     images = rng.random((40, 4, 4))
-    plots_lib.write_all(embeddings.astype("float32"), labels, str(tmp_path), images=images, grid=(5, 3),
+    plots_lib.write_all(embeddings.astype("float32"), labels, str(tmp_path), images=images, grid=(40, 3),
                         title="test split, classes a, b")
     first = seen["correct"][:, 0]
     assert not first[0] and first.any()

@@ -33,6 +33,30 @@ DEFAULT_METRICS = ("recall", "precision", "map@r", "r_precision", "map", "nmi", 
 DEFAULT_KS = (1, 2, 4, 8)
 
 
+def quiet_tensorflow_import():
+    """Import TensorFlow without its C++ start-up lines in the terminal.
+
+    absl writes INFO lines such as "oneDNN custom operations are on" to the
+    process's stderr before its logging is initialised, whatever
+    ``TF_CPP_MIN_LOG_LEVEL`` says. The file descriptor of stderr is pointed
+    at /dev/null for the import only; Python exceptions raised by the import
+    still reach the user (they are printed after stderr is restored).
+    """
+    if "tensorflow" in sys.modules:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow  # noqa: F401
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 class EvaluationError(Exception):
     """A problem with the user's input, reported as one line without a stack trace."""
 
@@ -473,6 +497,7 @@ def main(argv=None):
     """The command line; exit status 0, or 2 with a one-line message for a problem of
     the model file, the data or the options (``TFDML_DEBUG=1`` shows the traceback)."""
     args = build_parser().parse_args(argv)
+    quiet_tensorflow_import()
     from tfdml import errors
     try:
         check_model_path(args.model)

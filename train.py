@@ -61,7 +61,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from evaluate import quiet_tensorflow_import
+
+    quiet_tensorflow_import()
     from tfdml import config as config_lib
 
     if args.config is None:

@@ -154,6 +154,7 @@ def test_cli_bad_path_fails_fast_without_traceback(tmp_path):
                           timeout=120)
     assert proc.returncode == 2
     assert "no such file" in proc.stderr and "Traceback" not in proc.stderr
+    assert "absl::InitializeLog" not in proc.stderr and "oneDNN custom operations" not in proc.stderr
 
 
 def test_raw_pixel_baseline_matches_scikit_learn(models, tmp_path, capsys):

@@ -310,6 +310,8 @@ def test_cli_smoke(tmp_path):
     # The summary puts the raw-pixel figure next to the model's.
     rows = [line for line in proc.stdout.splitlines() if line.strip().startswith("recall@1")]
     assert len(rows) == 1, "the final table is printed once"
+    # TensorFlow's C++ start-up lines stay out of the terminal (issue 16).
+    assert "absl::InitializeLog" not in proc.stderr and "oneDNN custom operations" not in proc.stderr
     row = rows[0]
     assert len(row.split()) == 3 and "raw_pixels" in proc.stdout
 

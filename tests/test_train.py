@@ -249,7 +249,9 @@ def test_loss_the_library_refuses_stops_before_any_work(tmp_path, capsys):
     """Issue 11: stable_contrast + random passed validation, created the output
     dir, loaded the data and only then failed on loss.options."""
     out = tmp_path / "run"
-    code = train.main(["--set", f"output_dir={out}", "--set", "data.source=digits",
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("data: {source: digits}\n")
+    code = train.main(["--config", str(cfg), "--set", f"output_dir={out}",
                        "--set", "loss.name=stable_contrast", "--set", "loss.sampler=random"])
     assert code == 2
     err = capsys.readouterr().err

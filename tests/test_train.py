@@ -713,19 +713,23 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
     cfg = cfg_for(tmp_path / "soak")
     rng = np.random.default_rng(0)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    kills = 0
+    backup = os.path.join(cfg["output_dir"], "backup")
+    epochs_at_kill = []
     for _ in range(12):
         proc = subprocess.Popen([sys.executable, "-c", _RUN.format(root=ROOT), json.dumps(cfg)], cwd=ROOT,
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(3.0, 15.0))
+        time.sleep(rng.uniform(4.0, 20.0))
         if proc.poll() is not None:
+            assert proc.returncode == 0
             break
         proc.kill()
         proc.wait()
-        kills += 1
+        epochs_at_kill.append(experiment.completed_epochs(backup))
     if not os.path.exists(os.path.join(cfg["output_dir"], "finished.json")):
         experiment.run(cfg, verbose=0)
-    assert kills >= 3, "the run finished before enough kills; lengthen it"
+    # Kills before any backup, and between backups of later epochs.
+    assert len(epochs_at_kill) >= 3 and max(epochs_at_kill) >= 1, epochs_at_kill
+    kills = len(epochs_at_kill)
     for name in ("final.weights.h5", os.path.join("checkpoints", "best.weights.h5")):
         a = _weights(os.path.join(straight["output_dir"], name))
         b = _weights(os.path.join(cfg["output_dir"], name))

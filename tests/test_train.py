@@ -715,7 +715,10 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     backup = os.path.join(cfg["output_dir"], "backup")
     epochs_at_kill = []
+    finished = os.path.join(cfg["output_dir"], "finished.json")
     for _ in range(12):
+        if os.path.exists(finished):  # a kill landed after the run had finished
+            break
         proc = subprocess.Popen([sys.executable, "-c", _RUN.format(root=ROOT), json.dumps(cfg)], cwd=ROOT,
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(4.0, 20.0))
@@ -725,7 +728,7 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
         proc.kill()
         proc.wait()
         epochs_at_kill.append(experiment.completed_epochs(backup))
-    if not os.path.exists(os.path.join(cfg["output_dir"], "finished.json")):
+    if not os.path.exists(finished):
         experiment.run(cfg, verbose=0)
     # Kills before any backup, and between backups of later epochs.
     assert len(epochs_at_kill) >= 3 and max(epochs_at_kill) >= 1, epochs_at_kill

@@ -739,6 +739,7 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
     # Kills before any backup, and between backups of later epochs.
     assert len(epochs_at_kill) >= 3 and max(epochs_at_kill) >= 1, epochs_at_kill
     kills = len(epochs_at_kill)
+    print(f"soak: {kills} kills, backed-up epoch at each kill: {epochs_at_kill}")
     for name in ("final.weights.h5", os.path.join("checkpoints", "best.weights.h5")):
         a = _weights(os.path.join(straight["output_dir"], name))
         b = _weights(os.path.join(cfg["output_dir"], name))

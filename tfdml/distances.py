@@ -87,13 +87,13 @@ def pairwise_squared_euclidean(a, b=None, *, centre=True):
     The centre does not help embeddings close to each other but far from the
     batch mean, such as a near-duplicate pair (or a tight cluster) in an
     otherwise spread-out batch of unit vectors, for which ``|u| ≈ 1``. So, for
-    float32 input with ``centre=True``, the entries whose bound above exceeds
-    ``1/64`` of their value (``D_ij² < 64 (2d + 3) ε (|u_i|² + |v_j|²)``: for
-    unit vectors in 128 dimensions, pairs closer than about 0.04) are
+    float32 input with ``centre=True``, a batch with an entry whose bound above
+    exceeds ``1/64`` of its value (``D_ij² < 64 (2d + 3) ε (|u_i|² + |v_j|²)``:
+    for unit vectors in 128 dimensions, a pair closer than about 0.04) is
     recomputed by the same expansion in float64 (``ε = 2^-53``), from the
-    inputs themselves. The float64 matmul runs only in a batch that has such a
-    pair (``tf.cond``); it costs 1.3 to 2.3 times the float32 matrix on CPU
-    (benchmarks/RESULTS.md). Half-precision inputs are not refined. The bound
+    inputs themselves, and rounded to float32. The float64 matmul runs only in
+    such a batch (``tf.cond``); it costs about 2 times the float32 matrix on
+    CPU (benchmarks/RESULTS.md). Half-precision inputs are not refined. The bound
     assumes the matmul runs in the input dtype; TensorFloat-32 matmuls on GPUs
     have ``ε = 2^-11``.
     """
@@ -109,9 +109,9 @@ def pairwise_squared_euclidean(a, b=None, *, centre=True):
         if same:
             inaccurate = tf.logical_and(inaccurate, tf.logical_not(tf.eye(tf.shape(d2)[0], dtype=tf.bool)))
 
-        def refined():
+        def refined():  # the whole matrix: a where over both would cost more
             wide = _expansion(tf.cast(a, tf.float64), tf.cast(b, tf.float64), tf.cast(c, tf.float64), same)[0]
-            return tf.where(inaccurate, tf.cast(wide, tf.float32), d2)
+            return tf.cast(wide, tf.float32)
 
         d2 = tf.cond(tf.reduce_any(inaccurate), refined, lambda: d2)
     if same:

@@ -4,10 +4,17 @@
 around the batch mean (Wu et al. 2017 §3, D_ij). This script compares it with
 
 * **old**: the same expansion around the origin (tfdml before issue 11 item 3);
+* **centred only**: around the batch mean, without the float64 refinement of
+  the entries whose error bound is large (the first step of issue 11 item 3);
 * two alternatives that were measured and not adopted, both also accurate for
   close pairs far from the batch mean: **+ exact 8-NN** (the centred
   expansion, then each row's 8 nearest entries recomputed from explicit
-  differences) and **float64** (the centred expansion as a float64 matmul).
+  differences) and **float64** (the centred expansion as a float64 matmul,
+  always).
+
+Speed is measured on random unit vectors (no close pair: the refinement's
+``tf.cond`` skips the float64 matmul) and on the same batch with one
+near-duplicate pair (the float64 matmul runs).
 
 Accuracy: B = 64 float32 unit vectors, largest relative error of ``D_ij`` over
 all pairs i ≠ j and of the gradient of ``sum D_ij`` (row-wise norm), against
@@ -49,6 +56,12 @@ def old(a):
     return distances.safe_sqrt(_expansion(a, a))
 
 
+def centred_only(a):
+    """Around the batch mean, float32 only (no refinement of close pairs)."""
+    d2 = distances._expansion(a, a, distances._centre(a), True)[0]
+    return distances.safe_sqrt(tf.linalg.set_diag(d2, tf.zeros_like(d2[0])))
+
+
 def float64(a):
     a64 = tf.cast(a, tf.float64)
     u = a64 - tf.stop_gradient(tf.reduce_mean(a64, axis=0))
@@ -70,7 +83,8 @@ def exact_nearest(a, k=8):
 
 VARIANTS = {
     "old (around the origin)": old,
-    "new (around the batch mean)": distances.pairwise_euclidean,
+    "centred only": centred_only,
+    "new (centred + float64 where needed)": distances.pairwise_euclidean,
     "alternative: + exact 8-NN": exact_nearest,
     "alternative: float64": float64,
 }
@@ -164,18 +178,22 @@ def main():
 
     print(f"\nSpeed, {args.dim}-d unit vectors: median of {args.runs} calls after {args.warmup}, "
           "milliseconds, forward / forward + backward.")
-    print("| B | variant | tf.function | + jit_compile |")
-    print("|---|---|---:|---:|")
+    print("| B | batch | variant | tf.function | + jit_compile |")
+    print("|---|---|---|---:|---:|")
     for size in args.sizes:
-        x = tf.constant(_unit(np.random.default_rng(size).normal(size=(size, args.dim))).astype(np.float32))
-        cells = {name: [] for name in VARIANTS}
-        for jit in (False, True):
-            for backward in (False, True):
-                fns = [timed(fn, jit, backward) for fn in VARIANTS.values()]
-                for name, ms in zip(VARIANTS, median_ms_interleaved(fns, x, args.runs, args.warmup)):
-                    cells[name].append(ms)
-        for name, (f, fb, xf, xfb) in cells.items():
-            print(f"| {size} | {name} | {f:.2f} / {fb:.2f} | {xf:.2f} / {xfb:.2f} |", flush=True)
+        base = _unit(np.random.default_rng(size).normal(size=(size, args.dim)))
+        paired = base.copy()
+        paired[1] = _unit(base[0] + 1e-3 * _unit(np.random.default_rng(1).normal(size=args.dim)))
+        for kind, values in (("random", base), ("+ 1 near-duplicate pair", paired)):
+            x = tf.constant(values.astype(np.float32))
+            cells = {name: [] for name in VARIANTS}
+            for jit in (False, True):
+                for backward in (False, True):
+                    fns = [timed(fn, jit, backward) for fn in VARIANTS.values()]
+                    for name, ms in zip(VARIANTS, median_ms_interleaved(fns, x, args.runs, args.warmup)):
+                        cells[name].append(ms)
+            for name, (f, fb, xf, xfb) in cells.items():
+                print(f"| {size} | {kind} | {name} | {f:.2f} / {fb:.2f} | {xf:.2f} / {xfb:.2f} |", flush=True)
     print(f"\nload average after the run: {os.getloadavg()[0]:.2f}")
 
 

@@ -49,6 +49,11 @@ def _centre(a):
     return tf.stop_gradient(tf.cast(tf.math.divide_no_nan(total, count), a.dtype))
 
 
+#: float32 entries whose first-order error bound exceeds 1/_REFINE_FACTOR of the
+#: value are recomputed in float64 (see pairwise_squared_euclidean).
+_REFINE_FACTOR = 64.0
+
+
 def pairwise_squared_euclidean(a, b=None, *, centre=True):
     """``D_ij² = ||a_i - b_j||²`` for all i, j (Wu et al. 2017 §3, D_ij squared).
 
@@ -79,27 +84,36 @@ def pairwise_squared_euclidean(a, b=None, *, centre=True):
     (pairs about 1.4e-4 apart): bound 2.4e-5, measured error 2e-7, where the
     expansion around the origin returns 0 or is off by up to 640 %.
 
-    Not helped by the centre: embeddings close to each other but far from the
+    The centre does not help embeddings close to each other but far from the
     batch mean, such as a near-duplicate pair (or a tight cluster) in an
-    otherwise spread-out batch of unit vectors, for which ``|u| ≈ 1``. Their
-    error stays that of the expansion around the origin, about ``1e-7 / D_ij²``
-    relative for unit vectors (exactly 0 is still possible below about 3e-4
-    apart). Making those exact too costs a k-nearest selection and explicit
-    differences, or a float64 matmul: 1.3 to 5 times this function's time on
-    CPU (benchmarks/RESULTS.md). The bound assumes the matmul runs in the input
-    dtype; TensorFloat-32 matmuls on GPUs have ``ε = 2^-11``.
+    otherwise spread-out batch of unit vectors, for which ``|u| ≈ 1``. So, for
+    float32 input with ``centre=True``, a batch with an entry whose bound above
+    exceeds ``1/64`` of its value (``D_ij² < 64 (2d + 3) ε (|u_i|² + |v_j|²)``:
+    for unit vectors in 128 dimensions, a pair closer than about 0.04) is
+    recomputed by the same expansion in float64 (``ε = 2^-53``), from the
+    inputs themselves, and rounded to float32. The float64 matmul runs only in
+    such a batch (``tf.cond``); it costs about 2 times the float32 matrix on
+    CPU (benchmarks/RESULTS.md). Half-precision inputs are not refined. The bound
+    assumes the matmul runs in the input dtype; TensorFloat-32 matmuls on GPUs
+    have ``ε = 2^-11``.
     """
-    u = _as_float(a)
+    a = _as_float(a)
     same = b is None
-    v = u if same else tf.cast(b, u.dtype)
-    if centre:
-        c = _centre(u)
-        u = u - c
-        v = u if same else v - c
-    sq_u = tf.reduce_sum(tf.square(u), axis=-1)
-    sq_v = sq_u if same else tf.reduce_sum(tf.square(v), axis=-1)
-    d2 = sq_u[:, None] + sq_v[None, :] - 2.0 * tf.matmul(u, v, transpose_b=True)
-    d2 = tf.maximum(d2, 0.0)
+    b = a if same else tf.cast(b, a.dtype)
+    c = _centre(a) if centre else None
+    d2, sq_u, sq_v = _expansion(a, b, c, same)
+    if centre and d2.dtype == tf.float32:
+        dim = tf.cast(tf.shape(a)[-1], tf.float32)
+        bound = (2.0 * dim + 3.0) * 2.0**-24 * (sq_u[:, None] + sq_v[None, :])
+        inaccurate = d2 < _REFINE_FACTOR * bound
+        if same:
+            inaccurate = tf.logical_and(inaccurate, tf.logical_not(tf.eye(tf.shape(d2)[0], dtype=tf.bool)))
+
+        def refined():  # the whole matrix: a where over both would cost more
+            wide = _expansion(tf.cast(a, tf.float64), tf.cast(b, tf.float64), tf.cast(c, tf.float64), same)[0]
+            return tf.cast(wide, tf.float32)
+
+        d2 = tf.cond(tf.reduce_any(inaccurate), refined, lambda: d2)
     if same:
         # A mask, not tf.linalg.set_diag: the gradient of set_diag builds its
         # zero diagonal from a tf.cond over the shape when the batch size is
@@ -107,6 +121,16 @@ def pairwise_squared_euclidean(a, b=None, *, centre=True):
         diagonal = tf.eye(tf.shape(d2)[0], dtype=tf.bool)
         d2 = tf.where(diagonal, tf.zeros_like(d2), d2)
     return d2
+
+
+def _expansion(a, b, c, same):
+    """``(|u|² + |v|² - 2 u·v clipped at 0, |u|², |v|²)`` with ``u = a - c``, ``v = b - c``."""
+    u = a if c is None else a - c
+    v = u if same else (b if c is None else b - c)
+    sq_u = tf.reduce_sum(tf.square(u), axis=-1)
+    sq_v = sq_u if same else tf.reduce_sum(tf.square(v), axis=-1)
+    d2 = sq_u[:, None] + sq_v[None, :] - 2.0 * tf.matmul(u, v, transpose_b=True)
+    return tf.maximum(d2, 0.0), sq_u, sq_v
 
 
 def safe_sqrt(x, threshold=_SQRT_THRESHOLD):

@@ -276,3 +276,46 @@ def test_centre_false_expands_around_the_origin_for_precentred_data():
     c = a.astype(np.float64).mean(axis=0).astype(np.float32)
     d2 = distances.pairwise_squared_euclidean(a - c, centre=False).numpy()
     _assert_relative_error_within(np.sqrt(d2), d_ref, rel_bound)
+
+
+def _spread_batch_with_near_duplicates(gap, dim=128, size=32, seed=0):
+    """Random unit vectors (spread over the sphere) with pairs (0, 1), (2, 3)
+    ``gap`` apart: close to each other, far from the batch mean."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(size, dim))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    for i in (0, 2):
+        step = rng.normal(size=dim)
+        step -= step @ x[i] * x[i]
+        x[i + 1] = x[i] + gap * step / np.linalg.norm(step)
+        x[i + 1] /= np.linalg.norm(x[i + 1])
+    return x.astype("float32")
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("gap", [1e-4, 1e-3, 1e-2])
+def test_near_duplicate_pairs_in_a_spread_batch_match_float64(gap, jit):
+    """Issue 11 item 3, the case centring cannot help: a close pair far from
+    the batch mean. Its entries are recomputed in float64; the value (1 %)
+    and the gradient, d D_01 / d a_0 = (a_0 - a_1) / D_01, match float64."""
+    a = _spread_batch_with_near_duplicates(gap)
+    a64 = a.astype(np.float64)
+    d_ref = np.sqrt(np.sum((a64[:, None] - a64[None]) ** 2, axis=-1))
+
+    @tf.function(jit_compile=jit)
+    def value_and_grad(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            d = distances.pairwise_euclidean(x)
+            pair = d[0, 1]
+        return d, tape.gradient(pair, x)
+
+    got, grad = value_and_grad(tf.constant(a))
+    got, grad = got.numpy(), grad.numpy()
+    for i, j in ((0, 1), (2, 3)):
+        assert got[i, j] > 0
+        np.testing.assert_allclose(got[i, j], d_ref[i, j], rtol=1e-2)
+    np.testing.assert_allclose(grad[0], (a64[0] - a64[1]) / d_ref[0, 1], rtol=2e-2, atol=1e-3)
+    # The other (far) pairs keep float32 accuracy.
+    off = ~np.eye(len(a), dtype=bool)
+    np.testing.assert_allclose(got[off], d_ref[off], rtol=1e-5)

@@ -114,6 +114,7 @@ def test_model_input_transform():
     ("conv", "not an embedding"),
     ("big", "expects inputs of shape 28×28×1 but cannot take the data's inputs of shape 8×8×1"),
     ("truncated", "not a complete .keras archive"),
+    ("out_is_a_file", "File exists"),
     ("metric", "Unknown metric"),
     ("config", "no such file"),
     ("source", "Unknown source"),
@@ -134,6 +135,8 @@ def test_clear_errors(models, tmp_path, capsys, case, match):
         model = str(tmp_path / "model.keras")
         with open(models["keras"], "rb") as src, open(model, "wb") as dst:
             dst.write(src.read()[:1000])
+    elif case == "out_is_a_file":  # an unwritable --out (issue 16)
+        (tmp_path / "o").write_text("a file, not a directory")
     elif case == "metric":
         extra = ["--metrics", "accuracy"]
     elif case == "config":

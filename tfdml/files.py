@@ -49,6 +49,19 @@ def _human(num):
     return f"{num:.1f} TB"
 
 
+def ensure_space(path, needed):
+    """Raise :class:`DiskFullError` before writing ``needed`` bytes to ``path``
+    when the filesystem has less free space (a write that runs out of space
+    half-way fails deep inside h5py, which has crashed the process)."""
+    free = free_space(path)
+    if free is not None and needed and free < needed:
+        raise DiskFullError(
+            errno.ENOSPC,
+            f"Not enough space on the device to write {path}: it needs about {_human(needed)}, "
+            f"{_human(free)} free; free some space or choose another output_dir. Earlier files are intact",
+        )
+
+
 def _fsync_dir(directory):
     try:
         fd = os.open(directory, os.O_RDONLY)

@@ -186,8 +186,12 @@ class Backup:
     def save(self, model, epoch, extra=None):
         os.makedirs(self.directory, exist_ok=True)
         name = f"epoch-{epoch:04d}.weights.h5"
-        files.save_weights(model, os.path.join(self.directory, name))
         old = self.state()
+        if old is not None:  # the new backup is about as large as the last one
+            last = os.path.join(self.directory, old["weights"])
+            if os.path.exists(last):
+                files.ensure_space(os.path.join(self.directory, name), int(1.1 * os.path.getsize(last)))
+        files.save_weights(model, os.path.join(self.directory, name))
         entry = {"epoch": int(epoch), "weights": name, **(extra or {})}
         previous = None
         if old is not None and old.get("weights") != name:

@@ -147,3 +147,17 @@ def test_history_csv_continues_the_backed_up_rows(tmp_path):
     history.on_epoch_end(2, {"loss": 0.75, "map@r": 0.625})
     assert path.read_text().splitlines() == [
         "epoch,loss,map@r", "0,1.5,", "1,1.0,0.5", "2,0.75,0.625"]
+
+
+def test_a_backup_that_cannot_fit_is_refused_before_writing(tmp_path, monkeypatch):
+    """h5py running out of space half-way has crashed the process (issue 16):
+    the next backup's size is checked against the free space first."""
+    backup = runs.Backup(tmp_path / "backup")
+    model = _model()
+    backup.save(model, 1)
+    monkeypatch.setattr(files, "free_space", lambda path: 100)
+    with pytest.raises(files.DiskFullError, match=r"Not enough space .*epoch-0002\.weights\.h5.*100 bytes free"):
+        backup.save(model, 2)
+    monkeypatch.undo()
+    assert backup.epoch == 1
+    assert sorted(os.listdir(tmp_path / "backup")) == ["epoch-0001.weights.h5", "state.json"]

@@ -19,6 +19,10 @@ Conventions:
   value per entry, returned by :meth:`Index.metadata_for`.
 * ``k`` larger than the index returns ``len(index)`` columns.
 
+Calibration (:func:`calibrate`) turns held-out queries with known classes
+into a match threshold: a query "matches" when its nearest entry is within
+the threshold, and the match is right when that entry has the query's label.
+
 File format (:meth:`Index.save`, :meth:`Index.load`): one ``.npz`` file,
 written atomically through :mod:`tfdml.files`, holding the arrays
 ``embeddings`` (float32 [N, d]), ``ids`` (int64 or unicode [N]), ``labels``
@@ -29,6 +33,7 @@ values, optional) and ``manifest``: a JSON string with ``format``
 the checksum of the other arrays. Nothing is pickled.
 """
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -428,3 +433,92 @@ def _checksum(arrays):
         digest.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
         digest.update(a.tobytes())
     return digest.hexdigest()
+
+
+@dataclasses.dataclass
+class Calibration:
+    """Precision, recall and F1 of "match if nearest distance <= t", for every t.
+
+    ``thresholds`` are the distinct nearest-neighbour distances of the
+    calibration queries, ascending; at threshold ``t`` the accepted queries are
+    those with nearest distance ``<= t``. A *true positive* is an accepted
+    query whose nearest entry has its label; ``precision = TP / accepted``,
+    ``recall = TP / (queries whose nearest entry has their label)``.
+    ``threshold`` is the largest one with ``precision >= target_precision``.
+    """
+
+    thresholds: np.ndarray
+    precision: np.ndarray
+    recall: np.ndarray
+    f1: np.ndarray
+    threshold: float
+    target_precision: float
+    distance: str
+
+    def at(self, threshold):
+        """``{"threshold", "precision", "recall", "f1"}`` at the largest tabulated t <= ``threshold``."""
+        i = int(np.searchsorted(self.thresholds, threshold, side="right")) - 1
+        if i < 0:
+            return {"threshold": float(threshold), "precision": float("nan"), "recall": 0.0,
+                    "f1": 0.0}
+        return {"threshold": float(self.thresholds[i]), "precision": float(self.precision[i]),
+                "recall": float(self.recall[i]), "f1": float(self.f1[i])}
+
+    def plot(self, path):
+        """The precision / recall / F1 against threshold curve as a PNG (written atomically)."""
+        from tfdml import plots
+
+        return plots.threshold_curve(self.thresholds, self.precision, self.recall, path,
+                                     f1=self.f1, threshold=self.threshold,
+                                     target_precision=self.target_precision)
+
+
+def calibrate(index, queries, labels, target_precision=0.99):
+    """Choose a match threshold for ``index`` from held-out ``queries`` and their ``labels``.
+
+    The index must have labels (``Index.add(..., labels=)``), of the same kind
+    (int64 or strings) as ``labels``. Returns a :class:`Calibration` whose
+    ``threshold`` is the largest nearest-neighbour distance at which the
+    precision of "nearest entry has the query's class" is still at least
+    ``target_precision``; pass it to :meth:`Index.match`. If no threshold
+    reaches the target, a ValueError says the best precision found.
+    """
+    if not 0.0 < float(target_precision) <= 1.0:
+        raise ValueError(f"target_precision must be in (0, 1], got {target_precision}.")
+    if len(index) and index.labels is None:
+        raise ValueError(
+            "The index has no labels: add its entries with Index.add(..., labels=...) "
+            "(or (x, y) batches in add_model) to calibrate it."
+        )
+    labels = as_keys(labels, "labels")
+    pos, dist = index._search_positions(queries, 1)
+    if labels.shape[0] != pos.shape[0]:
+        raise ValueError(f"Got {pos.shape[0]} queries but {labels.shape[0]} labels.")
+    if pos.shape[0] == 0:
+        raise ValueError("calibrate needs at least one query.")
+    if _kind(labels) != _kind(index.labels):
+        raise ValueError(
+            f"The index has {_kind(index.labels)} labels but the queries' labels are "
+            f"{_kind(labels)}; use the same kind of label for both."
+        )
+    d = dist[:, 0].astype(np.float64)
+    correct = index.labels[pos[:, 0]] == labels
+    order = np.argsort(d, kind="stable")
+    d, correct = d[order], correct[order]
+    tp = np.cumsum(correct)
+    # The last position of each distinct distance: everything up to it is accepted.
+    last = np.flatnonzero(np.append(d[1:] != d[:-1], True))
+    thresholds, tp, accepted = d[last], tp[last], last + 1
+    precision = tp / accepted
+    recall = tp / max(int(correct.sum()), 1)
+    denom = precision + recall
+    f1 = np.where(denom > 0, 2 * precision * recall / np.where(denom > 0, denom, 1), 0.0)
+    ok = np.flatnonzero(precision >= target_precision)
+    if not ok.size:
+        raise ValueError(
+            f"No threshold reaches precision {target_precision}: the best is "
+            f"{precision.max():.4f} (at distance {thresholds[np.argmax(precision)]:.4g}); "
+            "lower target_precision, or train the model further."
+        )
+    return Calibration(thresholds.astype(np.float32), precision, recall, f1,
+                       float(thresholds[ok[-1]]), float(target_precision), index.distance)

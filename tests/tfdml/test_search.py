@@ -198,3 +198,78 @@ def test_add_model_embeds_x_or_xy_batches_with_a_progress_bar(capsys):
     index.add_model(model, tf.data.Dataset.from_tensor_slices(x[:2]).batch(2).map(
         lambda v: (v, tf.constant([0, 1], tf.int64))), verbose=0)
     assert index.ids.tolist()[-2:] == [10, 11]  # continues after the largest id
+
+
+def _calibration_data(seed=8, classes=8, right=60, wrong=20):
+    """Gallery: one point per class, 10 apart per axis (nearest-neighbour radius 7.07).
+
+    Queries sit at a known distance r from a gallery point, so their nearest
+    entry and its distance are known: ``right`` queries carry that point's
+    class at r in [0.05, 0.5], ``wrong`` ones carry another class at r in [1, 2].
+    Every threshold in [max right r, 1) accepts all right and no wrong queries.
+    """
+    rng = np.random.default_rng(seed)
+    gallery = 10.0 * np.eye(classes)
+    n = right + wrong
+    near = rng.integers(0, classes, n)
+    r = np.concatenate([rng.uniform(0.05, 0.5, right), rng.uniform(1.0, 2.0, wrong)])
+    u = rng.standard_normal((n, classes))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    queries = gallery[near] + r[:, None] * u
+    labels = np.where(np.arange(n) < right, near, (near + 1) % classes).astype(np.int64)
+    return gallery.astype(np.float32), queries.astype(np.float32), labels, r
+
+
+def numpy_sweep(nearest_distance, correct, thresholds):
+    """Reference: precision / recall / F1 of "accept if d <= t", one t at a time."""
+    rows = []
+    for t in thresholds:
+        accepted = nearest_distance <= t
+        tp = np.sum(accepted & correct)
+        p = tp / max(accepted.sum(), 1)
+        rec = tp / max(correct.sum(), 1)
+        rows.append((p, rec, 0.0 if p + rec == 0 else 2 * p * rec / (p + rec)))
+    return np.array(rows).T
+
+
+def test_calibrate_matches_a_numpy_sweep_and_finds_the_known_threshold(tmp_path):
+    from tfdml.search import calibrate
+
+    gallery, queries, labels, r = _calibration_data()
+    index = Index("euclidean").add(gallery, [f"g{i}" for i in range(8)], labels=np.arange(8))
+    cal = calibrate(index, queries, labels, target_precision=0.99)
+    # The nearest entry of each query is its own gallery point at distance r
+    # (float32 expansion: error in d^2 a few eps * |x - mean|^2, |x|^2 ~ 100).
+    np.testing.assert_allclose(np.sort(cal.thresholds) ** 2, np.sort(r) ** 2, atol=1e-4)
+    correct = np.arange(len(r)) < 60
+    d = index.search(queries, 1)[1][:, 0].astype(np.float64)
+    precision, recall, f1 = numpy_sweep(d, correct, cal.thresholds.astype(np.float64))
+    np.testing.assert_allclose(cal.precision, precision)
+    np.testing.assert_allclose(cal.recall, recall)
+    np.testing.assert_allclose(cal.f1, f1)
+    # After the first wrong query precision is at most 60/61 < 0.99: the
+    # threshold is the largest right distance, with full recall.
+    assert cal.threshold**2 == pytest.approx(r[:60].max() ** 2, abs=1e-4)
+    assert cal.at(cal.threshold) == {"threshold": cal.threshold, "precision": 1.0,
+                                     "recall": 1.0, "f1": 1.0}
+    ids, dist, is_match = index.match(queries, cal.threshold)
+    np.testing.assert_array_equal(is_match[:, 0], correct)
+    assert ids[0, 0] == f"g{np.argmin(np.abs(gallery - queries[0]).sum(1))}"
+    # A lower target accepts some wrong queries: 60 / (60 + 2) >= 0.96.
+    assert calibrate(index, queries, labels, target_precision=0.96).threshold > 1.0
+    path = cal.plot(str(tmp_path / "calibration.png"))
+    assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    assert os.listdir(tmp_path) == ["calibration.png"]
+
+
+def test_calibrate_refuses_what_it_cannot_do():
+    from tfdml.search import calibrate
+
+    gallery, queries, labels, _ = _calibration_data(right=1, wrong=5)
+    with pytest.raises(ValueError, match="no labels.*labels="):
+        calibrate(Index().add(gallery, np.arange(8)), queries, labels)
+    index = Index().add(gallery, np.arange(8), labels=np.arange(8))
+    with pytest.raises(ValueError, match="No threshold reaches precision 0.99.*lower target"):
+        calibrate(index, queries[1:], labels[1:])
+    with pytest.raises(ValueError, match="int64 labels but.*str"):
+        calibrate(index, queries, labels.astype(str))

@@ -522,3 +522,100 @@ def calibrate(index, queries, labels, target_precision=0.99):
         )
     return Calibration(thresholds.astype(np.float32), precision, recall, f1,
                        float(thresholds[ok[-1]]), float(target_precision), index.distance)
+
+
+def _lookup_module(model, index, k, threshold, input_signature):
+    import tensorflow as tf
+
+    gallery = index.embeddings
+    distance = index.distance
+    # The same centring as tfdml.metrics.knn (the query of zeros becomes -mean).
+    minus_c, centred = _knn.centre(np.zeros((1, gallery.shape[1]), np.float32), gallery,
+                                   distance)
+    k_eff = min(int(k), len(index))
+    limit = np.float32(np.inf if threshold is None else threshold)
+
+    class Lookup(tf.Module):
+        def __init__(self):
+            super().__init__(name="tfdml_lookup")
+            self.model = model
+            self.gallery = tf.Variable(centred, trainable=False, name="gallery")
+            self.offset = tf.Variable(minus_c[0], trainable=False, name="offset")
+            self.ids = tf.Variable(index.ids, trainable=False, name="ids")
+            self.threshold = tf.Variable(limit, trainable=False, name="threshold")
+            self.embed = tf.function(self._embed, input_signature=input_signature)
+            self.lookup = tf.function(self._lookup, input_signature=input_signature)
+
+        def _embed(self, inputs):
+            return tf.cast(self.model(inputs, training=False), tf.float32)
+
+        def _lookup(self, inputs):
+            e = self._embed(inputs)
+            if distance != "cosine":
+                e = e + self.offset
+            values, positions = tf.math.top_k(_knn.scores(e, self.gallery, distance), k=k_eff,
+                                              sorted=True)
+            if distance == "cosine":
+                dist = 1.0 - values
+            else:
+                dist = tf.sqrt(tf.maximum(-values, 0.0))
+            return {"ids": tf.gather(self.ids, positions), "distances": dist,
+                    "is_match": dist <= self.threshold}
+
+    return Lookup()
+
+
+def export_lookup(model, index, path, k=10, threshold=None, input_signature=None):
+    """Write a SavedModel at ``path`` that embeds, searches ``index`` and thresholds.
+
+    Load it with TensorFlow alone (``tf.saved_model.load(path)``); it has
+
+    * ``lookup(inputs)`` -> ``{"ids": [B, k'] int64 or string, "distances":
+      float32 [B, k'], "is_match": bool [B, k']}``, the same top-k as
+      :meth:`Index.search` on ``embed(inputs)`` (ties: entry added first first),
+      ``k' = min(k, len(index))``, ``is_match = distances <= threshold``;
+    * ``embed(inputs)`` -> float32 [B, d], the model's embeddings;
+
+    also registered as the serving signatures ``"lookup"`` (the default) and
+    ``"embed"`` (output ``{"embeddings"}``). ``threshold``: a distance, a
+    :class:`Calibration`, or ``None`` (every neighbour is a match).
+    ``input_signature``: a list of one ``tf.TensorSpec``; default: from
+    ``model.inputs``. The index is copied into the SavedModel as variables
+    (searched whole per batch: memory ∝ batch × N); the directory is written
+    atomically (:func:`tfdml.files.atomic_directory`).
+    """
+    import tensorflow as tf
+
+    if not len(index):
+        raise ValueError("The index is empty: add embeddings before exporting a lookup.")
+    if int(k) < 1:
+        raise ValueError(f"k must be a positive integer, got {k}.")
+    if isinstance(threshold, Calibration):
+        threshold = threshold.threshold
+    if input_signature is None:
+        inputs = getattr(model, "inputs", None)
+        if not inputs or len(inputs) != 1:
+            raise ValueError(
+                "Cannot read the model's input shape (it needs exactly one input); pass "
+                "input_signature=[tf.TensorSpec([None, ...], tf.float32)]."
+            )
+        spec = inputs[0]
+        input_signature = [tf.TensorSpec([None, *spec.shape[1:]], spec.dtype or tf.float32,
+                                         name="inputs")]
+    module = _lookup_module(model, index, k, threshold, input_signature)
+    probe = module.embed.get_concrete_function()
+    if probe.structured_outputs.shape[-1] != index.dim:
+        raise ValueError(
+            f"The model's embeddings have dimension {probe.structured_outputs.shape[-1]} but "
+            f"the index holds {index.dim}; export the model that built the index."
+        )
+    signatures = {
+        "lookup": module.lookup.get_concrete_function(),
+        "serving_default": module.lookup.get_concrete_function(),
+        "embed": tf.function(lambda inputs: {"embeddings": module.embed(inputs)},
+                             input_signature=input_signature).get_concrete_function(),
+    }
+    path = os.fspath(path)
+    with files.atomic_directory(path) as tmp:
+        tf.saved_model.save(module, tmp, signatures=signatures)
+    return path

@@ -270,7 +270,9 @@ class Index:
     def add_model(self, model, dataset, ids=None, metadata=None, verbose=1):
         """Embed a ``tf.data`` dataset with ``model`` and add the embeddings.
 
-        Elements are ``x`` or ``(x, y)`` batches; ``y`` becomes the labels.
+        Elements are ``x`` or ``(x, y)`` batches; ``y`` becomes the labels (a
+        dict ``y``, as in the batch contract of :mod:`tfdml.targets`: its
+        ``"label"``).
         ``ids``: one per example, or ``None`` for consecutive integers after the
         largest int id so far (0 for an empty index). A ``keras.utils.Progbar``
         shows the batches done (``verbose=0`` silences it).
@@ -287,6 +289,8 @@ class Index:
                 element, None)
             out = model(x, training=False)
             chunks.append(np.asarray(tf.convert_to_tensor(out)))
+            if isinstance(y, dict):
+                y = y.get("label")
             if y is not None:
                 ys.append(np.asarray(y))
             bar.update(step + 1)
@@ -339,8 +343,8 @@ class Index:
             return np.zeros((0, 0), np.int64), np.zeros((0, 0), np.float32)
         pos, values = _knn.knn(q, self._embeddings, k=int(k), distance=self.distance,
                                chunk_size=self.chunk_size)
-        if self.distance == "cosine":
-            values = (1.0 - values).astype(np.float32)
+        if self.distance == "cosine":  # 1 - cos, clipped: identical vectors give 0, not -1e-7
+            values = np.maximum(1.0 - values, 0.0).astype(np.float32)
         return pos, values
 
     def search(self, queries, k=1):
@@ -556,7 +560,7 @@ def _lookup_module(model, index, k, threshold, input_signature):
             values, positions = tf.math.top_k(_knn.scores(e, self.gallery, distance), k=k_eff,
                                               sorted=True)
             if distance == "cosine":
-                dist = 1.0 - values
+                dist = tf.maximum(1.0 - values, 0.0)
             else:
                 dist = tf.sqrt(tf.maximum(-values, 0.0))
             return {"ids": tf.gather(self.ids, positions), "distances": dist,

@@ -123,6 +123,13 @@ def test_ids_survive_as_given_and_save_load_round_trip(tmp_path):
     assert as_keys([b"caf\xc3\xa9"]).tolist() == ["café"]
 
 
+def test_an_empty_index_saves_and_loads(tmp_path):
+    index = Index("cosine").add(np.eye(2), ["a", "b"]).remove(["a", "b"])
+    loaded = Index.load(index.save(tmp_path / "empty.npz"))
+    assert len(loaded) == 0 and loaded.distance == "cosine"
+    assert len(loaded.add(np.ones((1, 5)), [7])) == 1  # any dimension again
+
+
 def test_manifest_names_format_version_and_checksum(tmp_path):
     path = Index().add(np.eye(3), [1, 2, 3]).save(tmp_path / "i.npz")
     with np.load(path) as data:
@@ -196,8 +203,9 @@ def test_add_model_embeds_x_or_xy_batches_with_a_progress_bar(capsys):
                               ids=[f"p{i}" for i in range(10)], verbose=0)
     assert plain.labels is None and plain.ids[3] == "p3"
     index.add_model(model, tf.data.Dataset.from_tensor_slices(x[:2]).batch(2).map(
-        lambda v: (v, tf.constant([0, 1], tf.int64))), verbose=0)
+        lambda v: (v, {"label": tf.constant([0, 5], tf.int64)})), verbose=0)
     assert index.ids.tolist()[-2:] == [10, 11]  # continues after the largest id
+    assert index.labels.tolist()[-2:] == [0, 5]  # the batch contract's "label"
 
 
 def _calibration_data(seed=8, classes=8, right=60, wrong=20):

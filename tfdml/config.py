@@ -593,7 +593,7 @@ def dump(config, path):
 
 #: Config keys that may change when a run resumes from its backup: they extend
 #: the run or change only what is reported, not the model or the data stream.
-RESUMABLE_KEYS = ("training.epochs", "evaluation", "output_dir")
+RESUMABLE_KEYS = ("training.epochs", "evaluation", "export", "output_dir")
 
 
 def resume_differences(saved, current, allowed=RESUMABLE_KEYS):

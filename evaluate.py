@@ -338,7 +338,7 @@ def _image_loader(split):
 def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance="euclidean",
         batch_size=256, chunk_size=None, seed=0, num_pairs=6000, grid_queries=8, grid_k=8,
         verbose=1, extra_info=None, make_plots=True, transform=None, baseline=None,
-        show_table=True, calibrate=None):
+        show_table=True, calibrate=None, save_index=None):
     """Embed ``split`` with ``model`` (a path or an embedder), evaluate, write JSON and PNGs.
 
     ``split``: an object with ``labels``, ``dataset()`` (unbatched (image,
@@ -350,6 +350,8 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
     ``baseline``, printed next to the model's figures).
     ``calibrate=TARGET`` also chooses a match threshold (:func:`calibration_report`),
     written to metrics.json as ``calibration`` (and ``calibration.png``).
+    ``save_index=PATH`` writes the split's embeddings as a
+    :class:`tfdml.search.Index` (ids: positions in the split; with labels).
     Returns the metrics dict.
     """
     from tfdml import metrics as tm
@@ -390,6 +392,14 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
               "plots": [os.path.basename(p) for p in written]}
     if baseline_results is not None:
         record["baseline"] = {"name": baseline, "metrics": _jsonable(baseline_results)}
+    if save_index is not None:
+        from tfdml import search
+
+        search.Index("cosine" if distance == "cosine" else "euclidean").add(
+            embeddings, np.arange(len(embeddings), dtype=np.int64), labels=labels).save(save_index)
+        record["index"] = os.path.abspath(save_index)
+        if verbose:
+            print(f"Wrote the index {save_index}")
     if calibrate is not None:
         record["calibration"] = calibration_report(embeddings, labels, distance, calibrate,
                                                    out_dir if make_plots else None, seed)
@@ -536,6 +546,9 @@ def build_parser():
     p.add_argument("--calibrate", type=float, default=None, metavar="PRECISION",
                    help="also choose a match threshold reaching this nearest-neighbour "
                         "precision on a random half of the split (e.g. 0.99)")
+    p.add_argument("--save-index", default=None, metavar="PATH",
+                   help="also write the embeddings as a tfdml.search.Index (.npz; ids: "
+                        "positions in the split)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     return p
@@ -570,7 +583,7 @@ def main(argv=None):
             chunk_size=args.chunk_size, seed=args.seed, num_pairs=args.num_pairs,
             grid_queries=args.grid[0], grid_k=args.grid[1], verbose=0 if args.quiet else 1,
             make_plots=not args.no_plots, baseline=args.baseline or config.get("baseline"),
-            calibrate=args.calibrate,
+            calibrate=args.calibrate, save_index=args.save_index,
             transform=model_input_transform(config.get("image_size"), config.get("image_channels")),
             extra_info={"model": os.path.abspath(args.model), "data": source,
                         "source_kwargs": kwargs, "split": split_name})

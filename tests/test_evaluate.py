@@ -265,3 +265,20 @@ def test_calibration_report_matches_a_numpy_nearest_neighbour_check():
     # Every example its own class: no nearest neighbour is ever right.
     bad = evaluate.calibration_report(emb, np.arange(200), "cosine", 0.5)
     assert "No threshold reaches precision 0.5" in bad["error"] and bad["distance"] == "cosine"
+
+
+def test_save_index_writes_the_split_as_a_search_index(models, tmp_path):
+    from tfdml import search
+
+    out, path = str(tmp_path / "eval"), str(tmp_path / "index.npz")
+    assert evaluate.main(["--model", models["keras"], "--out", out, "--save-index", path,
+                          "--no-plots", "--distance", "cosine"] + FAST) == 0
+    index = search.Index.load(path)
+    report = json.load(open(os.path.join(out, "metrics.json")))
+    assert len(index) == report["info"]["num_examples"] and index.distance == "cosine"
+    assert index.ids.tolist() == list(range(len(index))) and index.labels.dtype == np.int64
+    # Leave-one-out recall@1 from the index equals the metric evaluate.py reports.
+    ids, _ = index.search(index.embeddings, k=2)
+    nearest = np.where(ids[:, 0] == np.arange(len(index)), ids[:, 1], ids[:, 0])
+    recall1 = np.mean(index.labels[nearest] == index.labels)
+    assert recall1 == pytest.approx(report["metrics"]["recall@1"], abs=2 / len(index))

@@ -623,3 +623,35 @@ def export_lookup(model, index, path, k=10, threshold=None, input_signature=None
     with files.atomic_directory(path) as tmp:
         tf.saved_model.save(module, tmp, signatures=signatures)
     return path
+
+
+def describe(path):
+    """A one-paragraph description of the index file ``path`` (checksum verified)."""
+    index = Index.load(path)
+    id_kind = _kind(index.ids) if len(index) else "none"
+    labels = "none" if index.labels is None else _kind(index.labels)
+    return (f"{path}: {len(index)} entries, dim {index.dim}, distance {index.distance}, "
+            f"{id_kind} ids, labels: {labels}, format version {FORMAT_VERSION}, checksum ok")
+
+
+def main(argv=None):
+    """``python -m tfdml.search INDEX.npz ...``: describe index files (exit 2 if damaged)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m tfdml.search",
+                                     description="Check and describe tfdml.search index files.")
+    parser.add_argument("paths", nargs="+", metavar="INDEX.npz")
+    args = parser.parse_args(argv)
+    code = 0
+    for path in args.paths:
+        try:
+            print(describe(path))
+        except (ValueError, OSError) as err:
+            print(f"python -m tfdml.search: error: {err}", file=sys.stderr)
+            code = 2
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -374,3 +374,15 @@ def test_export_lookup_int_ids_cosine_and_bad_input(tmp_path):
     with pytest.raises(ValueError, match="index is empty"):
         export_lookup(model, Index(), tmp_path / "x")
     assert sorted(os.listdir(tmp_path)) == ["m"]
+
+
+def test_the_command_line_describes_an_index_and_flags_a_damaged_one(tmp_path, capsys):
+    from tfdml import search
+
+    path = Index("cosine").add(np.eye(3), ["a", "b", "c"], labels=[1, 1, 2]).save(
+        tmp_path / "i.npz")
+    assert search.main([path]) == 0
+    assert "3 entries, dim 3, distance cosine, str ids, labels: int64" in capsys.readouterr().out
+    open(tmp_path / "cut.npz", "wb").write(open(path, "rb").read()[:100])
+    assert search.main([path, str(tmp_path / "cut.npz")]) == 2
+    assert "cut.npz" in capsys.readouterr().err

@@ -4,7 +4,9 @@
 exact top-k queries with :func:`tfdml.metrics.knn.knn`, the same chunked
 search the retrieval metrics use: memory grows with ``chunk_size × N``, never
 with ``Q × N``, and equal distances rank the entry added first first (the
-gallery keeps insertion order, also after :meth:`Index.remove`).
+gallery keeps insertion order, also after :meth:`Index.remove`). Scores are
+computed in float32, as in the metrics: "equal" means equal after rounding
+(exact duplicates always are).
 
 Conventions:
 
@@ -30,7 +32,11 @@ written atomically through :mod:`tfdml.files`, holding the arrays
 values, optional) and ``manifest``: a JSON string with ``format``
 (``"tfdml.search.Index"``), ``version`` (:data:`FORMAT_VERSION`),
 ``distance``, ``count``, ``dim``, ``id_kind``, ``label_kind`` and ``sha256``,
-the checksum of the other arrays. Nothing is pickled.
+the checksum of the other arrays (SHA-256 over, in name order, each array's
+``"name:dtype:shape;"`` then its C-order bytes). Nothing is pickled.
+
+Serving (:func:`export_lookup`) writes a SavedModel whose ``lookup`` embeds,
+searches a copy of the index and thresholds, with TensorFlow alone.
 """
 
 import dataclasses
@@ -460,7 +466,8 @@ class Calibration:
     distance: str
 
     def at(self, threshold):
-        """``{"threshold", "precision", "recall", "f1"}`` at the largest tabulated t <= ``threshold``."""
+        """``{"threshold", "precision", "recall", "f1"}`` at the largest tabulated
+        threshold ``<= threshold`` (precision NaN below the smallest)."""
         i = int(np.searchsorted(self.thresholds, threshold, side="right")) - 1
         if i < 0:
             return {"threshold": float(threshold), "precision": float("nan"), "recall": 0.0,

@@ -54,6 +54,9 @@ from tfdml.metrics import knn as _knn
 #: Distances an :class:`Index` can search by.
 DISTANCES = ("cosine", "euclidean")
 
+#: Search backends of an :class:`Index`.
+BACKENDS = ("tensorflow", "faiss")
+
 #: Version of the file format written by :meth:`Index.save`.
 FORMAT_VERSION = 1
 _FORMAT = "tfdml.search.Index"
@@ -66,6 +69,17 @@ def _check_distance(distance):
             "(cosine is reported as the distance 1 - cosine similarity)."
         )
     return distance
+
+
+def _import_faiss():
+    try:
+        import faiss
+    except ImportError:
+        raise ValueError(
+            "backend='faiss' needs the faiss package: pip install faiss-cpu (or tfdml[faiss]), "
+            "or use backend='tensorflow'."
+        ) from None
+    return faiss
 
 
 def as_keys(values, name="ids"):
@@ -159,11 +173,24 @@ class Index:
       distance: ``"euclidean"`` or ``"cosine"`` (reported as ``1 - cos``).
       chunk_size: queries per chunk of the search (default: as many as keep
         one chunk's [chunk, N] score matrix under 32 MiB).
+      backend: ``"tensorflow"`` (:func:`tfdml.metrics.knn.knn`, the metrics'
+        code) or ``"faiss"`` (an exact flat faiss index, ``pip install
+        faiss-cpu`` or the ``faiss`` extra; faster on large indexes). Both are
+        exact; faiss may order equal distances differently and round them
+        differently in the last bits.
     """
 
-    def __init__(self, distance="euclidean", chunk_size=None):
+    def __init__(self, distance="euclidean", chunk_size=None, backend="tensorflow"):
         self.distance = _check_distance(distance)
         self.chunk_size = chunk_size
+        if backend not in BACKENDS:
+            raise ValueError(
+                f"Unknown index backend {backend!r}; choose one of {', '.join(BACKENDS)}."
+            )
+        if backend == "faiss":
+            _import_faiss()
+        self.backend = backend
+        self._faiss = None  # built on the first faiss search, dropped by add / remove
         self._embeddings = None
         self._ids = None
         self._labels = None
@@ -260,6 +287,7 @@ class Index:
             except TypeError as err:
                 raise ValueError(f"metadata must be JSON-serialisable: {err}.") from None
         new_meta = metadata if metadata is not None else [None] * x.shape[0]
+        self._faiss = None
         if not len(self):
             self._embeddings, self._ids, self._labels = x.copy(), keys, labels
             self._metadata = list(new_meta) if metadata is not None else None
@@ -324,6 +352,7 @@ class Index:
         if not len(self):
             raise ValueError("The index is empty: there is nothing to remove.")
         positions = self._positions(ids)
+        self._faiss = None
         keep = np.ones(len(self), bool)
         keep[positions] = False
         self._embeddings, self._ids = self._embeddings[keep], self._ids[keep]
@@ -332,7 +361,7 @@ class Index:
         if self._metadata is not None:
             self._metadata = [m for m, k in zip(self._metadata, keep) if k]
         if not len(self):
-            self.__init__(self.distance, self.chunk_size)
+            self.__init__(self.distance, self.chunk_size, self.backend)
         return self
 
     # -- search -----------------------------------------------------------
@@ -347,11 +376,33 @@ class Index:
         q = _embeddings(queries, "queries", self.dim)
         if q.shape[0] == 0:
             return np.zeros((0, 0), np.int64), np.zeros((0, 0), np.float32)
+        if self.backend == "faiss":
+            return self._faiss_search(q, int(k))
         pos, values = _knn.knn(q, self._embeddings, k=int(k), distance=self.distance,
                                chunk_size=self.chunk_size)
         if self.distance == "cosine":  # 1 - cos, clipped: identical vectors give 0, not -1e-7
             values = np.maximum(1.0 - values, 0.0).astype(np.float32)
         return pos, values
+
+    def _faiss_search(self, q, k):
+        faiss = _import_faiss()
+        cosine = self.distance == "cosine"
+
+        def prepare(x):
+            x = np.array(x, np.float32, order="C")
+            if cosine:
+                x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+            return x
+
+        if self._faiss is None:
+            self._faiss = (faiss.IndexFlatIP if cosine else faiss.IndexFlatL2)(self.dim)
+            self._faiss.add(prepare(self._embeddings))
+        values, pos = self._faiss.search(prepare(q), min(k, len(self)))
+        if cosine:
+            values = np.maximum(1.0 - values, 0.0)
+        else:
+            values = np.sqrt(np.maximum(values, 0.0))
+        return pos.astype(np.int64), values.astype(np.float32)
 
     def search(self, queries, k=1):
         """The ``k`` nearest entries of each query, exact.
@@ -398,7 +449,7 @@ class Index:
         return path
 
     @classmethod
-    def load(cls, path, chunk_size=None):
+    def load(cls, path, chunk_size=None, backend="tensorflow"):
         """Read an index written by :meth:`save`; a damaged file is a ValueError."""
         path = os.fspath(path)
         fix = "write it again with Index.save (the file is damaged or not an index)"
@@ -426,7 +477,7 @@ class Index:
             )
         if _checksum(arrays) != manifest.get("sha256"):
             raise ValueError(f"The checksum of {path} does not match its content; {fix}.")
-        index = cls(manifest["distance"], chunk_size=chunk_size)
+        index = cls(manifest["distance"], chunk_size=chunk_size, backend=backend)
         if manifest["count"]:
             index._embeddings = arrays["embeddings"]
             index._ids = arrays["ids"]

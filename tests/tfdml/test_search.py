@@ -386,3 +386,30 @@ def test_the_command_line_describes_an_index_and_flags_a_damaged_one(tmp_path, c
     open(tmp_path / "cut.npz", "wb").write(open(path, "rb").read()[:100])
     assert search.main([path, str(tmp_path / "cut.npz")]) == 2
     assert "cut.npz" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine"])
+def test_faiss_backend_gives_the_same_top_k(distance):
+    pytest.importorskip("faiss")
+    gallery, queries = _clustered(seed=11)
+    ids = np.array([f"e{i}" for i in range(len(gallery))])
+    ref = Index(distance).add(gallery, ids)
+    fast = Index(distance, backend="faiss").add(gallery, ids)
+    for step in range(2):  # again after remove + add: the faiss index is rebuilt
+        want, want_d = ref.search(queries, k=6)
+        got, got_d = fast.search(queries, k=6)
+        np.testing.assert_array_equal(got, want)  # no ties in this data
+        np.testing.assert_allclose(got_d, want_d, atol=1e-4)
+        for index in (ref, fast):
+            index.remove(ids[30 * step: 30 * step + 30]).add(
+                gallery[:5] + 0.5, [f"n{step}-{j}" for j in range(5)])
+
+
+def test_faiss_backend_without_faiss_says_how_to_install_it(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "faiss", None)  # import faiss now raises ImportError
+    with pytest.raises(ValueError, match="pip install faiss-cpu.*backend='tensorflow'"):
+        Index(backend="faiss")
+    with pytest.raises(ValueError, match="Unknown index backend 'annoy'"):
+        Index(backend="annoy")

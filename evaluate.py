@@ -338,7 +338,7 @@ def _image_loader(split):
 def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance="euclidean",
         batch_size=256, chunk_size=None, seed=0, num_pairs=6000, grid_queries=8, grid_k=8,
         verbose=1, extra_info=None, make_plots=True, transform=None, baseline=None,
-        show_table=True):
+        show_table=True, calibrate=None, save_index=None):
     """Embed ``split`` with ``model`` (a path or an embedder), evaluate, write JSON and PNGs.
 
     ``split``: an object with ``labels``, ``dataset()`` (unbatched (image,
@@ -348,6 +348,10 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
     ``baseline="raw_pixels"`` also scores the L2-normalised raw pixels of the
     same split with the same metrics (written to metrics.json as
     ``baseline``, printed next to the model's figures).
+    ``calibrate=TARGET`` also chooses a match threshold (:func:`calibration_report`),
+    written to metrics.json as ``calibration`` (and ``calibration.png``).
+    ``save_index=PATH`` writes the split's embeddings as a
+    :class:`tfdml.search.Index` (ids: positions in the split; with labels).
     Returns the metrics dict.
     """
     from tfdml import metrics as tm
@@ -388,6 +392,25 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
               "plots": [os.path.basename(p) for p in written]}
     if baseline_results is not None:
         record["baseline"] = {"name": baseline, "metrics": _jsonable(baseline_results)}
+    if save_index is not None:
+        from tfdml import search
+
+        search.Index("cosine" if distance == "cosine" else "euclidean").add(
+            embeddings, np.arange(len(embeddings), dtype=np.int64), labels=labels).save(save_index)
+        record["index"] = os.path.abspath(save_index)
+        if verbose:
+            print(f"Wrote the index {save_index}")
+    if calibrate is not None:
+        record["calibration"] = calibration_report(embeddings, labels, distance, calibrate,
+                                                   out_dir if make_plots else None, seed)
+        if make_plots and "threshold" in record["calibration"]:
+            record["plots"].append("calibration.png")
+        if verbose:
+            c = record["calibration"]
+            print(f"Calibration: {c['error']}" if "error" in c else
+                  f"Calibration: threshold {c['threshold']:.4g} ({c['distance']}) gives "
+                  f"precision {c['precision']:.4f}, recall {c['recall']:.4f} "
+                  f"(target {c['target_precision']})")
     files.write_json(os.path.join(out_dir, "metrics.json"), record)
     if verbose:
         if show_table:  # train.py prints its own summary of the same figures
@@ -395,6 +418,38 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
         print(f"Wrote {os.path.join(out_dir, 'metrics.json')} and "
               f"{', '.join(os.path.basename(p) for p in written)}")
     return results
+
+
+def calibration_report(embeddings, labels, distance, target_precision, out_dir=None, seed=0):
+    """A match threshold for these embeddings (:func:`tfdml.search.calibrate`), as a dict.
+
+    A seeded random half of the examples is the index, the other half the
+    calibration queries. ``squared_euclidean`` calibrates a euclidean
+    threshold (same ranking). A target no threshold reaches is reported as
+    ``{"error": ...}``, not raised: the metrics are still worth writing.
+    """
+    from tfdml import search
+
+    index_distance = "cosine" if distance == "cosine" else "euclidean"
+    order = np.random.default_rng(seed).permutation(len(labels))
+    half = len(order) // 2
+    if half < 1:
+        return {"error": "calibration needs at least two examples"}
+    index = search.Index(index_distance).add(embeddings[order[:half]], order[:half],
+                                             labels=np.asarray(labels)[order[:half]])
+    report = {"target_precision": float(target_precision), "distance": index_distance,
+              "num_index": int(half), "num_queries": int(len(order) - half), "seed": int(seed)}
+    try:
+        cal = search.calibrate(index, embeddings[order[half:]], np.asarray(labels)[order[half:]],
+                               target_precision=target_precision)
+    except ValueError as err:
+        return {**report, "error": str(err)}
+    report.update({"threshold": cal.threshold, **{k: v for k, v in
+                                                  cal.at(cal.threshold).items()
+                                                  if k != "threshold"}})
+    if out_dir is not None:
+        cal.plot(os.path.join(out_dir, "calibration.png"))
+    return report
 
 
 def _split_title(split):
@@ -488,6 +543,12 @@ def build_parser():
     p.add_argument("--no-plots", action="store_true", help="write metrics.json only")
     p.add_argument("--baseline", choices=BASELINES, default=None,
                    help="also score a model-free baseline on the same split (raw_pixels)")
+    p.add_argument("--calibrate", type=float, default=None, metavar="PRECISION",
+                   help="also choose a match threshold reaching this nearest-neighbour "
+                        "precision on a random half of the split (e.g. 0.99)")
+    p.add_argument("--save-index", default=None, metavar="PATH",
+                   help="also write the embeddings as a tfdml.search.Index (.npz; ids: "
+                        "positions in the split)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     return p
@@ -513,6 +574,8 @@ def main(argv=None):
 
         tm.parse_metrics(metrics, ks)  # fail on a typo before loading anything
         tm.knn.check_distance(distance)
+        if args.calibrate is not None and not 0.0 < args.calibrate <= 1.0:
+            raise ValueError(f"--calibrate must be a precision in (0, 1], got {args.calibrate}.")
         out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.model)), "evaluation")
         embedder = load_embedder(args.model)
         split = load_split(source, kwargs, split_name)
@@ -520,6 +583,7 @@ def main(argv=None):
             chunk_size=args.chunk_size, seed=args.seed, num_pairs=args.num_pairs,
             grid_queries=args.grid[0], grid_k=args.grid[1], verbose=0 if args.quiet else 1,
             make_plots=not args.no_plots, baseline=args.baseline or config.get("baseline"),
+            calibrate=args.calibrate, save_index=args.save_index,
             transform=model_input_transform(config.get("image_size"), config.get("image_channels")),
             extra_info={"model": os.path.abspath(args.model), "data": source,
                         "source_kwargs": kwargs, "split": split_name})

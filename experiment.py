@@ -434,6 +434,8 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
     if chief:
         result.update(final_evaluation(cfg, model, test_split, out, verbose))
         export(model, out, input_shape)
+        if cfg["export"]["lookup"]:
+            result["lookup"] = export_lookup(cfg, model, test_split, out, input_shape)
     runs.mark_finished(out, {"finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
                              "epochs": cfg["training"]["epochs"],
                              "metrics": result.get("metrics", {})})
@@ -581,6 +583,47 @@ def export(model, out, input_shape):
         os.replace(target, old)
     os.replace(staging, target)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def export_lookup(cfg, model, test_split, out, input_shape):
+    """``lookup/`` (:func:`tfdml.search.export_lookup`) over the test split, and ``lookup.json``.
+
+    The index holds every test example under its position in the split (int64
+    ids) with its label; the threshold is calibrated to
+    ``export.lookup_precision`` on a seeded half/half split of the same
+    embeddings (:func:`evaluate.calibration_report`). Like ``saved_model/``, the
+    lookup takes model inputs (after the run's image transform).
+    """
+    import evaluate
+    from tfdml import search
+
+    ex, ev = cfg["export"], cfg["evaluation"]
+    to_input = model_input(cfg)
+
+    def embedder(x):
+        return model(to_input(x), training=False)
+
+    embeddings, labels = evaluate.embed(embedder, test_split.dataset(), int(len(test_split.labels)),
+                                        ev["batch_size"], verbose=0)
+    distance = "cosine" if ev["distance"] == "cosine" else "euclidean"
+    index = search.Index(distance).add(embeddings, np.arange(len(embeddings), dtype=np.int64),
+                                       labels=labels)
+    calibration = None
+    if ex["lookup_precision"] is not None:
+        calibration = evaluate.calibration_report(embeddings, labels, distance,
+                                                  ex["lookup_precision"], seed=cfg["seed"])
+    threshold = (calibration or {}).get("threshold")
+    if calibration is not None and threshold is None:
+        print(f"Note: the lookup has no threshold: {calibration['error']}", file=sys.stderr)
+    search.export_lookup(model, index, os.path.join(out, "lookup"), k=ex["lookup_k"],
+                         threshold=threshold,
+                         input_signature=[tf.TensorSpec([None, *input_shape], tf.float32,
+                                                        name="inputs")])
+    record = {"k": ex["lookup_k"], "distance": distance, "threshold": threshold,
+              "ids": f"positions in the '{test_split.name}' split", "num_entries": len(index),
+              "calibration": calibration}
+    files.write_json(os.path.join(out, "lookup.json"), record)
+    return record
 
 
 def summary(cfg, result):

@@ -229,3 +229,59 @@ def test_config_evaluation_baseline_is_honoured(models, tmp_path):
                           "--no-plots"]) == 0
     report = json.load(open(os.path.join(out, "metrics.json")))
     assert report["baseline"]["name"] == "raw_pixels" and "recall@1" in report["baseline"]["metrics"]
+
+
+def test_calibrate_option_writes_a_threshold_and_its_plot(models, tmp_path):
+    out = str(tmp_path / "eval")
+    assert evaluate.main(["--model", models["keras"], "--out", out, "--calibrate", "0.9"]
+                         + FAST) == 0
+    with open(os.path.join(out, "metrics.json")) as f:
+        report = json.load(f)
+    c = report["calibration"]
+    assert c["target_precision"] == 0.9 and c["distance"] == "euclidean"
+    assert c["precision"] >= 0.9 and 0.0 < c["recall"] <= 1.0 and c["threshold"] > 0
+    assert c["num_index"] + c["num_queries"] == report["info"]["num_examples"]
+    assert "calibration.png" in report["plots"]
+    assert os.path.exists(os.path.join(out, "calibration.png"))
+
+
+def test_calibration_report_matches_a_numpy_nearest_neighbour_check():
+    rng = np.random.default_rng(2)
+    labels = rng.integers(0, 4, 200).astype(np.int64)
+    emb = (np.eye(4)[labels] * 3 + rng.standard_normal((200, 4))).astype(np.float32)
+    c = evaluate.calibration_report(emb, labels, "euclidean", 0.95, seed=5)
+    # The documented split: a permutation from default_rng(seed), first half indexed.
+    order = np.random.default_rng(5).permutation(200)
+    g, q = order[:100], order[100:]
+    d = np.sqrt(((emb[q][:, None].astype(np.float64) - emb[g][None]) ** 2).sum(-1))
+    nn = np.argmin(d, axis=1)
+    correct = labels[g][nn] == labels[q]
+    accepted = d[np.arange(100), nn] <= c["threshold"] + 1e-5
+    assert c["precision"] == pytest.approx(np.sum(correct & accepted) / accepted.sum())
+    assert c["recall"] == pytest.approx(np.sum(correct & accepted) / correct.sum())
+    assert c["precision"] >= 0.95
+    # The largest such threshold: every larger nearest distance misses the target.
+    nearest = d[np.arange(100), nn]
+    for t in nearest[nearest > c["threshold"] + 1e-5]:
+        acc = nearest <= t
+        assert np.sum(correct & acc) / acc.sum() < 0.95
+    # Every example its own class: no nearest neighbour is ever right.
+    bad = evaluate.calibration_report(emb, np.arange(200), "cosine", 0.5)
+    assert "No threshold reaches precision 0.5" in bad["error"] and bad["distance"] == "cosine"
+
+
+def test_save_index_writes_the_split_as_a_search_index(models, tmp_path):
+    from tfdml import search
+
+    out, path = str(tmp_path / "eval"), str(tmp_path / "index.npz")
+    assert evaluate.main(["--model", models["keras"], "--out", out, "--save-index", path,
+                          "--no-plots", "--distance", "cosine"] + FAST) == 0
+    index = search.Index.load(path)
+    report = json.load(open(os.path.join(out, "metrics.json")))
+    assert len(index) == report["info"]["num_examples"] and index.distance == "cosine"
+    assert index.ids.tolist() == list(range(len(index))) and index.labels.dtype == np.int64
+    # Leave-one-out recall@1 from the index equals the metric evaluate.py reports.
+    ids, _ = index.search(index.embeddings, k=2)
+    nearest = np.where(ids[:, 0] == np.arange(len(index)), ids[:, 1], ids[:, 0])
+    recall1 = np.mean(index.labels[nearest] == index.labels)
+    assert recall1 == pytest.approx(report["metrics"]["recall@1"], abs=2 / len(index))

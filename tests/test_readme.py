@@ -1,4 +1,4 @@
-"""The README's promises: two commands first, .ci/run runs the second, the API example runs."""
+"""The README's promises: two commands first, .ci/run runs the second, the examples run."""
 
 import os
 import re
@@ -25,3 +25,10 @@ def test_api_example_runs(capsys):
     assert "MarginLoss" in example and "model.fit" in example
     exec(compile(example, "README.md", "exec"), {"__name__": "readme_example"})
     assert "recall@1" in capsys.readouterr().out
+
+
+def test_search_example_runs(capsys):
+    example = next(b for b in _blocks("python") if "tfdml.search" in b)
+    exec(compile(example, "README.md", "exec"), {"__name__": "readme_search_example"})
+    out = capsys.readouterr().out
+    assert "threshold" in out and "digit-" in out

@@ -746,3 +746,31 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
         assert a.keys() == b.keys()
         for key in a:
             np.testing.assert_allclose(a[key], b[key], atol=1e-6, err_msg=f"{name}: {key} after {kills} kills")
+
+
+def test_export_lookup_answers_like_an_index_of_the_test_split(tmp_path):
+    from pipelines import sources
+    from tfdml import search
+
+    out = tmp_path / "run"
+    cfg = small_cfg(out, **{"evaluation.distance": "cosine", "evaluation.metrics": ["recall"],
+                            "training.epochs": 1, "export.lookup": True, "export.lookup_k": 3,
+                            "export.lookup_precision": 0.5})
+    experiment.run(cfg, verbose=0)
+    record = json.load(open(out / "lookup.json"))
+    assert record["k"] == 3 and record["distance"] == "cosine"
+    assert record["threshold"] == record["calibration"]["threshold"]
+    assert record["calibration"]["precision"] >= 0.5
+    split = sources.get_source("digits").split("test")
+    x = split.images.astype("float32")
+    model = keras.saving.load_model(os.path.join(out, "model.keras"))
+    index = search.Index("cosine").add(model.predict(x, verbose=0), np.arange(len(x)))
+    loaded = tf.saved_model.load(str(out / "lookup"))  # keep a reference
+    got = loaded.lookup(tf.constant(x[:20]))
+    want_ids, want_d = index.search(model.predict(x[:20], verbose=0), k=3)
+    np.testing.assert_array_equal(got["ids"].numpy(), want_ids)
+    np.testing.assert_allclose(got["distances"].numpy(), want_d, atol=1e-5)
+    np.testing.assert_array_equal(got["is_match"].numpy(),
+                                  got["distances"].numpy() <= np.float32(record["threshold"]))
+    with pytest.raises(config.ConfigError, match="lookup_precision.*precision in"):
+        small_cfg(out, **{"export.lookup_precision": 1.5})

@@ -26,6 +26,7 @@ _SUBMODULES = (
     "config",
     "backbones",
     "plots",
+    "search",
 )
 
 for _name in _SUBMODULES:

@@ -194,6 +194,17 @@ SCHEMA = {
         "baseline": _Field((str, type(None)), None, ("raw_pixels", None),
                            doc="also score a model-free baseline on the test split (raw_pixels)"),
     },
+    "export": {
+        "lookup": _Field(bool, False,
+                         doc="also write lookup/: a SavedModel that embeds, searches the test "
+                             "split and thresholds (tfdml.search.export_lookup)"),
+        "lookup_k": _Field(int, 10, doc="neighbours the lookup returns", check=_at_least(1)),
+        "lookup_precision": _Field((float, int, type(None)), 0.99,
+                                   doc="calibrate the lookup's threshold to this nearest-"
+                                       "neighbour precision (None: no threshold)",
+                                   check=lambda v: None if v is None or 0 < v <= 1
+                                   else "must be a precision in (0, 1] or null"),
+    },
 }
 
 
@@ -582,7 +593,7 @@ def dump(config, path):
 
 #: Config keys that may change when a run resumes from its backup: they extend
 #: the run or change only what is reported, not the model or the data stream.
-RESUMABLE_KEYS = ("training.epochs", "evaluation", "output_dir")
+RESUMABLE_KEYS = ("training.epochs", "evaluation", "export", "output_dir")
 
 
 def resume_differences(saved, current, allowed=RESUMABLE_KEYS):

@@ -118,6 +118,44 @@ def atomic_path(path, suffix=None):
         raise
 
 
+@contextlib.contextmanager
+def atomic_directory(path):
+    """Yield a temporary directory next to ``path``; on success it becomes ``path``.
+
+    For writers that produce a directory (a SavedModel). The new directory is
+    complete before it is renamed into place; an existing ``path`` is first
+    renamed aside and removed only after the new one is in place, so a kill
+    leaves the old directory, the new one, or (between the two renames) the
+    old one under a ``.<name>.old.*`` name, never a half-written ``path``.
+    """
+    path = os.fspath(path).rstrip(os.sep) or os.sep
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    base = os.path.basename(path)
+    tmp = tempfile.mkdtemp(prefix=f".{base}.", suffix=".tmp", dir=directory)
+    try:
+        yield tmp
+        old = None
+        if os.path.exists(path):
+            old = tempfile.mkdtemp(prefix=f".{base}.old.", dir=directory)
+            os.rmdir(old)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        _fsync_dir(directory)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if _is_disk_full(err):
+            raise DiskFullError(
+                errno.ENOSPC,
+                f"No space left on the device while writing {path} "
+                f"({_human(free_space(directory))} free); free some space or choose another "
+                "output_dir. Earlier files are intact",
+            ) from None
+        raise
+
+
 def _extensions(name):
     """``"a.weights.h5"`` -> ``[".weights", ".h5"]`` (Keras checks the full suffix)."""
     parts = name.split(".")

@@ -7,6 +7,8 @@
 * :func:`pr_curve` — mean interpolated precision against recall (Lu Fig. 4c).
 * :func:`roc_curve` — true against false positive rate of verification pairs
   (Lu Fig. 4f), with AUC and EER in the legend.
+* :func:`threshold_curve` — precision, recall and F1 of a match threshold
+  against the threshold (:func:`tfdml.search.calibrate`), the chosen one marked.
 
 Each function writes one PNG and returns its path. The figures are drawn on a
 ``matplotlib.figure.Figure`` with an Agg canvas, so importing this module
@@ -151,6 +153,29 @@ def roc_curve(fpr, tpr, path, auc=None, eer=None):
     ax.grid(alpha=0.3)
     if auc is not None or eer is not None:
         ax.legend(fontsize=8, loc="lower right")
+    return _save(fig, path)
+
+
+def threshold_curve(thresholds, precision, recall, path, f1=None, threshold=None,
+                    target_precision=None):
+    """Precision, recall (and F1) of "match if distance <= t" against t."""
+    fig = Figure(figsize=(5, 4), layout="constrained")
+    ax = fig.subplots()
+    ax.plot(thresholds, precision, color="#4575b4", label="precision")
+    ax.plot(thresholds, recall, color="#fdae61", label="recall")
+    if f1 is not None:
+        ax.plot(thresholds, f1, color="grey", linestyle="--", linewidth=1, label="F1")
+    if target_precision is not None:
+        ax.axhline(target_precision, color="#4575b4", linestyle=":", linewidth=1)
+    if threshold is not None:
+        ax.axvline(threshold, color=_WRONG, linewidth=1, label=f"threshold {threshold:.4g}")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("distance threshold")
+    ax.set_ylabel("rate")
+    ax.set_title("Nearest neighbour of the same class: match if distance <= threshold",
+                 fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     return _save(fig, path)
 
 

@@ -1,0 +1,415 @@
+"""tfdml.search.Index against a NumPy brute-force top-k; ids, files and bad input."""
+
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+
+from tfdml.search import Index, as_keys
+
+
+def brute_topk(queries, gallery, k, distance):
+    """NumPy reference: float64 distances, ties broken by gallery position (stable sort).
+
+    ``tfdml.metrics.knn`` ranks equal scores lower gallery index first
+    (``tf.math.top_k`` is stable), and an Index's gallery is in insertion order.
+    """
+    q = queries.astype(np.float64)
+    g = gallery.astype(np.float64)
+    if distance == "cosine":
+        q = q / np.linalg.norm(q, axis=1, keepdims=True)
+        g = g / np.linalg.norm(g, axis=1, keepdims=True)
+        d = 1.0 - q @ g.T
+    else:
+        d = np.sqrt(np.sum((q[:, None] - g[None]) ** 2, axis=-1))
+    order = np.argsort(d, axis=1, kind="stable")[:, :k]
+    return order, np.take_along_axis(d, order, axis=1)
+
+
+def _random(seed=0, n=150, q=40, dim=8):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, dim)).astype(np.float32), rng.standard_normal(
+        (q, dim)).astype(np.float32)
+
+
+def _clustered(seed=1, classes=6, per=20, q=30, dim=5):
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((classes, dim)) * 4
+    g = centres.repeat(per, axis=0) + 0.3 * rng.standard_normal((classes * per, dim))
+    qs = centres[rng.integers(0, classes, q)] + 0.3 * rng.standard_normal((q, dim))
+    return g.astype(np.float32), qs.astype(np.float32)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine"])
+@pytest.mark.parametrize("data", [_random, _clustered])
+def test_search_equals_brute_force(distance, data):
+    gallery, queries = data()
+    ids = np.arange(gallery.shape[0], dtype=np.int64) * 7 + 2**40  # not positions
+    index = Index(distance, chunk_size=7).add(gallery, ids)  # several chunks
+    got_ids, got_d = index.search(queries, k=5)
+    order, want_d = brute_topk(queries, gallery, 5, distance)
+    np.testing.assert_array_equal(got_ids, ids[order])
+    if distance == "cosine":
+        np.testing.assert_allclose(got_d, want_d, atol=1e-5)
+    else:
+        # float32 |q|^2 + |g|^2 - 2 q.g: absolute error in d^2 a few eps * |x|^2
+        # (|x| from the gallery mean, which knn subtracts first).
+        scale = np.max(np.sum((np.concatenate([gallery, queries]) - gallery.mean(0)) ** 2, 1))
+        np.testing.assert_allclose(got_d**2, want_d**2, atol=32 * 2.0**-24 * scale)
+    assert got_ids.dtype == np.int64 and got_d.dtype == np.float32
+
+
+def test_ties_rank_the_entry_added_first_first():
+    # Integer points, 64 gallery rows: knn centres the gallery on its mean, an
+    # integer / 64, exact in float32, so every distance is computed exactly and
+    # equal distances are truly equal (many: points on a small grid).
+    rng = np.random.default_rng(3)
+    gallery = rng.integers(-2, 3, (64, 3)).astype(np.float32)
+    queries = rng.integers(-2, 3, (25, 3)).astype(np.float32)
+    ids = rng.permutation(1000)[:64].astype(np.int64)
+    index = Index("euclidean").add(gallery, ids)
+    got_ids, got_d = index.search(queries, k=10)
+    order, want_d = brute_topk(queries, gallery, 10, "euclidean")
+    assert np.sum(np.diff(want_d, axis=1) == 0) > 50  # the test has ties to break
+    np.testing.assert_array_equal(got_ids, ids[order])
+    np.testing.assert_allclose(got_d, want_d, atol=1e-6)
+
+
+def test_cosine_ties_between_duplicates_and_order_after_remove():
+    gallery, queries = _random(4, n=30)
+    gallery = np.concatenate([gallery, gallery[:10]])  # rows 30..39 copy rows 0..9
+    ids = np.array([f"item-{i}" for i in range(40)])
+    index = Index("cosine").add(gallery, ids)
+    got, _ = index.search(gallery[:10], k=2)
+    # Each query equals rows i and 30 + i: the one added first comes first.
+    np.testing.assert_array_equal(got, np.stack([ids[:10], ids[30:40]], axis=1))
+    index.remove(ids[:10])
+    got, _ = index.search(gallery[:10], k=1)
+    np.testing.assert_array_equal(got[:, 0], ids[30:40])
+    order, _ = brute_topk(queries, gallery[10:], 3, "cosine")
+    np.testing.assert_array_equal(index.search(queries, 3)[0], ids[10:][order])
+    assert len(index) == 30
+
+
+def test_k_larger_than_index_returns_every_entry():
+    gallery, queries = _random(5, n=4, q=3)
+    ids, d = Index().add(gallery, [1, 2, 3, 4]).search(queries, k=10)
+    assert ids.shape == d.shape == (3, 4)
+
+
+def test_ids_survive_as_given_and_save_load_round_trip(tmp_path):
+    gallery, queries = _random(6, n=5, q=4, dim=3)
+    int_ids = [2**62 + 1, -5, 0, 2**63 - 1, -(2**63)]
+    str_ids = ["é-ü", "猫", "", "a b", "x" * 40]
+    labels = np.array([3, 3, 1, 2**62 + 7, 1], np.int64)
+    for ids in (int_ids, str_ids):
+        index = Index("cosine").add(gallery, ids, labels=labels,
+                                    metadata=[{"n": i} for i in range(5)])
+        path = index.save(tmp_path / "index.npz")
+        loaded = Index.load(path)
+        assert len(loaded) == 5 and loaded.distance == "cosine"
+        assert loaded.ids.tolist() == ids  # exact: 2**62 + 1 is not a float
+        assert loaded.labels.tolist() == labels.tolist()
+        assert loaded.metadata_for([ids[1]]) == [{"n": 1}]
+        np.testing.assert_array_equal(loaded.embeddings, gallery)
+        a, b = index.search(queries, 5), loaded.search(queries, 5)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+        # Only the file itself in the directory: the temporary one was renamed.
+        assert os.listdir(tmp_path) == ["index.npz"]
+    assert as_keys(np.array([2**62 + 1], np.uint64)).tolist() == [2**62 + 1]
+    assert as_keys([b"caf\xc3\xa9"]).tolist() == ["café"]
+
+
+def test_an_empty_index_saves_and_loads(tmp_path):
+    index = Index("cosine").add(np.eye(2), ["a", "b"]).remove(["a", "b"])
+    loaded = Index.load(index.save(tmp_path / "empty.npz"))
+    assert len(loaded) == 0 and loaded.distance == "cosine"
+    assert len(loaded.add(np.ones((1, 5)), [7])) == 1  # any dimension again
+
+
+def test_manifest_names_format_version_and_checksum(tmp_path):
+    path = Index().add(np.eye(3), [1, 2, 3]).save(tmp_path / "i.npz")
+    with np.load(path) as data:
+        manifest = json.loads(str(data["manifest"]))
+    assert manifest["format"] == "tfdml.search.Index" and manifest["version"] == 1
+    assert manifest["count"] == 3 and manifest["dim"] == 3 and len(manifest["sha256"]) == 64
+
+
+def test_truncated_or_corrupt_file_is_a_clear_error(tmp_path):
+    path = Index().add(np.eye(4), [1, 2, 3, 4]).save(tmp_path / "i.npz")
+    raw = open(path, "rb").read()
+    open(tmp_path / "cut.npz", "wb").write(raw[: len(raw) // 2])
+    with pytest.raises(ValueError, match="Cannot read the index file.*Index.save"):
+        Index.load(tmp_path / "cut.npz")
+    # Same size, one embedding changed: the checksum catches it.
+    with zipfile.ZipFile(path) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    emb = bytearray(members["embeddings.npy"])
+    emb[-1] ^= 0x40
+    members["embeddings.npy"] = bytes(emb)
+    with zipfile.ZipFile(tmp_path / "bad.npz", "w") as z:
+        for name, content in members.items():
+            z.writestr(name, content)
+    with pytest.raises(ValueError, match="checksum.*Index.save"):
+        Index.load(tmp_path / "bad.npz")
+    np.savez(tmp_path / "other.npz", embeddings=np.eye(2))
+    with pytest.raises(ValueError, match="not a tfdml index"):
+        Index.load(tmp_path / "other.npz")
+
+
+def test_bad_input_names_the_problem_and_the_fix():
+    index = Index().add(np.eye(3), [1, 2, 3])
+    with pytest.raises(ValueError, match="dimension 4 but the index holds 3.*same model"):
+        index.search(np.ones((2, 4)), k=1)
+    with pytest.raises(ValueError, match="dimension 2 but the index holds 3"):
+        index.add(np.ones((1, 2)), [9])
+    with pytest.raises(ValueError, match="index is empty: add embeddings"):
+        Index().search(np.ones((1, 3)), k=1)
+    with pytest.raises(ValueError, match="already in the index.*remove them"):
+        index.add(np.ones((1, 3)), [2])
+    with pytest.raises(ValueError, match="Duplicate ids in this call"):
+        Index().add(np.ones((2, 3)), ["a", "a"])
+    with pytest.raises(ValueError, match="queries have 1 row.*NaN.*fix the model"):
+        index.search(np.array([[0.0, np.nan, 1.0]]), k=1)
+    with pytest.raises(ValueError, match="embeddings have 1 row.*NaN"):
+        Index().add(np.array([[np.inf, 0.0]]), [1])
+    with pytest.raises(ValueError, match="Unknown index distance 'manhattan'.*cosine, euclidean"):
+        Index("manhattan")
+    with pytest.raises(ValueError, match="floats are refused"):
+        Index().add(np.ones((1, 3)), np.array([1.0]))
+    with pytest.raises(ValueError, match="holds int64 ids, got str"):
+        index.add(np.ones((1, 3)), ["x"])
+    with pytest.raises(ValueError, match="not in the index.*Index.ids"):
+        index.remove([42])
+    assert len(index) == 3  # nothing above changed the index
+
+
+def test_add_model_embeds_x_or_xy_batches_with_a_progress_bar(capsys):
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    x = np.random.default_rng(7).standard_normal((10, 4)).astype(np.float32)
+    y = np.arange(10, dtype=np.int64) % 3
+    index = Index().add_model(model, tf.data.Dataset.from_tensor_slices((x, y)).batch(4))
+    np.testing.assert_allclose(index.embeddings, model(x).numpy(), atol=1e-6)
+    assert index.ids.tolist() == list(range(10)) and index.labels.tolist() == y.tolist()
+    assert "3/3" in capsys.readouterr().out  # the Progbar counted the three batches
+    plain = Index().add_model(model, tf.data.Dataset.from_tensor_slices(x).batch(4),
+                              ids=[f"p{i}" for i in range(10)], verbose=0)
+    assert plain.labels is None and plain.ids[3] == "p3"
+    index.add_model(model, tf.data.Dataset.from_tensor_slices(x[:2]).batch(2).map(
+        lambda v: (v, {"label": tf.constant([0, 5], tf.int64)})), verbose=0)
+    assert index.ids.tolist()[-2:] == [10, 11]  # continues after the largest id
+    assert index.labels.tolist()[-2:] == [0, 5]  # the batch contract's "label"
+
+
+def _calibration_data(seed=8, classes=8, right=60, wrong=20):
+    """Gallery: one point per class, 10 apart per axis (nearest-neighbour radius 7.07).
+
+    Queries sit at a known distance r from a gallery point, so their nearest
+    entry and its distance are known: ``right`` queries carry that point's
+    class at r in [0.05, 0.5], ``wrong`` ones carry another class at r in [1, 2].
+    Every threshold in [max right r, 1) accepts all right and no wrong queries.
+    """
+    rng = np.random.default_rng(seed)
+    gallery = 10.0 * np.eye(classes)
+    n = right + wrong
+    near = rng.integers(0, classes, n)
+    r = np.concatenate([rng.uniform(0.05, 0.5, right), rng.uniform(1.0, 2.0, wrong)])
+    u = rng.standard_normal((n, classes))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    queries = gallery[near] + r[:, None] * u
+    labels = np.where(np.arange(n) < right, near, (near + 1) % classes).astype(np.int64)
+    return gallery.astype(np.float32), queries.astype(np.float32), labels, r
+
+
+def numpy_sweep(nearest_distance, correct, thresholds):
+    """Reference: precision / recall / F1 of "accept if d <= t", one t at a time."""
+    rows = []
+    for t in thresholds:
+        accepted = nearest_distance <= t
+        tp = np.sum(accepted & correct)
+        p = tp / max(accepted.sum(), 1)
+        rec = tp / max(correct.sum(), 1)
+        rows.append((p, rec, 0.0 if p + rec == 0 else 2 * p * rec / (p + rec)))
+    return np.array(rows).T
+
+
+def test_calibrate_matches_a_numpy_sweep_and_finds_the_known_threshold(tmp_path):
+    from tfdml.search import calibrate
+
+    gallery, queries, labels, r = _calibration_data()
+    index = Index("euclidean").add(gallery, [f"g{i}" for i in range(8)], labels=np.arange(8))
+    cal = calibrate(index, queries, labels, target_precision=0.99)
+    # The nearest entry of each query is its own gallery point at distance r
+    # (float32 expansion: error in d^2 a few eps * |x - mean|^2, |x|^2 ~ 100).
+    np.testing.assert_allclose(np.sort(cal.thresholds) ** 2, np.sort(r) ** 2, atol=1e-4)
+    correct = np.arange(len(r)) < 60
+    d = index.search(queries, 1)[1][:, 0].astype(np.float64)
+    precision, recall, f1 = numpy_sweep(d, correct, cal.thresholds.astype(np.float64))
+    np.testing.assert_allclose(cal.precision, precision)
+    np.testing.assert_allclose(cal.recall, recall)
+    np.testing.assert_allclose(cal.f1, f1)
+    # After the first wrong query precision is at most 60/61 < 0.99: the
+    # threshold is the largest right distance, with full recall.
+    assert cal.threshold**2 == pytest.approx(r[:60].max() ** 2, abs=1e-4)
+    assert cal.at(cal.threshold) == {"threshold": cal.threshold, "precision": 1.0,
+                                     "recall": 1.0, "f1": 1.0}
+    ids, dist, is_match = index.match(queries, cal.threshold)
+    np.testing.assert_array_equal(is_match[:, 0], correct)
+    assert ids[0, 0] == f"g{np.argmin(np.abs(gallery - queries[0]).sum(1))}"
+    # A lower target accepts some wrong queries: 60 / (60 + 2) >= 0.96.
+    assert calibrate(index, queries, labels, target_precision=0.96).threshold > 1.0
+    path = cal.plot(str(tmp_path / "calibration.png"))
+    assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    assert os.listdir(tmp_path) == ["calibration.png"]
+
+
+def test_calibrate_refuses_what_it_cannot_do():
+    from tfdml.search import calibrate
+
+    gallery, queries, labels, _ = _calibration_data(right=1, wrong=5)
+    with pytest.raises(ValueError, match="no labels.*labels="):
+        calibrate(Index().add(gallery, np.arange(8)), queries, labels)
+    index = Index().add(gallery, np.arange(8), labels=np.arange(8))
+    with pytest.raises(ValueError, match="No threshold reaches precision 0.99.*lower target"):
+        calibrate(index, queries[1:], labels[1:])
+    with pytest.raises(ValueError, match="int64 labels but.*str"):
+        calibrate(index, queries, labels.astype(str))
+
+
+_TF_ONLY = r"""
+import sys
+sys.path.append(sys.argv[1])  # site-packages only: no .pth files, so no editable tfdml
+try:
+    import tfdml
+    raise SystemExit("tfdml is importable: the test would not show TensorFlow alone suffices")
+except ImportError:
+    pass
+import numpy as np
+import tensorflow as tf
+lookup = tf.saved_model.load(sys.argv[2])
+x = np.load(sys.argv[3])
+out = lookup.lookup(tf.constant(x))
+serving = lookup.signatures["serving_default"](inputs=tf.constant(x))
+assert out["ids"].dtype == tf.string, out["ids"].dtype
+text = lambda t: np.char.decode(t.numpy().astype(bytes), "utf-8")
+np.savez(sys.argv[4], ids=text(out["ids"]), distances=out["distances"].numpy(),
+         is_match=out["is_match"].numpy(), embed=lookup.embed(tf.constant(x)).numpy(),
+         serving_ids=text(serving["ids"]))
+"""
+
+
+def _model(seed=0):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
+                             keras.layers.Dense(4)])
+
+
+def test_export_lookup_runs_with_tensorflow_alone(tmp_path):
+    import subprocess
+    import sys
+    import sysconfig
+
+    import tensorflow as tf
+
+    from tfdml.search import export_lookup
+
+    model = _model()
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((40, 6)).astype(np.float32)
+    queries = rng.standard_normal((7, 6)).astype(np.float32)
+    ids = np.array([f"ü-{i}" for i in range(40)])
+    index = Index("euclidean").add_model(model, tf.data.Dataset.from_tensor_slices(x).batch(16),
+                                         ids=ids, verbose=0)
+    want_ids, want_d = index.search(model(queries).numpy(), k=5)
+    threshold = float(np.median(want_d[:, 0]))
+    path = export_lookup(model, index, tmp_path / "lookup", k=5, threshold=threshold)
+    np.save(tmp_path / "q.npy", queries)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run(
+        [sys.executable, "-I", "-S", "-c", _TF_ONLY, sysconfig.get_paths()["purelib"], path,
+         str(tmp_path / "q.npy"), str(tmp_path / "out.npz")],
+        check=True, cwd=tmp_path, env=env, timeout=300)
+    with np.load(tmp_path / "out.npz") as out:
+        np.testing.assert_array_equal(out["ids"], want_ids)  # a string tensor, UTF-8
+        np.testing.assert_array_equal(out["serving_ids"], want_ids)
+        np.testing.assert_allclose(out["distances"], want_d, atol=1e-5)
+        np.testing.assert_array_equal(out["is_match"], out["distances"] <= np.float32(threshold))
+        assert 0 < out["is_match"][:, 0].sum() < 7
+        np.testing.assert_allclose(out["embed"], model(queries).numpy(), atol=1e-6)
+
+
+def test_export_lookup_int_ids_cosine_and_bad_input(tmp_path):
+    import tensorflow as tf
+
+    from tfdml.search import export_lookup
+
+    model = _model(1)
+    rng = np.random.default_rng(10)
+    x, queries = rng.standard_normal((30, 6)), rng.standard_normal((5, 6))
+    ids = np.arange(30, dtype=np.int64) + 2**62 + 1
+    index = Index("cosine").add(model(x).numpy(), ids)
+    export_lookup(model, index, tmp_path / "m", k=50)
+    loaded = tf.saved_model.load(str(tmp_path / "m"))  # keep it: its variables live in it
+    out = loaded.lookup(tf.constant(queries, tf.float32))
+    want_ids, want_d = index.search(model(queries).numpy(), k=50)
+    assert out["ids"].dtype == tf.int64 and out["ids"].shape == (5, 30)  # k capped at N
+    np.testing.assert_array_equal(out["ids"].numpy(), want_ids)  # exact beyond 2**53
+    np.testing.assert_allclose(out["distances"].numpy(), want_d, atol=1e-5)
+    assert out["is_match"].numpy().all()  # no threshold: every neighbour matches
+    export_lookup(model, index, tmp_path / "m", k=1)  # replaces the old export
+    loaded = tf.saved_model.load(str(tmp_path / "m"))
+    assert loaded.lookup(tf.constant(queries, tf.float32))["ids"].shape == (5, 1)
+    assert sorted(os.listdir(tmp_path)) == ["m"]
+    with pytest.raises(ValueError, match="dimension 4 but the index holds 3"):
+        export_lookup(model, Index().add(np.eye(3), [1, 2, 3]), tmp_path / "x")
+    with pytest.raises(ValueError, match="index is empty"):
+        export_lookup(model, Index(), tmp_path / "x")
+    assert sorted(os.listdir(tmp_path)) == ["m"]
+
+
+def test_the_command_line_describes_an_index_and_flags_a_damaged_one(tmp_path, capsys):
+    from tfdml import search
+
+    path = Index("cosine").add(np.eye(3), ["a", "b", "c"], labels=[1, 1, 2]).save(
+        tmp_path / "i.npz")
+    assert search.main([path]) == 0
+    assert "3 entries, dim 3, distance cosine, str ids, labels: int64" in capsys.readouterr().out
+    open(tmp_path / "cut.npz", "wb").write(open(path, "rb").read()[:100])
+    assert search.main([path, str(tmp_path / "cut.npz")]) == 2
+    assert "cut.npz" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "cosine"])
+def test_faiss_backend_gives_the_same_top_k(distance):
+    pytest.importorskip("faiss")
+    gallery, queries = _clustered(seed=11)
+    ids = np.array([f"e{i}" for i in range(len(gallery))])
+    ref = Index(distance).add(gallery, ids)
+    fast = Index(distance, backend="faiss").add(gallery, ids)
+    for step in range(2):  # again after remove + add: the faiss index is rebuilt
+        want, want_d = ref.search(queries, k=6)
+        got, got_d = fast.search(queries, k=6)
+        np.testing.assert_array_equal(got, want)  # no ties in this data
+        np.testing.assert_allclose(got_d, want_d, atol=1e-4)
+        for index in (ref, fast):
+            index.remove(ids[30 * step: 30 * step + 30]).add(
+                gallery[:5] + 0.5, [f"n{step}-{j}" for j in range(5)])
+
+
+def test_faiss_backend_without_faiss_says_how_to_install_it(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "faiss", None)  # import faiss now raises ImportError
+    with pytest.raises(ValueError, match="pip install faiss-cpu.*backend='tensorflow'"):
+        Index(backend="faiss")
+    with pytest.raises(ValueError, match="Unknown index backend 'annoy'"):
+        Index(backend="annoy")

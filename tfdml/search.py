@@ -1,0 +1,715 @@
+"""An exact nearest-neighbour index over embeddings, with user ids and a file format.
+
+:class:`Index` keeps embeddings with the ids the user gives them and answers
+exact top-k queries with :func:`tfdml.metrics.knn.knn`, the same chunked
+search the retrieval metrics use: memory grows with ``chunk_size × N``, never
+with ``Q × N``, and equal distances rank the entry added first first (the
+gallery keeps insertion order, also after :meth:`Index.remove`). Scores are
+computed in float32, as in the metrics: "equal" means equal after rounding
+(exact duplicates always are).
+
+Conventions:
+
+* **Distances** are "smaller is closer": ``"euclidean"`` is the euclidean
+  distance, ``"cosine"`` is the cosine *distance* ``1 - cos(q, g)`` (in
+  [0, 2]), so one threshold rule (``distance <= threshold``) serves both.
+* **Ids** are int64 (any value of int64, kept exactly: they never pass through
+  a float) or strings; one kind per index. A duplicate id is refused, in one
+  call and across calls: :meth:`Index.remove` it first to replace it.
+* **Labels** (optional, int64 or strings) are the classes of the entries;
+  :func:`calibrate` needs them. **Metadata** (optional) is one JSON-serialisable
+  value per entry, returned by :meth:`Index.metadata_for`.
+* ``k`` larger than the index returns ``len(index)`` columns.
+
+Calibration (:func:`calibrate`) turns held-out queries with known classes
+into a match threshold: a query "matches" when its nearest entry is within
+the threshold, and the match is right when that entry has the query's label.
+
+File format (:meth:`Index.save`, :meth:`Index.load`): one ``.npz`` file,
+written atomically through :mod:`tfdml.files`, holding the arrays
+``embeddings`` (float32 [N, d]), ``ids`` (int64 or unicode [N]), ``labels``
+(optional, int64 or unicode [N]), ``metadata`` (a JSON string, a list of N
+values, optional) and ``manifest``: a JSON string with ``format``
+(``"tfdml.search.Index"``), ``version`` (:data:`FORMAT_VERSION`),
+``distance``, ``count``, ``dim``, ``id_kind``, ``label_kind`` and ``sha256``,
+the checksum of the other arrays (SHA-256 over, in name order, each array's
+``"name:dtype:shape;"`` then its C-order bytes). Nothing is pickled.
+
+Serving (:func:`export_lookup`) writes a SavedModel whose ``lookup`` embeds,
+searches a copy of the index and thresholds, with TensorFlow alone.
+"""
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import zipfile
+
+import numpy as np
+
+from tfdml import files
+from tfdml.metrics import knn as _knn
+
+#: Distances an :class:`Index` can search by.
+DISTANCES = ("cosine", "euclidean")
+
+#: Search backends of an :class:`Index`.
+BACKENDS = ("tensorflow", "faiss")
+
+#: Version of the file format written by :meth:`Index.save`.
+FORMAT_VERSION = 1
+_FORMAT = "tfdml.search.Index"
+
+
+def _check_distance(distance):
+    if distance not in DISTANCES:
+        raise ValueError(
+            f"Unknown index distance {distance!r}; choose one of {', '.join(DISTANCES)} "
+            "(cosine is reported as the distance 1 - cosine similarity)."
+        )
+    return distance
+
+
+def _import_faiss():
+    try:
+        import faiss
+    except ImportError:
+        raise ValueError(
+            "backend='faiss' needs the faiss package: pip install faiss-cpu (or tfdml[faiss]), "
+            "or use backend='tensorflow'."
+        ) from None
+    return faiss
+
+
+def as_keys(values, name="ids"):
+    """``values`` as an int64 or unicode [N] NumPy array; floats and bools refused.
+
+    Integers of any int64 value are kept exactly (a Python int above 2**63 - 1
+    is refused rather than rounded); bytes are decoded as UTF-8.
+    """
+    if hasattr(values, "numpy"):
+        values = values.numpy()
+    if isinstance(values, (str, bytes, int, np.integer)):
+        values = [values]
+    if isinstance(values, np.ndarray) and values.dtype == object:
+        values = values.reshape(-1).tolist()
+    items = list(values) if not isinstance(values, np.ndarray) else None
+    arr = np.asarray(values) if items is None else None
+    if arr is None:
+        if all(isinstance(v, (str, bytes, np.str_, np.bytes_)) for v in items):
+            arr = np.array([v.decode("utf-8") if isinstance(v, bytes) else str(v)
+                            for v in items], dtype=str)
+        elif all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                 for v in items):
+            too_big = [v for v in items if not -(2**63) <= int(v) < 2**63]
+            if too_big:
+                raise ValueError(
+                    f"{name} must fit in int64; {too_big[0]} does not. Use strings for "
+                    "larger identifiers."
+                )
+            arr = np.array([int(v) for v in items], dtype=np.int64)
+        else:
+            kinds = sorted({type(v).__name__ for v in items})
+            raise ValueError(
+                f"{name} must be all integers or all strings, got {', '.join(kinds)}; "
+                "floats are refused because they round large integers."
+            )
+    arr = arr.reshape(-1) if arr.ndim != 1 else arr
+    if arr.dtype.kind == "S":
+        arr = np.char.decode(arr, "utf-8")
+    if arr.dtype.kind == "u":
+        if arr.size and arr.max() > np.iinfo(np.int64).max:
+            raise ValueError(f"{name} must fit in int64; use strings for larger identifiers.")
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind == "i":
+        return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind == "U":
+        return arr
+    if arr.size == 0:
+        return np.zeros((0,), np.int64)
+    raise ValueError(
+        f"{name} must be integers (int64) or strings, got dtype {arr.dtype}; floats are "
+        "refused because they round large integers: cast ids to int64 or str."
+    )
+
+
+def _kind(keys):
+    return "int64" if keys.dtype.kind == "i" else "str"
+
+
+def _embeddings(x, name, dim=None):
+    if hasattr(x, "numpy"):
+        x = x.numpy()
+    x = np.asarray(x)
+    if x.ndim == 1 and dim is not None and x.shape[0] == dim:
+        x = x[None]
+    if x.ndim != 2:
+        raise ValueError(
+            f"{name} must be a rank-2 array [num_vectors, dim], got shape {x.shape}; "
+            "pool or flatten to one vector per example."
+        )
+    if not np.issubdtype(x.dtype, np.number):
+        raise ValueError(f"{name} must be numeric, got dtype {x.dtype}.")
+    if dim is not None and x.shape[1] != dim:
+        raise ValueError(
+            f"{name} have dimension {x.shape[1]} but the index holds {dim}-dimensional "
+            "embeddings; embed them with the same model (and output layer) as the index."
+        )
+    x = x.astype(np.float32, copy=False)
+    bad = ~np.all(np.isfinite(x), axis=1)
+    if bad.any():
+        raise ValueError(
+            f"{name} have {int(bad.sum())} row(s) with NaN or Inf (first: row "
+            f"{int(np.argmax(bad))}); fix the model or its inputs, or drop those rows."
+        )
+    return x
+
+
+class Index:
+    """Exact nearest-neighbour search over embeddings with user ids.
+
+    Args:
+      distance: ``"euclidean"`` or ``"cosine"`` (reported as ``1 - cos``).
+      chunk_size: queries per chunk of the search (default: as many as keep
+        one chunk's [chunk, N] score matrix under 32 MiB).
+      backend: ``"tensorflow"`` (:func:`tfdml.metrics.knn.knn`, the metrics'
+        code) or ``"faiss"`` (an exact flat faiss index, ``pip install
+        faiss-cpu`` or the ``faiss`` extra; faster on large indexes). Both are
+        exact; faiss may order equal distances differently and round them
+        differently in the last bits.
+    """
+
+    def __init__(self, distance="euclidean", chunk_size=None, backend="tensorflow"):
+        self.distance = _check_distance(distance)
+        self.chunk_size = chunk_size
+        if backend not in BACKENDS:
+            raise ValueError(
+                f"Unknown index backend {backend!r}; choose one of {', '.join(BACKENDS)}."
+            )
+        if backend == "faiss":
+            _import_faiss()
+        self.backend = backend
+        self._faiss = None  # built on the first faiss search, dropped by add / remove
+        self._embeddings = None
+        self._ids = None
+        self._labels = None
+        self._metadata = None
+
+    # -- contents ---------------------------------------------------------
+    def __len__(self):
+        return 0 if self._ids is None else int(self._ids.shape[0])
+
+    @property
+    def dim(self):
+        return None if self._embeddings is None else int(self._embeddings.shape[1])
+
+    @property
+    def embeddings(self):
+        return self._embeddings
+
+    @property
+    def ids(self):
+        return self._ids
+
+    @property
+    def labels(self):
+        return self._labels
+
+    def metadata_for(self, ids):
+        """The metadata stored with ``ids`` (``None`` where none was given)."""
+        positions = self._positions(ids)
+        meta = self._metadata or [None] * len(self)
+        return [meta[p] for p in positions]
+
+    def _positions(self, ids):
+        keys = as_keys(ids)
+        where = {k: i for i, k in enumerate(self._ids.tolist())} if len(self) else {}
+        missing = [k for k in keys.tolist() if k not in where]
+        if missing:
+            raise ValueError(
+                f"{len(missing)} id(s) are not in the index (first: {missing[0]!r}); "
+                "check them against Index.ids."
+            )
+        return [where[k] for k in keys.tolist()]
+
+    def add(self, embeddings, ids, metadata=None, labels=None):
+        """Add ``embeddings`` [n, d] under ``ids`` (n int64 or strings, all new).
+
+        ``labels``: n classes (int64 or strings), needed by :func:`calibrate`;
+        give them in every call or in none. ``metadata``: n JSON-serialisable
+        values. Duplicate ids are refused: remove the old entry first.
+        """
+        x = _embeddings(embeddings, "embeddings", self.dim)
+        keys = as_keys(ids)
+        if keys.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"Got {x.shape[0]} embeddings but {keys.shape[0]} ids; give one id per row."
+            )
+        if x.shape[0] == 0:
+            return self
+        if len(self) and _kind(keys) != _kind(self._ids):
+            raise ValueError(
+                f"The index holds {_kind(self._ids)} ids, got {_kind(keys)} ids; "
+                "use one kind of id per index."
+            )
+        uniq, counts = np.unique(keys, return_counts=True)
+        if (counts > 1).any():
+            raise ValueError(
+                f"Duplicate ids in this call (first: {uniq[counts > 1][0].item()!r}); "
+                "every entry needs its own id."
+            )
+        if len(self):
+            clash = np.intersect1d(keys, self._ids)
+            if clash.size:
+                raise ValueError(
+                    f"{clash.size} id(s) are already in the index (first: {clash[0].item()!r});"
+                    " remove them with Index.remove first to replace them, or use new ids."
+                )
+        if labels is not None:
+            labels = as_keys(labels, "labels")
+            if labels.shape[0] != x.shape[0]:
+                raise ValueError(f"Got {x.shape[0]} embeddings but {labels.shape[0]} labels.")
+        if len(self) and (labels is None) != (self._labels is None):
+            raise ValueError(
+                "Give labels in every call to Index.add or in none: "
+                + ("the index has labels, this call has none."
+                   if labels is None else "the index has no labels, this call has some.")
+            )
+        if len(self) and labels is not None and _kind(labels) != _kind(self._labels):
+            raise ValueError("Labels must be of one kind (all int64 or all strings).")
+        if metadata is not None:
+            metadata = list(metadata)
+            if len(metadata) != x.shape[0]:
+                raise ValueError(f"Got {x.shape[0]} embeddings but {len(metadata)} metadata.")
+            try:
+                json.dumps(metadata)
+            except TypeError as err:
+                raise ValueError(f"metadata must be JSON-serialisable: {err}.") from None
+        new_meta = metadata if metadata is not None else [None] * x.shape[0]
+        self._faiss = None
+        if not len(self):
+            self._embeddings, self._ids, self._labels = x.copy(), keys, labels
+            self._metadata = list(new_meta) if metadata is not None else None
+        else:
+            self._embeddings = np.concatenate([self._embeddings, x])
+            self._ids = np.concatenate([self._ids, keys])
+            if labels is not None:
+                self._labels = np.concatenate([self._labels, labels])
+            if metadata is not None or self._metadata is not None:
+                old = self._metadata or [None] * (len(self._ids) - x.shape[0])
+                self._metadata = old + list(new_meta)
+        return self
+
+    def add_model(self, model, dataset, ids=None, metadata=None, verbose=1):
+        """Embed a ``tf.data`` dataset with ``model`` and add the embeddings.
+
+        Elements are ``x`` or ``(x, y)`` batches; ``y`` becomes the labels (a
+        dict ``y``, as in the batch contract of :mod:`tfdml.targets`: its
+        ``"label"``).
+        ``ids``: one per example, or ``None`` for consecutive integers after the
+        largest int id so far (0 for an empty index). A ``keras.utils.Progbar``
+        shows the batches done (``verbose=0`` silences it).
+        """
+        import keras
+        import tensorflow as tf
+
+        total = int(dataset.cardinality())
+        bar = keras.utils.Progbar(total if total >= 0 else None, verbose=verbose,
+                                  unit_name="batch")
+        chunks, ys = [], []
+        for step, element in enumerate(dataset):
+            x, y = (element[0], element[1]) if isinstance(element, (tuple, list)) else (
+                element, None)
+            out = model(x, training=False)
+            chunks.append(np.asarray(tf.convert_to_tensor(out)))
+            if isinstance(y, dict):
+                y = y.get("label")
+            if y is not None:
+                ys.append(np.asarray(y))
+            bar.update(step + 1)
+        if not chunks:
+            raise ValueError("The dataset is empty: nothing to add to the index.")
+        x = np.concatenate(chunks)
+        labels = None
+        if ys:
+            y = np.concatenate(ys)
+            if y.dtype.kind == "f":
+                raise ValueError(
+                    "The dataset's labels are floats; labels must be int64 or strings "
+                    "(cast them in the pipeline, e.g. tf.cast(y, tf.int64))."
+                )
+            labels = y.reshape(-1)
+        if ids is None:
+            if len(self) and _kind(self._ids) != "int64":
+                raise ValueError("The index has string ids: pass ids= to add_model.")
+            start = int(self._ids.max()) + 1 if len(self) else 0
+            ids = np.arange(start, start + x.shape[0], dtype=np.int64)
+        return self.add(x, ids, metadata=metadata, labels=labels)
+
+    def remove(self, ids):
+        """Remove the entries of ``ids`` (all must be present); the rest keep their order."""
+        if not len(self):
+            raise ValueError("The index is empty: there is nothing to remove.")
+        positions = self._positions(ids)
+        self._faiss = None
+        keep = np.ones(len(self), bool)
+        keep[positions] = False
+        self._embeddings, self._ids = self._embeddings[keep], self._ids[keep]
+        if self._labels is not None:
+            self._labels = self._labels[keep]
+        if self._metadata is not None:
+            self._metadata = [m for m, k in zip(self._metadata, keep) if k]
+        if not len(self):
+            self.__init__(self.distance, self.chunk_size, self.backend)
+        return self
+
+    # -- search -----------------------------------------------------------
+    def _search_positions(self, queries, k):
+        if not len(self):
+            raise ValueError(
+                "The index is empty: add embeddings (Index.add or Index.add_model) before "
+                "searching it."
+            )
+        if int(k) < 1:
+            raise ValueError(f"k must be a positive integer, got {k}.")
+        q = _embeddings(queries, "queries", self.dim)
+        if q.shape[0] == 0:
+            return np.zeros((0, 0), np.int64), np.zeros((0, 0), np.float32)
+        if self.backend == "faiss":
+            return self._faiss_search(q, int(k))
+        pos, values = _knn.knn(q, self._embeddings, k=int(k), distance=self.distance,
+                               chunk_size=self.chunk_size)
+        if self.distance == "cosine":  # 1 - cos, clipped: identical vectors give 0, not -1e-7
+            values = np.maximum(1.0 - values, 0.0).astype(np.float32)
+        return pos, values
+
+    def _faiss_search(self, q, k):
+        faiss = _import_faiss()
+        cosine = self.distance == "cosine"
+
+        def prepare(x):
+            x = np.array(x, np.float32, order="C")
+            if cosine:
+                x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+            return x
+
+        if self._faiss is None:
+            self._faiss = (faiss.IndexFlatIP if cosine else faiss.IndexFlatL2)(self.dim)
+            self._faiss.add(prepare(self._embeddings))
+        values, pos = self._faiss.search(prepare(q), min(k, len(self)))
+        if cosine:
+            values = np.maximum(1.0 - values, 0.0)
+        else:
+            values = np.sqrt(np.maximum(values, 0.0))
+        return pos.astype(np.int64), values.astype(np.float32)
+
+    def search(self, queries, k=1):
+        """The ``k`` nearest entries of each query, exact.
+
+        Returns ``(ids, distances)``: [Q, k'] ids (int64 or str, as added),
+        nearest first (equal distances: the entry added first first), and
+        float32 [Q, k'] distances, ``k' = min(k, len(index))``.
+        """
+        pos, values = self._search_positions(queries, k)
+        return self._ids[pos], values
+
+    def match(self, queries, threshold, k=1):
+        """:meth:`search`, plus ``is_match`` [Q, k']: ``distances <= threshold``."""
+        ids, values = self.search(queries, k)
+        return ids, values, values <= np.float32(threshold)
+
+    # -- files ------------------------------------------------------------
+    def _arrays(self):
+        arrays = {"embeddings": self._embeddings if len(self) else np.zeros((0, 0), np.float32),
+                  "ids": self._ids if len(self) else np.zeros((0,), np.int64)}
+        if self._labels is not None:
+            arrays["labels"] = self._labels
+        if self._metadata is not None:
+            arrays["metadata"] = np.array(json.dumps(self._metadata))
+        return arrays
+
+    def save(self, path):
+        """Write the index to ``path`` (an ``.npz``) atomically; see the module doc."""
+        arrays = self._arrays()
+        manifest = {
+            "format": _FORMAT,
+            "version": FORMAT_VERSION,
+            "distance": self.distance,
+            "count": len(self),
+            "dim": self.dim,
+            "id_kind": _kind(self._ids) if len(self) else None,
+            "label_kind": _kind(self._labels) if self._labels is not None else None,
+            "sha256": _checksum(arrays),
+        }
+        path = os.fspath(path)
+        with files.atomic_path(path, suffix=".npz") as tmp:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, manifest=np.array(json.dumps(manifest)), **arrays)
+        return path
+
+    @classmethod
+    def load(cls, path, chunk_size=None, backend="tensorflow"):
+        """Read an index written by :meth:`save`; a damaged file is a ValueError."""
+        path = os.fspath(path)
+        fix = "write it again with Index.save (the file is damaged or not an index)"
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read()
+            with np.load(io.BytesIO(raw), allow_pickle=False) as data:
+                arrays = {name: data[name] for name in data.files}
+        except FileNotFoundError:
+            raise
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as err:
+            raise ValueError(f"Cannot read the index file {path}: {err}; {fix}.") from None
+        if "manifest" not in arrays:
+            raise ValueError(f"{path} has no manifest: it is not a tfdml index; {fix}.")
+        try:
+            manifest = json.loads(str(arrays.pop("manifest")))
+        except ValueError as err:
+            raise ValueError(f"The manifest of {path} is not JSON ({err}); {fix}.") from None
+        if manifest.get("format") != _FORMAT:
+            raise ValueError(f"{path} is not a tfdml index (format {manifest.get('format')!r}).")
+        if manifest.get("version") != FORMAT_VERSION:
+            raise ValueError(
+                f"{path} has index format version {manifest.get('version')}; this tfdml reads "
+                f"version {FORMAT_VERSION}: upgrade tfdml or rebuild the index."
+            )
+        if _checksum(arrays) != manifest.get("sha256"):
+            raise ValueError(f"The checksum of {path} does not match its content; {fix}.")
+        index = cls(manifest["distance"], chunk_size=chunk_size, backend=backend)
+        if manifest["count"]:
+            index._embeddings = arrays["embeddings"]
+            index._ids = arrays["ids"]
+            index._labels = arrays.get("labels")
+            if "metadata" in arrays:
+                index._metadata = json.loads(str(arrays["metadata"]))
+        return index
+
+
+def _checksum(arrays):
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
+        digest.update(a.tobytes())
+    return digest.hexdigest()
+
+
+@dataclasses.dataclass
+class Calibration:
+    """Precision, recall and F1 of "match if nearest distance <= t", for every t.
+
+    ``thresholds`` are the distinct nearest-neighbour distances of the
+    calibration queries, ascending; at threshold ``t`` the accepted queries are
+    those with nearest distance ``<= t``. A *true positive* is an accepted
+    query whose nearest entry has its label; ``precision = TP / accepted``,
+    ``recall = TP / (queries whose nearest entry has their label)``.
+    ``threshold`` is the largest one with ``precision >= target_precision``.
+    """
+
+    thresholds: np.ndarray
+    precision: np.ndarray
+    recall: np.ndarray
+    f1: np.ndarray
+    threshold: float
+    target_precision: float
+    distance: str
+
+    def at(self, threshold):
+        """``{"threshold", "precision", "recall", "f1"}`` at the largest tabulated
+        threshold ``<= threshold`` (precision NaN below the smallest)."""
+        i = int(np.searchsorted(self.thresholds, threshold, side="right")) - 1
+        if i < 0:
+            return {"threshold": float(threshold), "precision": float("nan"), "recall": 0.0,
+                    "f1": 0.0}
+        return {"threshold": float(self.thresholds[i]), "precision": float(self.precision[i]),
+                "recall": float(self.recall[i]), "f1": float(self.f1[i])}
+
+    def plot(self, path):
+        """The precision / recall / F1 against threshold curve as a PNG (written atomically)."""
+        from tfdml import plots
+
+        return plots.threshold_curve(self.thresholds, self.precision, self.recall, path,
+                                     f1=self.f1, threshold=self.threshold,
+                                     target_precision=self.target_precision)
+
+
+def calibrate(index, queries, labels, target_precision=0.99):
+    """Choose a match threshold for ``index`` from held-out ``queries`` and their ``labels``.
+
+    The index must have labels (``Index.add(..., labels=)``), of the same kind
+    (int64 or strings) as ``labels``. Returns a :class:`Calibration` whose
+    ``threshold`` is the largest nearest-neighbour distance at which the
+    precision of "nearest entry has the query's class" is still at least
+    ``target_precision``; pass it to :meth:`Index.match`. If no threshold
+    reaches the target, a ValueError says the best precision found.
+    """
+    if not 0.0 < float(target_precision) <= 1.0:
+        raise ValueError(f"target_precision must be in (0, 1], got {target_precision}.")
+    if len(index) and index.labels is None:
+        raise ValueError(
+            "The index has no labels: add its entries with Index.add(..., labels=...) "
+            "(or (x, y) batches in add_model) to calibrate it."
+        )
+    labels = as_keys(labels, "labels")
+    pos, dist = index._search_positions(queries, 1)
+    if labels.shape[0] != pos.shape[0]:
+        raise ValueError(f"Got {pos.shape[0]} queries but {labels.shape[0]} labels.")
+    if pos.shape[0] == 0:
+        raise ValueError("calibrate needs at least one query.")
+    if _kind(labels) != _kind(index.labels):
+        raise ValueError(
+            f"The index has {_kind(index.labels)} labels but the queries' labels are "
+            f"{_kind(labels)}; use the same kind of label for both."
+        )
+    d = dist[:, 0].astype(np.float64)
+    correct = index.labels[pos[:, 0]] == labels
+    order = np.argsort(d, kind="stable")
+    d, correct = d[order], correct[order]
+    tp = np.cumsum(correct)
+    # The last position of each distinct distance: everything up to it is accepted.
+    last = np.flatnonzero(np.append(d[1:] != d[:-1], True))
+    thresholds, tp, accepted = d[last], tp[last], last + 1
+    precision = tp / accepted
+    recall = tp / max(int(correct.sum()), 1)
+    denom = precision + recall
+    f1 = np.where(denom > 0, 2 * precision * recall / np.where(denom > 0, denom, 1), 0.0)
+    ok = np.flatnonzero(precision >= target_precision)
+    if not ok.size:
+        raise ValueError(
+            f"No threshold reaches precision {target_precision}: the best is "
+            f"{precision.max():.4f} (at distance {thresholds[np.argmax(precision)]:.4g}); "
+            "lower target_precision, or train the model further."
+        )
+    return Calibration(thresholds.astype(np.float32), precision, recall, f1,
+                       float(thresholds[ok[-1]]), float(target_precision), index.distance)
+
+
+def _lookup_module(model, index, k, threshold, input_signature):
+    import tensorflow as tf
+
+    gallery = index.embeddings
+    distance = index.distance
+    # The same centring as tfdml.metrics.knn (the query of zeros becomes -mean).
+    minus_c, centred = _knn.centre(np.zeros((1, gallery.shape[1]), np.float32), gallery,
+                                   distance)
+    k_eff = min(int(k), len(index))
+    limit = np.float32(np.inf if threshold is None else threshold)
+
+    class Lookup(tf.Module):
+        def __init__(self):
+            super().__init__(name="tfdml_lookup")
+            self.model = model
+            self.gallery = tf.Variable(centred, trainable=False, name="gallery")
+            self.offset = tf.Variable(minus_c[0], trainable=False, name="offset")
+            self.ids = tf.Variable(index.ids, trainable=False, name="ids")
+            self.threshold = tf.Variable(limit, trainable=False, name="threshold")
+            self.embed = tf.function(self._embed, input_signature=input_signature)
+            self.lookup = tf.function(self._lookup, input_signature=input_signature)
+
+        def _embed(self, inputs):
+            return tf.cast(self.model(inputs, training=False), tf.float32)
+
+        def _lookup(self, inputs):
+            e = self._embed(inputs)
+            if distance != "cosine":
+                e = e + self.offset
+            values, positions = tf.math.top_k(_knn.scores(e, self.gallery, distance), k=k_eff,
+                                              sorted=True)
+            if distance == "cosine":
+                dist = tf.maximum(1.0 - values, 0.0)
+            else:
+                dist = tf.sqrt(tf.maximum(-values, 0.0))
+            return {"ids": tf.gather(self.ids, positions), "distances": dist,
+                    "is_match": dist <= self.threshold}
+
+    return Lookup()
+
+
+def export_lookup(model, index, path, k=10, threshold=None, input_signature=None):
+    """Write a SavedModel at ``path`` that embeds, searches ``index`` and thresholds.
+
+    Load it with TensorFlow alone (``tf.saved_model.load(path)``); it has
+
+    * ``lookup(inputs)`` -> ``{"ids": [B, k'] int64 or string, "distances":
+      float32 [B, k'], "is_match": bool [B, k']}``, the same top-k as
+      :meth:`Index.search` on ``embed(inputs)`` (ties: entry added first first),
+      ``k' = min(k, len(index))``, ``is_match = distances <= threshold``;
+    * ``embed(inputs)`` -> float32 [B, d], the model's embeddings;
+
+    also registered as the serving signatures ``"lookup"`` (the default) and
+    ``"embed"`` (output ``{"embeddings"}``). ``threshold``: a distance, a
+    :class:`Calibration`, or ``None`` (every neighbour is a match).
+    ``input_signature``: a list of one ``tf.TensorSpec``; default: from
+    ``model.inputs``. The index is copied into the SavedModel as variables
+    (searched whole per batch: memory ∝ batch × N); the directory is written
+    atomically (:func:`tfdml.files.atomic_directory`).
+    """
+    import tensorflow as tf
+
+    if not len(index):
+        raise ValueError("The index is empty: add embeddings before exporting a lookup.")
+    if int(k) < 1:
+        raise ValueError(f"k must be a positive integer, got {k}.")
+    if isinstance(threshold, Calibration):
+        threshold = threshold.threshold
+    if input_signature is None:
+        inputs = getattr(model, "inputs", None)
+        if not inputs or len(inputs) != 1:
+            raise ValueError(
+                "Cannot read the model's input shape (it needs exactly one input); pass "
+                "input_signature=[tf.TensorSpec([None, ...], tf.float32)]."
+            )
+        spec = inputs[0]
+        input_signature = [tf.TensorSpec([None, *spec.shape[1:]], spec.dtype or tf.float32,
+                                         name="inputs")]
+    module = _lookup_module(model, index, k, threshold, input_signature)
+    probe = module.embed.get_concrete_function()
+    if probe.structured_outputs.shape[-1] != index.dim:
+        raise ValueError(
+            f"The model's embeddings have dimension {probe.structured_outputs.shape[-1]} but "
+            f"the index holds {index.dim}; export the model that built the index."
+        )
+    signatures = {
+        "lookup": module.lookup.get_concrete_function(),
+        "serving_default": module.lookup.get_concrete_function(),
+        "embed": tf.function(lambda inputs: {"embeddings": module.embed(inputs)},
+                             input_signature=input_signature).get_concrete_function(),
+    }
+    path = os.fspath(path)
+    with files.atomic_directory(path) as tmp:
+        tf.saved_model.save(module, tmp, signatures=signatures)
+    return path
+
+
+def describe(path):
+    """A one-paragraph description of the index file ``path`` (checksum verified)."""
+    index = Index.load(path)
+    id_kind = _kind(index.ids) if len(index) else "none"
+    labels = "none" if index.labels is None else _kind(index.labels)
+    return (f"{path}: {len(index)} entries, dim {index.dim}, distance {index.distance}, "
+            f"{id_kind} ids, labels: {labels}, format version {FORMAT_VERSION}, checksum ok")
+
+
+def main(argv=None):
+    """``python -m tfdml.search INDEX.npz ...``: describe index files (exit 2 if damaged)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m tfdml.search",
+                                     description="Check and describe tfdml.search index files.")
+    parser.add_argument("paths", nargs="+", metavar="INDEX.npz")
+    args = parser.parse_args(argv)
+    code = 0
+    for path in args.paths:
+        try:
+            print(describe(path))
+        except (ValueError, OSError) as err:
+            print(f"python -m tfdml.search: error: {err}", file=sys.stderr)
+            code = 2
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

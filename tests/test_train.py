@@ -721,9 +721,11 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
             break
         proc = subprocess.Popen([sys.executable, "-c", _RUN.format(root=ROOT), json.dumps(cfg)], cwd=ROOT,
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        # Wait until a random epoch is backed up, then a random moment more:
-        # kills land in start-up, training, backups, evaluation and export.
-        target, extra = int(rng.integers(0, 5)), rng.uniform(0.0, 4.0)
+        # Wait until a random later epoch is backed up, then a random moment
+        # more: kills land in start-up, training, backups, evaluation, export.
+        start = experiment.completed_epochs(backup)
+        target = start + int(rng.integers(0, 5 - start))
+        extra = rng.uniform(0.0, 3.0) if target > start else rng.uniform(3.0, 20.0)
         deadline = time.time() + 300
         while proc.poll() is None and experiment.completed_epochs(backup) < target and time.time() < deadline:
             time.sleep(0.05)

@@ -723,9 +723,13 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # Wait until a random later epoch is backed up, then a random moment
         # more: kills land in start-up, training, backups, evaluation, export.
+        # Alternately: right after the next backup, or early (start-up, first
+        # steps) in a resumed run.
         start = experiment.completed_epochs(backup)
-        target = start + int(rng.integers(0, 5 - start))
-        extra = rng.uniform(0.0, 3.0) if target > start else rng.uniform(3.0, 20.0)
+        if len(epochs_at_kill) % 2 == 0 and start < 4:
+            target, extra = start + 1, rng.uniform(0.0, 2.0)
+        else:
+            target, extra = start, rng.uniform(1.0, 10.0)
         deadline = time.time() + 300
         while proc.poll() is None and experiment.completed_epochs(backup) < target and time.time() < deadline:
             time.sleep(0.05)

@@ -705,8 +705,9 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
     import time
 
     def cfg_for(out):
-        return small_cfg(out, **{"training.epochs": 4, "evaluation.metrics": ["recall", "map@r"],
-                                 "evaluation.ks": [1]})
+        # Epochs of a few seconds, so that kills can land inside them.
+        return small_cfg(out, **{"training.epochs": 4, "training.steps_per_epoch": 60,
+                                 "evaluation.metrics": ["recall", "map@r"], "evaluation.ks": [1]})
 
     straight = cfg_for(tmp_path / "straight")
     experiment.run(straight, verbose=0)

@@ -689,10 +689,16 @@ def test_ordinary_mistakes_are_one_line_exit_2(tmp_path, capsys, case, args, exp
 
 
 _RUN = """
-import json, sys
+import json, sys, time
 sys.path.insert(0, {root!r})
+import keras
 import experiment
-experiment.run(json.loads(sys.argv[1]), verbose=0)
+
+class Slowly(keras.callbacks.Callback):  # steps of ~0.4 s, so kills land inside epochs
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(0.4)
+
+experiment.run(json.loads(sys.argv[1]), verbose=0, callbacks=[Slowly()])
 """
 
 
@@ -705,8 +711,7 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
     import time
 
     def cfg_for(out):
-        # Epochs of a few seconds, so that kills can land inside them.
-        return small_cfg(out, **{"training.epochs": 4, "training.steps_per_epoch": 60,
+        return small_cfg(out, **{"training.epochs": 4, "training.steps_per_epoch": 6,
                                  "evaluation.metrics": ["recall", "map@r"], "evaluation.ks": [1]})
 
     straight = cfg_for(tmp_path / "straight")

@@ -1,0 +1,203 @@
+#!/usr/bin/env python
+"""Build a search index from a trained model and an image folder, then query it.
+
+    python search.py build --model runs/default/model.keras --images FOLDER --out index.npz
+    python search.py query --index index.npz --model runs/default/model.keras IMAGE_OR_FOLDER [-k 10] [--grid out.png]
+    python search.py describe index.npz
+
+``build`` embeds every image under FOLDER (jpg, png, bmp, gif, recursively);
+an image's id is its path relative to FOLDER and, when the images sit in
+class sub-folders (FOLDER/<class>/<image>), its label is the class folder's
+name, so that ``query`` can say whether a neighbour has the query's class.
+``query`` prints the k nearest ids with their distances for each query image
+and, with ``--grid``, draws each query next to its neighbours (green border:
+same class, red: another class, when both classes are known). The index file
+is a :class:`tfdml.search.Index` (``Index.load``); the model is a ``.keras``
+file or a SavedModel, as for ``evaluate.py``. Images are resized to the
+model's input size (or ``--image-size``) and converted to its channels.
+
+Exit status: 0, or 2 with a one-line message for a problem of the files or
+the options (``TFDML_DEBUG=1`` shows the traceback).
+"""
+
+import argparse
+import os
+import sys
+
+import evaluate
+
+
+def _image_files(path):
+    """Sorted image files under ``path`` (or ``[path]`` for one file)."""
+    from pipelines.sources import IMAGE_EXTENSIONS
+
+    if os.path.isfile(path):
+        return [path]
+    if not os.path.isdir(path):
+        raise evaluate.EvaluationError(f"{path!r}: no such image file or folder.")
+    found = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [os.path.join(root, n) for n in sorted(names)
+                  if not n.startswith(".") and n.lower().endswith(IMAGE_EXTENSIONS)]
+    if not found:
+        raise evaluate.EvaluationError(f"{path!r} holds no images (extensions {IMAGE_EXTENSIONS}).")
+    return found
+
+
+def _input_size(embedder, image_size, channels):
+    expected = getattr(embedder, "expected_input_shape", None)
+    if image_size is None:
+        if not expected or len(expected) != 3 or None in expected[:2]:
+            raise evaluate.EvaluationError(
+                "The model does not say its input size (a SavedModel); pass --image-size and --channels.")
+        image_size = expected[:2]
+    elif isinstance(image_size, int):
+        image_size = (image_size, image_size)
+    if channels is None:
+        channels = expected[2] if expected and len(expected) == 3 and expected[2] else 3
+    return tuple(image_size), int(channels)
+
+
+def load_images(files, size, channels):
+    """float32 [N, H, W, C] in [0, 1]: decoded, converted to ``channels``, resized."""
+    import numpy as np
+    import tensorflow as tf
+
+    from pipelines.sources import decode_pixels
+
+    images = []
+    for path in files:
+        try:
+            image = decode_pixels(tf.io.read_file(path), channels)
+        except tf.errors.OpError:
+            raise evaluate.EvaluationError(f"{path!r} cannot be read or decoded as an image.") from None
+        images.append(tf.image.resize(image, size).numpy())
+    return np.clip(np.stack(images), 0.0, 1.0).astype("float32")
+
+
+def _embed(embedder, images, batch_size):
+    import numpy as np
+
+    out = [np.asarray(embedder(images[i:i + batch_size])) for i in range(0, len(images), batch_size)]
+    return np.concatenate(out).astype("float32")
+
+
+def _class_of(root, path):
+    rel = os.path.relpath(path, root)
+    parts = rel.split(os.sep)
+    return parts[0] if len(parts) > 1 else None
+
+
+def build(args):
+    from tfdml.search import Index
+
+    embedder = evaluate.load_embedder(args.model)
+    size, channels = _input_size(embedder, args.image_size, args.channels)
+    root = args.images
+    files = _image_files(root)
+    base = root if os.path.isdir(root) else os.path.dirname(root)
+    classes = [_class_of(base, f) for f in files]
+    labels = classes if all(c is not None for c in classes) else None
+    index = Index(distance=args.distance)
+    embeddings = []
+    for start in range(0, len(files), 512):  # bounded memory for large folders
+        chunk = files[start:start + 512]
+        embeddings.append(_embed(embedder, load_images(chunk, size, channels), args.batch_size))
+        print(f"embedded {start + len(chunk)}/{len(files)} images", file=sys.stderr)
+    import numpy as np
+
+    index.add(np.concatenate(embeddings), [os.path.relpath(f, base) for f in files],
+              metadata=[{"file": os.path.abspath(f)} for f in files], labels=labels)
+    index.save(args.out)
+    print(f"Wrote {args.out}: {len(index)} images of {root}"
+          + (f", {len(set(labels))} classes" if labels else "") + f", {args.distance} distance.")
+
+
+def query(args):
+    import numpy as np
+
+    from tfdml.search import Index
+
+    index = Index.load(args.index)
+    embedder = evaluate.load_embedder(args.model)
+    size, channels = _input_size(embedder, args.image_size, args.channels)
+    files = _image_files(args.images)
+    images = load_images(files, size, channels)
+    ids, distances = index.search(_embed(embedder, images, args.batch_size), k=args.k)
+    for f, row_ids, row_d in zip(files, ids, distances):
+        print(f)
+        for rank, (i, d) in enumerate(zip(row_ids, row_d), start=1):
+            print(f"  {rank:>3}  {d:.4f}  {i}")
+    if args.grid:
+        stored = index.metadata_for(ids.ravel())
+        if not all(isinstance(m, dict) and "file" in m for m in stored):
+            raise evaluate.EvaluationError(
+                "--grid needs an index that records its image files (one built by 'search.py build').")
+        results = load_images([m["file"] for m in stored], size, channels)
+        results = results.reshape(ids.shape + results.shape[1:])
+        base = args.images if os.path.isdir(args.images) else os.path.dirname(args.images)
+        query_classes = [_class_of(base, f) for f in files]
+        known = all(c is not None for c in query_classes) and index.labels is not None
+        if known:  # the index's labels of the results, as strings
+            label_of = dict(zip(index.ids.tolist(), index.labels.tolist()))
+            result_classes = np.asarray([str(label_of[i]) for i in ids.ravel().tolist()]).reshape(ids.shape)
+            correct = result_classes == np.asarray(query_classes)[:, None]
+        else:
+            correct = np.ones(ids.shape, bool)
+        from tfdml import plots
+
+        plots.retrieval_grid(images, results, correct, args.grid,
+                             query_labels=[os.path.basename(f) for f in files],
+                             result_labels=[[f"{d:.3f}" for d in row] for row in distances],
+                             title=f"{len(files)} queries, {args.k} nearest of {len(index)}")
+        print(f"Wrote {args.grid}")
+
+
+def describe(args):
+    from tfdml import search as search_lib
+
+    for path in args.paths:
+        print(search_lib.describe(path))
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="search.py", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="embed an image folder into an index file")
+    b.add_argument("--model", required=True, help="a .keras file or a SavedModel directory")
+    b.add_argument("--images", required=True, help="image folder (FOLDER/<class>/<image> gives labels)")
+    b.add_argument("--out", required=True, help="the index file to write (.npz)")
+    b.add_argument("--distance", default="euclidean", help="euclidean (default) or cosine")
+    q = sub.add_parser("query", help="the k nearest indexed images of an image or a folder of images")
+    q.add_argument("--index", required=True, help="an index file written by 'build' or Index.save")
+    q.add_argument("--model", required=True, help="the model the index was built with")
+    q.add_argument("images", help="an image file or a folder of images")
+    q.add_argument("-k", type=int, default=10, help="neighbours per query (default 10)")
+    q.add_argument("--grid", help="also draw each query next to its neighbours into this PNG")
+    for p in (b, q):
+        p.add_argument("--image-size", type=int, default=None, help="resize to N×N (default: the model's)")
+        p.add_argument("--channels", type=int, choices=(1, 3), default=None)
+        p.add_argument("--batch-size", type=int, default=256)
+    d = sub.add_parser("describe", help="check and describe index files")
+    d.add_argument("paths", nargs="+", metavar="INDEX.npz")
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    evaluate.quiet_tensorflow_import()
+    from tfdml import errors
+
+    try:
+        {"build": build, "query": query, "describe": describe}[args.command](args)
+    except (evaluate.EvaluationError, *errors.USER_ERROR_TYPES) as err:
+        if os.environ.get("TFDML_DEBUG") == "1":
+            raise
+        print(f"search.py: error: {errors.one_line(err)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

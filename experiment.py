@@ -398,6 +398,7 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
         test_split = source.split(cfg["data"]["test_split"])
     except ValueError as err:
         raise ExperimentError(f"data: {err}") from None
+    train_split, val_split = split_validation(cfg, train_split)
     design = build_design(cfg)
     try:
         design.validate(train_split)
@@ -422,15 +423,20 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
     if cfg["loss"]["sampler"] in config_lib.LEARNED_SAMPLERS and pretrain and not done:
         # Algorithm 1, line 2: pre-train the sampler network on its own stream of pools.
         model.pretrain_sampler(train_dataset(cfg, design, train_split, skip_batches=10**6), pretrain)
-    test_ds = eval_dataset(cfg, test_split)
+    # The per-epoch evaluation: the validation split when there is one (the
+    # test split is then scored once, at the end), else the test split, for
+    # the history only: no checkpoint is selected on it.
+    monitored_ds = eval_dataset(cfg, val_split if val_split is not None else test_split)
 
     if cfg["strategy"] == "multi_worker":
         history = _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup, state, verbose)
     else:
-        history = _fit_keras(cfg, model, train_ds, test_ds, out, backup, state, verbose, callbacks)
+        history = _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, callbacks,
+                             validation=val_split is not None)
 
     files.save_weights(model, os.path.join(out, "final.weights.h5"))
-    result = {"resumed_from_epoch": done, "history": history, "output_dir": out}
+    result = {"resumed_from_epoch": done, "history": history, "output_dir": out,
+              "best_checkpoint": best_checkpoint_note(cfg, val_split)}
     if chief:
         result.update(final_evaluation(cfg, model, test_split, out, verbose))
         export(model, out, input_shape)
@@ -442,7 +448,39 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
     return result
 
 
-def best_checkpoint_monitor(metrics, ks):
+def split_validation(cfg, train_split):
+    """``(train, validation)``: the training split without the held-out part
+    of ``data.validation``, and that part (None when no fraction is set)."""
+    from pipelines import sources
+
+    v = cfg["data"]["validation"]
+    if v["fraction"] is None:
+        return train_split, None
+    try:
+        return sources.hold_out(train_split, v["fraction"], mode=v["mode"], seed=v["seed"])
+    except ValueError as err:
+        raise ExperimentError(f"data.validation: {err}") from None
+
+
+#: Prefix of the per-epoch evaluation's keys in the logs and history.csv.
+VALIDATION_PREFIX, TEST_PREFIX = "val_", "test_"
+
+
+def best_checkpoint_note(cfg, val_split):
+    """One line for the summary: on what the best checkpoint was selected."""
+    if cfg["strategy"] == "multi_worker":
+        return "none: multi-worker training evaluates nothing per epoch (final.weights.h5 is the model)"
+    if val_split is None:
+        return ("none: there is no validation split, and no checkpoint is selected on test data "
+                "(set data.validation.fraction to get checkpoints/best.weights.h5)")
+    ev = cfg["evaluation"]
+    monitor = best_checkpoint_monitor(ev["metrics"], ev["ks"], prefix=VALIDATION_PREFIX)["monitor"]
+    return (f"checkpoints/best.weights.h5, best {monitor} on the validation split "
+            f"({val_split.num_classes} classes, {val_split.num_examples} examples, "
+            f"mode {cfg['data']['validation']['mode']})")
+
+
+def best_checkpoint_monitor(metrics, ks, prefix=""):
     """What "best" means for the best checkpoint: MAP@R when it is evaluated
     (the most telling retrieval figure), else the first evaluated metric, else
     the training loss."""
@@ -452,37 +490,45 @@ def best_checkpoint_monitor(metrics, ks):
     keys = [k for k in metrics_lib.metric_keys(metrics, ks)
             if k not in metrics_lib.LOWER_IS_BETTER and not k.endswith("_std")]
     if "map@r" in keys:
-        return {"monitor": "map@r", "mode": "max"}
+        return {"monitor": prefix + "map@r", "mode": "max"}
     if keys:
-        return {"monitor": keys[0], "mode": "max"}
+        return {"monitor": prefix + keys[0], "mode": "max"}
     return {"monitor": "loss", "mode": "min"}
 
 
-def _fit_keras(cfg, model, train_ds, test_ds, out, backup, state, verbose, extra_callbacks=()):
+def _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, extra_callbacks=(),
+               validation=False):
+    """``model.fit`` with the per-epoch evaluation of ``monitored_ds``: the
+    validation split (``validation``; keys ``val_*``, and the best checkpoint
+    follows them) or the test split (keys ``test_*``, history only)."""
     from tfdml import callbacks as callbacks_lib
 
     ev = cfg["evaluation"]
     state = state or {}
-    best = runs.AtomicCheckpoint(
-        os.path.join(out, "checkpoints", "best.weights.h5"),
-        **best_checkpoint_monitor(ev["metrics"], ev["ks"]),
-        best=state.get("best"),
-    )
+    prefix = VALIDATION_PREFIX if validation else TEST_PREFIX
+    best = None
+    if validation:
+        best = runs.AtomicCheckpoint(
+            os.path.join(out, "checkpoints", "best.weights.h5"),
+            **best_checkpoint_monitor(ev["metrics"], ev["ks"], prefix=prefix),
+            best=state.get("best"),
+        )
     history_csv = runs.HistoryCSV(os.path.join(out, "history.csv"), rows=state.get("history"))
     resolved = config_lib.plain(cfg)
     callbacks = [
         callbacks_lib.RetrievalEvaluation(
-            test_ds, every_n_epochs=ev["every_n_epochs"], metrics=ev["metrics"], ks=ev["ks"],
-            distance=ev["distance"],
+            monitored_ds, every_n_epochs=ev["every_n_epochs"], metrics=ev["metrics"], ks=ev["ks"],
+            distance=ev["distance"], prefix=prefix,
         ),
         NaNGuard(backup),
-        best,
+        *([best] if best is not None else []),
         runs.AtomicCheckpoint(os.path.join(out, "checkpoints", "last.weights.h5")),
         history_csv,
         keras.callbacks.TensorBoard(os.path.join(out, "logs"), write_graph=False),
         # Last of the built-in ones: the epoch is complete once its backup is.
         runs.BackupCallback(backup, extra=lambda epoch: {
-            "best": best.best, "history": history_csv.rows, "config": resolved}),
+            "best": best.best if best is not None else None, "history": history_csv.rows,
+            "config": resolved}),
         *extra_callbacks,
     ]
     done = int(state.get("epoch", 0))
@@ -597,7 +643,8 @@ def summary(cfg, result):
         f"{cfg['data']['source']} data",
         f"output: {result['output_dir']}   time: {result['seconds']:.0f}s"
         + (f"   (resumed after epoch {result['resumed_from_epoch']})" if result["resumed_from_epoch"] else ""),
-        "held-out metrics (unseen classes):",
+        f"best checkpoint: {result.get('best_checkpoint', 'none')}",
+        "held-out metrics (unseen classes, the test split, scored once after training):",
     ]
     baseline = result.get("baseline")
     width = max([16] + [len(k) for k in result["metrics"]])

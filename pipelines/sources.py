@@ -47,7 +47,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["Split", "Source", "get_source", "SOURCES", "SPLITS", "IMAGE_EXTENSIONS"]
+__all__ = ["Split", "Source", "get_source", "hold_out", "SOURCES", "SPLITS", "IMAGE_EXTENSIONS",
+           "VALIDATION_MODES"]
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,17 @@ class Split:
             f"Split({self.name!r}, num_examples={self.num_examples}, "
             f"num_classes={self.num_classes}, image_shape={self.image_shape})"
         )
+
+    def subset(self, indices, name):
+        """A new split of the examples ``indices`` of this one (labels re-indexed
+        to 0..L'−1 over the classes it keeps; class ids and names kept)."""
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        names = {_key(cid): self.class_names[i] for i, cid in enumerate(self.class_ids)}
+        split = Split(name, self.class_ids[self.labels[indices]], self.image_shape,
+                      self._loader.subset(indices), names=names)
+        if getattr(self, "files", None) is not None:
+            split.files = np.asarray(self.files)[indices]
+        return split
 
     @property
     def images(self):
@@ -188,6 +200,9 @@ class _ArrayLoader:
     def numpy(self):
         return self._numpy.astype(np.float32) * np.float32(self._scale)
 
+    def subset(self, indices):
+        return _ArrayLoader(self._numpy[indices], self._scale)
+
     def __call__(self, indices):
         x = tf.cast(tf.gather(self._tensor, indices), tf.float32)
         return x * self._scale if self._scale != 1.0 else x
@@ -238,11 +253,16 @@ class _EncodedLoader:
     """Decodes image files (``paths``) or encoded bytes (``blobs``) per batch."""
 
     def __init__(self, items, from_files, image_size, channels, resize):
+        self._numpy = items
         self._items = _resident(items)
         self._from_files = from_files
         self._image_size = image_size
         self._channels = channels
         self._resize = resize
+
+    def subset(self, indices):
+        return _EncodedLoader(self._numpy[indices], self._from_files, self._image_size,
+                              self._channels, self._resize)
 
     def decode_one(self, item):
         contents = tf.io.read_file(item) if self._from_files else item
@@ -658,6 +678,50 @@ def tfds(dataset, image_size=256, channels=3, resize="pad", data_dir=None, downl
 
     return Source(f"tfds:{dataset}", {"train": build(train, "train"), "test": build(test, "test")},
                   class_names=class_names)
+
+
+#: How :func:`hold_out` picks the validation split out of the training split.
+VALIDATION_MODES = ("classes", "examples")
+
+
+def hold_out(split, fraction, mode="classes", seed=0):
+    """Split ``split`` (the training split) into ``(train, validation)``.
+
+    ``mode="classes"`` (open set, as the test split): round(fraction × L)
+    whole classes, at least 1 and at most L − 1, go to validation.
+    ``mode="examples"``: of each class with n ≥ 2 examples, round(fraction × n)
+    examples (at least 1, at most n − 1) go to validation; the classes are the
+    training ones. The choice depends only on ``seed``, the labels and the
+    example order (NumPy's PCG64 generator: the same on every machine). Both
+    returned splits have labels 0..L−1 of their own and keep the class ids.
+    """
+    if mode not in VALIDATION_MODES:
+        raise ValueError(f"validation mode {mode!r} is not one of {VALIDATION_MODES}.")
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction < 1.0:
+        raise ValueError(f"validation fraction must lie strictly between 0 and 1, got {fraction!r}.")
+    rng = np.random.default_rng(seed)
+    labels = split.labels
+    if mode == "classes":
+        if split.num_classes < 2:
+            raise ValueError(
+                f"the training split has {split.num_classes} class; holding out validation classes "
+                "needs at least 2 (use validation mode 'examples', or more training classes)."
+            )
+        count = min(max(1, int(round(fraction * split.num_classes))), split.num_classes - 1)
+        held = np.sort(rng.permutation(split.num_classes)[:count])
+        in_val = np.isin(labels, held)
+    else:
+        in_val = np.zeros(labels.size, dtype=bool)
+        for c in range(split.num_classes):
+            members = np.flatnonzero(labels == c)
+            if members.size < 2:
+                continue
+            count = min(max(1, int(round(fraction * members.size))), members.size - 1)
+            in_val[rng.permutation(members)[:count]] = True
+        if not in_val.any():
+            raise ValueError("no training class has 2 examples or more; nothing can be held out.")
+    return (split.subset(np.flatnonzero(~in_val), split.name),
+            split.subset(np.flatnonzero(in_val), "validation"))
 
 
 SOURCES = {

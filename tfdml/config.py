@@ -93,6 +93,7 @@ NO_SAMPLER = "none"
 # checks that they match pipelines.designs.DESIGNS and pipelines.sources.SOURCES).
 DESIGNS = ("m_per_class", "group", "p_random")
 SOURCES = ("mnist5k", "digits", "folder", "tfds", "arrays")
+VALIDATION_MODES = ("classes", "examples")  # pipelines.sources.VALIDATION_MODES
 # What experiment.py builds.
 STRATEGIES = ("default", "mirrored", "multi_worker")
 OPTIMIZERS = ("adam", "sgd", "adamw")
@@ -140,6 +141,18 @@ SCHEMA = {
         "options": _Field(dict, {}, doc="keyword arguments of the source (root, dataset, ...)"),
         "train_split": _Field(str, "train"),
         "test_split": _Field(str, "test"),
+        "validation": {
+            "fraction": _Field((float, type(None)), None, check=lambda v: None if 0.0 < v < 1.0 else
+                               "must lie strictly between 0 and 1",
+                               doc="hold out this fraction of the training split for validation: the "
+                                   "per-epoch evaluation, the best checkpoint; the test split is then "
+                                   "scored once, at the end (None: no validation split, no best "
+                                   "checkpoint)"),
+            "mode": _Field(str, "classes", VALIDATION_MODES,
+                           doc="'classes': whole training classes held out (open set, as the test "
+                               "split); 'examples': that fraction of each training class"),
+            "seed": _Field(int, 0, doc="seed of the held-out choice (fixed, independent of the run's seed)"),
+        },
     },
     "design": {
         "name": _Field(str, "m_per_class", DESIGNS, doc="batch design"),

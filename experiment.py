@@ -51,11 +51,39 @@ def check_source_options(cfg):
         )
 
 
+#: Sources that decode image files, and their options that image.size /
+#: image.channels give when data.options does not.
+IMAGE_FILE_OPTIONS = {"size": "image_size", "channels": "channels"}
+
+
+def source_options(cfg):
+    """``data.options``, completed from ``image.size`` / ``image.channels`` for
+    the sources that decode image files (folder, tfds): one place for the image
+    settings. An option given in ``data.options`` wins (e.g. tfds benchmarks
+    load at 256 px, and image.size 224 is the model's input, cropped from it)."""
+    return image_source_options(cfg["data"]["source"], cfg["data"]["options"], cfg["image"])
+
+
+def image_source_options(source, options, image):
+    """``options`` of ``source`` completed from the ``image`` section (also
+    used by evaluate.py --config, so both load the files alike)."""
+    from pipelines import sources
+
+    options = dict(options or {})
+    if source not in sources.SOURCES:
+        return options
+    parameters = inspect.signature(sources.SOURCES[source]).parameters
+    for key, option in IMAGE_FILE_OPTIONS.items():
+        if option in parameters and option not in options and image.get(key) is not None:
+            options[option] = image[key]
+    return options
+
+
 def build_source(cfg):
     from pipelines import sources
 
     try:
-        return sources.get_source(cfg["data"]["source"], **cfg["data"]["options"])
+        return sources.get_source(cfg["data"]["source"], **source_options(cfg))
     except (ValueError, FileNotFoundError, ImportError) as err:
         raise ExperimentError(f"data: {err}") from None
 

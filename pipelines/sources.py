@@ -15,7 +15,8 @@ name                what
 ``"digits"``        scikit-learn's ``load_digits`` (8×8×1, 1,797 images, 174–183
                     per class); classes 0–4 train, 5–9 test.
 ``"folder"``        ``root/<class>/<image>`` (jpg, png, bmp, gif); decoded and
-                    resized in tf.data. Sorted class names; the first half train.
+                    resized in tf.data (default: the files' own size and
+                    channels). Sorted class names; the first half train.
 ``"tfds"``          TensorFlow Datasets benchmarks (optional extra
                     ``tensorflow-datasets``): ``cars196`` (first 98 classes
                     train), ``caltech_birds2011`` (first 100),
@@ -43,6 +44,7 @@ import functools
 import logging
 import math
 import os
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -457,21 +459,62 @@ def _check_resize(resize):
         raise ValueError(f"resize must be 'pad' (keep aspect, zero-pad, Hong §6) or 'stretch', got {resize!r}.")
 
 
-def _find_unreadable(paths, channels):
-    """Indices of files that cannot be read or decoded, found in one parallel tf.data pass."""
+def _scan(paths):
+    """Native (height, width, channels) of each file, decoded in one parallel
+    tf.data pass; -1 rows for files that cannot be read or decoded."""
     def check(i, path):
-        image = decode_pixels(tf.io.read_file(path), channels)
-        return i, tf.shape(image)[0]
+        image = tf.io.decode_image(tf.io.read_file(path), channels=0, expand_animations=False)
+        return i, tf.shape(image)
 
     ds = tf.data.Dataset.from_tensor_slices((np.arange(len(paths), dtype=np.int64), paths))
     ds = ds.map(check, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors(log_warning=False)
-    good = np.zeros(len(paths), dtype=bool)
-    for idx, _ in ds.batch(1024).as_numpy_iterator():
-        good[idx] = True
-    return np.flatnonzero(~good)
+    shapes = np.full((len(paths), 3), -1, dtype=np.int64)
+    for idx, shape in ds.batch(1024).as_numpy_iterator():
+        shapes[idx] = shape
+    return shapes
 
 
-def folder(root, image_size=256, channels=3, resize="pad", train_classes=None, test_classes=None,
+#: A resize by more than this factor (up or down, on either side) is warned about.
+RESIZE_WARNING_FACTOR = 4.0
+
+
+def _native_settings(shapes, image_size, channels, where):
+    """``(image_size, channels)``: the given ones, or the files' own (the most
+    common size; 1 channel when every file is gray, else 3), with a warning when
+    the given ones resize the files a lot or do not match their channels."""
+    sizes, counts = np.unique(shapes[:, :2], axis=0, return_counts=True)
+    common = tuple(int(v) for v in sizes[np.argmax(counts)])
+    gray = shapes[:, 2] <= 2  # gray, or gray + alpha
+    if image_size is None:
+        image_size = common
+        if len(sizes) > 1:
+            log.info("Images under %s have %d sizes; resizing all to the most common one, %s.",
+                     where, len(sizes), common)
+    if channels is None:
+        channels = 1 if gray.all() else 3
+    image_size = _size_pair(image_size)
+    factor = np.maximum(np.asarray(image_size)[None, :] / shapes[:, :2], shapes[:, :2] / np.asarray(image_size)[None, :])
+    worst = factor.max(axis=1)
+    if worst.max() > RESIZE_WARNING_FACTOR:
+        at = int(np.argmax(worst))
+        warnings.warn(
+            f"image_size {image_size[0]}×{image_size[1]} resizes the images under {where} by up to "
+            f"{worst.max():.1f}× (e.g. a {shapes[at, 0]}×{shapes[at, 1]} file; most are {common[0]}×"
+            f"{common[1]}): set the size near the files' own (image.size, or data.options.image_size), "
+            "or leave it out to keep the files' size.", UserWarning, stacklevel=3)
+    if channels == 3 and gray.all():
+        warnings.warn(
+            f"The images under {where} are grayscale, but channels=3 repeats the gray channel 3 times: "
+            "set channels to 1 (image.channels: 1), or leave it out to keep the files' channels.",
+            UserWarning, stacklevel=3)
+    elif channels == 1 and not gray.all():
+        warnings.warn(
+            f"{int((~gray).sum())} image(s) under {where} are in colour, and channels=1 converts them to "
+            "gray: set channels to 3 (image.channels: 3) to keep the colour.", UserWarning, stacklevel=3)
+    return image_size, channels
+
+
+def folder(root, image_size=None, channels=None, resize="pad", train_classes=None, test_classes=None,
            on_error="raise", verify=True):
     """Images under ``root/<class>/<image>``, decoded and resized in tf.data.
 
@@ -480,6 +523,11 @@ def folder(root, image_size=256, channels=3, resize="pad", train_classes=None, t
     train and the rest test. Images are decoded with ``channels`` channels,
     scaled to [0, 1] and resized to ``image_size`` (``resize="pad"`` keeps the
     aspect ratio and zero-pads, as Hong et al. §6; ``"stretch"`` does not).
+    ``image_size=None`` keeps the files' own size (the most common one, when
+    they differ); ``channels=None`` their channels (1 when every file is gray,
+    else 3). A size that resizes the files by more than
+    :data:`RESIZE_WARNING_FACTOR`, or channels that do not match the files
+    (3 for gray files, 1 for colour ones), is warned about.
 
     With ``verify=True`` every file is decoded once at construction (in
     parallel in tf.data) so that a corrupt or unreadable image is reported
@@ -489,10 +537,11 @@ def folder(root, image_size=256, channels=3, resize="pad", train_classes=None, t
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}.")
-    if channels not in (1, 3):
+    if channels not in (1, 3, None):
         raise ValueError(f"channels must be 1 (grayscale) or 3 (RGB), got {channels!r}.")
     _check_resize(resize)
-    image_size = _size_pair(image_size)
+    if image_size is not None:
+        image_size = _size_pair(image_size)
     root = os.fspath(root)
     if not os.path.isdir(root):
         raise ValueError(f"Image folder {root!r} does not exist; expected root/<class>/<image>.")
@@ -523,8 +572,10 @@ def folder(root, image_size=256, channels=3, resize="pad", train_classes=None, t
     labels = np.asarray(labels, dtype=np.int32)
 
     skipped = []
+    # Every file is decoded once (verify), or the first one only: their own sizes and channels.
+    shapes = _scan(paths if verify else paths[:1])
     if verify:
-        bad = _find_unreadable(paths, channels)
+        bad = np.flatnonzero(shapes[:, 0] < 0)
         if len(bad) and on_error == "raise":
             names = [str(p) for p in paths[bad[:5]]]
             raise ValueError(
@@ -536,13 +587,18 @@ def folder(root, image_size=256, channels=3, resize="pad", train_classes=None, t
             log.warning("Skipped %d unreadable image(s) under %s, e.g. %s", len(bad), root, skipped[:3])
             keep = np.ones(len(paths), dtype=bool)
             keep[bad] = False
-            paths, labels = paths[keep], labels[keep]
+            paths, labels, shapes = paths[keep], labels[keep], shapes[keep]
             emptied = sorted(set(range(len(class_dirs))) - set(np.unique(labels).tolist()))
             if emptied:
                 raise ValueError(
                     f"Class directory {os.path.join(root, class_dirs[emptied[0]])!r} has no readable "
                     "images after skipping corrupt files; remove it or add valid images."
                 )
+
+    if (shapes[:, 0] >= 0).any():
+        image_size, channels = _native_settings(shapes[shapes[:, 0] >= 0], image_size, channels, root)
+    else:  # the first file is unreadable and verify is off: the decoder will say so
+        image_size, channels = _size_pair(image_size or 256), channels or 3
 
     classes = list(range(len(class_dirs)))
     names = {c: n for c, n in zip(classes, class_dirs)}

@@ -162,8 +162,13 @@ SCHEMA = {
         "pairs": _Field(int, 32, doc="pairs per batch (p_random)", check=_at_least(1)),
     },
     "image": {
-        "size": _Field((int, type(None)), None, doc="resize to size×size (None: native)"),
-        "channels": _Field((int, type(None)), None, doc="force 1 or 3 channels (None: native)"),
+        "size": _Field((int, type(None)), None,
+                       doc="the model's input, size×size (None: the data's own size); also the "
+                           "folder / tfds sources' image_size when data.options does not set it, so "
+                           "set it here, once"),
+        "channels": _Field((int, type(None)), None,
+                           doc="force 1 or 3 channels (None: the data's own); also the folder / tfds "
+                               "sources' channels when data.options does not set them"),
         "augment": _Field(bool, False, doc="random resized crop (+ flip) for training"),
         "crop_scale": _Field(list, [0.5, 1.0], doc="area fraction range of the random resized crop"),
         "flip": _Field(bool, True, doc="random horizontal mirroring (with augment)"),

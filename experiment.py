@@ -44,6 +44,11 @@ def check_source_options(cfg):
             f"data.options {unknown} are not options of the {name!r} source{hint}; "
             f"its options: {', '.join(parameters)}."
         )
+    if name == "folder" and "root" not in options and not {"train_root", "test_root"} <= set(options):
+        raise ExperimentError(
+            "data.options of the 'folder' source needs root (root/<class>/<image>, or root/train/<class> "
+            "and root/test/<class>), or both train_root and test_root."
+        )
     if missing:
         raise ExperimentError(
             f"data.options lacks {missing} for the {name!r} source (e.g. data.options.{missing[0]}: ...); "

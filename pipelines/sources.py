@@ -16,7 +16,9 @@ name                what
                     per class); classes 0–4 train, 5–9 test.
 ``"folder"``        ``root/<class>/<image>`` (jpg, png, bmp, gif); decoded and
                     resized in tf.data (default: the files' own size and
-                    channels). Sorted class names; the first half train.
+                    channels). Sorted class names; the first half train. Or
+                    a data set already split: ``root/train/<class>/...`` and
+                    ``root/test/<class>/...``, or ``train_root``/``test_root``.
 ``"tfds"``          TensorFlow Datasets benchmarks (optional extra
                     ``tensorflow-datasets``): ``cars196`` (first 98 classes
                     train), ``caltech_birds2011`` (first 100),
@@ -514,40 +516,26 @@ def _native_settings(shapes, image_size, channels, where):
     return image_size, channels
 
 
-def folder(root, image_size=None, channels=None, resize="pad", train_classes=None, test_classes=None,
-           on_error="raise", verify=True):
-    """Images under ``root/<class>/<image>``, decoded and resized in tf.data.
+def _class_dirs(root):
+    return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
 
-    Classes are the sub-directories of ``root`` in sorted order; the label is
-    the class's index in that order. By default the first ceil(L/2) classes
-    train and the rest test. Images are decoded with ``channels`` channels,
-    scaled to [0, 1] and resized to ``image_size`` (``resize="pad"`` keeps the
-    aspect ratio and zero-pads, as Hong et al. §6; ``"stretch"`` does not).
-    ``image_size=None`` keeps the files' own size (the most common one, when
-    they differ); ``channels=None`` their channels (1 when every file is gray,
-    else 3). A size that resizes the files by more than
-    :data:`RESIZE_WARNING_FACTOR`, or channels that do not match the files
-    (3 for gray files, 1 for colour ones), is warned about.
 
-    With ``verify=True`` every file is decoded once at construction (in
-    parallel in tf.data) so that a corrupt or unreadable image is reported
-    up front, naming the file: ``on_error="raise"`` raises a ValueError,
-    ``on_error="skip"`` leaves it out and records it in
-    ``source.skipped_files``. Files with other extensions are ignored.
-    """
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}.")
-    if channels not in (1, 3, None):
-        raise ValueError(f"channels must be 1 (grayscale) or 3 (RGB), got {channels!r}.")
-    _check_resize(resize)
-    if image_size is not None:
-        image_size = _size_pair(image_size)
+def _split_layout(root):
+    """True when ``root`` holds ``train/`` and ``test/`` folders of class folders
+    (the layout of most downloaded data sets) rather than class folders."""
+    subdirs = set(_class_dirs(root))
+    return {"train", "test"} <= subdirs and all(
+        _class_dirs(os.path.join(root, part)) for part in ("train", "test"))
+
+
+def _list_images(root, on_error, verify):
+    """``(class_dirs, paths, labels, shapes, skipped)`` of ``root/<class>/<image>``.
+
+    ``shapes``: native (h, w, c) of every file (verify) or of the first one."""
     root = os.fspath(root)
     if not os.path.isdir(root):
         raise ValueError(f"Image folder {root!r} does not exist; expected root/<class>/<image>.")
-    class_dirs = sorted(
-        e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith(".")
-    )
+    class_dirs = _class_dirs(root)
     if not class_dirs:
         raise ValueError(
             f"Image folder {root!r} has no class sub-directories; expected root/<class>/<image> "
@@ -594,19 +582,78 @@ def folder(root, image_size=None, channels=None, resize="pad", train_classes=Non
                     f"Class directory {os.path.join(root, class_dirs[emptied[0]])!r} has no readable "
                     "images after skipping corrupt files; remove it or add valid images."
                 )
+    return class_dirs, paths, labels, shapes[shapes[:, 0] >= 0], skipped
 
-    if (shapes[:, 0] >= 0).any():
-        image_size, channels = _native_settings(shapes[shapes[:, 0] >= 0], image_size, channels, root)
+
+def folder(root=None, image_size=None, channels=None, resize="pad", train_classes=None,
+           test_classes=None, on_error="raise", verify=True, train_root=None, test_root=None):
+    """Images under ``root/<class>/<image>``, decoded and resized in tf.data.
+
+    Classes are the sub-directories of ``root`` in sorted order; the label is
+    the class's index in that order. By default the first ceil(L/2) classes
+    train and the rest test. Images are decoded with ``channels`` channels,
+    scaled to [0, 1] and resized to ``image_size`` (``resize="pad"`` keeps the
+    aspect ratio and zero-pads, as Hong et al. §6; ``"stretch"`` does not).
+    ``image_size=None`` keeps the files' own size (the most common one, when
+    they differ); ``channels=None`` their channels (1 when every file is gray,
+    else 3). A size that resizes the files by more than
+    :data:`RESIZE_WARNING_FACTOR`, or channels that do not match the files
+    (3 for gray files, 1 for colour ones), is warned about.
+
+    A data set already split: ``root`` holding ``train/<class>/<image>`` and
+    ``test/<class>/<image>`` (detected), or ``train_root`` and ``test_root``.
+    The folders are then the split (``train_classes`` / ``test_classes`` do
+    not apply); a class name in both is one class seen in both splits
+    (closed-set retrieval on the test split).
+
+    With ``verify=True`` every file is decoded once at construction (in
+    parallel in tf.data) so that a corrupt or unreadable image is reported
+    up front, naming the file: ``on_error="raise"`` raises a ValueError,
+    ``on_error="skip"`` leaves it out and records it in
+    ``source.skipped_files``. Files with other extensions are ignored.
+    """
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}.")
+    if channels not in (1, 3, None):
+        raise ValueError(f"channels must be 1 (grayscale) or 3 (RGB), got {channels!r}.")
+    _check_resize(resize)
+    if image_size is not None:
+        image_size = _size_pair(image_size)
+    if (train_root is None) != (test_root is None):
+        raise ValueError("train_root and test_root go together; give both (or root alone).")
+    if train_root is not None and root is not None:
+        raise ValueError("give either root or train_root / test_root, not both.")
+    if train_root is None and root is None:
+        raise ValueError("the folder source needs root (root/<class>/<image>, or root/train and "
+                         "root/test), or train_root and test_root.")
+    if train_root is None and os.path.isdir(root) and _split_layout(root):
+        train_root, test_root = os.path.join(root, "train"), os.path.join(root, "test")
+        others = sorted(set(_class_dirs(root)) - {"train", "test"})
+        log.info("%s holds train/ and test/ folders: they are the split%s.", root,
+                 f" (ignoring {others})" if others else "")
+    if train_root is not None:
+        if train_classes is not None or test_classes is not None:
+            raise ValueError(
+                "train_classes / test_classes choose classes of one folder; with train/ and test/ "
+                "folders the folders are the split: leave them out, or give one root of class folders."
+            )
+        parts = {name: _list_images(part, on_error, verify)
+                 for name, part in (("train", train_root), ("test", test_root))}
+        where = f"{train_root} and {test_root}"
+    else:
+        parts = {"all": _list_images(root, on_error, verify)}
+        where = os.fspath(root)
+    shapes = np.concatenate([part[3] for part in parts.values()])
+    skipped = [f for part in parts.values() for f in part[4]]
+    if len(shapes):
+        image_size, channels = _native_settings(shapes, image_size, channels, where)
     else:  # the first file is unreadable and verify is off: the decoder will say so
         image_size, channels = _size_pair(image_size or 256), channels or 3
-
-    classes = list(range(len(class_dirs)))
-    names = {c: n for c, n in zip(classes, class_dirs)}
-    train, test = _class_split(classes, class_dirs, train_classes, test_classes,
-                               math.ceil(len(classes) / 2))
     shape = (*image_size, channels)
 
-    def build(ids, split_name):
+    def build(part, ids, split_name):
+        class_dirs, paths, labels = part[:3]
+
         def make():
             keep = np.isin(labels, np.asarray(ids, dtype=np.int32))
             loader = _EncodedLoader(paths[keep], True, image_size, channels, resize)
@@ -616,8 +663,17 @@ def folder(root, image_size=None, channels=None, resize="pad", train_classes=Non
             return split
         return make
 
-    return Source("folder", {"train": build(train, "train"), "test": build(test, "test")},
-                  class_names=names, skipped_files=skipped)
+    if "all" in parts:
+        class_dirs = parts["all"][0]
+        classes = list(range(len(class_dirs)))
+        names = {c: n for c, n in zip(classes, class_dirs)}
+        train, test = _class_split(classes, class_dirs, train_classes, test_classes,
+                                   math.ceil(len(classes) / 2))
+        builders = {"train": build(parts["all"], train, "train"), "test": build(parts["all"], test, "test")}
+    else:
+        names = None
+        builders = {name: build(part, list(range(len(part[0]))), name) for name, part in parts.items()}
+    return Source("folder", builders, class_names=names, skipped_files=skipped)
 
 
 #: Where TFDS downloads from; probed (a few seconds at most) before a download

@@ -89,3 +89,57 @@ def test_image_section_feeds_the_folder_source(tmp_path):
     assert experiment.source_options(cfg)["image_size"] == 20
     # Sources without image options get nothing added.
     assert "image_size" not in experiment.source_options(config.validate({"image": {"size": 16}}))
+
+
+# -- data sets already split into train/ and test/ -----------------------------------
+
+
+def _split_folder(root):
+    write_folder(root / "train", classes=("a", "b", "c"), shape=(8, 8, 1), seed=1)
+    write_folder(root / "test", classes=("c", "x"), per_class=3, shape=(8, 8, 1), seed=2)
+
+
+def _check_split_layout(source, root):
+    train, test = source.split("train"), source.split("test")
+    assert list(train.class_ids) == ["a", "b", "c"] and train.num_examples == 6
+    assert list(test.class_ids) == ["c", "x"] and test.num_examples == 6
+    assert all(f.startswith(str(root / "train")) for f in train.files)
+    assert all(f.startswith(str(root / "test")) for f in test.files)
+    assert list(test.labels) == [0, 0, 0, 1, 1, 1] and test.class_names == {0: "c", 1: "x"}
+    assert train.image_shape == test.image_shape == (8, 8, 1)
+
+
+def test_root_with_train_and_test_folders_is_detected(tmp_path):
+    _split_folder(tmp_path)
+    _check_split_layout(sources.folder(tmp_path), tmp_path)
+
+
+def test_train_root_and_test_root(tmp_path):
+    _split_folder(tmp_path)
+    source = sources.folder(train_root=tmp_path / "train", test_root=tmp_path / "test")
+    _check_split_layout(source, tmp_path)
+
+
+def test_split_layout_errors(tmp_path):
+    _split_folder(tmp_path)
+    with pytest.raises(ValueError, match="train_root and test_root go together"):
+        sources.folder(train_root=tmp_path / "train")
+    with pytest.raises(ValueError, match="either root or train_root"):
+        sources.folder(tmp_path, train_root=tmp_path / "train", test_root=tmp_path / "test")
+    with pytest.raises(ValueError, match="the folders are the split"):
+        sources.folder(tmp_path, train_classes=2)
+    # Class folders named train and test without class folders inside are ordinary classes.
+    plain = tmp_path / "plain"
+    write_folder(plain, classes=("test", "train", "zebra"), shape=(4, 4, 1))
+    assert list(sources.folder(plain).split("train").class_ids) == ["test", "train"]
+
+
+def test_a_folder_config_without_a_root_is_refused_before_any_output(tmp_path):
+    import experiment
+    from tfdml import config
+
+    cfg = config.validate({"output_dir": str(tmp_path / "run"),
+                           "data": {"source": "folder", "options": {"train_root": str(tmp_path)}}})
+    with pytest.raises(experiment.ExperimentError, match="needs root .* or both train_root and test_root"):
+        experiment.run(cfg, verbose=0)
+    assert not (tmp_path / "run").exists()

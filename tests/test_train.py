@@ -829,3 +829,31 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
         assert a.keys() == b.keys()
         for key in a:
             np.testing.assert_allclose(a[key], b[key], atol=1e-6, err_msg=f"{name}: {key} after {kills} kills")
+
+
+# -- the folder template (issue 17 §4) ------------------------------------------------
+
+
+def test_folder_template_trains_a_few_steps_on_a_generated_folder(tmp_path):
+    """configs/folder_template.yaml as a user copies it: only the root, the
+    output and the run's length changed (and n, for the 5 training classes)."""
+    rng = np.random.default_rng(0)
+    root = tmp_path / "glyphs"
+    for k in range(12):  # 12 classes × 5 gray 16×16 PNGs, in train/ (6) and test/ (6)
+        part = "train" if k < 6 else "test"
+        (root / part / f"c{k:02d}").mkdir(parents=True)
+        for i in range(5):
+            image = rng.integers(0, 256, size=(16, 16, 1), dtype=np.uint8)
+            tf.io.write_file(str(root / part / f"c{k:02d}" / f"{i}.png"), tf.io.encode_png(image))
+    template = os.path.join(ROOT, "configs", "folder_template.yaml")
+    cfg = config.load(template, [f"data.options.root={root}", f"output_dir={tmp_path / 'run'}",
+                                 "training.epochs=1", "training.steps_per_epoch=2", "design.n=4"])
+    assert cfg["image"]["flip"] is False  # glyphs: mirroring changes the class
+    result = experiment.run(cfg, verbose=0)
+    # The files' own size and channels; validation: round(0.2 × 6) = 1 of the 6 training classes.
+    assert "1 classes, 5 examples" in result["best_checkpoint"]
+    assert os.path.exists(tmp_path / "run" / "checkpoints" / "best.weights.h5")
+    assert np.isfinite(result["history"]["loss"]).all() and "val_map@r" in result["history"]
+    assert 0.0 <= result["metrics"]["recall@1"] <= 1.0
+    # image.size / channels are null: the files' own 16×16×1, no resize.
+    assert experiment.build_source(cfg).split("train").image_shape == (16, 16, 1)

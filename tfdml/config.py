@@ -171,7 +171,8 @@ SCHEMA = {
                                "sources' channels when data.options does not set them"),
         "augment": _Field(bool, False, doc="random resized crop (+ flip) for training"),
         "crop_scale": _Field(list, [0.5, 1.0], doc="area fraction range of the random resized crop"),
-        "flip": _Field(bool, True, doc="random horizontal mirroring (with augment)"),
+        "flip": _Field(bool, True, doc="random horizontal mirroring (with augment); assumes a mirrored "
+                                        "image is the same class: set false for text, characters, glyphs"),
     },
     "model": {
         "backbone": _Field(str, "small_cnn", doc="small_cnn, mlp, or a tfdml.backbones name"),

@@ -677,7 +677,7 @@ def summary(cfg, result):
         f"output: {result['output_dir']}   time: {result['seconds']:.0f}s"
         + (f"   (resumed after epoch {result['resumed_from_epoch']})" if result["resumed_from_epoch"] else ""),
         f"best checkpoint: {result.get('best_checkpoint', 'none')}",
-        "held-out metrics (unseen classes, the test split, scored once after training):",
+        "held-out metrics (the test split, scored once after training):",
     ]
     baseline = result.get("baseline")
     width = max([16] + [len(k) for k in result["metrics"]])

@@ -762,7 +762,7 @@ def test_no_config_trains_the_main_job_and_an_empty_one_is_refused(tmp_path, cap
 @pytest.mark.parametrize("case, args, expected", [
     ("option typo", ["--set", "data.source=folder", "--set", "data.options={{rot: /data}}"],
      "data.options ['rot'] are not options of the 'folder' source (did you mean 'root'?)"),
-    ("folder without root", ["--set", "data.source=folder"], "data.options lacks ['root'] for the 'folder' source"),
+    ("folder without root", ["--set", "data.source=folder"], "data.options of the 'folder' source needs root"),
     ("embedding_dim 0", ["--set", "model.embedding_dim=0"], "model.embedding_dim = 0 must be >= 1"),
     ("batch_size 0", ["--set", "evaluation.batch_size=0"], "evaluation.batch_size = 0 must be >= 1"),
     ("decay_steps 0", ["--set", "optimizer.decay_steps=0"], "optimizer.decay_steps = 0 must be >= 1"),

@@ -343,6 +343,30 @@ class NaNGuard(keras.callbacks.Callback):
         )
 
 
+class EarlyStop(keras.callbacks.Callback):
+    """Stops ``fit`` after ``patience`` evaluations in a row without a better
+    best checkpoint (``checkpoint``: the AtomicCheckpoint before it in the
+    list). ``wait`` is restored from the backup, so a resumed run stops where
+    an uninterrupted one would. Epochs without evaluation do not count."""
+
+    def __init__(self, checkpoint, patience, wait=0):
+        super().__init__()
+        self.checkpoint, self.patience, self.wait = checkpoint, int(patience), int(wait)
+        self.last_best = checkpoint.best
+        self.stopped_epoch = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        if (logs or {}).get(self.checkpoint.monitor) is None:
+            return
+        if self.checkpoint.best != self.last_best:
+            self.wait, self.last_best = 0, self.checkpoint.best
+            return
+        self.wait += 1
+        if self.wait >= self.patience:
+            self.stopped_epoch = epoch
+            self.model.stop_training = True
+
+
 def completed_epochs(backup_dir):
     """The number of epochs the backup in ``backup_dir`` has completed (0: none)."""
     return runs.Backup(backup_dir).epoch
@@ -546,6 +570,10 @@ def _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, 
             **best_checkpoint_monitor(ev["metrics"], ev["ks"], prefix=prefix),
             best=state.get("best"),
         )
+    stopper = None
+    if best is not None and cfg["training"]["early_stopping_patience"] is not None:
+        stopper = EarlyStop(best, cfg["training"]["early_stopping_patience"],
+                            wait=state.get("early_stopping_wait", 0))
     history_csv = runs.HistoryCSV(os.path.join(out, "history.csv"), rows=state.get("history"))
     resolved = config_lib.plain(cfg)
     callbacks = [
@@ -555,13 +583,14 @@ def _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, 
         ),
         NaNGuard(backup),
         *([best] if best is not None else []),
+        *([stopper] if stopper is not None else []),
         runs.AtomicCheckpoint(os.path.join(out, "checkpoints", "last.weights.h5")),
         history_csv,
         keras.callbacks.TensorBoard(os.path.join(out, "logs"), write_graph=False),
         # Last of the built-in ones: the epoch is complete once its backup is.
         runs.BackupCallback(backup, extra=lambda epoch: {
             "best": best.best if best is not None else None, "history": history_csv.rows,
-            "config": resolved}),
+            "early_stopping_wait": stopper.wait if stopper is not None else 0, "config": resolved}),
         *extra_callbacks,
     ]
     done = int(state.get("epoch", 0))

@@ -597,6 +597,26 @@ class _BestFileWatch(keras.callbacks.Callback):
         self.last = content
 
 
+def test_early_stopping_watches_the_validation_split(tmp_path):
+    """training.early_stopping_patience: fit stops at the first evaluation that
+    is the patience-th in a row without a new best val_map@r (reference: the
+    history, recomputed here)."""
+    rng = np.random.default_rng(1)
+    labels = np.repeat(np.arange(8), 12)
+    features = (rng.normal(size=(labels.size, 4)) + 0.3 * labels[:, None]).astype("float32")
+    cfg = small_cfg(tmp_path, **{"data.source": "arrays",
+                                 "data.options": {"features": features, "labels": labels},
+                                 "data.validation": {"fraction": 0.5, "mode": "examples"},
+                                 "model.backbone": "mlp", "model.backbone_options": {"width": 8},
+                                 "design.n": 4, "training.epochs": 6, "training.early_stopping_patience": 1,
+                                 "optimizer.learning_rate": 0.3})
+    values = experiment.run(cfg, verbose=0)["history"]["val_map@r"]
+    stop = next((e for e in range(1, 6) if values[e] <= max(values[:e])), 5)
+    assert len(values) == stop + 1  # with seed 3 it stops after epoch 2 (0.19, then 0.14)
+    with pytest.raises(config.ConfigError, match="needs a validation split"):
+        small_cfg(tmp_path, **{"training.early_stopping_patience": 2})
+
+
 def test_a_resume_with_another_validation_split_is_refused(tmp_path):
     cfg = small_cfg(tmp_path, **{"training.epochs": 2, "data.validation": {"fraction": 0.4, "mode": "examples"}})
     with pytest.raises(KeyboardInterrupt):

@@ -201,6 +201,9 @@ SCHEMA = {
         "epochs": _Field(int, 4),
         "steps_per_epoch": _Field(int, 60),
         "jit_compile": _Field(bool, False),
+        "early_stopping_patience": _Field((int, type(None)), None, check=_at_least(1),
+                                          doc="stop after this many evaluations without a better best "
+                                              "checkpoint (needs data.validation; None: never stop early)"),
     },
     "evaluation": {
         "metrics": _Field(list, ["recall", "map@r", "r_precision", "nmi"],
@@ -303,6 +306,16 @@ def _check_combinations(cfg):
         metrics.parse_metrics(cfg["evaluation"]["metrics"], cfg["evaluation"]["ks"])
     except ValueError as err:
         raise ConfigError(f"evaluation.metrics: {err}") from None
+    if cfg["training"]["early_stopping_patience"] is not None:
+        if cfg["data"]["validation"]["fraction"] is None:
+            raise ConfigError(
+                "training.early_stopping_patience needs a validation split to watch (stopping on the "
+                "test split would select on test data): set data.validation.fraction (e.g. 0.2), or "
+                "remove training.early_stopping_patience."
+            )
+        if cfg["strategy"] == "multi_worker":
+            raise ConfigError("training.early_stopping_patience is not supported with strategy "
+                              "'multi_worker' (it evaluates nothing per epoch); remove it.")
     for key in ("epochs", "steps_per_epoch"):
         if cfg["training"][key] < 1:
             raise ConfigError(f"training.{key} must be >= 1, got {cfg['training'][key]}.")

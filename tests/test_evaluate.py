@@ -85,7 +85,7 @@ def test_config_sections(models, tmp_path):
     read = evaluate.read_config(str(cfg))
     assert read == {"source": "digits", "source_kwargs": {}, "split": "test", "image_size": None,
                     "image_channels": 3, "metrics": ["recall@2", "map@r"], "ks": [1],
-                    "distance": "cosine"}
+                    "distance": "cosine", "baseline": None}
     out = str(tmp_path / "eval")
     # The model takes 3-channel images: the config's image.channels converts the 1-channel digits.
     assert evaluate.main(["--model", models["rgb"], "--config", str(cfg), "--out", out,

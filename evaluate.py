@@ -111,6 +111,10 @@ def read_config(path):
     kwargs = dict(data.get("options") or {})
     if source is not None and not isinstance(source, str):
         raise EvaluationError(f"--config: data.source must be a source name, got {source!r}.")
+    if source is not None:
+        import experiment  # image.size / image.channels feed the folder and tfds sources, as in training
+
+        kwargs = experiment.image_source_options(source, kwargs, image)
     return {
         "source": source,
         "source_kwargs": kwargs,

@@ -44,6 +44,11 @@ def check_source_options(cfg):
             f"data.options {unknown} are not options of the {name!r} source{hint}; "
             f"its options: {', '.join(parameters)}."
         )
+    if name == "folder" and "root" not in options and not {"train_root", "test_root"} <= set(options):
+        raise ExperimentError(
+            "data.options of the 'folder' source needs root (root/<class>/<image>, or root/train/<class> "
+            "and root/test/<class>), or both train_root and test_root."
+        )
     if missing:
         raise ExperimentError(
             f"data.options lacks {missing} for the {name!r} source (e.g. data.options.{missing[0]}: ...); "
@@ -51,11 +56,39 @@ def check_source_options(cfg):
         )
 
 
+#: Sources that decode image files, and their options that image.size /
+#: image.channels give when data.options does not.
+IMAGE_FILE_OPTIONS = {"size": "image_size", "channels": "channels"}
+
+
+def source_options(cfg):
+    """``data.options``, completed from ``image.size`` / ``image.channels`` for
+    the sources that decode image files (folder, tfds): one place for the image
+    settings. An option given in ``data.options`` wins (e.g. tfds benchmarks
+    load at 256 px, and image.size 224 is the model's input, cropped from it)."""
+    return image_source_options(cfg["data"]["source"], cfg["data"]["options"], cfg["image"])
+
+
+def image_source_options(source, options, image):
+    """``options`` of ``source`` completed from the ``image`` section (also
+    used by evaluate.py --config, so both load the files alike)."""
+    from pipelines import sources
+
+    options = dict(options or {})
+    if source not in sources.SOURCES:
+        return options
+    parameters = inspect.signature(sources.SOURCES[source]).parameters
+    for key, option in IMAGE_FILE_OPTIONS.items():
+        if option in parameters and option not in options and image.get(key) is not None:
+            options[option] = image[key]
+    return options
+
+
 def build_source(cfg):
     from pipelines import sources
 
     try:
-        return sources.get_source(cfg["data"]["source"], **cfg["data"]["options"])
+        return sources.get_source(cfg["data"]["source"], **source_options(cfg))
     except (ValueError, FileNotFoundError, ImportError) as err:
         raise ExperimentError(f"data: {err}") from None
 
@@ -310,6 +343,30 @@ class NaNGuard(keras.callbacks.Callback):
         )
 
 
+class EarlyStop(keras.callbacks.Callback):
+    """Stops ``fit`` after ``patience`` evaluations in a row without a better
+    best checkpoint (``checkpoint``: the AtomicCheckpoint before it in the
+    list). ``wait`` is restored from the backup, so a resumed run stops where
+    an uninterrupted one would. Epochs without evaluation do not count."""
+
+    def __init__(self, checkpoint, patience, wait=0):
+        super().__init__()
+        self.checkpoint, self.patience, self.wait = checkpoint, int(patience), int(wait)
+        self.last_best = checkpoint.best
+        self.stopped_epoch = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        if (logs or {}).get(self.checkpoint.monitor) is None:
+            return
+        if self.checkpoint.best != self.last_best:
+            self.wait, self.last_best = 0, self.checkpoint.best
+            return
+        self.wait += 1
+        if self.wait >= self.patience:
+            self.stopped_epoch = epoch
+            self.model.stop_training = True
+
+
 def completed_epochs(backup_dir):
     """The number of epochs the backup in ``backup_dir`` has completed (0: none)."""
     return runs.Backup(backup_dir).epoch
@@ -398,6 +455,7 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
         test_split = source.split(cfg["data"]["test_split"])
     except ValueError as err:
         raise ExperimentError(f"data: {err}") from None
+    train_split, val_split = split_validation(cfg, train_split)
     design = build_design(cfg)
     try:
         design.validate(train_split)
@@ -422,15 +480,20 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
     if cfg["loss"]["sampler"] in config_lib.LEARNED_SAMPLERS and pretrain and not done:
         # Algorithm 1, line 2: pre-train the sampler network on its own stream of pools.
         model.pretrain_sampler(train_dataset(cfg, design, train_split, skip_batches=10**6), pretrain)
-    test_ds = eval_dataset(cfg, test_split)
+    # The per-epoch evaluation: the validation split when there is one (the
+    # test split is then scored once, at the end), else the test split, for
+    # the history only: no checkpoint is selected on it.
+    monitored_ds = eval_dataset(cfg, val_split if val_split is not None else test_split)
 
     if cfg["strategy"] == "multi_worker":
         history = _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup, state, verbose)
     else:
-        history = _fit_keras(cfg, model, train_ds, test_ds, out, backup, state, verbose, callbacks)
+        history = _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, callbacks,
+                             validation=val_split is not None)
 
     files.save_weights(model, os.path.join(out, "final.weights.h5"))
-    result = {"resumed_from_epoch": done, "history": history, "output_dir": out}
+    result = {"resumed_from_epoch": done, "history": history, "output_dir": out,
+              "best_checkpoint": best_checkpoint_note(cfg, val_split)}
     if chief:
         result.update(final_evaluation(cfg, model, test_split, out, verbose))
         export(model, out, input_shape)
@@ -444,7 +507,39 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
     return result
 
 
-def best_checkpoint_monitor(metrics, ks):
+def split_validation(cfg, train_split):
+    """``(train, validation)``: the training split without the held-out part
+    of ``data.validation``, and that part (None when no fraction is set)."""
+    from pipelines import sources
+
+    v = cfg["data"]["validation"]
+    if v["fraction"] is None:
+        return train_split, None
+    try:
+        return sources.hold_out(train_split, v["fraction"], mode=v["mode"], seed=v["seed"])
+    except ValueError as err:
+        raise ExperimentError(f"data.validation: {err}") from None
+
+
+#: Prefix of the per-epoch evaluation's keys in the logs and history.csv.
+VALIDATION_PREFIX, TEST_PREFIX = "val_", "test_"
+
+
+def best_checkpoint_note(cfg, val_split):
+    """One line for the summary: on what the best checkpoint was selected."""
+    if cfg["strategy"] == "multi_worker":
+        return "none: multi-worker training evaluates nothing per epoch (final.weights.h5 is the model)"
+    if val_split is None:
+        return ("none: there is no validation split, and no checkpoint is selected on test data "
+                "(set data.validation.fraction to get checkpoints/best.weights.h5)")
+    ev = cfg["evaluation"]
+    monitor = best_checkpoint_monitor(ev["metrics"], ev["ks"], prefix=VALIDATION_PREFIX)["monitor"]
+    return (f"checkpoints/best.weights.h5, best {monitor} on the validation split "
+            f"({val_split.num_classes} classes, {val_split.num_examples} examples, "
+            f"mode {cfg['data']['validation']['mode']})")
+
+
+def best_checkpoint_monitor(metrics, ks, prefix=""):
     """What "best" means for the best checkpoint: MAP@R when it is evaluated
     (the most telling retrieval figure), else the first evaluated metric, else
     the training loss."""
@@ -454,37 +549,50 @@ def best_checkpoint_monitor(metrics, ks):
     keys = [k for k in metrics_lib.metric_keys(metrics, ks)
             if k not in metrics_lib.LOWER_IS_BETTER and not k.endswith("_std")]
     if "map@r" in keys:
-        return {"monitor": "map@r", "mode": "max"}
+        return {"monitor": prefix + "map@r", "mode": "max"}
     if keys:
-        return {"monitor": keys[0], "mode": "max"}
+        return {"monitor": prefix + keys[0], "mode": "max"}
     return {"monitor": "loss", "mode": "min"}
 
 
-def _fit_keras(cfg, model, train_ds, test_ds, out, backup, state, verbose, extra_callbacks=()):
+def _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, extra_callbacks=(),
+               validation=False):
+    """``model.fit`` with the per-epoch evaluation of ``monitored_ds``: the
+    validation split (``validation``; keys ``val_*``, and the best checkpoint
+    follows them) or the test split (keys ``test_*``, history only)."""
     from tfdml import callbacks as callbacks_lib
 
     ev = cfg["evaluation"]
     state = state or {}
-    best = runs.AtomicCheckpoint(
-        os.path.join(out, "checkpoints", "best.weights.h5"),
-        **best_checkpoint_monitor(ev["metrics"], ev["ks"]),
-        best=state.get("best"),
-    )
+    prefix = VALIDATION_PREFIX if validation else TEST_PREFIX
+    best = None
+    if validation:
+        best = runs.AtomicCheckpoint(
+            os.path.join(out, "checkpoints", "best.weights.h5"),
+            **best_checkpoint_monitor(ev["metrics"], ev["ks"], prefix=prefix),
+            best=state.get("best"),
+        )
+    stopper = None
+    if best is not None and cfg["training"]["early_stopping_patience"] is not None:
+        stopper = EarlyStop(best, cfg["training"]["early_stopping_patience"],
+                            wait=state.get("early_stopping_wait", 0))
     history_csv = runs.HistoryCSV(os.path.join(out, "history.csv"), rows=state.get("history"))
     resolved = config_lib.plain(cfg)
     callbacks = [
         callbacks_lib.RetrievalEvaluation(
-            test_ds, every_n_epochs=ev["every_n_epochs"], metrics=ev["metrics"], ks=ev["ks"],
-            distance=ev["distance"],
+            monitored_ds, every_n_epochs=ev["every_n_epochs"], metrics=ev["metrics"], ks=ev["ks"],
+            distance=ev["distance"], prefix=prefix,
         ),
         NaNGuard(backup),
-        best,
+        *([best] if best is not None else []),
+        *([stopper] if stopper is not None else []),
         runs.AtomicCheckpoint(os.path.join(out, "checkpoints", "last.weights.h5")),
         history_csv,
         keras.callbacks.TensorBoard(os.path.join(out, "logs"), write_graph=False),
         # Last of the built-in ones: the epoch is complete once its backup is.
         runs.BackupCallback(backup, extra=lambda epoch: {
-            "best": best.best, "history": history_csv.rows, "config": resolved}),
+            "best": best.best if best is not None else None, "history": history_csv.rows,
+            "early_stopping_wait": stopper.wait if stopper is not None else 0, "config": resolved}),
         *extra_callbacks,
     ]
     done = int(state.get("epoch", 0))
@@ -640,7 +748,8 @@ def summary(cfg, result):
         f"{cfg['data']['source']} data",
         f"output: {result['output_dir']}   time: {result['seconds']:.0f}s"
         + (f"   (resumed after epoch {result['resumed_from_epoch']})" if result["resumed_from_epoch"] else ""),
-        "held-out metrics (unseen classes):",
+        f"best checkpoint: {result.get('best_checkpoint', 'none')}",
+        "held-out metrics (the test split, scored once after training):",
     ]
     baseline = result.get("baseline")
     width = max([16] + [len(k) for k in result["metrics"]])

@@ -7,11 +7,13 @@ The config (see :mod:`tfdml.config` for every key) is validated before any
 work starts. The run writes into ``output_dir``:
 
     config.yaml          the resolved config
-    history.csv          per-epoch loss and held-out metrics
+    history.csv          per-epoch loss and the validation split's metrics (val_*), or,
+                         without data.validation, the test split's (test_*, shown only)
     logs/                TensorBoard logs
     backup/              the last completed epoch (a rerun resumes from it)
-    checkpoints/         best.weights.h5 (best held-out MAP@R), last.weights.h5
-    metrics.json         final held-out metrics
+    checkpoints/         last.weights.h5; best.weights.h5 (best validation MAP@R) only
+                         with a data.validation split: none is selected on test data
+    metrics.json         final held-out metrics (the test split, scored once at the end)
     plots/               retrieval grid, distance histograms, PR curve
     model.keras          the trained model
     saved_model/         SavedModel with a serving signature images -> embeddings

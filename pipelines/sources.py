@@ -15,7 +15,10 @@ name                what
 ``"digits"``        scikit-learn's ``load_digits`` (8×8×1, 1,797 images, 174–183
                     per class); classes 0–4 train, 5–9 test.
 ``"folder"``        ``root/<class>/<image>`` (jpg, png, bmp, gif); decoded and
-                    resized in tf.data. Sorted class names; the first half train.
+                    resized in tf.data (default: the files' own size and
+                    channels). Sorted class names; the first half train. Or
+                    a data set already split: ``root/train/<class>/...`` and
+                    ``root/test/<class>/...``, or ``train_root``/``test_root``.
 ``"tfds"``          TensorFlow Datasets benchmarks (optional extra
                     ``tensorflow-datasets``): ``cars196`` (first 98 classes
                     train), ``caltech_birds2011`` (first 100),
@@ -43,11 +46,13 @@ import functools
 import logging
 import math
 import os
+import warnings
 
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["Split", "Source", "get_source", "SOURCES", "SPLITS", "IMAGE_EXTENSIONS"]
+__all__ = ["Split", "Source", "get_source", "hold_out", "SOURCES", "SPLITS", "IMAGE_EXTENSIONS",
+           "VALIDATION_MODES"]
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +119,17 @@ class Split:
             f"Split({self.name!r}, num_examples={self.num_examples}, "
             f"num_classes={self.num_classes}, image_shape={self.image_shape})"
         )
+
+    def subset(self, indices, name):
+        """A new split of the examples ``indices`` of this one (labels re-indexed
+        to 0..L'−1 over the classes it keeps; class ids and names kept)."""
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        names = {_key(cid): self.class_names[i] for i, cid in enumerate(self.class_ids)}
+        split = Split(name, self.class_ids[self.labels[indices]], self.image_shape,
+                      self._loader.subset(indices), names=names)
+        if getattr(self, "files", None) is not None:
+            split.files = np.asarray(self.files)[indices]
+        return split
 
     @property
     def images(self):
@@ -188,6 +204,9 @@ class _ArrayLoader:
     def numpy(self):
         return self._numpy.astype(np.float32) * np.float32(self._scale)
 
+    def subset(self, indices):
+        return _ArrayLoader(self._numpy[indices], self._scale)
+
     def __call__(self, indices):
         x = tf.cast(tf.gather(self._tensor, indices), tf.float32)
         return x * self._scale if self._scale != 1.0 else x
@@ -238,11 +257,16 @@ class _EncodedLoader:
     """Decodes image files (``paths``) or encoded bytes (``blobs``) per batch."""
 
     def __init__(self, items, from_files, image_size, channels, resize):
+        self._numpy = items
         self._items = _resident(items)
         self._from_files = from_files
         self._image_size = image_size
         self._channels = channels
         self._resize = resize
+
+    def subset(self, indices):
+        return _EncodedLoader(self._numpy[indices], self._from_files, self._image_size,
+                              self._channels, self._resize)
 
     def decode_one(self, item):
         contents = tf.io.read_file(item) if self._from_files else item
@@ -437,48 +461,81 @@ def _check_resize(resize):
         raise ValueError(f"resize must be 'pad' (keep aspect, zero-pad, Hong §6) or 'stretch', got {resize!r}.")
 
 
-def _find_unreadable(paths, channels):
-    """Indices of files that cannot be read or decoded, found in one parallel tf.data pass."""
+def _scan(paths):
+    """Native (height, width, channels) of each file, decoded in one parallel
+    tf.data pass; -1 rows for files that cannot be read or decoded."""
     def check(i, path):
-        image = decode_pixels(tf.io.read_file(path), channels)
-        return i, tf.shape(image)[0]
+        image = tf.io.decode_image(tf.io.read_file(path), channels=0, expand_animations=False)
+        return i, tf.shape(image)
 
     ds = tf.data.Dataset.from_tensor_slices((np.arange(len(paths), dtype=np.int64), paths))
     ds = ds.map(check, num_parallel_calls=tf.data.AUTOTUNE).ignore_errors(log_warning=False)
-    good = np.zeros(len(paths), dtype=bool)
-    for idx, _ in ds.batch(1024).as_numpy_iterator():
-        good[idx] = True
-    return np.flatnonzero(~good)
+    shapes = np.full((len(paths), 3), -1, dtype=np.int64)
+    for idx, shape in ds.batch(1024).as_numpy_iterator():
+        shapes[idx] = shape
+    return shapes
 
 
-def folder(root, image_size=256, channels=3, resize="pad", train_classes=None, test_classes=None,
-           on_error="raise", verify=True):
-    """Images under ``root/<class>/<image>``, decoded and resized in tf.data.
+#: A resize by more than this factor (up or down, on either side) is warned about.
+RESIZE_WARNING_FACTOR = 4.0
 
-    Classes are the sub-directories of ``root`` in sorted order; the label is
-    the class's index in that order. By default the first ceil(L/2) classes
-    train and the rest test. Images are decoded with ``channels`` channels,
-    scaled to [0, 1] and resized to ``image_size`` (``resize="pad"`` keeps the
-    aspect ratio and zero-pads, as Hong et al. §6; ``"stretch"`` does not).
 
-    With ``verify=True`` every file is decoded once at construction (in
-    parallel in tf.data) so that a corrupt or unreadable image is reported
-    up front, naming the file: ``on_error="raise"`` raises a ValueError,
-    ``on_error="skip"`` leaves it out and records it in
-    ``source.skipped_files``. Files with other extensions are ignored.
-    """
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}.")
-    if channels not in (1, 3):
-        raise ValueError(f"channels must be 1 (grayscale) or 3 (RGB), got {channels!r}.")
-    _check_resize(resize)
+def _native_settings(shapes, image_size, channels, where):
+    """``(image_size, channels)``: the given ones, or the files' own (the most
+    common size; 1 channel when every file is gray, else 3), with a warning when
+    the given ones resize the files a lot or do not match their channels."""
+    sizes, counts = np.unique(shapes[:, :2], axis=0, return_counts=True)
+    common = tuple(int(v) for v in sizes[np.argmax(counts)])
+    gray = shapes[:, 2] <= 2  # gray, or gray + alpha
+    if image_size is None:
+        image_size = common
+        if len(sizes) > 1:
+            log.info("Images under %s have %d sizes; resizing all to the most common one, %s.",
+                     where, len(sizes), common)
+    if channels is None:
+        channels = 1 if gray.all() else 3
     image_size = _size_pair(image_size)
+    factor = np.maximum(np.asarray(image_size)[None, :] / shapes[:, :2], shapes[:, :2] / np.asarray(image_size)[None, :])
+    worst = factor.max(axis=1)
+    if worst.max() > RESIZE_WARNING_FACTOR:
+        at = int(np.argmax(worst))
+        warnings.warn(
+            f"image_size {image_size[0]}×{image_size[1]} resizes the images under {where} by up to "
+            f"{worst.max():.1f}× (e.g. a {shapes[at, 0]}×{shapes[at, 1]} file; most are {common[0]}×"
+            f"{common[1]}): set the size near the files' own (image.size, or data.options.image_size), "
+            "or leave it out to keep the files' size.", UserWarning, stacklevel=3)
+    if channels == 3 and gray.all():
+        warnings.warn(
+            f"The images under {where} are grayscale, but channels=3 repeats the gray channel 3 times: "
+            "set channels to 1 (image.channels: 1), or leave it out to keep the files' channels.",
+            UserWarning, stacklevel=3)
+    elif channels == 1 and not gray.all():
+        warnings.warn(
+            f"{int((~gray).sum())} image(s) under {where} are in colour, and channels=1 converts them to "
+            "gray: set channels to 3 (image.channels: 3) to keep the colour.", UserWarning, stacklevel=3)
+    return image_size, channels
+
+
+def _class_dirs(root):
+    return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+
+
+def _split_layout(root):
+    """True when ``root`` holds ``train/`` and ``test/`` folders of class folders
+    (the layout of most downloaded data sets) rather than class folders."""
+    subdirs = set(_class_dirs(root))
+    return {"train", "test"} <= subdirs and all(
+        _class_dirs(os.path.join(root, part)) for part in ("train", "test"))
+
+
+def _list_images(root, on_error, verify):
+    """``(class_dirs, paths, labels, shapes, skipped)`` of ``root/<class>/<image>``.
+
+    ``shapes``: native (h, w, c) of every file (verify) or of the first one."""
     root = os.fspath(root)
     if not os.path.isdir(root):
         raise ValueError(f"Image folder {root!r} does not exist; expected root/<class>/<image>.")
-    class_dirs = sorted(
-        e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith(".")
-    )
+    class_dirs = _class_dirs(root)
     if not class_dirs:
         raise ValueError(
             f"Image folder {root!r} has no class sub-directories; expected root/<class>/<image> "
@@ -503,8 +560,10 @@ def folder(root, image_size=256, channels=3, resize="pad", train_classes=None, t
     labels = np.asarray(labels, dtype=np.int32)
 
     skipped = []
+    # Every file is decoded once (verify), or the first one only: their own sizes and channels.
+    shapes = _scan(paths if verify else paths[:1])
     if verify:
-        bad = _find_unreadable(paths, channels)
+        bad = np.flatnonzero(shapes[:, 0] < 0)
         if len(bad) and on_error == "raise":
             names = [str(p) for p in paths[bad[:5]]]
             raise ValueError(
@@ -516,21 +575,85 @@ def folder(root, image_size=256, channels=3, resize="pad", train_classes=None, t
             log.warning("Skipped %d unreadable image(s) under %s, e.g. %s", len(bad), root, skipped[:3])
             keep = np.ones(len(paths), dtype=bool)
             keep[bad] = False
-            paths, labels = paths[keep], labels[keep]
+            paths, labels, shapes = paths[keep], labels[keep], shapes[keep]
             emptied = sorted(set(range(len(class_dirs))) - set(np.unique(labels).tolist()))
             if emptied:
                 raise ValueError(
                     f"Class directory {os.path.join(root, class_dirs[emptied[0]])!r} has no readable "
                     "images after skipping corrupt files; remove it or add valid images."
                 )
+    return class_dirs, paths, labels, shapes[shapes[:, 0] >= 0], skipped
 
-    classes = list(range(len(class_dirs)))
-    names = {c: n for c, n in zip(classes, class_dirs)}
-    train, test = _class_split(classes, class_dirs, train_classes, test_classes,
-                               math.ceil(len(classes) / 2))
+
+def folder(root=None, image_size=None, channels=None, resize="pad", train_classes=None,
+           test_classes=None, on_error="raise", verify=True, train_root=None, test_root=None):
+    """Images under ``root/<class>/<image>``, decoded and resized in tf.data.
+
+    Classes are the sub-directories of ``root`` in sorted order; the label is
+    the class's index in that order. By default the first ceil(L/2) classes
+    train and the rest test. Images are decoded with ``channels`` channels,
+    scaled to [0, 1] and resized to ``image_size`` (``resize="pad"`` keeps the
+    aspect ratio and zero-pads, as Hong et al. §6; ``"stretch"`` does not).
+    ``image_size=None`` keeps the files' own size (the most common one, when
+    they differ); ``channels=None`` their channels (1 when every file is gray,
+    else 3). A size that resizes the files by more than
+    :data:`RESIZE_WARNING_FACTOR`, or channels that do not match the files
+    (3 for gray files, 1 for colour ones), is warned about.
+
+    A data set already split: ``root`` holding ``train/<class>/<image>`` and
+    ``test/<class>/<image>`` (detected), or ``train_root`` and ``test_root``.
+    The folders are then the split (``train_classes`` / ``test_classes`` do
+    not apply); a class name in both is one class seen in both splits
+    (closed-set retrieval on the test split).
+
+    With ``verify=True`` every file is decoded once at construction (in
+    parallel in tf.data) so that a corrupt or unreadable image is reported
+    up front, naming the file: ``on_error="raise"`` raises a ValueError,
+    ``on_error="skip"`` leaves it out and records it in
+    ``source.skipped_files``. Files with other extensions are ignored.
+    """
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}.")
+    if channels not in (1, 3, None):
+        raise ValueError(f"channels must be 1 (grayscale) or 3 (RGB), got {channels!r}.")
+    _check_resize(resize)
+    if image_size is not None:
+        image_size = _size_pair(image_size)
+    if (train_root is None) != (test_root is None):
+        raise ValueError("train_root and test_root go together; give both (or root alone).")
+    if train_root is not None and root is not None:
+        raise ValueError("give either root or train_root / test_root, not both.")
+    if train_root is None and root is None:
+        raise ValueError("the folder source needs root (root/<class>/<image>, or root/train and "
+                         "root/test), or train_root and test_root.")
+    if train_root is None and os.path.isdir(root) and _split_layout(root):
+        train_root, test_root = os.path.join(root, "train"), os.path.join(root, "test")
+        others = sorted(set(_class_dirs(root)) - {"train", "test"})
+        log.info("%s holds train/ and test/ folders: they are the split%s.", root,
+                 f" (ignoring {others})" if others else "")
+    if train_root is not None:
+        if train_classes is not None or test_classes is not None:
+            raise ValueError(
+                "train_classes / test_classes choose classes of one folder; with train/ and test/ "
+                "folders the folders are the split: leave them out, or give one root of class folders."
+            )
+        parts = {name: _list_images(part, on_error, verify)
+                 for name, part in (("train", train_root), ("test", test_root))}
+        where = f"{train_root} and {test_root}"
+    else:
+        parts = {"all": _list_images(root, on_error, verify)}
+        where = os.fspath(root)
+    shapes = np.concatenate([part[3] for part in parts.values()])
+    skipped = [f for part in parts.values() for f in part[4]]
+    if len(shapes):
+        image_size, channels = _native_settings(shapes, image_size, channels, where)
+    else:  # the first file is unreadable and verify is off: the decoder will say so
+        image_size, channels = _size_pair(image_size or 256), channels or 3
     shape = (*image_size, channels)
 
-    def build(ids, split_name):
+    def build(part, ids, split_name):
+        class_dirs, paths, labels = part[:3]
+
         def make():
             keep = np.isin(labels, np.asarray(ids, dtype=np.int32))
             loader = _EncodedLoader(paths[keep], True, image_size, channels, resize)
@@ -540,8 +663,17 @@ def folder(root, image_size=256, channels=3, resize="pad", train_classes=None, t
             return split
         return make
 
-    return Source("folder", {"train": build(train, "train"), "test": build(test, "test")},
-                  class_names=names, skipped_files=skipped)
+    if "all" in parts:
+        class_dirs = parts["all"][0]
+        classes = list(range(len(class_dirs)))
+        names = {c: n for c, n in zip(classes, class_dirs)}
+        train, test = _class_split(classes, class_dirs, train_classes, test_classes,
+                                   math.ceil(len(classes) / 2))
+        builders = {"train": build(parts["all"], train, "train"), "test": build(parts["all"], test, "test")}
+    else:
+        names = None
+        builders = {name: build(part, list(range(len(part[0]))), name) for name, part in parts.items()}
+    return Source("folder", builders, class_names=names, skipped_files=skipped)
 
 
 #: Where TFDS downloads from; probed (a few seconds at most) before a download
@@ -658,6 +790,50 @@ def tfds(dataset, image_size=256, channels=3, resize="pad", data_dir=None, downl
 
     return Source(f"tfds:{dataset}", {"train": build(train, "train"), "test": build(test, "test")},
                   class_names=class_names)
+
+
+#: How :func:`hold_out` picks the validation split out of the training split.
+VALIDATION_MODES = ("classes", "examples")
+
+
+def hold_out(split, fraction, mode="classes", seed=0):
+    """Split ``split`` (the training split) into ``(train, validation)``.
+
+    ``mode="classes"`` (open set, as the test split): round(fraction × L)
+    whole classes, at least 1 and at most L − 1, go to validation.
+    ``mode="examples"``: of each class with n ≥ 2 examples, round(fraction × n)
+    examples (at least 1, at most n − 1) go to validation; the classes are the
+    training ones. The choice depends only on ``seed``, the labels and the
+    example order (NumPy's PCG64 generator: the same on every machine). Both
+    returned splits have labels 0..L−1 of their own and keep the class ids.
+    """
+    if mode not in VALIDATION_MODES:
+        raise ValueError(f"validation mode {mode!r} is not one of {VALIDATION_MODES}.")
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction < 1.0:
+        raise ValueError(f"validation fraction must lie strictly between 0 and 1, got {fraction!r}.")
+    rng = np.random.default_rng(seed)
+    labels = split.labels
+    if mode == "classes":
+        if split.num_classes < 2:
+            raise ValueError(
+                f"the training split has {split.num_classes} class; holding out validation classes "
+                "needs at least 2 (use validation mode 'examples', or more training classes)."
+            )
+        count = min(max(1, int(round(fraction * split.num_classes))), split.num_classes - 1)
+        held = np.sort(rng.permutation(split.num_classes)[:count])
+        in_val = np.isin(labels, held)
+    else:
+        in_val = np.zeros(labels.size, dtype=bool)
+        for c in range(split.num_classes):
+            members = np.flatnonzero(labels == c)
+            if members.size < 2:
+                continue
+            count = min(max(1, int(round(fraction * members.size))), members.size - 1)
+            in_val[rng.permutation(members)[:count]] = True
+        if not in_val.any():
+            raise ValueError("no training class has 2 examples or more; nothing can be held out.")
+    return (split.subset(np.flatnonzero(~in_val), split.name),
+            split.subset(np.flatnonzero(in_val), "validation"))
 
 
 SOURCES = {

@@ -53,9 +53,11 @@ def finished_run(tmp_path_factory):
 def test_run_writes_everything(finished_run):
     cfg, result, out = finished_run
     for name in ("config.yaml", "history.csv", "metrics.json", "model.keras", "final.weights.h5",
-                 "checkpoints/best.weights.h5", "checkpoints/last.weights.h5",
+                 "checkpoints/last.weights.h5",
                  "saved_model/saved_model.pb", "retrieval_grid.png", "distance_histogram.png"):
         assert os.path.exists(os.path.join(out, name)), name
+    # Issue 17: without a validation split no checkpoint is selected on test data.
+    assert not os.path.exists(os.path.join(out, "checkpoints", "best.weights.h5"))
     assert os.listdir(os.path.join(out, "logs"))
     report = json.load(open(os.path.join(out, "metrics.json")))
     metrics = report["metrics"]
@@ -63,9 +65,11 @@ def test_run_writes_everything(finished_run):
     assert report["info"]["distance"] == "cosine"  # evaluation.distance reaches the evaluation
     assert config.load(os.path.join(out, "config.yaml")) == cfg
     history = open(os.path.join(out, "history.csv")).read().splitlines()
-    assert len(history) == 3 and "map@r" in history[0]
+    # The per-epoch figures are labelled as the test split's (history only).
+    assert len(history) == 3 and "test_map@r" in history[0].split(",")
     text = experiment.summary(cfg, result)
     assert "recall@1" in text and "map@r" in text
+    assert "best checkpoint: none: there is no validation split" in text
 
 
 def test_exported_models_give_the_same_embeddings(finished_run):
@@ -114,11 +118,17 @@ def _weights(path):
 
 
 def test_resume_after_kill_reaches_the_same_weights(tmp_path):
-    """Kill after epoch 2 of 4, rerun: same final weights as an uninterrupted run."""
+    """Kill after epoch 2 of 4, rerun: same final weights as an uninterrupted run.
+
+    With a validation split (issue 17): the resumed run holds out the same
+    examples, so its best checkpoint and history equal the straight run's."""
+    validation = {"fraction": 0.4, "mode": "examples", "seed": 5}
     straight = small_cfg(tmp_path / "straight", **{"training.epochs": 4})
+    straight["data"]["validation"] = validation
     experiment.run(straight, verbose=0)
 
     resumed = small_cfg(tmp_path / "resumed", **{"training.epochs": 4})
+    resumed["data"]["validation"] = dict(validation)
     with pytest.raises(KeyboardInterrupt):
         experiment.run(resumed, verbose=0, callbacks=[_KillAfterEpoch(2)])
     assert experiment.completed_epochs(os.path.join(resumed["output_dir"], "backup")) == 2
@@ -510,6 +520,127 @@ def test_large_sparse_class_ids_train_a_small_model(tmp_path):
     assert max(np.prod(s) for s in shapes.values()) < 10_000
 
 
+# -- the validation split (issue 17) ------------------------------------------------
+
+
+class _PredictSpy(keras.callbacks.Callback):
+    """Records the inputs of every model.predict during fit (RetrievalEvaluation's embedding)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows = []
+
+    def set_model(self, model):
+        super().set_model(model)
+        original = model.predict
+
+        def predict(data, *args, **kwargs):
+            for x in data:
+                self.rows.extend(np.round(x.numpy()[:, 0]).astype(int).tolist())
+            return original(data, *args, **kwargs)
+
+        self._original = original
+        model.predict = predict
+
+    def on_train_end(self, logs=None):
+        self.model.predict = self._original
+
+
+def test_best_checkpoint_is_selected_on_validation_only(tmp_path):
+    """fit embeds the validation examples only; the best checkpoint follows
+    val_map@r; the test split is scored once, after training."""
+    from pipelines import sources
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(8), 12)  # classes 0-3 train, 4-7 test
+    row = np.arange(labels.size)
+    # Column 0 is the row number (how the spy tells the examples apart).
+    features = np.column_stack([row, rng.normal(size=(labels.size, 3)) + labels[:, None]]).astype("float32")
+    cfg = small_cfg(tmp_path, **{"data.source": "arrays",
+                                 "data.options": {"features": features, "labels": labels},
+                                 "data.validation": {"fraction": 0.5, "seed": 1},
+                                 "design.n": 2, "model.backbone": "mlp",
+                                 "model.backbone_options": {"width": 8}, "training.epochs": 3})
+    # Independent reference: the held-out rows, from the source side alone.
+    train_split = sources.arrays(features, labels).split("train")
+    _, val_split = sources.hold_out(train_split, 0.5, mode="classes", seed=1)
+    val_rows = set(np.round(val_split.load(np.arange(val_split.num_examples)).numpy()[:, 0]).astype(int))
+    assert len(val_rows) == 24 and val_rows < set(range(48))  # 2 of the 4 training classes
+    spy, files_seen = _PredictSpy(), _BestFileWatch(tmp_path / "checkpoints" / "best.weights.h5")
+    result = experiment.run(cfg, verbose=0, callbacks=[spy, files_seen])
+    assert len(spy.rows) == 3 * 24 and set(spy.rows) == val_rows  # 3 epochs, validation only
+
+    history = result["history"]
+    assert "val_map@r" in history and not any(k.startswith("test_") for k in history)
+    # best.weights.h5 is rewritten exactly at the epochs where val_map@r beats every earlier one.
+    values = history["val_map@r"]
+    improving = [e for e in range(3) if all(values[e] > v for v in values[:e])]
+    assert files_seen.changed_at == improving
+    assert "best val_map@r on the validation split" in result["best_checkpoint"]
+    assert "best checkpoint: checkpoints/best.weights.h5" in experiment.summary(cfg, result)
+    # The final figures are the test split's, scored once after fit (outside the spy).
+    report = json.load(open(tmp_path / "metrics.json"))
+    assert report["metrics"]["recall@1"] == pytest.approx(result["metrics"]["recall@1"])
+
+
+class _BestFileWatch(keras.callbacks.Callback):
+    """The epochs after which the file at ``path`` changed (runs after the built-in callbacks)."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path, self.last, self.changed_at = path, None, []
+
+    def on_epoch_end(self, epoch, logs=None):
+        content = open(self.path, "rb").read() if os.path.exists(self.path) else None
+        if content != self.last:
+            self.changed_at.append(epoch)
+        self.last = content
+
+
+def test_early_stopping_watches_the_validation_split(tmp_path):
+    """training.early_stopping_patience: fit stops at the first evaluation that
+    is the patience-th in a row without a new best val_map@r (reference: the
+    history, recomputed here)."""
+    rng = np.random.default_rng(1)
+    labels = np.repeat(np.arange(8), 12)
+    features = (rng.normal(size=(labels.size, 4)) + 0.3 * labels[:, None]).astype("float32")
+    cfg = small_cfg(tmp_path, **{"data.source": "arrays",
+                                 "data.options": {"features": features, "labels": labels},
+                                 "data.validation": {"fraction": 0.5, "mode": "examples"},
+                                 "model.backbone": "mlp", "model.backbone_options": {"width": 8},
+                                 "design.n": 4, "training.epochs": 6, "training.early_stopping_patience": 1,
+                                 "optimizer.learning_rate": 0.3})
+    values = experiment.run(cfg, verbose=0)["history"]["val_map@r"]
+    stop = next((e for e in range(1, 6) if values[e] <= max(values[:e])), 5)
+    assert len(values) == stop + 1  # with seed 3 it stops after epoch 2 (0.19, then 0.14)
+    with pytest.raises(config.ConfigError, match="needs a validation split"):
+        small_cfg(tmp_path, **{"training.early_stopping_patience": 2})
+
+
+def test_early_stopping_count_continues_after_a_resume():
+    """The backup's wait count is restored: one more flat evaluation reaches patience 2."""
+    class Model:
+        stop_training = False
+
+    best = experiment.runs.AtomicCheckpoint("unused", monitor="val_map@r", best=0.5)
+    stopper = experiment.EarlyStop(best, patience=2, wait=1)
+    stopper.set_model(Model())
+    stopper.on_epoch_end(3, {"loss": 1.0})  # an epoch without evaluation does not count
+    assert not stopper.model.stop_training and stopper.wait == 1
+    stopper.on_epoch_end(4, {"val_map@r": 0.4})  # the checkpoint kept its best 0.5
+    assert stopper.model.stop_training and stopper.stopped_epoch == 4
+
+
+def test_a_resume_with_another_validation_split_is_refused(tmp_path):
+    cfg = small_cfg(tmp_path, **{"training.epochs": 2, "data.validation": {"fraction": 0.4, "mode": "examples"}})
+    with pytest.raises(KeyboardInterrupt):
+        experiment.run(cfg, verbose=0, callbacks=[_KillAfterEpoch(1)])
+    other = small_cfg(tmp_path, **{"training.epochs": 2, "data.validation": {"fraction": 0.4, "mode": "examples",
+                                                                     "seed": 1}})
+    with pytest.raises(experiment.ExperimentError, match="data.validation.seed"):
+        experiment.run(other, verbose=0)
+
+
 # -- runs that never lose work and never mix results (issue 16) ---------------------
 
 _KILL_DURING_BACKUP = """
@@ -665,7 +796,7 @@ def test_no_config_trains_the_main_job_and_an_empty_one_is_refused(tmp_path, cap
 @pytest.mark.parametrize("case, args, expected", [
     ("option typo", ["--set", "data.source=folder", "--set", "data.options={{rot: /data}}"],
      "data.options ['rot'] are not options of the 'folder' source (did you mean 'root'?)"),
-    ("folder without root", ["--set", "data.source=folder"], "data.options lacks ['root'] for the 'folder' source"),
+    ("folder without root", ["--set", "data.source=folder"], "data.options of the 'folder' source needs root"),
     ("embedding_dim 0", ["--set", "model.embedding_dim=0"], "model.embedding_dim = 0 must be >= 1"),
     ("batch_size 0", ["--set", "evaluation.batch_size=0"], "evaluation.batch_size = 0 must be >= 1"),
     ("decay_steps 0", ["--set", "optimizer.decay_steps=0"], "optimizer.decay_steps = 0 must be >= 1"),
@@ -786,3 +917,31 @@ def test_export_lookup_answers_like_an_index_of_the_test_split(tmp_path):
                                   got["distances"].numpy() <= np.float32(record["threshold"]))
     with pytest.raises(config.ConfigError, match="lookup_precision.*precision in"):
         small_cfg(out, **{"export.lookup_precision": 1.5})
+
+
+# -- the folder template (issue 17 §4) ------------------------------------------------
+
+
+def test_folder_template_trains_a_few_steps_on_a_generated_folder(tmp_path):
+    """configs/folder_template.yaml as a user copies it: only the root, the
+    output and the run's length changed (and n, for the 5 training classes)."""
+    rng = np.random.default_rng(0)
+    root = tmp_path / "glyphs"
+    for k in range(12):  # 12 classes × 5 gray 16×16 PNGs, in train/ (6) and test/ (6)
+        part = "train" if k < 6 else "test"
+        (root / part / f"c{k:02d}").mkdir(parents=True)
+        for i in range(5):
+            image = rng.integers(0, 256, size=(16, 16, 1), dtype=np.uint8)
+            tf.io.write_file(str(root / part / f"c{k:02d}" / f"{i}.png"), tf.io.encode_png(image))
+    template = os.path.join(ROOT, "configs", "folder_template.yaml")
+    cfg = config.load(template, [f"data.options.root={root}", f"output_dir={tmp_path / 'run'}",
+                                 "training.epochs=1", "training.steps_per_epoch=2", "design.n=4"])
+    assert cfg["image"]["flip"] is False  # glyphs: mirroring changes the class
+    result = experiment.run(cfg, verbose=0)
+    # The files' own size and channels; validation: round(0.2 × 6) = 1 of the 6 training classes.
+    assert "1 classes, 5 examples" in result["best_checkpoint"]
+    assert os.path.exists(tmp_path / "run" / "checkpoints" / "best.weights.h5")
+    assert np.isfinite(result["history"]["loss"]).all() and "val_map@r" in result["history"]
+    assert 0.0 <= result["metrics"]["recall@1"] <= 1.0
+    # image.size / channels are null: the files' own 16×16×1, no resize.
+    assert experiment.build_source(cfg).split("train").image_shape == (16, 16, 1)

@@ -93,6 +93,7 @@ NO_SAMPLER = "none"
 # checks that they match pipelines.designs.DESIGNS and pipelines.sources.SOURCES).
 DESIGNS = ("m_per_class", "group", "p_random")
 SOURCES = ("mnist5k", "digits", "folder", "tfds", "arrays")
+VALIDATION_MODES = ("classes", "examples")  # pipelines.sources.VALIDATION_MODES
 # What experiment.py builds.
 STRATEGIES = ("default", "mirrored", "multi_worker")
 OPTIMIZERS = ("adam", "sgd", "adamw")
@@ -140,6 +141,18 @@ SCHEMA = {
         "options": _Field(dict, {}, doc="keyword arguments of the source (root, dataset, ...)"),
         "train_split": _Field(str, "train"),
         "test_split": _Field(str, "test"),
+        "validation": {
+            "fraction": _Field((float, type(None)), None, check=lambda v: None if 0.0 < v < 1.0 else
+                               "must lie strictly between 0 and 1",
+                               doc="hold out this fraction of the training split for validation: the "
+                                   "per-epoch evaluation, the best checkpoint; the test split is then "
+                                   "scored once, at the end (None: no validation split, no best "
+                                   "checkpoint)"),
+            "mode": _Field(str, "classes", VALIDATION_MODES,
+                           doc="'classes': whole training classes held out (open set, as the test "
+                               "split); 'examples': that fraction of each training class"),
+            "seed": _Field(int, 0, doc="seed of the held-out choice (fixed, independent of the run's seed)"),
+        },
     },
     "design": {
         "name": _Field(str, "m_per_class", DESIGNS, doc="batch design"),
@@ -149,11 +162,17 @@ SCHEMA = {
         "pairs": _Field(int, 32, doc="pairs per batch (p_random)", check=_at_least(1)),
     },
     "image": {
-        "size": _Field((int, type(None)), None, doc="resize to size×size (None: native)"),
-        "channels": _Field((int, type(None)), None, doc="force 1 or 3 channels (None: native)"),
+        "size": _Field((int, type(None)), None,
+                       doc="the model's input, size×size (None: the data's own size); also the "
+                           "folder / tfds sources' image_size when data.options does not set it, so "
+                           "set it here, once"),
+        "channels": _Field((int, type(None)), None,
+                           doc="force 1 or 3 channels (None: the data's own); also the folder / tfds "
+                               "sources' channels when data.options does not set them"),
         "augment": _Field(bool, False, doc="random resized crop (+ flip) for training"),
         "crop_scale": _Field(list, [0.5, 1.0], doc="area fraction range of the random resized crop"),
-        "flip": _Field(bool, True, doc="random horizontal mirroring (with augment)"),
+        "flip": _Field(bool, True, doc="random horizontal mirroring (with augment); assumes a mirrored "
+                                        "image is the same class: set false for text, characters, glyphs"),
     },
     "model": {
         "backbone": _Field(str, "small_cnn", doc="small_cnn, mlp, or a tfdml.backbones name"),
@@ -182,6 +201,9 @@ SCHEMA = {
         "epochs": _Field(int, 4),
         "steps_per_epoch": _Field(int, 60),
         "jit_compile": _Field(bool, False),
+        "early_stopping_patience": _Field((int, type(None)), None, check=_at_least(1),
+                                          doc="stop after this many evaluations without a better best "
+                                              "checkpoint (needs data.validation; None: never stop early)"),
     },
     "evaluation": {
         "metrics": _Field(list, ["recall", "map@r", "r_precision", "nmi"],
@@ -295,6 +317,16 @@ def _check_combinations(cfg):
         metrics.parse_metrics(cfg["evaluation"]["metrics"], cfg["evaluation"]["ks"])
     except ValueError as err:
         raise ConfigError(f"evaluation.metrics: {err}") from None
+    if cfg["training"]["early_stopping_patience"] is not None:
+        if cfg["data"]["validation"]["fraction"] is None:
+            raise ConfigError(
+                "training.early_stopping_patience needs a validation split to watch (stopping on the "
+                "test split would select on test data): set data.validation.fraction (e.g. 0.2), or "
+                "remove training.early_stopping_patience."
+            )
+        if cfg["strategy"] == "multi_worker":
+            raise ConfigError("training.early_stopping_patience is not supported with strategy "
+                              "'multi_worker' (it evaluates nothing per epoch); remove it.")
     for key in ("epochs", "steps_per_epoch"):
         if cfg["training"][key] < 1:
             raise ConfigError(f"training.{key} must be >= 1, got {cfg['training'][key]}.")

@@ -3,6 +3,7 @@
 import glob
 import inspect
 import os
+import re
 import subprocess
 import sys
 
@@ -261,6 +262,25 @@ def test_data_choices_match_the_pipelines():
 
     assert set(config.DESIGNS) == set(designs.DESIGNS)
     assert set(config.SOURCES) == set(sources.SOURCES)
+    assert set(config.VALIDATION_MODES) == set(sources.VALIDATION_MODES)
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"fraction": 1.0}, "data.validation.fraction = 1.0 must lie strictly between 0 and 1"),
+    ({"fraction": 0}, "data.validation.fraction = 0.0 must lie strictly between 0 and 1"),
+    ({"fraction": 0.2, "mode": "class"}, "did you mean 'classes'"),
+    ({"fractoin": 0.2}, "did you mean 'fraction'"),
+])
+def test_validation_section_errors_name_the_key(section, message):
+    with pytest.raises(config.ConfigError, match=re.escape(message)):
+        config.validate({"data": {"validation": section}})
+
+
+def test_validation_is_off_by_default_and_part_of_the_resume_check():
+    cfg = config.validate({})
+    assert cfg["data"]["validation"] == {"fraction": None, "mode": "classes", "seed": 0}
+    other = config.validate({"data": {"validation": {"fraction": 0.2, "seed": 1}}})
+    assert config.resume_differences(cfg, other) == ["data.validation.fraction", "data.validation.seed"]
 
 
 def test_unknown_baseline_lists_choices():

@@ -843,6 +843,7 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
 
     def cfg_for(out):
         return small_cfg(out, **{"training.epochs": 4, "training.steps_per_epoch": 6,
+                                 "data.validation": {"fraction": 0.4, "mode": "examples"},
                                  "evaluation.metrics": ["recall", "map@r"], "evaluation.ks": [1]})
 
     straight = cfg_for(tmp_path / "straight")

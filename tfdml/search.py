@@ -300,6 +300,18 @@ class Index:
         """``{"backend", "approximate", <its parameters>}``, as :meth:`save` stores them."""
         return {"backend": self.backend, **self._params}
 
+    def set_search_width(self, ef_search=None, nprobe=None):
+        """Change the query-time width of an approximate index, without rebuilding it.
+
+        ``ef_search`` (HNSW) or ``nprobe`` (IVF): more gives higher recall and
+        fewer queries/s (see :class:`Index`). Returns the index.
+        """
+        given = {"ef_search": ef_search, "nprobe": nprobe}
+        params = {k: v for k, v in self._params.items() if k != "approximate"}
+        params.update({k: v for k, v in given.items() if v is not None})
+        self._params = _search_params(self.backend, self.approximate, params)
+        return self
+
     def _kwargs(self):
         return {k: v for k, v in self._params.items()}
 

@@ -258,8 +258,11 @@ class Index:
           the same data gives the same cells) on the index's embeddings, and
           ``nprobe`` cells visited per query (default 16, at most ``nlist``;
           **more gives higher recall and fewer queries/s**; ``nprobe =
-          nlist`` is exact). A query whose visited cells hold fewer than
-          ``k`` entries is searched again over all cells.
+          nlist`` is exact); an ``nlist`` above N is lowered to N.
+
+        A query for which the structure finds fewer than ``k`` entries (IVF
+        cells holding fewer, an HNSW graph that does not reach them) is
+        searched again exactly, so every query gets ``min(k, N)`` entries.
 
         The faiss structure is built (and, for IVF, trained) on the first
         search after :meth:`add` or :meth:`remove`: each of those rebuilds it
@@ -525,12 +528,13 @@ class Index:
             nlist = self._faiss.nlist
             values, pos = self._faiss.search(
                 q, k, params=faiss.SearchParametersIVF(nprobe=min(p["nprobe"], nlist)))
-            short = np.flatnonzero((pos < 0).any(axis=1))
-            if short.size:  # too few entries in the visited cells: search them all
-                values[short], pos[short] = self._faiss.search(
-                    q[short], k, params=faiss.SearchParametersIVF(nprobe=nlist))
         else:
             values, pos = self._faiss.search(q, k)
+        short = np.flatnonzero((pos < 0).any(axis=1))
+        if short.size:  # fewer than k found (IVF cells too small, HNSW graph): exact search
+            metric = faiss.METRIC_INNER_PRODUCT if cosine else faiss.METRIC_L2
+            values[short], pos[short] = faiss.knn(q[short], prepare(self._embeddings), k,
+                                                  metric=metric)
         if cosine:
             values = np.maximum(1.0 - values, 0.0)
         else:

@@ -489,6 +489,18 @@ def test_approximate_defaults_are_exact_on_small_clustered_data(approximate):
     assert not np.isin(got, ids[:1000]).any()
 
 
+def test_hnsw_returns_k_entries_when_the_graph_finds_fewer():
+    _faiss()
+    rng = np.random.default_rng(0)
+    gallery = rng.standard_normal((300, 8)).astype(np.float32)
+    ids = np.arange(300, dtype=np.int64)
+    index = Index(backend="faiss", approximate="hnsw", hnsw_m=2, ef_construction=2,
+                  ef_search=1).add(gallery, ids)  # a sparse graph: some queries find < 300
+    got, got_d = index.search(gallery[:50], k=300)
+    assert np.isfinite(got_d).all() and got_d.max() < 20
+    assert all(len(set(row)) == 300 for row in got.tolist())
+
+
 @pytest.mark.parametrize("approximate, narrow, wide", [
     ("hnsw", {"hnsw_m": 8, "ef_search": 16}, {"hnsw_m": 8, "ef_search": 64}),
     ("ivf", {"nlist": 40, "nprobe": 1}, {"nlist": 40, "nprobe": 8}),

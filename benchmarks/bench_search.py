@@ -82,11 +82,13 @@ def main():
         flat = Index(backend="faiss").add(gallery, ids)
         t, (truth, _) = timed(lambda: flat.search(queries, k=10), args.runs)
         rows.append((n, "exact, faiss flat", "", "-", 1.0, args.queries / t, args.queries))
+        print(rows[-1], flush=True)
 
         tf_index = Index(backend="tensorflow").add(gallery, ids)
         t, (got, _) = timed(lambda: tf_index.search(queries[:nq_tf], k=10), args.runs)
         rows.append((n, "exact, TensorFlow", "", "-", recall_at(got, truth[:nq_tf]),
                      nq_tf / t, nq_tf))
+        print(rows[-1], flush=True)
         del tf_index
 
         for kind, widths, key, extra in (

@@ -1,4 +1,5 @@
-"""An exact nearest-neighbour index over embeddings, with user ids and a file format.
+"""A nearest-neighbour index over embeddings (exact, or approximate with faiss), with user
+ids and a file format.
 
 :class:`Index` keeps embeddings with the ids the user gives them and answers
 exact top-k queries with :func:`tfdml.metrics.knn.knn`, the same chunked
@@ -31,9 +32,15 @@ written atomically through :mod:`tfdml.files`, holding the arrays
 (optional, int64 or unicode [N]), ``metadata`` (a JSON string, a list of N
 values, optional) and ``manifest``: a JSON string with ``format``
 (``"tfdml.search.Index"``), ``version`` (:data:`FORMAT_VERSION`),
-``distance``, ``count``, ``dim``, ``id_kind``, ``label_kind`` and ``sha256``,
+``distance``, ``count``, ``dim``, ``id_kind``, ``label_kind``, ``sha256``,
 the checksum of the other arrays (SHA-256 over, in name order, each array's
-``"name:dtype:shape;"`` then its C-order bytes). Nothing is pickled.
+``"name:dtype:shape;"`` then its C-order bytes), and ``search`` (optional;
+:attr:`Index.search_settings`: the backend, ``approximate`` and its
+parameters; files without it load as exact TensorFlow search). The file never
+holds a faiss structure: it is rebuilt from the embeddings. Nothing is pickled.
+
+Approximate search (``Index(backend="faiss", approximate="hnsw" | "ivf")``,
+issue 15) trades recall for speed on large indexes: see :class:`Index`.
 
 Serving (:func:`export_lookup`) writes a SavedModel whose ``lookup`` embeds,
 searches a copy of the index and thresholds, with TensorFlow alone.
@@ -56,6 +63,13 @@ DISTANCES = ("cosine", "euclidean")
 
 #: Search backends of an :class:`Index`.
 BACKENDS = ("tensorflow", "faiss")
+
+#: Approximate faiss structures of an :class:`Index` (``None``: exact search).
+APPROXIMATE = ("hnsw", "ivf")
+
+#: Defaults of the approximate structures' parameters (see :class:`Index`).
+HNSW_DEFAULTS = {"hnsw_m": 32, "ef_construction": 80, "ef_search": 64}
+IVF_DEFAULTS = {"nlist": None, "nprobe": 16}
 
 #: Version of the file format written by :meth:`Index.save`.
 FORMAT_VERSION = 1
@@ -80,6 +94,49 @@ def _import_faiss():
             "or use backend='tensorflow'."
         ) from None
     return faiss
+
+
+def _search_params(backend, approximate, params):
+    """Validated approximate-search settings: ``{"approximate", <its parameters>}``."""
+    if approximate is None:
+        given = {k: v for k, v in params.items() if v is not None}
+        if given:
+            raise ValueError(
+                f"{', '.join(sorted(given))} only apply to approximate search; pass "
+                "approximate='hnsw' (hnsw_m, ef_construction, ef_search) or approximate='ivf' "
+                "(nlist, nprobe), or drop them for exact search."
+            )
+        return {"approximate": None}
+    if approximate not in APPROXIMATE:
+        raise ValueError(
+            f"Unknown approximate search {approximate!r}; choose one of "
+            f"{', '.join(APPROXIMATE)}, or None for exact search."
+        )
+    if backend != "faiss":
+        raise ValueError(
+            f"approximate={approximate!r} needs backend='faiss' (the tensorflow backend is "
+            "exact only)."
+        )
+    defaults = HNSW_DEFAULTS if approximate == "hnsw" else IVF_DEFAULTS
+    wrong = sorted(k for k, v in params.items() if v is not None and k not in defaults)
+    if wrong:
+        raise ValueError(
+            f"{', '.join(wrong)} do not apply to approximate={approximate!r}; its parameters "
+            f"are {', '.join(defaults)}."
+        )
+    out = {"approximate": approximate}
+    for name, default in defaults.items():
+        value = params.get(name)
+        value = default if value is None else value
+        if value is not None:
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+                    or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+            value = int(value)
+        out[name] = value
+    if approximate == "hnsw" and out["hnsw_m"] < 2:
+        raise ValueError(f"hnsw_m must be at least 2, got {out['hnsw_m']}.")
+    return out
 
 
 def as_keys(values, name="ids"):
@@ -167,26 +224,66 @@ def _embeddings(x, name, dim=None):
 
 
 class Index:
-    """Exact nearest-neighbour search over embeddings with user ids.
+    """Nearest-neighbour search over embeddings with user ids, exact by default.
 
     Args:
       distance: ``"euclidean"`` or ``"cosine"`` (reported as ``1 - cos``).
       chunk_size: queries per chunk of the search (default: as many as keep
         one chunk's [chunk, N] score matrix under 32 MiB).
       backend: ``"tensorflow"`` (:func:`tfdml.metrics.knn.knn`, the metrics'
-        code) or ``"faiss"`` (an exact flat faiss index, ``pip install
-        faiss-cpu`` or the ``faiss`` extra; faster on large indexes). Both are
-        exact; faiss may order equal distances differently and round them
+        code) or ``"faiss"`` (a faiss index, ``pip install faiss-cpu`` or the
+        ``faiss`` extra; faster on large indexes). Exact search is exact with
+        both; faiss may order equal distances differently and round them
         differently in the last bits.
+      approximate: ``None`` (default: exact search, a flat faiss index),
+        ``"hnsw"`` or ``"ivf"`` (``backend="faiss"`` only). **Approximate
+        search returns the true nearest neighbours only most of the time**:
+        a returned list can miss some of the exact top-k and hold farther
+        entries instead (its distances are still the true distances of the
+        entries returned, sorted). Measure recall@k against exact search on
+        your data (``benchmarks/bench_search.py`` does on random vectors)
+        before relying on it. The interface (ids, distances, ``match``,
+        ``save``/``load``) is the same.
+
+        * ``"hnsw"`` (``faiss.IndexHNSWFlat``, a graph): ``hnsw_m`` neighbours
+          per node (default 32; more: higher recall, more memory and a slower
+          build), ``ef_construction`` (default 80; the build's search width,
+          more: a better graph, slower build) and ``ef_search`` (default 64,
+          raised to ``k`` when smaller; the query's search width: **more gives
+          higher recall and fewer queries/s**). No training; the build costs
+          far more than a flat index.
+        * ``"ivf"`` (``faiss.IndexIVFFlat``, k-means cells): ``nlist`` cells
+          (default ``round(sqrt(N))``, at most ``N // 39`` so that k-means has
+          39 points per centroid) trained by faiss's k-means (fixed seed, so
+          the same data gives the same cells) on the index's embeddings, and
+          ``nprobe`` cells visited per query (default 16, at most ``nlist``;
+          **more gives higher recall and fewer queries/s**; ``nprobe =
+          nlist`` is exact); an ``nlist`` above N is lowered to N.
+
+        A query for which the structure finds fewer than ``k`` entries (IVF
+        cells holding fewer, an HNSW graph that does not reach them) is
+        searched again exactly, so every query gets ``min(k, N)`` entries.
+
+        The faiss structure is built (and, for IVF, trained) on the first
+        search after :meth:`add` or :meth:`remove`: each of those rebuilds it
+        whole, so add in large batches. Recall depends on the data: clustered
+        embeddings (a trained model's) are easier than random vectors.
+      hnsw_m, ef_construction, ef_search, nlist, nprobe: the parameters above;
+        giving one that does not apply to ``approximate`` is a ValueError.
     """
 
-    def __init__(self, distance="euclidean", chunk_size=None, backend="tensorflow"):
+    def __init__(self, distance="euclidean", chunk_size=None, backend="tensorflow",
+                 approximate=None, *, hnsw_m=None, ef_construction=None, ef_search=None,
+                 nlist=None, nprobe=None):
         self.distance = _check_distance(distance)
         self.chunk_size = chunk_size
         if backend not in BACKENDS:
             raise ValueError(
                 f"Unknown index backend {backend!r}; choose one of {', '.join(BACKENDS)}."
             )
+        self._params = _search_params(backend, approximate, {
+            "hnsw_m": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search,
+            "nlist": nlist, "nprobe": nprobe})
         if backend == "faiss":
             _import_faiss()
         self.backend = backend
@@ -195,6 +292,31 @@ class Index:
         self._ids = None
         self._labels = None
         self._metadata = None
+
+    @property
+    def approximate(self):
+        """``None`` (exact search), ``"hnsw"`` or ``"ivf"``."""
+        return self._params["approximate"]
+
+    @property
+    def search_settings(self):
+        """``{"backend", "approximate", <its parameters>}``, as :meth:`save` stores them."""
+        return {"backend": self.backend, **self._params}
+
+    def set_search_width(self, ef_search=None, nprobe=None):
+        """Change the query-time width of an approximate index, without rebuilding it.
+
+        ``ef_search`` (HNSW) or ``nprobe`` (IVF): more gives higher recall and
+        fewer queries/s (see :class:`Index`). Returns the index.
+        """
+        given = {"ef_search": ef_search, "nprobe": nprobe}
+        params = {k: v for k, v in self._params.items() if k != "approximate"}
+        params.update({k: v for k, v in given.items() if v is not None})
+        self._params = _search_params(self.backend, self.approximate, params)
+        return self
+
+    def _kwargs(self):
+        return {k: v for k, v in self._params.items()}
 
     # -- contents ---------------------------------------------------------
     def __len__(self):
@@ -361,7 +483,7 @@ class Index:
         if self._metadata is not None:
             self._metadata = [m for m, k in zip(self._metadata, keep) if k]
         if not len(self):
-            self.__init__(self.distance, self.chunk_size, self.backend)
+            self.__init__(self.distance, self.chunk_size, self.backend, **self._kwargs())
         return self
 
     # -- search -----------------------------------------------------------
@@ -395,17 +517,52 @@ class Index:
             return x
 
         if self._faiss is None:
-            self._faiss = (faiss.IndexFlatIP if cosine else faiss.IndexFlatL2)(self.dim)
-            self._faiss.add(prepare(self._embeddings))
-        values, pos = self._faiss.search(prepare(q), min(k, len(self)))
+            self._faiss = self._build_faiss(faiss, prepare(self._embeddings))
+        k = min(k, len(self))
+        q = prepare(q)
+        kind, p = self._params["approximate"], self._params
+        if kind == "hnsw":
+            params = faiss.SearchParametersHNSW(efSearch=max(p["ef_search"], k))
+            values, pos = self._faiss.search(q, k, params=params)
+        elif kind == "ivf":
+            nlist = self._faiss.nlist
+            values, pos = self._faiss.search(
+                q, k, params=faiss.SearchParametersIVF(nprobe=min(p["nprobe"], nlist)))
+        else:
+            values, pos = self._faiss.search(q, k)
+        short = np.flatnonzero((pos < 0).any(axis=1))
+        if short.size:  # fewer than k found (IVF cells too small, HNSW graph): exact search
+            metric = faiss.METRIC_INNER_PRODUCT if cosine else faiss.METRIC_L2
+            values[short], pos[short] = faiss.knn(q[short], prepare(self._embeddings), k,
+                                                  metric=metric)
         if cosine:
             values = np.maximum(1.0 - values, 0.0)
         else:
             values = np.sqrt(np.maximum(values, 0.0))
         return pos.astype(np.int64), values.astype(np.float32)
 
+    def _build_faiss(self, faiss, x):
+        cosine = self.distance == "cosine"
+        metric = faiss.METRIC_INNER_PRODUCT if cosine else faiss.METRIC_L2
+        kind, p, d = self._params["approximate"], self._params, self.dim
+        if kind == "hnsw":
+            index = faiss.IndexHNSWFlat(d, p["hnsw_m"], metric)
+            index.hnsw.efConstruction = p["ef_construction"]
+        elif kind == "ivf":
+            n = x.shape[0]
+            nlist = p["nlist"] or int(round(np.sqrt(n)))
+            nlist = max(1, min(nlist, n // 39 if p["nlist"] is None else n))
+            quantizer = (faiss.IndexFlatIP if cosine else faiss.IndexFlatL2)(d)
+            index = faiss.IndexIVFFlat(quantizer, d, nlist, metric)  # keeps quantizer alive
+            index.cp.seed = 1234  # faiss's default, stated: the same data gives the same cells
+            index.train(x)
+        else:
+            index = (faiss.IndexFlatIP if cosine else faiss.IndexFlatL2)(d)
+        index.add(x)
+        return index
+
     def search(self, queries, k=1):
-        """The ``k`` nearest entries of each query, exact.
+        """The ``k`` nearest entries of each query (exact unless ``approximate`` is set).
 
         Returns ``(ids, distances)``: [Q, k'] ids (int64 or str, as added),
         nearest first (equal distances: the entry added first first), and
@@ -441,6 +598,7 @@ class Index:
             "id_kind": _kind(self._ids) if len(self) else None,
             "label_kind": _kind(self._labels) if self._labels is not None else None,
             "sha256": _checksum(arrays),
+            "search": self.search_settings,
         }
         path = os.fspath(path)
         with files.atomic_path(path, suffix=".npz") as tmp:
@@ -449,35 +607,24 @@ class Index:
         return path
 
     @classmethod
-    def load(cls, path, chunk_size=None, backend="tensorflow"):
-        """Read an index written by :meth:`save`; a damaged file is a ValueError."""
-        path = os.fspath(path)
-        fix = "write it again with Index.save (the file is damaged or not an index)"
-        try:
-            with open(path, "rb") as fh:
-                raw = fh.read()
-            with np.load(io.BytesIO(raw), allow_pickle=False) as data:
-                arrays = {name: data[name] for name in data.files}
-        except FileNotFoundError:
-            raise
-        except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as err:
-            raise ValueError(f"Cannot read the index file {path}: {err}; {fix}.") from None
-        if "manifest" not in arrays:
-            raise ValueError(f"{path} has no manifest: it is not a tfdml index; {fix}.")
-        try:
-            manifest = json.loads(str(arrays.pop("manifest")))
-        except ValueError as err:
-            raise ValueError(f"The manifest of {path} is not JSON ({err}); {fix}.") from None
-        if manifest.get("format") != _FORMAT:
-            raise ValueError(f"{path} is not a tfdml index (format {manifest.get('format')!r}).")
-        if manifest.get("version") != FORMAT_VERSION:
-            raise ValueError(
-                f"{path} has index format version {manifest.get('version')}; this tfdml reads "
-                f"version {FORMAT_VERSION}: upgrade tfdml or rebuild the index."
-            )
-        if _checksum(arrays) != manifest.get("sha256"):
-            raise ValueError(f"The checksum of {path} does not match its content; {fix}.")
-        index = cls(manifest["distance"], chunk_size=chunk_size, backend=backend)
+    def load(cls, path, chunk_size=None, backend=None):
+        """Read an index written by :meth:`save`; a damaged file is a ValueError.
+
+        ``backend=None`` searches as the saved index did (its backend,
+        ``approximate`` and parameters; files without them: exact, TensorFlow).
+        ``backend="tensorflow"`` loads it for exact TensorFlow search;
+        ``backend="faiss"`` keeps saved approximate settings, if any. The file
+        holds the embeddings, not the faiss structure: that is rebuilt (and an
+        IVF retrained, with the same result) on the first search.
+        """
+        manifest, arrays = _read_file(path)
+        saved = manifest.get("search") or {"backend": "tensorflow", "approximate": None}
+        settings = {k: v for k, v in saved.items() if k != "backend"}
+        if backend is None:
+            backend = saved.get("backend", "tensorflow")
+        if backend == "tensorflow":
+            settings = {"approximate": None}
+        index = cls(manifest["distance"], chunk_size=chunk_size, backend=backend, **settings)
         if manifest["count"]:
             index._embeddings = arrays["embeddings"]
             index._ids = arrays["ids"]
@@ -485,6 +632,37 @@ class Index:
             if "metadata" in arrays:
                 index._metadata = json.loads(str(arrays["metadata"]))
         return index
+
+
+def _read_file(path):
+    """The manifest and arrays of an index file, checked."""
+    path = os.fspath(path)
+    fix = "write it again with Index.save (the file is damaged or not an index)"
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        with np.load(io.BytesIO(raw), allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as err:
+        raise ValueError(f"Cannot read the index file {path}: {err}; {fix}.") from None
+    if "manifest" not in arrays:
+        raise ValueError(f"{path} has no manifest: it is not a tfdml index; {fix}.")
+    try:
+        manifest = json.loads(str(arrays.pop("manifest")))
+    except ValueError as err:
+        raise ValueError(f"The manifest of {path} is not JSON ({err}); {fix}.") from None
+    if manifest.get("format") != _FORMAT:
+        raise ValueError(f"{path} is not a tfdml index (format {manifest.get('format')!r}).")
+    if manifest.get("version") != FORMAT_VERSION:
+        raise ValueError(
+            f"{path} has index format version {manifest.get('version')}; this tfdml reads "
+            f"version {FORMAT_VERSION}: upgrade tfdml or rebuild the index."
+        )
+    if _checksum(arrays) != manifest.get("sha256"):
+        raise ValueError(f"The checksum of {path} does not match its content; {fix}.")
+    return manifest, arrays
 
 
 def _checksum(arrays):
@@ -685,11 +863,21 @@ def export_lookup(model, index, path, k=10, threshold=None, input_signature=None
 
 def describe(path):
     """A one-paragraph description of the index file ``path`` (checksum verified)."""
-    index = Index.load(path)
+    manifest, _ = _read_file(path)
+    index = Index.load(path, backend="tensorflow")  # describing needs no faiss
     id_kind = _kind(index.ids) if len(index) else "none"
     labels = "none" if index.labels is None else _kind(index.labels)
+    saved = manifest.get("search") or {"backend": "tensorflow", "approximate": None}
+    search = f"search: {saved.get('backend', 'tensorflow')}"
+    if saved.get("approximate"):
+        params = ", ".join(f"{k}={v}" for k, v in saved.items()
+                           if k not in ("backend", "approximate") and v is not None)
+        search += f" approximate {saved['approximate']}" + (f" ({params})" if params else "")
+    else:
+        search += " exact"
     return (f"{path}: {len(index)} entries, dim {index.dim}, distance {index.distance}, "
-            f"{id_kind} ids, labels: {labels}, format version {FORMAT_VERSION}, checksum ok")
+            f"{id_kind} ids, labels: {labels}, {search}, format version {FORMAT_VERSION}, "
+            "checksum ok")
 
 
 def main(argv=None):

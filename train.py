@@ -57,7 +57,8 @@ def parse_args(argv=None):
                         help="discard a backup (or a finished run) in output_dir and start over")
     parser.add_argument("--overwrite", action="store_true",
                         help="train again into an output_dir that holds a finished run")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bars: one line per epoch (loss and held-out figures)")
     return parser.parse_args(argv)
 
 
@@ -81,8 +82,12 @@ def main(argv=None):
     from tfdml import errors
 
     try:
+        from tfdml.callbacks import EpochSummary
+
+        # --quiet: no progress bars, but one line per epoch with the held-out figures.
         result = experiment.run(cfg, fresh=args.fresh, overwrite=args.overwrite,
-                                verbose=0 if args.quiet else 1)
+                                verbose=0 if args.quiet else 1,
+                                callbacks=[EpochSummary()] if args.quiet else ())
     except KeyboardInterrupt:
         backup = experiment.completed_epochs(os.path.join(cfg["output_dir"], "backup"))
         kept = f"the backup after epoch {backup} is intact" if backup else "no epoch was completed yet"

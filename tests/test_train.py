@@ -6,6 +6,7 @@ seconds; the README's full default run is exercised by the slow test.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -319,6 +320,8 @@ def test_cli_smoke(tmp_path):
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "held-out metrics" in proc.stdout and "recall@1" in proc.stdout
+    # --quiet keeps one line per epoch with the held-out figure (issue 17 §6).
+    assert re.search(r"^epoch 1/1: loss [0-9.]+, test_recall@1 [0-9.]+ \(\d+ s\)$", proc.stdout, re.M), proc.stdout
     # The summary puts the raw-pixel figure next to the model's.
     rows = [line for line in proc.stdout.splitlines() if line.strip().startswith("recall@1")]
     assert len(rows) == 1, "the final table is printed once"

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -157,3 +158,16 @@ def test_works_under_mirrored_strategy_on_two_logical_cpus():
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["replicas"] == 2
     assert result["logged"] == pytest.approx(result["ref"])
+
+
+def test_epoch_summary_prints_one_line_per_epoch():
+    import io
+
+    from tfdml.callbacks import EpochSummary
+
+    out = io.StringIO()
+    summary = EpochSummary(stream=out)
+    summary.set_params({"epochs": 4})
+    summary.on_epoch_begin(2)
+    summary.on_epoch_end(2, {"loss": 0.41234, "val_map@r": 0.5, "nonfinite_embeddings": 0})
+    assert re.fullmatch(r"epoch 3/4: loss 0\.4123, val_map@r 0\.5000 \(0 s\)\n", out.getvalue())

@@ -353,7 +353,8 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
     same split with the same metrics (written to metrics.json as
     ``baseline``, printed next to the model's figures).
     ``calibrate=TARGET`` also chooses a match threshold (:func:`calibration_report`),
-    written to metrics.json as ``calibration`` (and ``calibration.png``).
+    written to calibration.json and to metrics.json as ``calibration`` (and
+    ``calibration.png``).
     ``save_index=PATH`` writes the split's embeddings as a
     :class:`tfdml.search.Index` (ids: positions in the split; with labels).
     Returns the metrics dict.
@@ -409,6 +410,7 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
                                                    out_dir if make_plots else None, seed)
         if make_plots and "threshold" in record["calibration"]:
             record["plots"].append("calibration.png")
+        files.write_json(os.path.join(out_dir, "calibration.json"), record["calibration"])
         if verbose:
             c = record["calibration"]
             print(f"Calibration: {c['error']}" if "error" in c else

@@ -402,6 +402,13 @@ def run(cfg, fresh=False, verbose=1, callbacks=(), overwrite=False):
     """
     started = time.time()
     check_source_options(cfg)
+    if cfg["export"]["lookup"] and cfg["export"]["lookup_folder"]:  # before any work
+        from pipelines import sources
+
+        try:
+            sources.image_files(cfg["export"]["lookup_folder"])
+        except ValueError as err:
+            raise ExperimentError(f"export.lookup_folder: {err}") from None
     # A multi-worker strategy must exist before TensorFlow runs any op.
     strategy = build_strategy(cfg)
     chief = is_chief(strategy)
@@ -711,11 +718,16 @@ def export_lookup(cfg, model, test_split, out, input_shape):
     def embedder(x):
         return model(to_input(x), training=False)
 
-    embeddings, labels = evaluate.embed(embedder, test_split.dataset(), int(len(test_split.labels)),
-                                        ev["batch_size"], verbose=0)
+    if ex["lookup_folder"]:
+        embeddings, ids, labels = _embed_folder(embedder, ex["lookup_folder"], input_shape,
+                                                ev["batch_size"])
+        what = f"paths relative to {ex['lookup_folder']}"
+    else:
+        embeddings, labels = evaluate.embed(embedder, test_split.dataset(), int(len(test_split.labels)),
+                                            ev["batch_size"], verbose=0)
+        ids, what = np.arange(len(embeddings), dtype=np.int64), f"positions in the '{test_split.name}' split"
     distance = "cosine" if ev["distance"] == "cosine" else "euclidean"
-    index = search.Index(distance).add(embeddings, np.arange(len(embeddings), dtype=np.int64),
-                                       labels=labels)
+    index = search.Index(distance).add(embeddings, ids, labels=labels)
     calibration = None
     if ex["lookup_precision"] is not None:
         calibration = evaluate.calibration_report(embeddings, labels, distance,
@@ -728,10 +740,33 @@ def export_lookup(cfg, model, test_split, out, input_shape):
                          input_signature=[tf.TensorSpec([None, *input_shape], tf.float32,
                                                         name="inputs")])
     record = {"k": ex["lookup_k"], "distance": distance, "threshold": threshold,
-              "ids": f"positions in the '{test_split.name}' split", "num_entries": len(index),
+              "ids": what, "num_entries": len(index),
               "calibration": calibration}
     files.write_json(os.path.join(out, "lookup.json"), record)
     return record
+
+
+def _embed_folder(embedder, folder, input_shape, batch_size):
+    """(embeddings, ids, labels) of every image under ``folder``: ids are the
+    paths relative to it, labels the class sub-folder (None unless every image
+    sits in one), images decoded to the model's input size and channels."""
+    from pipelines import sources
+
+    try:
+        files = sources.image_files(folder)
+    except ValueError as err:
+        raise ExperimentError(f"export.lookup_folder: {err}") from None
+    rel = [os.path.relpath(f, folder) for f in files]
+    classes = [r.split(os.sep)[0] if os.sep in r else None for r in rel]
+    h, w, c = input_shape if len(input_shape) == 3 else (None, None, None)
+    if h is None:
+        raise ExperimentError("export.lookup_folder needs an image model ([H, W, C] inputs).")
+    out = []
+    for start in range(0, len(files), batch_size):
+        images = sources.load_image_files(files[start:start + batch_size], (h, w), c)
+        out.append(np.asarray(embedder(tf.constant(images))))
+    labels = classes if all(k is not None for k in classes) else None
+    return np.concatenate(out).astype(np.float32), rel, labels
 
 
 def summary(cfg, result):

@@ -28,21 +28,9 @@ import evaluate
 
 
 def _image_files(path):
-    """Sorted image files under ``path`` (or ``[path]`` for one file)."""
-    from pipelines.sources import IMAGE_EXTENSIONS
+    from pipelines.sources import image_files
 
-    if os.path.isfile(path):
-        return [path]
-    if not os.path.isdir(path):
-        raise evaluate.EvaluationError(f"{path!r}: no such image file or folder.")
-    found = []
-    for root, dirs, names in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found += [os.path.join(root, n) for n in sorted(names)
-                  if not n.startswith(".") and n.lower().endswith(IMAGE_EXTENSIONS)]
-    if not found:
-        raise evaluate.EvaluationError(f"{path!r} holds no images (extensions {IMAGE_EXTENSIONS}).")
-    return found
+    return image_files(path)
 
 
 def _input_size(embedder, image_size, channels):
@@ -60,20 +48,9 @@ def _input_size(embedder, image_size, channels):
 
 
 def load_images(files, size, channels):
-    """float32 [N, H, W, C] in [0, 1]: decoded, converted to ``channels``, resized."""
-    import numpy as np
-    import tensorflow as tf
+    from pipelines.sources import load_image_files
 
-    from pipelines.sources import decode_pixels
-
-    images = []
-    for path in files:
-        try:
-            image = decode_pixels(tf.io.read_file(path), channels)
-        except tf.errors.OpError:
-            raise evaluate.EvaluationError(f"{path!r} cannot be read or decoded as an image.") from None
-        images.append(tf.image.resize(image, size).numpy())
-    return np.clip(np.stack(images), 0.0, 1.0).astype("float32")
+    return load_image_files(files, size, channels)
 
 
 def _embed(embedder, images, batch_size):

@@ -447,6 +447,38 @@ def arrays(features, labels, train_classes=None, test_classes=None):
                          train_classes, test_classes)
 
 
+def image_files(path):
+    """Sorted image files under the folder ``path``, recursively (or ``[path]``
+    for one image file); a ``ValueError`` when there are none."""
+    path = os.fspath(path)
+    if os.path.isfile(path):
+        return [path]
+    if not os.path.isdir(path):
+        raise ValueError(f"{path!r}: no such image file or folder.")
+    found = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [os.path.join(root, n) for n in sorted(names)
+                  if not n.startswith(".") and n.lower().endswith(IMAGE_EXTENSIONS)]
+    if not found:
+        raise ValueError(f"{path!r} holds no images (extensions {IMAGE_EXTENSIONS}).")
+    return found
+
+
+def load_image_files(files, image_size, channels):
+    """float32 [N, H, W, C] in [0, 1]: each file decoded (:func:`decode_pixels`),
+    converted to ``channels`` and resized (stretched) to ``image_size``."""
+    size = _size_pair(image_size)
+    images = []
+    for path in files:
+        try:
+            image = decode_pixels(tf.io.read_file(path), channels)
+        except tf.errors.OpError:
+            raise ValueError(f"{path!r} cannot be read or decoded as an image.") from None
+        images.append(tf.image.resize(image, size).numpy())
+    return np.clip(np.stack(images), 0.0, 1.0).astype(np.float32)
+
+
 def _size_pair(image_size):
     if isinstance(image_size, (int, np.integer)):
         image_size = (int(image_size), int(image_size))

@@ -243,6 +243,7 @@ def test_calibrate_option_writes_a_threshold_and_its_plot(models, tmp_path):
     assert c["num_index"] + c["num_queries"] == report["info"]["num_examples"]
     assert "calibration.png" in report["plots"]
     assert os.path.exists(os.path.join(out, "calibration.png"))
+    assert json.load(open(os.path.join(out, "calibration.json"))) == c
 
 
 def test_calibration_report_matches_a_numpy_nearest_neighbour_check():

@@ -949,3 +949,35 @@ def test_folder_template_trains_a_few_steps_on_a_generated_folder(tmp_path):
     assert 0.0 <= result["metrics"]["recall@1"] <= 1.0
     # image.size / channels are null: the files' own 16×16×1, no resize.
     assert experiment.build_source(cfg).split("train").image_shape == (16, 16, 1)
+
+
+def test_export_lookup_of_an_image_folder(tmp_path):
+    """export.lookup_folder: the lookup indexes a folder's images (ids: relative
+    paths, labels: class folders) instead of the test split."""
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "catalogue"
+    for cname in ("a", "b"):
+        (folder / cname).mkdir(parents=True)
+        for k in range(3):
+            pixels = rng.integers(0, 256, size=(8, 8, 1), dtype=np.uint8)
+            tf.io.write_file(str(folder / cname / f"{k}.png"), tf.io.encode_png(pixels))
+    out = tmp_path / "run"
+    cfg = small_cfg(out, **{"evaluation.metrics": ["recall"], "training.epochs": 1,
+                            "export.lookup": True, "export.lookup_k": 2, "export.lookup_precision": None,
+                            "export.lookup_folder": str(folder)})
+    experiment.run(cfg, verbose=0)
+    record = json.load(open(out / "lookup.json"))
+    assert record["num_entries"] == 6 and record["ids"].startswith("paths relative to")
+    loaded = tf.saved_model.load(str(out / "lookup"))  # keep a reference
+    from pipelines import sources
+
+    query = sources.load_image_files([str(folder / "b" / "1.png")], (8, 8), 1)
+    ids = [i.decode() for i in loaded.lookup(tf.constant(query))["ids"].numpy()[0]]
+    assert ids[0] == os.path.join("b", "1.png")  # the image itself is its nearest entry
+    with pytest.raises(experiment.ExperimentError, match="export.lookup_folder: .*holds no images"):
+        (tmp_path / "empty").mkdir()
+        experiment.run(small_cfg(tmp_path / "run2", **{"training.epochs": 1, "export.lookup": True,
+                                                      "evaluation.metrics": ["recall"],
+                                                      "export.lookup_folder": str(tmp_path / "empty")}),
+                       verbose=0)
+    assert not (tmp_path / "run2").exists()  # refused before any work

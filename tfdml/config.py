@@ -220,6 +220,9 @@ SCHEMA = {
         "lookup": _Field(bool, False,
                          doc="also write lookup/: a SavedModel that embeds, searches the test "
                              "split and thresholds (tfdml.search.export_lookup)"),
+        "lookup_folder": _Field((str, type(None)), None,
+                                doc="index the images of this folder (FOLDER/<class>/<image> gives "
+                                    "labels; ids: paths relative to it) instead of the test split"),
         "lookup_k": _Field(int, 10, doc="neighbours the lookup returns", check=_at_least(1)),
         "lookup_precision": _Field((float, int, type(None)), 0.99,
                                    doc="calibrate the lookup's threshold to this nearest-"

@@ -426,6 +426,10 @@ class Index:
     def add_model(self, model, dataset, ids=None, metadata=None, verbose=1):
         """Embed a ``tf.data`` dataset with ``model`` and add the embeddings.
 
+        For an image folder, ``python search.py build --images FOLDER`` (or
+        ``pipelines.sources.image_files`` / ``load_image_files``) decodes the
+        files: tfdml itself never imports the data side.
+
         Elements are ``x`` or ``(x, y)`` batches; ``y`` becomes the labels (a
         dict ``y``, as in the batch contract of :mod:`tfdml.targets`: its
         ``"label"``).

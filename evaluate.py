@@ -594,10 +594,7 @@ def main(argv=None):
             extra_info={"model": os.path.abspath(args.model), "data": source,
                         "source_kwargs": kwargs, "split": split_name})
     except (EvaluationError, *errors.USER_ERROR_TYPES) as err:
-        if os.environ.get("TFDML_DEBUG") == "1":
-            raise
-        print(f"evaluate.py: error: {errors.one_line(err)}", file=sys.stderr)
-        return 2
+        return errors.report(err, "evaluate.py: error: ")
     return 0
 
 

@@ -169,10 +169,7 @@ def main(argv=None):
     try:
         {"build": build, "query": query, "describe": describe}[args.command](args)
     except (evaluate.EvaluationError, *errors.USER_ERROR_TYPES) as err:
-        if os.environ.get("TFDML_DEBUG") == "1":
-            raise
-        print(f"search.py: error: {errors.one_line(err)}", file=sys.stderr)
-        return 2
+        return errors.report(err, "search.py: error: ")
     return 0
 
 

@@ -94,11 +94,7 @@ def main(argv=None):
         print(f"\nInterrupted: {kept}; rerun the same command to resume.", file=sys.stderr)
         return 130
     except (experiment.ExperimentError, *errors.USER_ERROR_TYPES) as err:
-        if os.environ.get("TFDML_DEBUG") == "1":
-            raise
-        print(f"Error: {errors.one_line(err)}", file=sys.stderr)
-        print("(set TFDML_DEBUG=1 to see the traceback)", file=sys.stderr)
-        return 2
+        return errors.report(err, "Error: ")
     print(experiment.summary(cfg, result))
     return 0
 

@@ -5,6 +5,9 @@ with status 2; a traceback is for bugs in tfdml, not for a NaN pixel, a
 truncated model file or a full disk.
 """
 
+import os
+import sys
+
 import tensorflow as tf
 
 #: Exception types that stand for a problem of the user's input (data,
@@ -12,6 +15,16 @@ import tensorflow as tf
 #: OSError from files and disks, TensorFlow's runtime errors from the data
 #: pipeline and the model (their message names the op and the cause).
 USER_ERROR_TYPES = (ValueError, OSError, tf.errors.OpError)
+
+
+def report(err, prefix="Error: "):
+    """Print ``err`` to stderr as one line after ``prefix`` and return the exit
+    status 2; with ``TFDML_DEBUG=1`` re-raise it instead (the traceback)."""
+    if os.environ.get("TFDML_DEBUG") == "1":
+        raise err
+    print(f"{prefix}{one_line(err)}", file=sys.stderr)
+    print("(set TFDML_DEBUG=1 to see the traceback)", file=sys.stderr)
+    return 2
 
 
 def one_line(err):

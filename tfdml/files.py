@@ -75,6 +75,18 @@ def _fsync_dir(directory):
         os.close(fd)
 
 
+def _raise_if_disk_full(err, path, directory):
+    """Raise :class:`DiskFullError` naming ``path`` and the free space when
+    ``err`` says the disk is full; return otherwise."""
+    if _is_disk_full(err):
+        raise DiskFullError(
+            errno.ENOSPC,
+            f"No space left on the device while writing {path} "
+            f"({_human(free_space(directory))} free); free some space or choose another "
+            "output_dir. Earlier files are intact",
+        ) from None
+
+
 def _is_disk_full(err):
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
@@ -108,13 +120,7 @@ def atomic_path(path, suffix=None):
     except BaseException as err:
         with contextlib.suppress(OSError):
             os.remove(tmp)
-        if _is_disk_full(err):
-            raise DiskFullError(
-                errno.ENOSPC,
-                f"No space left on the device while writing {path} "
-                f"({_human(free_space(directory))} free); free some space or choose another "
-                "output_dir. Earlier files are intact",
-            ) from None
+        _raise_if_disk_full(err, path, directory)
         raise
 
 
@@ -146,13 +152,7 @@ def atomic_directory(path):
             shutil.rmtree(old, ignore_errors=True)
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        if _is_disk_full(err):
-            raise DiskFullError(
-                errno.ENOSPC,
-                f"No space left on the device while writing {path} "
-                f"({_human(free_space(directory))} free); free some space or choose another "
-                "output_dir. Earlier files are intact",
-            ) from None
+        _raise_if_disk_full(err, path, directory)
         raise
 
 

@@ -528,7 +528,15 @@ def build_parser():
     p = argparse.ArgumentParser(
         prog="evaluate.py",
         description="Evaluate an embedding model: retrieval, clustering and verification "
-                    "metrics, metrics.json and PNG plots.")
+                    "metrics, metrics.json and PNG plots.",
+        epilog="Ranking and ties: every distance ranks on one score (cosine first puts the "
+               "embeddings on the unit sphere, where cos = 1 - d^2/2), so unit-norm "
+               "embeddings get the same neighbours and the same metrics by cosine and by "
+               "euclidean. Retrieval metrics rank a negative tied with a positive before it "
+               "(ties never raise a metric, and the metrics do not depend on the order of "
+               "the data); neighbour lists (the retrieval grid, search.py) put equal "
+               "distances lower index first. See tfdml.metrics.retrieval and "
+               "tfdml.metrics.knn.")
     p.add_argument("--model", required=True, help="a .keras file or a SavedModel directory")
     p.add_argument("--config", help="a train.py YAML; its data: and evaluation: sections are used")
     p.add_argument("--data", help="data source name (overrides the config), e.g. mnist5k, digits")

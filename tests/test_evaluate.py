@@ -286,3 +286,10 @@ def test_save_index_writes_the_split_as_a_search_index(models, tmp_path):
     nearest = np.where(ids[:, 0] == np.arange(len(index)), ids[:, 1], ids[:, 0])
     recall1 = np.mean(index.labels[nearest] == index.labels)
     assert recall1 == pytest.approx(report["metrics"]["recall@1"], abs=2 / len(index))
+
+
+def test_help_states_the_ranking_and_tie_rule():
+    text = " ".join(evaluate.build_parser().format_help().split())
+    assert "same neighbours and the same metrics by cosine and by euclidean" in text
+    assert "negative tied with a positive before it" in text
+    assert "lower index first" in text

@@ -773,9 +773,12 @@ def _lookup_module(model, index, k, threshold, input_signature):
 
     gallery = index.embeddings
     distance = index.distance
-    # The same centring as tfdml.metrics.knn (the query of zeros becomes -mean).
-    minus_c, centred = _knn.centre(np.zeros((1, gallery.shape[1]), np.float32), gallery,
-                                   distance)
+    # The same frame as tfdml.metrics.knn.ranking_frame: on the sphere for
+    # cosine (to_sphere, in the graph for queries), then centred on the
+    # gallery (the query of zeros becomes minus the gallery's mean).
+    centred = _knn.ranking_frame(gallery, gallery, distance)[1]
+    on_sphere = _knn.to_sphere(gallery).numpy() if distance == "cosine" else gallery
+    minus_c = -_knn.frame_centre(on_sphere)[None, :]
     k_eff = min(int(k), len(index))
     limit = np.float32(np.inf if threshold is None else threshold)
 
@@ -795,12 +798,12 @@ def _lookup_module(model, index, k, threshold, input_signature):
 
         def _lookup(self, inputs):
             e = self._embed(inputs)
-            if distance != "cosine":
-                e = e + self.offset
-            values, positions = tf.math.top_k(_knn.scores(e, self.gallery, distance), k=k_eff,
-                                              sorted=True)
             if distance == "cosine":
-                dist = tf.maximum(1.0 - values, 0.0)
+                e = _knn.to_sphere(e)
+            values, positions = tf.math.top_k(_knn.scores(e + self.offset, self.gallery),
+                                              k=k_eff, sorted=True)
+            if distance == "cosine":
+                dist = tf.maximum(-0.5 * values, 0.0)  # 1 - cos = d²/2 on the sphere
             else:
                 dist = tf.sqrt(tf.maximum(-values, 0.0))
             return {"ids": tf.gather(self.ids, positions), "distances": dist,

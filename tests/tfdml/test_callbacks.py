@@ -171,3 +171,41 @@ def test_epoch_summary_prints_one_line_per_epoch():
     summary.on_epoch_begin(2)
     summary.on_epoch_end(2, {"loss": 0.41234, "val_map@r": 0.5, "nonfinite_embeddings": 0})
     assert re.fullmatch(r"epoch 3/4: loss 0\.4123, val_map@r 0\.5000 \(0 s\)\n", out.getvalue())
+
+
+def _scalars(folder):
+    """{tag: [(step, value), ...]} of the event files in ``folder`` (TF's own reader)."""
+    from tensorflow.core.util import event_pb2
+
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        for record in tf.data.TFRecordDataset(os.path.join(folder, name)):
+            event = event_pb2.Event.FromString(record.numpy())
+            for v in event.summary.value:
+                value = float(tf.make_ndarray(v.tensor)) if v.HasField("tensor") else v.simple_value
+                out.setdefault(v.tag, []).append((event.step, value))
+    return out
+
+
+def test_held_out_figures_go_to_their_own_tensorboard_run(data, tmp_path):
+    """Issue 16: test_* figures were logged under logs/train as if they were training
+    figures; they go to logs/test, val_* to logs/validation, the loss stays in train."""
+    from tfdml.callbacks import HeldOutTensorBoard
+
+    x, labels = data
+    model = make_model()
+    callbacks = [RetrievalEvaluation((x, labels), metrics=["map@r"], prefix="test_"),
+                 RetrievalEvaluation((x, labels), metrics=["recall"], ks=[1], prefix="val_"),
+                 HeldOutTensorBoard(str(tmp_path), write_graph=False)]
+    hist = model.fit(x, labels, epochs=2, batch_size=20, verbose=0, callbacks=callbacks)
+    assert sorted(os.listdir(tmp_path)) == ["test", "train", "validation"]
+    train = _scalars(tmp_path / "train")
+    test = _scalars(tmp_path / "test")
+    val = _scalars(tmp_path / "validation")
+    assert "epoch_loss" in train and not any("map" in tag or "recall" in tag for tag in train)
+    assert [s for s, _ in test["epoch_map@r"]] == [0, 1]
+    np.testing.assert_allclose([v for _, v in test["epoch_map@r"]], hist.history["test_map@r"],
+                               rtol=1e-6)
+    np.testing.assert_allclose([v for _, v in val["epoch_recall@1"]], hist.history["val_recall@1"],
+                               rtol=1e-6)
+    assert "test_map@r" in hist.history  # the logs themselves are not changed for later callbacks

@@ -26,6 +26,13 @@ Retrieval results also carry ``num_queries`` (queries scored) and
 ``num_excluded_queries`` (queries whose class has no other example in the
 gallery: excluded, see :mod:`tfdml.metrics.retrieval`). Every metric is
 "larger is better" except ``eer``.
+
+Ranking and ties: every distance ranks on one score
+(:func:`tfdml.metrics.knn.ranking_frame`: cosine puts the embeddings on the
+unit sphere, where ``cos = 1 - d²/2``), so unit-norm embeddings give the same
+neighbours and metrics by cosine and by euclidean. Retrieval metrics rank a
+negative tied with a positive *before* it (pessimistic); neighbour lists
+(:func:`tfdml.metrics.knn.knn`) put equal distances lower index first.
 """
 
 import numpy as np

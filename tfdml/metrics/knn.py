@@ -14,10 +14,13 @@ leave-one-out on the test classes) and In-Shop style query/gallery splits:
 
 Conventions (shared by :mod:`tfdml.metrics.retrieval`):
 
-* A *score* is "larger is closer": cosine similarity (Lu et al. 2019 §3.1) or
-  the negated squared euclidean distance (same order as Wu's D_ij).
+* A *score* is "larger is closer": minus the squared euclidean distance, which
+  orders pairs as Wu's D_ij does; for cosine similarity (Lu et al. 2019 §3.1)
+  the rows are put on the unit sphere first, where ``cos = 1 - d²/2``
+  (:func:`ranking_frame`). On unit-norm embeddings every distance therefore
+  ranks on the same numbers and gives the same neighbour order.
 * **Ties** in :func:`knn`: equal scores are returned lower gallery index
-  first (``tf.math.top_k`` is stable).
+  first (``tf.math.top_k`` is stable), whatever the distance.
 * **k larger than the gallery**: the search returns ``min(k, N_eff)``
   neighbours, ``N_eff`` being the gallery size (minus one in leave-one-out).
 """
@@ -77,47 +80,117 @@ def chunk_size_for(num_gallery, chunk_size=None, max_elements=DEFAULT_CHUNK_ELEM
     return int(max(16, min(4096, max_elements // max(int(num_gallery), 1))))
 
 
-def scores(query, gallery, distance="euclidean"):
-    """[Q, N] "larger is closer" scores: cosine similarity or minus squared euclidean.
+def unit_tolerance(dim):
+    """How far ``||x||²`` may be from 1 for ``x`` to count as a unit vector: ``max(1e-6, d·2⁻²⁴)``.
 
-    Ranking by squared euclidean distance equals ranking by euclidean distance
-    (Wu D_ij) and skips the square root over the whole matrix. The squared
-    distance is expanded around the origin, chunk by chunk: pass ``query`` and
-    ``gallery`` through :func:`centre` once beforehand to keep small distances
-    accurate (:func:`tfdml.distances.pairwise_squared_euclidean`).
+    That is float32's rounding bound for a ``d``-term dot product, so such a row
+    is a unit vector to working precision (an L2-normalised model output is).
     """
-    if distance == "cosine":
-        return _distances.cosine_similarity(query, gallery)
-    return -_distances.pairwise_squared_euclidean(query, gallery, centre=False)
+    return float(max(1e-6, int(dim) * 2.0**-24))
 
 
-def centre(query, gallery, distance="euclidean"):
-    """``(query, gallery)`` measured from the mean of the gallery's finite rows.
+def to_sphere(x):
+    """``x`` (TF, float32 [N, d]) with every row that is not already unit-norm normalised.
 
-    Euclidean distances do not change, but their expansion in :func:`scores`
-    keeps its accuracy for nearly collapsed embeddings (e.g. an untrained
-    model's), as :func:`tfdml.distances.pairwise_squared_euclidean` does for a
-    batch, with one pass over the data instead of one per chunk of queries.
-    Cosine similarity is not translation invariant: returned unchanged. The
-    same array for both (leave-one-out) stays one array.
+    Rows within :func:`unit_tolerance` of unit norm are kept bit for bit, so
+    cosine ranks a model's L2-normalised embeddings on exactly the numbers
+    euclidean ranks them on. Used in eager (:func:`ranking_frame`) and inside
+    exported graphs (:func:`tfdml.search.export_lookup`): one rule.
     """
+    x = tf.convert_to_tensor(x, tf.float32)
+    squared_norm = tf.reduce_sum(tf.square(x), axis=1, keepdims=True)
+    is_unit = tf.abs(squared_norm - 1.0) <= unit_tolerance(x.shape[-1])
+    return tf.where(is_unit, x, tf.math.l2_normalize(x, axis=1))
+
+
+def ranking_frame(query, gallery, distance="euclidean"):
+    """``(query, gallery)`` as every distance is ranked: on the sphere for cosine, centred.
+
+    **One ranking for all distances.** Scores are always minus the squared
+    euclidean distance (:func:`scores`). For cosine the rows are first put on
+    the unit sphere (:func:`to_sphere`), where ``cos = 1 - d²/2`` orders pairs
+    exactly as ``d`` does. So on unit-norm embeddings cosine, euclidean and
+    squared euclidean rank on the same float32 numbers and return the same
+    neighbour order, ties included (lower gallery index first).
+
+    **Centring.** Both are then measured from the mean of the gallery's finite
+    rows. Distances do not change, but their expansion in :func:`scores`
+    keeps its accuracy for nearly collapsed embeddings (an untrained model's,
+    near duplicates), as :func:`tfdml.distances.pairwise_squared_euclidean`
+    does for a batch, with one pass over the data instead of one per chunk of
+    queries. The same array for both (leave-one-out) stays one array.
+
+    Raises a ValueError for cosine when a row has zero norm (no direction).
+    """
+    same = query is gallery
     if distance == "cosine":
-        return query, gallery
+        for name, x in (("query", query), ("gallery", gallery)):
+            zero = np.flatnonzero(~np.any(x != 0, axis=1))
+            if zero.size:
+                raise ValueError(
+                    f"{name} row(s) {zero[:5].tolist()} are all zeros: cosine similarity "
+                    "has no direction to compare; drop them or rank by euclidean distance."
+                )
+        gallery = to_sphere(gallery).numpy()
+        query = gallery if same else to_sphere(query).numpy()
+    c = frame_centre(gallery)
+    centred = gallery - c
+    return (centred if same else query - c), centred
+
+
+def frame_centre(gallery):
+    """The mean of the gallery's finite rows, in the gallery's dtype: the origin of the frame."""
     finite = np.all(np.isfinite(gallery), axis=1, keepdims=True)
     c = np.zeros(gallery.shape[1], np.float64)
     if finite.any():
         c = np.mean(gallery, axis=0, dtype=np.float64, where=finite)
-    c = c.astype(gallery.dtype)
-    centred = gallery - c
-    return (centred if query is gallery else query - c), centred
+    return c.astype(gallery.dtype)
 
 
-def scores_to_distances(values, distance="euclidean"):
-    """Turn scores from :func:`scores` back into the distance the user named."""
+def scores(query, gallery):
+    """[Q, N] "larger is closer" scores: minus the squared euclidean distance.
+
+    Pass ``query`` and ``gallery`` through :func:`ranking_frame` once
+    beforehand: it puts cosine on the sphere (so this ranks by cosine too)
+    and centres the data (so small distances stay accurate). Ranking by
+    squared euclidean distance equals ranking by euclidean distance (Wu
+    D_ij) and skips the square root over the whole matrix;
+    :func:`exact_neighbours` then measures the few neighbours kept exactly.
+    """
+    return -_distances.pairwise_squared_euclidean(query, gallery, centre=False)
+
+
+def squared_to_distances(d2, distance="euclidean"):
+    """Squared euclidean distances (in the frame) as the distance the user named (cosine: similarity)."""
+    d2 = np.maximum(np.asarray(d2, np.float64), 0.0)
     if distance == "cosine":
-        return values
-    d2 = np.maximum(-np.asarray(values, np.float64), 0.0)
+        return np.clip(1.0 - 0.5 * d2, -1.0, 1.0).astype(np.float32)
     return (np.sqrt(d2) if distance == "euclidean" else d2).astype(np.float32)
+
+
+#: Budget (elements) for the [rows, k, d] differences of :func:`exact_neighbours`.
+_EXACT_ELEMENTS = 2**22
+
+
+def exact_neighbours(query, gallery, indices):
+    """``(indices, d2)`` of found neighbours, squared distances from the differences, re-ordered.
+
+    The matmul expansion ranks a whole gallery fast but rounds a distance to
+    about ``2⁻²⁴·(||q||² + ||g||²)``: an exact duplicate away from the centre
+    comes out at ~3e-4, not 0. The ``k`` neighbours found are few, so their
+    squared distances are recomputed from ``q - g`` in float64 (exact
+    duplicates: 0) and the row re-sorted by them, equal values lower index
+    first. Both arrays are in the frame of :func:`ranking_frame`.
+    """
+    indices = np.asarray(indices, np.int64)
+    d2 = np.empty(indices.shape, np.float64)
+    rows = max(1, _EXACT_ELEMENTS // max(1, indices.shape[1] * gallery.shape[1]))
+    for start in range(0, indices.shape[0], rows):
+        q = query[start : start + rows, None, :].astype(np.float64)
+        diff = q - gallery[indices[start : start + rows]].astype(np.float64)
+        d2[start : start + rows] = np.einsum("qkd,qkd->qk", diff, diff)
+    order = np.lexsort((indices, d2), axis=1)
+    return np.take_along_axis(indices, order, 1), np.take_along_axis(d2, order, 1)
 
 
 def exclude_self(score_chunk, self_index):
@@ -135,8 +208,8 @@ def self_indices(start, size, leave_one_out):
 
 
 @tf.function(reduce_retracing=True)
-def _topk_chunk(query, gallery, self_index, k, distance):
-    s = exclude_self(scores(query, gallery, distance), self_index)
+def _topk_chunk(query, gallery, self_index, k):
+    s = exclude_self(scores(query, gallery), self_index)
     return tf.math.top_k(s, k=k, sorted=True)
 
 
@@ -158,8 +231,11 @@ def knn(query, gallery=None, k=1, distance="euclidean", chunk_size=None, query_i
 
     Returns:
       ``(indices, values)``: int64 [Q, k'] gallery indices, nearest first
-      (equal scores: lower index first), and float32 [Q, k'] distances
-      (cosine: similarities), ``k' = min(k, N_eff)``.
+      (equal distances: lower index first, whichever distance is named), and
+      float32 [Q, k'] distances (cosine: similarities), ``k' = min(k, N_eff)``.
+      The neighbours are found by the chunked matmul and then measured and
+      ordered from their differences (:func:`exact_neighbours`): exact
+      duplicates are at distance 0.
     """
     check_distance(distance)
     query = as_embeddings(query, "query")
@@ -182,14 +258,15 @@ def knn(query, gallery=None, k=1, distance="euclidean", chunk_size=None, query_i
     if k_eff <= 0:
         return np.zeros((num_q, 0), np.int64), np.zeros((num_q, 0), np.float32)
     chunk = chunk_size_for(gallery.shape[0], chunk_size)
-    query, gallery = centre(query, gallery, distance)
+    query, gallery = ranking_frame(query, gallery, distance)
     g = tf.constant(gallery)
     out_i, out_v = [], []
     for start in range(0, num_q, chunk):
         q = tf.constant(query[start : start + chunk])
         self_index = (self_indices(start, q.shape[0], leave_one_out) if query_index is None
                       else query_index[start : start + chunk])
-        v, i = _topk_chunk(q, g, tf.constant(self_index), k_eff, distance)
-        out_i.append(i.numpy().astype(np.int64))
-        out_v.append(v.numpy())
-    return np.concatenate(out_i), scores_to_distances(np.concatenate(out_v), distance)
+        _, i = _topk_chunk(q, g, tf.constant(self_index), k_eff)
+        i, d2 = exact_neighbours(query[start : start + chunk], gallery, i.numpy())
+        out_i.append(i)
+        out_v.append(d2)
+    return np.concatenate(out_i), squared_to_distances(np.concatenate(out_v), distance)

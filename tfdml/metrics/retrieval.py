@@ -28,7 +28,11 @@ Recall@1000 costs the same as Recall@1 (no ``top_k`` over 1000 columns).
 Conventions:
 
 * **Ties**: a negative whose score equals a positive's is ranked *before* it
-  (pessimistic), so ties never raise a metric. Lu's Eq. 2 counts every item
+  (pessimistic), so ties never raise a metric and no metric depends on the
+  order of the data set. (:func:`tfdml.metrics.knn.knn`, which returns
+  neighbours rather than metrics, breaks ties by lower gallery index.) Every
+  distance ranks on the same scores (:func:`tfdml.metrics.knn.ranking_frame`),
+  so on unit-norm embeddings cosine and euclidean give the same metrics. Lu's Eq. 2 counts every item
   tied with the k-th; on continuous embeddings exact ties do not occur.
 * **Queries without positives** (a class with a single example in
   leave-one-out, or a query class absent from the gallery) can never be
@@ -81,9 +85,9 @@ MAX_COMPARE_POSITIVES = 64
 _GROUP = 32  # thresholds per fused comparison (XLA vectorises this width well)
 
 
-def _scores_and_thresholds(query, gallery, pos_idx, self_index, distance):
+def _scores_and_thresholds(query, gallery, pos_idx, self_index):
     """Scores [c, N] (self: -inf), positive scores ascending [c, P] (+inf padded), R [c, 1]."""
-    s = _knn.exclude_self(_knn.scores(query, gallery, distance), self_index)
+    s = _knn.exclude_self(_knn.scores(query, gallery), self_index)
     valid = pos_idx >= 0
     num_pos = tf.reduce_sum(tf.cast(valid, tf.int32), axis=1, keepdims=True)
     pos_s = tf.gather(s, tf.maximum(pos_idx, 0), batch_dims=1)
@@ -95,9 +99,9 @@ _scores_and_thresholds_xla = tf.function(_scores_and_thresholds, jit_compile=Tru
 
 
 @tf.function(jit_compile=True)
-def _buckets_xla(query, gallery, pos_idx, self_index, distance):
+def _buckets_xla(query, gallery, pos_idx, self_index):
     """``bucket`` int32 [c, N]: how many positive scores each item's score reaches."""
-    s, thr, num_pos = _scores_and_thresholds(query, gallery, pos_idx, self_index, distance)
+    s, thr, num_pos = _scores_and_thresholds(query, gallery, pos_idx, self_index)
     # Each comparison is fused with its sum: [c, N, P] is never stored.
     bucket = tf.zeros_like(s, dtype=tf.int32)
     for g in range(0, pos_idx.shape[1], _GROUP):
@@ -107,16 +111,16 @@ def _buckets_xla(query, gallery, pos_idx, self_index, distance):
 
 
 @tf.function
-def _at_least_by_buckets(query, gallery, pos_idx, self_index, distance):
+def _at_least_by_buckets(query, gallery, pos_idx, self_index):
     """``(at_least, thr, num_pos)``: at_least[i, j] = items scoring >= thr[i, j]."""
-    bucket, thr, num_pos = _buckets_xla(query, gallery, pos_idx, self_index, distance)
+    bucket, thr, num_pos = _buckets_xla(query, gallery, pos_idx, self_index)
     width = pos_idx.shape[1]
     hist = tf.math.bincount(bucket, minlength=width + 1, maxlength=width + 1, axis=-1)
     return tf.cumsum(hist, axis=1, reverse=True)[:, 1:], thr, num_pos
 
 
-def _at_least_by_sorting(query, gallery, pos_idx, self_index, distance):
-    s, thr, num_pos = _scores_and_thresholds_xla(query, gallery, pos_idx, self_index, distance)
+def _at_least_by_sorting(query, gallery, pos_idx, self_index):
+    s, thr, num_pos = _scores_and_thresholds_xla(query, gallery, pos_idx, self_index)
     s, thr = s.numpy(), thr.numpy()
     s.sort(axis=1)
     at_least = np.empty(thr.shape, np.int64)
@@ -156,7 +160,7 @@ def positive_ranks(query, query_ids, gallery=None, gallery_ids=None, distance="e
     num_classes = int(max(query_ids.max(), gallery_ids.max())) + 1
     table = _positive_table(gallery_ids, num_classes)
     chunk = min(_knn.chunk_size_for(gallery.shape[0], chunk_size), query.shape[0])
-    query, gallery = _knn.centre(query, gallery, distance)
+    query, gallery = _knn.ranking_frame(query, gallery, distance)
     g = tf.constant(gallery)
     for start in range(0, query.shape[0], chunk):
         stop = min(start + chunk, query.shape[0])
@@ -177,7 +181,7 @@ def positive_ranks(query, query_ids, gallery=None, gallery_ids=None, distance="e
         counts = (_at_least_by_sorting if idx.shape[1] > MAX_COMPARE_POSITIVES
                   else _at_least_by_buckets)
         at_least, thr, r = counts(
-            tf.constant(q), g, tf.constant(idx, tf.int32), tf.constant(self_index), distance)
+            tf.constant(q), g, tf.constant(idx, tf.int32), tf.constant(self_index))
         yield start, _ranks(at_least, thr, r)[:size], num_pos
 
 

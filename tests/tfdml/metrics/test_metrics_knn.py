@@ -138,15 +138,68 @@ def test_near_duplicate_distances_are_accurate(loo):
     np.testing.assert_allclose(val, ref_v, rtol=1e-3)  # the 5 nearest, not 5 others
 
 
-def test_centre():
+def test_ranking_frame_centres_and_puts_cosine_on_the_sphere():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(6, 3)).astype(np.float32) + 100
-    q, g = knn_mod.centre(x, x)
+    q, g = knn_mod.ranking_frame(x, x)
     assert q is g and g.dtype == np.float32
     np.testing.assert_allclose(g.mean(axis=0), 0, atol=1e-4)
     np.testing.assert_allclose(g, x - x.mean(axis=0), atol=1e-4)
-    assert knn_mod.centre(x, x[:2], "cosine")[0] is x  # not translation invariant: unchanged
+    q, g = knn_mod.ranking_frame(x, x[:2], "cosine")
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    np.testing.assert_allclose(q, unit - unit[:2].mean(axis=0), atol=1e-6)
     bad = x.copy()
     bad[0, 1] = np.nan
-    _, g = knn_mod.centre(x[:3], bad)
+    _, g = knn_mod.ranking_frame(x[:3], bad)
     np.testing.assert_allclose(g[1:], x[1:] - x[1:].mean(axis=0), atol=1e-4)  # NaN row left out
+
+
+def test_to_sphere_keeps_unit_rows_bit_for_bit():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(50, 128)).astype(np.float32)
+    unit = (x / np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)).astype(np.float32)
+    np.testing.assert_array_equal(knn_mod.to_sphere(unit).numpy(), unit)
+    far = knn_mod.to_sphere(3 * unit).numpy()
+    np.testing.assert_allclose(np.linalg.norm(far, axis=1), 1, atol=1e-6)
+    assert knn_mod.unit_tolerance(128) == 128 * 2.0**-24 and knn_mod.unit_tolerance(2) == 1e-6
+
+
+def test_cosine_refuses_zero_rows():
+    x = np.eye(4, dtype=np.float32)
+    x[2] = 0
+    with pytest.raises(ValueError, match=r"row\(s\) \[2\] are all zeros.*euclidean"):
+        knn(x, k=1, distance="cosine")
+    knn(x, k=1, distance="euclidean")  # fine: the origin is a point like any other
+
+
+def _unit_with_duplicates(n=300, dim=16, seed=0):
+    """L2-normalised float32 rows (as a model outputs), a third of them exact duplicates."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, dim)).astype(np.float32)
+    x = (x / np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)).astype(np.float32)
+    copies = rng.integers(0, n, n // 3)
+    x[rng.permutation(n)[: n // 3]] = x[copies]
+    return x
+
+
+@pytest.mark.parametrize("loo", [True, False])
+def test_unit_vectors_rank_the_same_by_cosine_and_euclidean_ties_by_index(loo):
+    """Issue 17 §5: on unit vectors cos = 1 - d²/2, so the neighbour order must not depend
+    on which one is named, exact duplicates included; equal scores come lower index first."""
+    x = _unit_with_duplicates()
+    query, gallery = (x, None) if loo else (x[:100], x[100:])
+    orders = {d: knn(query, gallery, k=12, distance=d, chunk_size=37)
+              for d in ("euclidean", "squared_euclidean", "cosine")}
+    np.testing.assert_array_equal(orders["euclidean"][0], orders["cosine"][0])
+    np.testing.assert_array_equal(orders["euclidean"][0], orders["squared_euclidean"][0])
+    idx, cos = orders["cosine"]
+    d = orders["euclidean"][1]
+    np.testing.assert_allclose(cos, 1 - d.astype(np.float64) ** 2 / 2, atol=1e-6)
+    g = x if loo else gallery
+    # Every exact duplicate of a query is found first, in increasing index order.
+    for i in range(idx.shape[0]):
+        dup = [j for j in np.flatnonzero(np.all(g == query[i], axis=1)) if not (loo and j == i)]
+        assert list(idx[i, : len(dup)]) == dup[:12]
+        np.testing.assert_allclose(d[i, : len(dup)], 0.0, atol=1e-6)
+    ref_i, ref_v = brute_knn(query, g, 12, "cosine", loo)
+    np.testing.assert_allclose(cos, ref_v, atol=1e-6)  # the 12 nearest, not 12 others

@@ -197,3 +197,22 @@ def test_large_classes_sorting_path_equals_brute_force(monkeypatch, limit):
     got = retrieval_metrics(x, labels, metrics=ALL, ks=(1, 10), chunk_size=9)
     for key, value in ref.items():
         assert got[key] == pytest.approx(value, abs=1e-12), key
+
+
+@pytest.mark.parametrize("loo", [True, False])
+def test_unit_vectors_give_the_same_metrics_by_cosine_and_euclidean(loo):
+    """Issue 17 §5: exact duplicates across classes are ties; both distances rank on the
+    same scores, so the metrics are equal, and equal the pessimistic-tie reference."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(240, 8)).astype(np.float32)
+    x = (x / np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)).astype(np.float32)
+    labels = rng.integers(0, 20, 240)
+    x[rng.permutation(240)[:80]] = x[rng.integers(0, 240, 80)]  # duplicates, often of another class
+    query, q_labels, gallery, g_labels = ((x, labels, None, None) if loo
+                                          else (x[:80], labels[:80], x[80:], labels[80:]))
+    got = {d: retrieval_metrics(query, q_labels, gallery, g_labels, ks=(1, 4), distance=d)
+           for d in ("euclidean", "cosine", "squared_euclidean")}
+    assert got["euclidean"] == got["cosine"] == got["squared_euclidean"]
+    ref, _ = brute_metrics(brute_rankings(query, q_labels, gallery, g_labels, "cosine"), (1, 4))
+    for name in ("recall@1", "recall@4", "map@r", "r_precision"):
+        assert got["cosine"][name] == pytest.approx(ref[name], abs=1e-12), name

@@ -498,7 +498,9 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
         history = _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, callbacks,
                              validation=val_split is not None)
 
-    files.save_weights(model, os.path.join(out, "final.weights.h5"))
+    if not chief:
+        # The chief's final model is model.keras; a worker keeps its weights to compare.
+        files.save_weights(model, os.path.join(out, "final.weights.h5"))
     result = {"resumed_from_epoch": done, "history": history, "output_dir": out,
               "best_checkpoint": best_checkpoint_note(cfg, val_split)}
     if chief:
@@ -535,7 +537,7 @@ VALIDATION_PREFIX, TEST_PREFIX = "val_", "test_"
 def best_checkpoint_note(cfg, val_split):
     """One line for the summary: on what the best checkpoint was selected."""
     if cfg["strategy"] == "multi_worker":
-        return "none: multi-worker training evaluates nothing per epoch (final.weights.h5 is the model)"
+        return "none: multi-worker training evaluates nothing per epoch (model.keras is the last epoch's)"
     if val_split is None:
         return ("none: there is no validation split, and no checkpoint is selected on test data "
                 "(set data.validation.fraction to get checkpoints/best.weights.h5)")
@@ -593,9 +595,8 @@ def _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, 
         NaNGuard(backup),
         *([best] if best is not None else []),
         *([stopper] if stopper is not None else []),
-        runs.AtomicCheckpoint(os.path.join(out, "checkpoints", "last.weights.h5")),
         history_csv,
-        keras.callbacks.TensorBoard(os.path.join(out, "logs"), write_graph=False),
+        callbacks_lib.HeldOutTensorBoard(os.path.join(out, "logs"), write_graph=False),
         # Last of the built-in ones: the epoch is complete once its backup is.
         runs.BackupCallback(backup, extra=lambda epoch: {
             "best": best.best if best is not None else None, "history": history_csv.rows,

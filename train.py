@@ -10,12 +10,13 @@ work starts. The run writes into ``output_dir``:
     history.csv          per-epoch loss and the validation split's metrics (val_*), or,
                          without data.validation, the test split's (test_*, shown only)
     logs/                TensorBoard logs
-    backup/              the last completed epoch (a rerun resumes from it)
-    checkpoints/         last.weights.h5; best.weights.h5 (best validation MAP@R) only
-                         with a data.validation split: none is selected on test data
+    backup/              the last completed epoch (a rerun resumes from it); removed
+                         when the run finishes
+    checkpoints/         best.weights.h5 (best validation MAP@R), only with a
+                         data.validation split: none is selected on test data
     metrics.json         final held-out metrics (the test split, scored once at the end)
     plots/               retrieval grid, distance histograms, PR curve
-    model.keras          the trained model
+    model.keras          the trained model (the last epoch's; the only copy of its weights)
     saved_model/         SavedModel with a serving signature images -> embeddings
     finished.json        written last: the run is complete
 

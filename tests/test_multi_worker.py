@@ -29,6 +29,13 @@ def _free_ports(n):
 
 
 def _weights(path):
+    """{dataset path: array} of a .weights.h5 file, or of the weights inside a .keras file."""
+    if path.endswith(".keras"):
+        import io
+        import zipfile
+
+        with zipfile.ZipFile(path) as archive:
+            path = io.BytesIO(archive.read("model.weights.h5"))
     out = {}
     with h5py.File(path, "r") as f:
         f.visititems(
@@ -62,7 +69,7 @@ def _run_two_workers(out_dir, extra_sets, timeout):
 
 
 def _check(out_dir, outputs):
-    chief = _weights(os.path.join(out_dir, "final.weights.h5"))
+    chief = _weights(os.path.join(out_dir, "model.keras"))
     other = _weights(os.path.join(out_dir, "workers", "1", "final.weights.h5"))
     model_keys = [k for k in chief if not k.startswith("optimizer")]
     assert model_keys and chief.keys() == other.keys()

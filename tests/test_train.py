@@ -53,13 +53,16 @@ def finished_run(tmp_path_factory):
 
 def test_run_writes_everything(finished_run):
     cfg, result, out = finished_run
-    for name in ("config.yaml", "history.csv", "metrics.json", "model.keras", "final.weights.h5",
-                 "checkpoints/last.weights.h5",
+    for name in ("config.yaml", "history.csv", "metrics.json", "model.keras", "finished.json",
                  "saved_model/saved_model.pb", "retrieval_grid.png", "distance_histogram.png"):
         assert os.path.exists(os.path.join(out, name)), name
     # Issue 17: without a validation split no checkpoint is selected on test data.
-    assert not os.path.exists(os.path.join(out, "checkpoints", "best.weights.h5"))
-    assert os.listdir(os.path.join(out, "logs"))
+    # Issue 16: and no weights stored twice (model.keras is the final model; the backup is gone).
+    for name in ("checkpoints/best.weights.h5", "checkpoints/last.weights.h5", "final.weights.h5",
+                 "backup"):
+        assert not os.path.exists(os.path.join(out, name)), name
+    # Issue 16: the test split's per-epoch figures are logged as held-out, not as training.
+    assert sorted(os.listdir(os.path.join(out, "logs"))) == ["test", "train"]
     report = json.load(open(os.path.join(out, "metrics.json")))
     metrics = report["metrics"]
     assert 0.0 <= metrics["recall@1"] <= 1.0 and "map@r" in metrics and "nmi" in metrics
@@ -73,7 +76,7 @@ def test_run_writes_everything(finished_run):
     assert "best checkpoint: none: there is no validation split" in text
 
 
-def test_exported_models_give_the_same_embeddings(finished_run):
+def test_exported_models_give_the_same_embeddings(finished_run, tmp_path):
     cfg, _, out = finished_run
     from pipelines import sources
 
@@ -86,7 +89,7 @@ def test_exported_models_give_the_same_embeddings(finished_run):
     np.testing.assert_allclose(np.linalg.norm(reference, axis=1), 1.0, atol=1e-5)
     # The trained weights are the ones exported.
     with_weights = experiment.build_model(cfg, x.shape[1:], 5, 100)
-    with_weights.load_weights(os.path.join(out, "final.weights.h5"))
+    with_weights.load_weights(_keras_weights_file(os.path.join(out, "model.keras"), tmp_path))
     assert np.max(np.abs(with_weights.predict(x, verbose=0) - reference)) <= 1e-6
 
 
@@ -111,7 +114,24 @@ class _KillAfterEpoch(keras.callbacks.Callback):
             raise KeyboardInterrupt("simulated kill")
 
 
+def _keras_weights_file(keras_path, folder):
+    """The weights file inside a .keras archive, extracted to ``folder``."""
+    import zipfile
+
+    target = os.path.join(folder, "model.weights.h5")
+    with zipfile.ZipFile(keras_path) as archive, open(target, "wb") as f:
+        f.write(archive.read("model.weights.h5"))
+    return target
+
+
 def _weights(path):
+    """{dataset path: array} of a .weights.h5 file, or of the weights inside a .keras file."""
+    if path.endswith(".keras"):
+        import io
+        import zipfile
+
+        with zipfile.ZipFile(path) as archive:
+            path = io.BytesIO(archive.read("model.weights.h5"))
     out = {}
     with h5py.File(path, "r") as f:
         f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
@@ -136,17 +156,17 @@ def test_resume_after_kill_reaches_the_same_weights(tmp_path):
     result = experiment.run(resumed, verbose=0)
     assert result["resumed_from_epoch"] == 2
 
-    a = _weights(os.path.join(straight["output_dir"], "final.weights.h5"))
-    b = _weights(os.path.join(resumed["output_dir"], "final.weights.h5"))
+    a = _weights(os.path.join(straight["output_dir"], "model.keras"))
+    b = _weights(os.path.join(resumed["output_dir"], "model.keras"))
     assert a.keys() == b.keys()
     assert any("margin_parameters" in k for k in a) and any(k.startswith("optimizer") for k in a)
     for key in a:
         np.testing.assert_allclose(a[key], b[key], atol=1e-6, err_msg=key)
     history = open(os.path.join(resumed["output_dir"], "history.csv")).read().splitlines()
     assert len(history) == 5  # header + 4 epochs, across the two runs
-    # Not only the final weights: the best and last checkpoints and the history
-    # equal the uninterrupted run's (the best value survives the resume).
-    for name in ("best.weights.h5", "last.weights.h5"):
+    # Not only the final weights: the best checkpoint and the history equal the
+    # uninterrupted run's (the best value survives the resume).
+    for name in ("best.weights.h5",):
         a = _weights(os.path.join(straight["output_dir"], "checkpoints", name))
         b = _weights(os.path.join(resumed["output_dir"], "checkpoints", name))
         for key in a:
@@ -203,7 +223,8 @@ def test_nonfinite_embeddings_stop_with_step_and_checkpoint(tmp_path, poisoned_e
                              r"step 2\. Last good checkpoint: .*backup \(after epoch 1\)"):
         experiment.run(small_cfg(tmp_path), verbose=0)
     # Nothing non-finite was saved: the checkpoints are those of epoch 1.
-    with h5py.File(tmp_path / "checkpoints" / "last.weights.h5") as f:
+    state = json.load(open(tmp_path / "backup" / "state.json"))
+    with h5py.File(tmp_path / "backup" / state["weights"]) as f:
         arrays = []
         f.visititems(lambda name, obj: arrays.append(obj[()]) if isinstance(obj, h5py.Dataset) else None)
     assert arrays and all(np.all(np.isfinite(a)) for a in arrays)
@@ -515,10 +536,7 @@ def test_large_sparse_class_ids_train_a_small_model(tmp_path):
                                  "training.epochs": 1, "evaluation.metrics": ["recall"],
                                  "evaluation.ks": [1]})
     experiment.run(cfg, verbose=0)
-    shapes = {}
-    with h5py.File(tmp_path / "final.weights.h5") as f:
-        f.visititems(lambda name, obj: shapes.update({name: obj.shape})
-                     if isinstance(obj, h5py.Dataset) else None)
+    shapes = {name: array.shape for name, array in _weights(str(tmp_path / "model.keras")).items()}
     assert (5,) in shapes.values()  # β_class of the 5 training classes
     assert max(np.prod(s) for s in shapes.values()) < 10_000
 
@@ -687,8 +705,8 @@ def test_a_kill_while_the_backup_is_written_loses_one_epoch_at_most(tmp_path):
     straight = small_cfg(tmp_path / "straight", **{"training.epochs": 3, "evaluation.metrics": ["recall"],
                                                    "evaluation.ks": [1]})
     experiment.run(straight, verbose=0)
-    a = _weights(os.path.join(straight["output_dir"], "final.weights.h5"))
-    b = _weights(os.path.join(cfg["output_dir"], "final.weights.h5"))
+    a = _weights(os.path.join(straight["output_dir"], "model.keras"))
+    b = _weights(os.path.join(cfg["output_dir"], "model.keras"))
     for key in a:
         np.testing.assert_allclose(a[key], b[key], atol=1e-6, err_msg=key)
 
@@ -888,7 +906,7 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
     assert len(epochs_at_kill) >= 3 and max(epochs_at_kill) >= 1, epochs_at_kill
     kills = len(epochs_at_kill)
     print(f"soak: {kills} kills, backed-up epoch at each kill: {epochs_at_kill}")
-    for name in ("final.weights.h5", os.path.join("checkpoints", "best.weights.h5")):
+    for name in ("model.keras", os.path.join("checkpoints", "best.weights.h5")):
         a = _weights(os.path.join(straight["output_dir"], name))
         b = _weights(os.path.join(cfg["output_dir"], name))
         assert a.keys() == b.keys()

@@ -29,6 +29,8 @@ Distribution: embeddings come from ``model.predict``, which splits the
 batches over the replicas of the model's strategy and returns them in order.
 """
 
+import os
+
 import numpy as np
 import keras
 import tensorflow as tf
@@ -220,3 +222,44 @@ class EpochSummary(keras.callbacks.Callback):
 
     def get_config(self):
         return {"keys": self.keys}
+
+
+class HeldOutTensorBoard(keras.callbacks.TensorBoard):
+    """``keras.callbacks.TensorBoard`` that files test-split figures as held-out.
+
+    Keras writes every key without a ``val_`` prefix to the ``train`` run, so
+    the test split's per-epoch figures (``test_map@r``, from
+    :class:`RetrievalEvaluation` with ``prefix="test_"``) would be drawn as
+    training figures. Here each key with a prefix of ``held_out`` goes to its
+    own run instead (default: ``test_*`` → ``<log_dir>/test``, as
+    ``epoch_map@r``), ``val_*`` to ``validation`` as in Keras, the rest to
+    ``train``. The logs seen by later callbacks are not changed.
+    """
+
+    def __init__(self, log_dir="logs", held_out=(("test_", "test"),), **kwargs):
+        super().__init__(log_dir=log_dir, **kwargs)
+        self.held_out = tuple((str(p), str(run)) for p, run in held_out)
+        self._held_out_writers = {}
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = dict(logs or {})
+        by_run = {}
+        for prefix, run in self.held_out:
+            for key in [k for k in logs if k.startswith(prefix)]:
+                by_run.setdefault(run, {})[key[len(prefix):]] = logs.pop(key)
+        super().on_epoch_end(epoch, logs)
+        for run, values in by_run.items():
+            writer = self._held_out_writers.get(run)
+            if writer is None:
+                writer = tf.summary.create_file_writer(os.path.join(self.log_dir, run))
+                self._held_out_writers[run] = writer
+            with writer.as_default():
+                for name, value in values.items():
+                    tf.summary.scalar(f"epoch_{name}", value, step=epoch)
+            writer.flush()
+
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        for writer in self._held_out_writers.values():
+            writer.close()
+        self._held_out_writers = {}

@@ -374,19 +374,24 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
         num_pairs=num_pairs, pr_levels=np.linspace(0.0, 1.0, 101) if make_plots else None,
         return_details=True)
 
+    baseline_results = baseline_details = None
+    if baseline is not None:
+        baseline_results, baseline_details = baseline_metrics(
+            baseline, split, names, ks, distance, batch_size, chunk_size, seed, num_pairs,
+            verbose, return_details=True, pr_levels=np.linspace(0.0, 1.0, 101) if make_plots else None)
+
     os.makedirs(out_dir, exist_ok=True)
     written = []
     if make_plots:
+        reference = None
+        if baseline is not None:
+            reference = {"name": baseline.replace("_", " "), "details": baseline_details}
         written = plots.write_all(
             embeddings, labels, out_dir, distance=distance, images=_image_loader(split),
             seed=seed, num_pairs=num_pairs, grid=(grid_queries, grid_k), chunk_size=chunk_size,
             details=details, pr_label=f"mAP {results['map']:.4f}" if "map" in results else None,
-            class_names=getattr(split, "class_names", None), title=_split_title(split))
-
-    baseline_results = None
-    if baseline is not None:
-        baseline_results = baseline_metrics(baseline, split, names, ks, distance, batch_size,
-                                            chunk_size, seed, num_pairs, verbose)
+            class_names=getattr(split, "class_names", None), title=_split_title(split),
+            baseline=reference)
 
     info = {"num_examples": num, "embedding_dim": int(embeddings.shape[1]),
             "distance": distance, "metrics_requested": list(names), "ks": list(ks),
@@ -480,11 +485,15 @@ BASELINES = ("raw_pixels",)
 
 
 def baseline_metrics(name, split, metrics, ks, distance="euclidean", batch_size=256,
-                     chunk_size=None, seed=0, num_pairs=6000, verbose=0):
+                     chunk_size=None, seed=0, num_pairs=6000, verbose=0, return_details=False,
+                     pr_levels=None):
     """The metrics of a model-free baseline on ``split``.
 
     ``"raw_pixels"``: each image flattened and L2-normalised, the reference
     the issue tracker and the README compare the main job with.
+    ``return_details`` / ``pr_levels``: as in
+    :func:`tfdml.metrics.evaluate_embeddings` (for the plots, which draw the
+    baseline's PR curve and ROC next to the model's).
     """
     import tensorflow as tf
 
@@ -501,7 +510,8 @@ def baseline_metrics(name, split, metrics, ks, distance="euclidean", batch_size=
         print("Scoring the raw-pixel baseline ...")
     vectors, labels = embed(raw_pixels, split.dataset(), int(len(split.labels)), batch_size, verbose=0)
     return tm.evaluate_embeddings(vectors, labels, metrics, ks, distance=distance,
-                                  chunk_size=chunk_size, seed=seed, num_pairs=num_pairs)
+                                  chunk_size=chunk_size, seed=seed, num_pairs=num_pairs,
+                                  pr_levels=pr_levels, return_details=return_details)
 
 
 def _cell(value):

@@ -96,8 +96,16 @@ def retrieval_grid(query_images, result_images, correct, path, query_labels=None
     return _save(fig, path)
 
 
-def distance_histograms(positive, negative, path, xlabel="distance", bins=50):
-    """Histograms (densities) of positive- and negative-pair distances (Wu Fig. 7)."""
+def _set_title(ax, name, title=None, fontsize=9):
+    """The plot's name, and on a second line what it shows (split, classes)."""
+    ax.set_title(name if not title else f"{name}\n{title}", fontsize=fontsize)
+
+
+def distance_histograms(positive, negative, path, xlabel="distance", bins=50, title=None):
+    """Histograms (densities) of positive- and negative-pair distances (Wu Fig. 7).
+
+    ``title``: what the pairs are drawn from (e.g. "test split, classes 5, ..., 9").
+    """
     positive = np.asarray(positive, np.float64).reshape(-1)
     negative = np.asarray(negative, np.float64).reshape(-1)
     both = np.concatenate([positive, negative])
@@ -115,32 +123,48 @@ def distance_histograms(positive, negative, path, xlabel="distance", bins=50):
     ax.set_xlabel(xlabel)
     ax.set_ylabel("density")
     ax.legend(fontsize=8)
-    ax.set_title("Pair distance distributions", fontsize=9)
+    _set_title(ax, "Pair distance distributions", title)
     return _save(fig, path)
 
 
-def pr_curve(recall, precision, path, label=None):
-    """Precision against recall (Lu Fig. 4c)."""
+def _baseline_line(ax, x, y, label):
+    ax.plot(x, y, color="grey", linestyle="--", linewidth=1.2, label=label)
+
+
+def pr_curve(recall, precision, path, label=None, title=None, baseline=None):
+    """Precision against recall (Lu Fig. 4c).
+
+    ``baseline``: ``(recall, precision, label)`` of a reference (e.g. raw
+    pixels), drawn dashed grey under the model's curve.
+    """
     fig = Figure(figsize=(4.5, 4), layout="constrained")
     ax = fig.subplots()
+    if baseline is not None:
+        _baseline_line(ax, *baseline)
     ax.plot(recall, precision, color="#4575b4", label=label)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("recall")
     ax.set_ylabel("precision")
-    ax.set_title("Precision-recall (mean over queries, interpolated)", fontsize=9)
+    _set_title(ax, "Precision-recall (mean over queries, interpolated)", title)
     ax.grid(alpha=0.3)
-    if label:
+    if label or baseline is not None:
         ax.legend(fontsize=8)
     return _save(fig, path)
 
 
-def roc_curve(fpr, tpr, path, auc=None, eer=None):
-    """ROC of verification pairs (Lu Fig. 4f) with the chance diagonal."""
+def roc_curve(fpr, tpr, path, auc=None, eer=None, title=None, baseline=None):
+    """ROC of verification pairs (Lu Fig. 4f) with the chance diagonal.
+
+    ``baseline``: ``(fpr, tpr, label)`` of a reference on the same pairs,
+    drawn dashed grey.
+    """
     fig = Figure(figsize=(4.5, 4), layout="constrained")
     ax = fig.subplots()
     parts = [f"AUC {auc:.4f}" if auc is not None else None,
              f"EER {eer:.4f}" if eer is not None else None]
+    if baseline is not None:
+        _baseline_line(ax, *baseline)
     ax.plot(fpr, tpr, color="#4575b4", label=", ".join(p for p in parts if p) or None)
     ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
     if eer is not None:
@@ -149,9 +173,9 @@ def roc_curve(fpr, tpr, path, auc=None, eer=None):
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("false positive rate")
     ax.set_ylabel("true positive rate")
-    ax.set_title("ROC of verification pairs", fontsize=9)
+    _set_title(ax, "ROC of verification pairs", title)
     ax.grid(alpha=0.3)
-    if auc is not None or eer is not None:
+    if auc is not None or eer is not None or baseline is not None:
         ax.legend(fontsize=8, loc="lower right")
     return _save(fig, path)
 
@@ -181,7 +205,7 @@ def threshold_curve(thresholds, precision, recall, path, f1=None, threshold=None
 
 def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, seed=0,
               num_pairs=6000, grid=(8, 8), chunk_size=None, details=None, pr_label=None,
-              class_names=None, title=None):
+              class_names=None, title=None, baseline=None):
     """Write every plot of an evaluation into ``out_dir``; returns the paths written.
 
     Args:
@@ -197,7 +221,13 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
       pr_label: legend of the PR curve (default: its mAP when computed here).
       class_names: optional dict label → the user's class name, shown in the
         retrieval grid instead of the contiguous label.
-      title: what the plots show (e.g. "test split: classes 5–9"), above the grid.
+      title: what the plots show (e.g. "test split, classes 5, 6, 7, 8, 9"), under
+        each plot's name.
+      baseline: ``{"name": ..., "details": ...}``, the details of
+        ``evaluate_embeddings(..., return_details=True)`` for a model-free
+        baseline on the same examples (and seed, hence the same pairs): its
+        PR curve and ROC are drawn dashed grey with the model's. (Not on the
+        distance histogram: a baseline's distances have another scale.)
 
     The grid shows failures first: among a random sample of queries, those
     whose nearest result has another class lead (a grid of correct results
@@ -212,6 +242,8 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
     embeddings = tm.knn.as_embeddings(embeddings)
     labels = np.asarray(labels).reshape(-1)
     details = details or {}
+    base_details = (baseline or {}).get("details") or {}
+    base_name = (baseline or {}).get("name", "baseline")
     written = []
     pairs = details.get("pairs")
     if pairs is None:
@@ -227,12 +259,19 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
         name = "cosine similarity" if distance == "cosine" else f"{distance} distance"
         written.append(distance_histograms(
             pairs["values"][same], pairs["values"][~same],
-            os.path.join(out_dir, "distance_histogram.png"), xlabel=name))
+            os.path.join(out_dir, "distance_histogram.png"), xlabel=name, title=title))
         if same.any() and not same.all():
             fpr, tpr, _ = tm.verification.roc(pairs["scores"], same)
+            reference = None
+            base_pairs = base_details.get("pairs")
+            if base_pairs is not None and np.array_equal(base_pairs["issame"], pairs["issame"]):
+                base_fpr, base_tpr, _ = tm.verification.roc(base_pairs["scores"], same)
+                reference = (base_fpr, base_tpr, f"{base_name}, AUC "
+                             f"{tm.roc_auc(base_pairs['scores'], same):.4f}")
             written.append(roc_curve(fpr, tpr, os.path.join(out_dir, "roc.png"),
                                      auc=tm.roc_auc(pairs["scores"], same),
-                                     eer=tm.eer(pairs["scores"], same)))
+                                     eer=tm.eer(pairs["scores"], same), title=title,
+                                     baseline=reference))
     curve = details.get("pr_curve")
     label = pr_label
     if curve is None:
@@ -242,8 +281,12 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
             curve = r["pr_curve"]
             label = label or f"mAP {r['map']:.4f}"
     if curve is not None and np.all(np.isfinite(curve[1])):
+        base_curve = base_details.get("pr_curve")
+        reference = None
+        if base_curve is not None and np.all(np.isfinite(base_curve[1])):
+            reference = (base_curve[0], base_curve[1], base_name)
         written.append(pr_curve(curve[0], curve[1], os.path.join(out_dir, "pr_curve.png"),
-                                label=label))
+                                label=label, title=title, baseline=reference))
     num_queries, k = grid
     if images is not None and num_queries > 0 and k > 0 and labels.size > 1:
         load = images if callable(images) else (lambda idx, a=np.asarray(images): a[idx])

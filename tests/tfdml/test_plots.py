@@ -81,3 +81,51 @@ def test_retrieval_grid_shows_failures_first(tmp_path, monkeypatch):
     assert not first[0] and first.any()
     assert list(first) == sorted(first)  # every failure (False) before every correct query
     assert seen["title"] == "test split, classes a, b"
+
+
+def test_every_plot_names_its_split_and_draws_the_baseline(tmp_path, monkeypatch):
+    """Issue 16: each plot says which split and classes it shows; where a baseline was
+    scored, its PR curve and ROC (same pairs) are drawn next to the model's."""
+    from tfdml import metrics
+
+    figures = {}
+    save = plots._save
+
+    def keep(fig, path):
+        figures[os.path.basename(path)] = fig
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(5), 12)
+    emb = rng.normal(size=(60, 4)) + 2 * np.eye(5, 4)[labels]
+    raw = rng.normal(size=(60, 9))
+    levels = np.linspace(0, 1, 11)
+    _, details = metrics.evaluate_embeddings(emb, labels, ["map", "verification"], seed=3,
+                                             pr_levels=levels, return_details=True)
+    _, base = metrics.evaluate_embeddings(raw, labels, ["map", "verification"], seed=3,
+                                          pr_levels=levels, return_details=True)
+    title = "test split, classes 5, 6, 7, 8, 9"
+    plots.write_all(emb, labels, str(tmp_path), images=rng.random((60, 6, 6)), seed=3,
+                    details=details, title=title,
+                    baseline={"name": "raw pixels", "details": base})
+    assert set(figures) == {"distance_histogram.png", "roc.png", "pr_curve.png",
+                            "retrieval_grid.png"}
+    for name, fig in figures.items():
+        texts = [ax.get_title() for ax in fig.axes] + [fig._suptitle.get_text()
+                                                       if fig._suptitle else ""]
+        assert any(title in t for t in texts), name
+    for name in ("roc.png", "pr_curve.png"):
+        lines = {line.get_label(): line for line in figures[name].axes[0].get_lines()}
+        reference = [label for label in lines if label.startswith("raw pixels")]
+        assert reference, f"{name}: no baseline line among {sorted(lines)}"
+    fpr, tpr, _ = metrics.verification.roc(base["pairs"]["scores"], base["pairs"]["issame"])
+    drawn = [ln for ln in figures["roc.png"].axes[0].get_lines()
+             if ln.get_label().startswith("raw pixels")][0]
+    np.testing.assert_allclose(drawn.get_xdata(), fpr)
+    np.testing.assert_allclose(drawn.get_ydata(), tpr)
+    # Without a baseline nothing grey is drawn.
+    figures.clear()
+    plots.write_all(emb, labels, str(tmp_path), seed=3, details=details, title=title)
+    assert not any(ln.get_label().startswith("raw pixels")
+                   for ln in figures["roc.png"].axes[0].get_lines())

@@ -32,6 +32,8 @@ and adds what plain ``keras.Model.fit`` lacks for metric learning:
 import keras
 import tensorflow as tf
 
+from tfdml.losses import base as loss_base
+
 BACKBONES = ("small_cnn", "mlp")
 
 
@@ -271,7 +273,14 @@ class EmbeddingModel(keras.Model):
             y, y_pred, replicas = gather_across_replicas(y, y_pred)
             if replicas > 1:  # every replica's loss must see every replica's rows
                 bad_rows = nonfinite_rows(y_pred)
-        loss = nan_unless_finite(self._metric_loss(y, y_pred), bad_rows)
+        if sample_weight is None:
+            value = self._metric_loss(y, y_pred)
+        elif isinstance(self._metric_loss, keras.losses.Loss) and replicas == 1:
+            # A Keras loss applies its own rule (a tfdml loss refuses, naming the fix).
+            value = self._metric_loss(y, y_pred, sample_weight=sample_weight)
+        else:  # a plain function, or weights of this replica's rows only: never dropped
+            loss_base.refuse_sample_weight(getattr(self._metric_loss, "__name__", "This loss"))
+        loss = nan_unless_finite(value, bad_rows)
         if replicas > 1:
             loss = loss / tf.cast(replicas, loss.dtype)
         for extra in self.losses:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml import distances, masks, models, targets
+from tfdml import distances, losses, masks, models, targets
 
 
 @keras.saving.register_keras_serializable(package="tfdml_test")
@@ -153,3 +153,20 @@ def test_terminate_on_nan_stops_at_the_first_nonfinite_embedding(nonfinite_after
     history = model.fit(ds, steps_per_epoch=5, epochs=3, verbose=0,
                         callbacks=[keras.callbacks.TerminateOnNaN()])
     assert len(history.history["loss"]) == 1
+
+
+@pytest.mark.parametrize("how", ["arrays", "dataset"])
+def test_sample_weight_is_refused_not_dropped(how):
+    """Issue 12: model.fit(..., sample_weight=w) trained as if w were absent. The losses
+    score tuples, so a per-example weight is refused with the fix, before any update."""
+    x, y = _data()
+    model = _model(loss=losses.TripletLoss(sampler="hard"))
+    before = [v.numpy().copy() for v in model.trainable_variables]
+    w = np.linspace(0.5, 2.0, len(x)).astype("float32")
+    with pytest.raises(ValueError, match="no per-example sample_weight.*importance"):
+        if how == "arrays":
+            model.fit(x, y, sample_weight=w, batch_size=16, epochs=1, verbose=0)
+        else:
+            model.fit(tf.data.Dataset.from_tensor_slices((x, y, w)).batch(16), epochs=1, verbose=0)
+    for a, b in zip(before, model.trainable_variables):
+        np.testing.assert_array_equal(a, b.numpy())

@@ -48,6 +48,7 @@ from tfdml import targets as targets_lib
 from tfdml.dsn import policy as policy_lib
 from tfdml.dsn import reinforce
 from tfdml.losses import NPairLoss, SeedState, TripletLoss, reduce_tuples
+from tfdml.losses import base as loss_base
 
 _LOSS_FOR_KIND = {"triplet": TripletLoss, "npair": NPairLoss}
 
@@ -262,7 +263,9 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         self._build_optimizers()
 
     def train_step(self, data):
-        x, y, _ = keras.utils.unpack_x_y_sample_weight(data)
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        if sample_weight is not None:
+            loss_base.refuse_sample_weight("DSNEmbeddingModel")
         self._ensure_built(x)
         emb_vars = self.embedding_variables()
         with tf.GradientTape() as tape:

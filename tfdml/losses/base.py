@@ -154,6 +154,21 @@ def check_distance(distance):
     return distance
 
 
+def refuse_sample_weight(owner):
+    """Raise the one error for a per-example ``sample_weight`` given to a tuple loss.
+
+    A tfdml loss is a sum over tuples (pairs, triplets, N-pair sets) that span
+    examples, so a weight per example has no single meaning (anchor only? every
+    member?); it is refused rather than applied to the scalar or dropped.
+    """
+    raise ValueError(
+        f"{owner} scores tuples of examples, not single examples, and takes no per-example "
+        "sample_weight; remove sample_weight from fit() (or from the dataset's third "
+        "element), and weight tuples through the batch design's importance columns "
+        "(see tfdml.targets and tfdml.importance) instead."
+    )
+
+
 def check_positive(name, value, allow_zero=False):
     try:
         ok = float(value) >= 0 if allow_zero else float(value) > 0
@@ -289,11 +304,7 @@ class MetricLoss(keras.losses.Loss):
         examples), so a per-example ``sample_weight`` has nothing to weight:
         it is refused rather than applied to the scalar."""
         if sample_weight is not None:
-            raise ValueError(
-                f"{type(self).__name__} scores tuples of examples, not single examples, and "
-                "takes no per-example sample_weight; weight tuples through the batch design's "
-                "importance columns (see tfdml.targets) instead."
-            )
+            refuse_sample_weight(type(self).__name__)
         with tf.name_scope(self.name):
             y_pred = tf.convert_to_tensor(y_pred)
             if y_pred.dtype != self.dtype:

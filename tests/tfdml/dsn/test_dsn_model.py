@@ -161,3 +161,14 @@ def test_bad_configuration_raises():
         dsn.DSNEmbeddingModel(encoder, sampler_options={"colour": 1})
     with pytest.raises(ValueError, match="baseline"):
         dsn.DSNEmbeddingModel(encoder, baseline="ema")
+
+
+def test_sample_weight_is_refused_not_dropped(pools):
+    """Issue 12: the DSN step unpacked and dropped a per-example sample_weight."""
+    xs, ys = pools
+    weights = np.ones((len(xs), len(ys[0]["label"])), np.float32)
+    data = tf.data.Dataset.zip((_dataset(xs, ys), tf.data.Dataset.from_tensor_slices(weights)))
+    data = data.map(lambda xy, w: (xy[0], xy[1], w))
+    model = _model()
+    with pytest.raises(ValueError, match="no per-example sample_weight.*importance"):
+        model.fit(data, epochs=1, steps_per_epoch=1, verbose=0)

@@ -94,7 +94,10 @@ def test_margin_refuses_a_label_that_wraps_in_int32():
         loss(np.array([0, 0, 2**32 + 1, 2**32 + 1], np.int64), e)
 
 
-def test_float_labels_warn(ref):
+def test_float_labels_warn(ref, monkeypatch):
+    from tfdml import targets
+
+    monkeypatch.setattr(targets, "_warned_float_ids", set())  # warned once per process
     y, e = batch(ref)
     with pytest.warns(UserWarning, match="arrives as float32"):
         losses.ContrastiveLoss()({**y, "label": y["label"].astype(np.float32)}, e)

@@ -32,3 +32,44 @@ def test_search_example_runs(capsys):
     exec(compile(example, "README.md", "exec"), {"__name__": "readme_search_example"})
     out = capsys.readouterr().out
     assert "threshold" in out and "digit-" in out
+
+
+def _readme_figures():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "readme_figures", os.path.join(ROOT, "benchmarks", "readme_figures.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_main_job_table_is_the_rendering_of_its_runs():
+    """Issue 16: the README's main-job figures come from one command. Rendering the
+    README's own per-seed numbers must reproduce its block (table, mean row, sentence)."""
+    figures = _readme_figures()
+    block = README.split(figures.BEGIN)[1].split(figures.END)[0].strip()
+    rows = {}
+    for line in block.splitlines():
+        cells = [c.strip().strip("*") for c in line.strip("|").split("|")]
+        if line.startswith("| raw pixels") or line.startswith("| default config, seed"):
+            rows[cells[0]] = dict(zip([k for _, k in figures.COLUMNS], map(float, cells[1:])))
+    seeds = sorted(int(name.rsplit(" ", 1)[1]) for name in rows if "seed" in name)
+    seconds = int(re.search(r"about (\d+) s each", block).group(1))
+    queries = int(re.search(r"\(([\d,]+) leave-one-out queries\)", block).group(1).replace(",", ""))
+    runs = [{"metrics": rows[f"default config, seed {s}"], "baseline": rows["raw pixels"],
+             "seconds": seconds, "num_queries": queries} for s in seeds]
+    machine_line = re.match(r"Measured (.*?)\(`python", block).group(1)
+    rendered = figures.render(runs, seeds, machine_line)
+    assert block.splitlines() == rendered.splitlines()
+    assert figures.replace_block(README, rendered) == README
+
+
+def test_replace_block_refuses_a_readme_without_one_block():
+    figures = _readme_figures()
+    import pytest
+
+    with pytest.raises(ValueError, match="one <!-- readme_figures"):
+        figures.replace_block("no markers here", "x")
+    text = f"a\n{figures.BEGIN}\nold\n{figures.END}\nb"
+    assert figures.replace_block(text, "new") == f"a\n{figures.BEGIN}\nnew\n{figures.END}\nb"

@@ -517,6 +517,13 @@ def _check_loss(cfg):
     # validation (it must exist before TensorFlow runs any op).
     with tf.Graph().as_default():
         loss = build_loss(cfg, VALIDATION_NUM_CLASSES)
+    sampler = getattr(loss, "sampler", None)
+    if getattr(sampler, "requires_unit_sphere", False) and not cfg["model"]["normalize"]:
+        raise ConfigError(
+            f"loss.sampler = {cfg['loss']['sampler']!r} ({type(sampler).__name__}) assumes "
+            "unit-norm embeddings (its weights are a density on the unit sphere), but "
+            "model.normalize is false: set model.normalize: true, or choose another sampler."
+        )
     if cfg["design"]["name"] != "p_random":
         return
     name, sampler = cfg["loss"]["name"], getattr(loss, "sampler", None)

@@ -57,6 +57,13 @@ def test_impossible_combinations():
         config.validate({"design": {"m": 1}})
     with pytest.raises(config.ConfigError, match=r"evaluation.metrics: Unknown metric 'recal'; choose from"):
         config.validate({"evaluation": {"metrics": ["recal"]}})
+    # Issue 12: distance weighted sampling assumes euclidean distances on the unit sphere.
+    with pytest.raises(config.ConfigError, match=r"assumes unit-norm embeddings.*model.normalize: true"):
+        config.validate({"loss": {"name": "margin", "sampler": "distance_weighted"},
+                         "model": {"normalize": False}})
+    with pytest.raises(config.ConfigError, match=r"assumes euclidean distances.*distance='cosine'"):
+        config.validate({"loss": {"name": "margin", "sampler": "distance_weighted",
+                                  "options": {"distance": "cosine"}}})
 
 
 def test_overrides_are_parsed_as_yaml():

@@ -240,6 +240,13 @@ class MetricLoss(keras.losses.Loss):
                 f"{' or '.join(kind.rstrip('s') for kind in self.sampler_kinds)} sampler{example}."
             )
         self.sampler = resolve_sampler(sampler, self.sampler_kinds, type(self).__name__)
+        required = getattr(self.sampler, "requires_distance", None)
+        if required is not None and self.takes_distance and self.distance != required:
+            raise ValueError(
+                f"{type(self.sampler).__name__} assumes {required} distances between unit-norm "
+                f"embeddings, but {type(self).__name__} was built with distance={self.distance!r}; "
+                f"use distance={required!r} (with an L2-normalising model), or another sampler."
+            )
         if tuple_reduction is None:
             tuple_reduction = self.default_tuple_reduction
         self.tuple_reduction = reductions.check_reduction(tuple_reduction)

@@ -217,6 +217,12 @@ class Sampler:
 
     kind = None
     needs_seed = False
+    #: The loss distance the sampler's rule assumes (``None``: any). A loss
+    #: built with another distance refuses the sampler.
+    requires_distance = None
+    #: True when the rule assumes unit-norm embeddings (checked by configs
+    #: against ``model.normalize``).
+    requires_unit_sphere = False
 
     @property
     def needs_tuples(self):

@@ -151,6 +151,11 @@ class DistanceWeightedSampler(base.Sampler):
 
     kind = "triplets"
     needs_seed = True
+    # q(d) is the density of the euclidean distance between points uniform on
+    # the unit sphere (Wu §4): any other distance, or unnormalised embeddings,
+    # would weight the negatives by the wrong density.
+    requires_distance = "euclidean"
+    requires_unit_sphere = True
 
     def __init__(self, cutoff=0.5, nonzero_loss_cutoff=1.4, lam=None, embedding_dim=None):
         owner = "DistanceWeightedSampler"

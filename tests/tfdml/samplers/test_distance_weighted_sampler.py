@@ -159,3 +159,15 @@ def test_errors():
     # the constructor's embedding_dim is the default, the call's wins
     sel = samplers.DistanceWeightedSampler(embedding_dim=8)(d, y, seed=[0, 0])
     assert sel.mask.shape == (9,)
+
+
+def test_a_loss_refuses_distance_weighted_sampling_on_another_distance():
+    """Issue 12: q(d) is the density of euclidean distances on the unit sphere (Wu §4);
+    PML asserts it, we refuse it when the loss is built."""
+    from tfdml import losses
+
+    for distance in ("cosine", "squared_euclidean"):
+        with pytest.raises(ValueError, match=r"DistanceWeightedSampler assumes euclidean .*"
+                                             rf"distance='{distance}'.*use distance='euclidean'"):
+            losses.MarginLoss(num_classes=3, sampler="distance_weighted", distance=distance)
+    losses.MarginLoss(num_classes=3, sampler="distance_weighted")  # the default: euclidean

@@ -186,6 +186,18 @@ def nonfinite_rows(embeddings):
     return tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int32))
 
 
+def with_additional_losses(loss, extra_losses):
+    """``loss`` plus the model's ``add_loss`` / regulariser terms, each summed and a
+    non-float one cast to floatx, as ``keras.Model.compute_loss`` adds them (public
+    ops only, instead of Keras' private ``_aggregate_additional_loss``)."""
+    for extra in extra_losses:
+        extra = tf.convert_to_tensor(extra)
+        if not extra.dtype.is_floating:
+            extra = tf.cast(extra, keras.backend.floatx())
+        loss = loss + tf.cast(tf.reduce_sum(extra), loss.dtype)
+    return loss
+
+
 def nan_unless_finite(loss, bad_rows):
     """``loss``, or NaN when ``bad_rows`` > 0: a loss of non-finite embeddings is
     not a number, whatever its formula made of them."""
@@ -238,7 +250,9 @@ class EmbeddingModel(keras.Model):
         # Track the loss's state layers (learned margins, sampler seeds) before
         # compile so the optimizer and checkpoints see them. A model loaded
         # from a .keras file is already built (and its state locked) when it
-        # is re-compiled; Keras itself unlocks the same way to untrack state.
+        # is re-compiled; Keras itself unlocks the same way to untrack state
+        # (private API with no public equivalent; guarded by
+        # tests/tfdml/test_models.py::test_private_keras_api_we_rely_on).
         was_locked = self._tracker.locked
         self._tracker.unlock()
         self.loss_parameters = layers
@@ -248,6 +262,7 @@ class EmbeddingModel(keras.Model):
         self._metric_loss = loss
         # The structure check of Keras' compile-loss rejects a dict of target
         # columns for a single output; compute_loss calls the loss directly.
+        # (Private attribute, no public switch; guarded by the same test.)
         self._compile_loss = None
 
     def compile_from_config(self, config):
@@ -283,9 +298,7 @@ class EmbeddingModel(keras.Model):
         loss = nan_unless_finite(value, bad_rows)
         if replicas > 1:
             loss = loss / tf.cast(replicas, loss.dtype)
-        for extra in self.losses:
-            loss = loss + self._aggregate_additional_loss(extra)
-        return loss
+        return with_additional_losses(loss, self.losses)
 
     def get_config(self):
         config = super().get_config()

@@ -170,3 +170,38 @@ def test_sample_weight_is_refused_not_dropped(how):
             model.fit(tf.data.Dataset.from_tensor_slices((x, y, w)).batch(16), epochs=1, verbose=0)
     for a, b in zip(before, model.trainable_variables):
         np.testing.assert_array_equal(a, b.numpy())
+
+
+def test_private_keras_api_we_rely_on():
+    """Issue 12: the three private Keras attributes tfdml still uses, each with no public
+    equivalent (see the comments at their use). If Keras changes one, this names it."""
+    model = _model()
+    tracker = getattr(model, "_tracker", None)
+    assert tracker is not None and all(hasattr(tracker, n) for n in ("lock", "unlock", "locked")), (
+        "keras.Model._tracker.lock/unlock/locked changed: EmbeddingModel.compile uses them to "
+        "track the loss's state layers on an already built model (tfdml/models.py).")
+    plain = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    plain.compile(loss="mse")
+    assert hasattr(plain, "_compile_loss"), (
+        "keras.Model.compile no longer sets _compile_loss: EmbeddingModel.compile clears it so "
+        "that Keras' target-structure check does not reject the batch-contract dict.")
+    assert model._compile_loss is None
+    tracker = getattr(plain, "_loss_tracker", None)
+    assert isinstance(tracker, keras.metrics.Mean) and tracker in plain.metrics, (
+        "keras.Model._loss_tracker changed: DSNEmbeddingModel.train_step updates it to report "
+        "'loss' (tfdml/dsn/model.py).")
+
+
+def test_additional_losses_are_added_as_keras_adds_them():
+    x, y = _data()
+    keras.utils.set_random_seed(2)
+    encoder = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(),
+                                keras.layers.Dense(8, kernel_regularizer=keras.regularizers.L2(0.5)),
+                                keras.layers.ActivityRegularization(l1=0.01)])
+    model = models.EmbeddingModel(encoder)
+    model.compile(optimizer="sgd", loss=losses.TripletLoss(sampler="hard"))
+    y_pred = model(x)
+    with_reg = float(model.compute_loss(x, y, y_pred))
+    alone = float(losses.TripletLoss(sampler="hard")(y, y_pred))
+    reference = alone + sum(float(np.sum(v)) for v in model.losses)
+    assert model.losses and with_reg == pytest.approx(reference, rel=1e-6) and with_reg > alone

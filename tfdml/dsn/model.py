@@ -270,11 +270,13 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         emb_vars = self.embedding_variables()
         with tf.GradientTape() as tape:
             loss, dsn_loss, score, bad_rows = self._algorithm(x, y)
-            total = loss
-            for extra in self.losses:
-                total = total + self._aggregate_additional_loss(extra)
+            total = models.with_additional_losses(loss, self.losses)
         grads = tape.gradient(total, emb_vars)
         self.optimizer.apply(grads, emb_vars)  # line 10
+        # Keras' own "loss" metric (private, but the one Model.metrics reports as
+        # "loss"; a second public Mean named "loss" would clash with it in the
+        # logs). tests/tfdml/test_models.py::test_private_keras_api_we_rely_on
+        # fails with a clear message if Keras renames it.
         self._loss_tracker.update_state(total)
         self.dsn_loss_tracker.update_state(dsn_loss)
         self.reward_tracker.update_state(score)

@@ -36,6 +36,24 @@ def full_pair_losses(emb, labels, eta):
     return loss
 
 
+def margin_pair_losses(emb, labels, alpha=0.2, beta=0.9, nu=0.1):
+    """Wu et al. §4 per pair, with its ν β term: (α + y_ij (D_ij − β))_+ + ν β, y = ±1."""
+    d = np.linalg.norm(emb[:, None] - emb[None], axis=-1)
+    same = labels[:, None] == labels[None, :]
+    loss = np.where(same, np.maximum(alpha + d - beta, 0), np.maximum(alpha - d + beta, 0)) + nu * beta
+    np.fill_diagonal(loss, 0.0)
+    return loss
+
+
+def contrastive_l2_pair_losses(emb, labels):
+    """Draft Eq. 18 per pair: D_ij (positive), [α − D_ij]_+ (negative)."""
+    d = np.linalg.norm(emb[:, None] - emb[None], axis=-1)
+    same = labels[:, None] == labels[None, :]
+    loss = np.where(same, d, np.maximum(ALPHA - d, 0))
+    np.fill_diagonal(loss, 0.0)
+    return loss
+
+
 def eta_one(i, j):
     return 1.0
 
@@ -105,11 +123,20 @@ def problem():
     ],
     ids=repr,
 )
-@pytest.mark.parametrize("eta_name", ["contrastive", "balanced"])
+@pytest.mark.parametrize("eta_name", ["contrastive", "balanced", "contrastive_l2", "margin"])
 def test_weighted_minibatch_loss_is_unbiased_for_full_loss(problem, design, block, eta_name):
+    """Hong Eq. 23 vs Eq. 10 for every pair term that takes importance=True (issue 12):
+    contrastive ℓ2² and its balanced η, contrastive ℓ2 (draft Eq. 18), margin (Wu §4).
+    tests/tfdml/losses/test_hong_contrastive_losses.py checks that each loss class computes
+    exactly Σ W_ij ℓ_ij / #pairs on a batch, with W from the same columns."""
     labels, emb = problem
-    eta = eta_one if eta_name == "contrastive" else make_eta_balanced(labels)
-    pair_loss = full_pair_losses(emb, labels, eta)
+    if eta_name == "margin":
+        pair_loss = margin_pair_losses(emb, labels)
+    elif eta_name == "contrastive_l2":
+        pair_loss = contrastive_l2_pair_losses(emb, labels)
+    else:
+        eta = eta_one if eta_name == "contrastive" else make_eta_balanced(labels)
+        pair_loss = full_pair_losses(emb, labels, eta)
     # Group designs leave out classes smaller than m (documented): the target is then the
     # loss over the eligible examples' pairs. Eq. 10 / N(N-1): mean loss over ordered pairs.
     keep = SIZES[labels] >= getattr(design, "m", 2)

@@ -24,6 +24,7 @@ import keras
 import tensorflow as tf
 
 from tfdml import distances as distances_lib
+from tfdml import importance as importance_lib
 from tfdml import masks as masks_lib
 from tfdml import targets as targets_lib
 from tfdml.losses import reductions
@@ -154,6 +155,14 @@ def check_distance(distance):
     return distance
 
 
+def importance_matrix(targets, dtype):
+    """[B, B] importance weights W_ij = P_U/Q of the batch design (Hong et al. Eq. 23–25,
+    :func:`tfdml.importance.pair_weights`) in ``dtype``, or ``None`` when the batch
+    carries no importance columns (plain labels): every pair then weighs 1."""
+    w = importance_lib.pair_weights(targets)
+    return None if w is None else tf.cast(w, dtype)
+
+
 def refuse_sample_weight(owner):
     """Raise the one error for a per-example ``sample_weight`` given to a tuple loss.
 
@@ -207,7 +216,17 @@ class MetricLoss(keras.losses.Loss):
         object or its serialised config.
       seed: int seed of the sampler's random stream (see module docstring);
         ``None`` draws one.
-      tuple_reduction: one of :data:`tfdml.losses.reductions.REDUCTIONS`.
+      tuple_reduction: one of :data:`tfdml.losses.reductions.REDUCTIONS`
+        (default: the class's ``default_tuple_reduction``, or ``"mean"`` with
+        ``importance``).
+      importance: weight every pair term by the batch design's W_ij = P_U/Q
+        (Hong et al. Eq. 23, with Eq. 24 / 25), for losses built from pairs
+        (``supports_importance``). With ``tuple_reduction="mean"`` the
+        mini-batch loss is then unbiased for the loss over all pairs of the
+        training split (a constant number of pairs per design batch, as
+        Eq. 23's 1/B); with a sampler, W corrects the design and the
+        sampler's own choice stays part of the objective. A batch without the
+        importance columns (plain labels) weighs every pair 1.
       name, reduction, dtype: as for ``keras.losses.Loss``. ``call`` returns a
         scalar, so Keras' ``reduction`` has nothing left to reduce.
     """
@@ -217,6 +236,8 @@ class MetricLoss(keras.losses.Loss):
     needs_tuples = False
     takes_distance = True
     default_tuple_reduction = "mean"
+    #: True for losses whose terms are pair terms, which ``importance=True`` weights.
+    supports_importance = False
 
     def __init__(
         self,
@@ -227,8 +248,16 @@ class MetricLoss(keras.losses.Loss):
         name=None,
         reduction="sum_over_batch_size",
         dtype=None,
+        importance=False,
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.importance = bool(importance)
+        if self.importance and not self.supports_importance:
+            raise ValueError(
+                f"{type(self).__name__} has no importance-weighted form: Hong et al.'s weights "
+                "W_ij = P_U/Q (Eq. 23-25) are defined for pair terms; use a pair loss "
+                "(contrastive, margin) with importance=True, or importance=False."
+            )
         self.distance = check_distance(distance)
         if sampler is not None and not self.sampler_kinds:
             raise ValueError(f"{type(self).__name__} takes no sampler; got sampler={sampler!r}.")
@@ -248,7 +277,7 @@ class MetricLoss(keras.losses.Loss):
                 f"use distance={required!r} (with an L2-normalising model), or another sampler."
             )
         if tuple_reduction is None:
-            tuple_reduction = self.default_tuple_reduction
+            tuple_reduction = "mean" if self.importance else self.default_tuple_reduction
         self.tuple_reduction = reductions.check_reduction(tuple_reduction)
         self.seed = seed
         self._seed_state = None
@@ -284,6 +313,10 @@ class MetricLoss(keras.losses.Loss):
             seed=self.next_seed(),
             embedding_dim=embeddings.shape[-1],
         )
+
+    def importance_weights(self, targets, dtype):
+        """W_ij [B, B] when built with ``importance=True`` and the batch has the columns, else None."""
+        return importance_matrix(targets, dtype) if self.importance else None
 
     def pair_weights(self, dist, targets, embeddings):
         """Pair multiplicities: all candidate pairs without a sampler, else the
@@ -341,4 +374,6 @@ class MetricLoss(keras.losses.Loss):
             )
             config["seed"] = self.seed
         config["tuple_reduction"] = self.tuple_reduction
+        if self.supports_importance:
+            config["importance"] = self.importance
         return config

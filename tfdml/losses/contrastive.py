@@ -34,9 +34,13 @@ class ContrastiveLoss(base.MetricLoss):
     contributes the positive pair (a, p) and the negative pair (a, n).
 
     Reduction (``tuple_reduction="mean"``): the sum of the pair terms divided
-    by the number of selected pairs (with multiplicity). Importance columns of
-    the batch are not used: see :class:`WeightedContrastiveLoss` for Hong et
-    al.'s importance-weighted form.
+    by the number of selected pairs (with multiplicity).
+
+    ``importance=True``: each pair term is weighted by the batch design's
+    W_ij = P_U/Q (Hong et al. Eq. 23 with Eq. 24 / 25), read from the batch's
+    importance columns: with all pairs and ``squared=True`` this is Hong's
+    "contrastive loss with importance sampling" (:class:`WeightedContrastiveLoss`
+    with η = 1); with ``squared=False`` the same for draft Eq. 18.
 
     Args:
       margin: α > 0.
@@ -44,9 +48,11 @@ class ContrastiveLoss(base.MetricLoss):
       distance: pairwise distance D (default euclidean).
       sampler: ``None`` (all pairs) or a pair / triplet sampler.
       seed: seed of a random sampler's stream.
+      importance: weight pairs by W_ij (see above and :class:`~tfdml.losses.base.MetricLoss`).
     """
 
     sampler_kinds = ("pairs", "triplets")
+    supports_importance = True
     default_tuple_reduction = "mean"
 
     def __init__(
@@ -60,6 +66,7 @@ class ContrastiveLoss(base.MetricLoss):
         name=None,
         reduction="sum_over_batch_size",
         dtype=None,
+        importance=False,
     ):
         super().__init__(
             distance=distance,
@@ -69,6 +76,7 @@ class ContrastiveLoss(base.MetricLoss):
             name=name,
             reduction=reduction,
             dtype=dtype,
+            importance=importance,
         )
         self.margin = base.check_positive("margin", margin)
         self.squared = bool(squared)
@@ -77,8 +85,10 @@ class ContrastiveLoss(base.MetricLoss):
         dist = self.distances(embeddings)
         weights = self.pair_weights(dist, targets, embeddings)
         g, h = contrastive_terms(dist, self.margin, self.squared)
+        w = self.importance_weights(targets, dist.dtype)
         return self.reduce(
-            tf.stack([g, h]), tf.stack([weights.pos_weight, weights.neg_weight])
+            tf.stack([g, h]), tf.stack([weights.pos_weight, weights.neg_weight]),
+            weights=None if w is None else tf.stack([w, w]),
         )
 
     def get_config(self):

@@ -142,9 +142,16 @@ class MarginLoss(base.MetricLoss):
         assumes euclidean distances of unit-length embeddings).
       sampler: pair / triplet sampler (default ``"distance_weighted"``).
       seed: seed of the sampler's stream.
+      importance: weight each pair term (and its ν β(i)) by the batch design's
+        W_ij = P_U/Q (Hong et al. Eq. 23–25); the default reduction becomes
+        ``"mean"`` (a constant denominator, as Eq. 23), under which the
+        all-pairs mini-batch loss is unbiased for the loss over all pairs of
+        the training split (tested). Not in Wu et al.: Hong's weights applied
+        to Wu's pair term.
     """
 
     sampler_kinds = ("pairs", "triplets")
+    supports_importance = True
     default_tuple_reduction = "mean_active"
 
     def __init__(
@@ -162,6 +169,7 @@ class MarginLoss(base.MetricLoss):
         name=None,
         reduction="sum_over_batch_size",
         dtype=None,
+        importance=False,
     ):
         super().__init__(
             distance=distance,
@@ -171,6 +179,7 @@ class MarginLoss(base.MetricLoss):
             name=name,
             reduction=reduction,
             dtype=dtype,
+            importance=importance,
         )
         self.alpha = base.check_positive("alpha", alpha)
         self.nu = base.check_positive("nu", nu, allow_zero=True)
@@ -198,10 +207,13 @@ class MarginLoss(base.MetricLoss):
         positive = tf.nn.relu(self.alpha + shifted)  # y = +1
         negative = tf.nn.relu(self.alpha - shifted)  # y = −1
         counts = tf.stack([pairs.pos_weight, pairs.neg_weight])
-        regulariser = self.nu * tf.reduce_sum(
-            (pairs.pos_weight + pairs.neg_weight) * beta[:, None]
-        )
-        return self.reduce(tf.stack([positive, negative]), counts, extra=regulariser)
+        w = self.importance_weights(targets, dist.dtype)
+        per_pair = pairs.pos_weight + pairs.neg_weight
+        if w is not None:  # ν β(i) belongs to the pair's term: weighted with it
+            per_pair = per_pair * w
+        regulariser = self.nu * tf.reduce_sum(per_pair * beta[:, None])
+        return self.reduce(tf.stack([positive, negative]), counts, extra=regulariser,
+                           weights=None if w is None else tf.stack([w, w]))
 
     def get_config(self):
         config = super().get_config()

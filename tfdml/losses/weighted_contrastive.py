@@ -3,7 +3,6 @@
 import keras
 import tensorflow as tf
 
-from tfdml import importance
 from tfdml.losses import base
 from tfdml.losses.contrastive import contrastive_terms
 
@@ -66,9 +65,8 @@ class WeightedContrastiveLoss(base.MetricLoss):
         pairs = base.all_pairs(targets.label, self.candidates(targets), dist.dtype)
         g, h = contrastive_terms(dist, self.margin, squared=True)
         h = self.negative_weights(targets, dist.dtype) * h
-        w = importance.pair_weights(targets)
+        w = base.importance_matrix(targets, dist.dtype)
         if w is not None:
-            w = tf.cast(w, dist.dtype)
             w = tf.stack([w, w])
         return self.reduce(
             tf.stack([g, h]), tf.stack([pairs.pos_weight, pairs.neg_weight]), weights=w

@@ -111,3 +111,83 @@ def test_balanced_needs_class_sizes_and_num_classes(ref):
         BalancedContrastiveLoss()
     with pytest.raises(ValueError, match="eta"):
         WeightedContrastiveLoss(eta=0.0)
+
+
+# -- importance=True on the other pair losses (issue 12) ------------------------------------
+
+
+def np_importance_pairs(d, labels, cand, w, pos_term, neg_term, extra_per_pair=None):
+    """Eq. 23 for any pair term: Σ_(i,j) W_ij ℓ_ij (+ Σ W_ij e_i) / #pairs, over candidate pairs."""
+    total, count = 0.0, 0
+    for i in range(len(labels)):
+        for j in range(len(labels)):
+            if not cand[i, j]:
+                continue
+            term = pos_term(d[i, j]) if labels[i] == labels[j] else neg_term(d[i, j])
+            if extra_per_pair is not None:
+                term += extra_per_pair(i)
+            total += w[i, j] * term
+            count += 1
+    return total / count if count else 0.0
+
+
+@pytest.mark.parametrize("case", ["mixed", "one_class", "no_positive"])
+def test_contrastive_importance_is_hong_eq23(ref, case):
+    """ContrastiveLoss(importance=True) is WeightedContrastiveLoss(eta=1) (ℓ2², Eq. 5) and,
+    with squared=False, the same weights on the ℓ2 terms of draft Eq. 18."""
+    from tfdml.losses import ContrastiveLoss
+
+    labels = ref.LABELS[case]
+    e = ref.embeddings(len(labels), seed=3)
+    d, cand = ref.pairwise(e), ref.candidates(labels)
+    w = ref.hong_weights(labels, ref.CLASS_SIZES, 0.02, 0.005)
+    y = ref.importance_targets(labels, 0.02, 0.005)
+    got = float(ContrastiveLoss(margin=1.3, importance=True)(y, e))
+    assert got == pytest.approx(float(WeightedContrastiveLoss(margin=1.3)(y, e)), rel=1e-6)
+    np.testing.assert_allclose(got, np_weighted(d, labels, cand, 1.3, 1.0, w), rtol=1e-5)
+    l2 = float(ContrastiveLoss(margin=1.3, squared=False, importance=True)(y, e))
+    ref_l2 = np_importance_pairs(d, labels, cand, w, lambda x: x, lambda x: max(1.3 - x, 0.0))
+    np.testing.assert_allclose(l2, ref_l2, rtol=1e-5)
+    # Without importance=True the columns are not used (and they change the value when used).
+    plain = float(ContrastiveLoss(margin=1.3)(y, e))
+    np.testing.assert_allclose(plain, np_weighted(d, labels, cand, 1.3, 1.0), rtol=1e-5)
+    if case == "mixed":
+        assert abs(plain - got) > 1e-3 * abs(plain)
+
+
+@pytest.mark.parametrize("nu", [0.0, 0.3])
+def test_margin_importance_weights_each_pair_and_its_beta_term(ref, nu):
+    """MarginLoss(importance=True): Σ W_ij [(α + y_ij (D_ij − β))_+ + ν β] / #pairs (Wu §4
+    pair term, Hong Eq. 23 weights; the reduction becomes 'mean')."""
+    from tfdml.losses import MarginLoss
+
+    labels = ref.LABELS["mixed"]
+    e = ref.embeddings(len(labels), seed=5)
+    d, cand = ref.pairwise(e), ref.candidates(labels)
+    w = ref.hong_weights(labels, ref.CLASS_SIZES, 0.02, 0.005)
+    y = ref.importance_targets(labels, 0.02, 0.005)
+    alpha, beta = 0.2, 1.1
+    loss = MarginLoss(alpha=alpha, beta0=beta, nu=nu, sampler=None, importance=True)
+    assert loss.tuple_reduction == "mean"
+    want = np_importance_pairs(d, labels, cand, w, lambda x: max(alpha + x - beta, 0.0),
+                               lambda x: max(alpha - x + beta, 0.0), lambda i: nu * beta)
+    np.testing.assert_allclose(float(loss(y, e)), want, rtol=1e-5)
+    ones = np.ones_like(w)
+    unweighted = np_importance_pairs(d, labels, cand, ones, lambda x: max(alpha + x - beta, 0.0),
+                                     lambda x: max(alpha - x + beta, 0.0), lambda i: nu * beta)
+    np.testing.assert_allclose(float(loss(labels, e)), unweighted, rtol=1e-5)  # plain labels: W = 1
+
+
+def test_importance_is_refused_where_it_has_no_pair_terms_and_serialises():
+    import keras
+
+    from tfdml import config
+    from tfdml.losses import ContrastiveLoss, MarginLoss
+
+    # Losses without pair terms take no importance argument; configs say which do.
+    with pytest.raises(config.ConfigError, match="importance"):
+        config.validate({"loss": {"name": "triplet", "options": {"importance": True}}})
+    config.validate({"loss": {"name": "margin", "options": {"importance": True}}})
+    for loss in (ContrastiveLoss(importance=True), MarginLoss(num_classes=3, importance=True)):
+        again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
+        assert again.importance is True and again.get_config() == loss.get_config()

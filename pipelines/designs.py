@@ -2,7 +2,8 @@
 
 A design turns a training split into an infinite stream of batches
 
-    (x [B, ...], {"label", "class_size", "w_pos", "w_neg"[, "pair_id"], "example_id"})
+    (x [B, ...], {"label", "class_size", "w_pos", "w_neg"[, "pair_id"], "example_id"
+                  [, "w_triplet"]})
 
 following the batch contract of DESIGN.md. Every batch is drawn by stateless
 TensorFlow ops keyed by ``(seed, step)``: the same seed gives the same batches,
@@ -35,7 +36,11 @@ and W_ij = w_neg·N_i·N_j (negative), where the design writes into every row
     group, m-per-class (Eq. 25): w_pos = L(mn−1) / ((m−1) N(N−1))
                                 w_neg = L(L−1)(mn−1) / (m(n−1) N(N−1))
 
-i.e. W equals Eq. 24 / Eq. 25 exactly: the normalising constant is 1 (the
+Group and m-per-class batches also carry ``w_triplet`` = L(L−1)/T (T = the
+number of ordered triplets of the split), the constant of the triplet weights
+W_apn = w_triplet·N_a(N_a−1)·N_n derived in :mod:`tfdml.importance`.
+
+For pairs, W equals Eq. 24 / Eq. 25 exactly: the normalising constant is 1 (the
 factor 1/(N(N−1)) of P_U is kept). E_Q[W] = 1, and the mini-batch loss of
 Eq. 23 (the mean of W_ij·ℓ_ij over the batch's scored ordered pairs) is an
 unbiased estimate of the full loss Eq. 10 divided by N(N−1), the mean loss over
@@ -132,6 +137,7 @@ class DesignPlan:
         self.num_examples = int(self.sizes[self.eligible].sum())
         self.w_pos = None
         self.w_neg = None
+        self.w_triplet = None  # designs whose batches hold triplets (tfdml.importance)
 
     @property
     def max_size(self):
@@ -187,6 +193,7 @@ class Design:
         }
         w_pos = tf.constant(plan.w_pos, tf.float32)
         w_neg = tf.constant(plan.w_neg, tf.float32)
+        w_triplet = None if plan.w_triplet is None else tf.constant(plan.w_triplet, tf.float32)
         batch = self.batch_size
         base = tf.constant([seed, 0x5EED], tf.int64)
 
@@ -207,6 +214,8 @@ class Design:
             }
             if pair_id is not None:
                 cols["pair_id"] = pair_id
+            if w_triplet is not None:
+                cols["w_triplet"] = tf.fill([plan.chunk, batch], w_triplet)
             return cols
 
         ds = self._chunks(plan, seed).map(make, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
@@ -362,6 +371,10 @@ def _group_plan(labels, m, n, design):
         )
     _warn_left_out(plan, m, design)
     plan.w_pos, plan.w_neg = _group_weights(plan, m, n)
+    sizes = plan.sizes[plan.eligible].astype(np.float64)
+    triplets = float(np.sum(sizes * (sizes - 1.0) * (plan.num_examples - sizes)))
+    # W_apn = w_triplet·N_a(N_a−1)·N_n (derivation: tfdml.importance).
+    plan.w_triplet = plan.num_classes * (plan.num_classes - 1.0) / triplets
     return plan
 
 

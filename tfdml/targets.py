@@ -10,6 +10,9 @@ column                  dtype      meaning
 ``class_size``          float32    N_c of the example's class (training split)
 ``w_pos``, ``w_neg``    float32    design constants: W_ij = w_pos·N_i(N_i−1) for a
                                    positive pair, w_neg·N_i·N_j for a negative one
+``w_triplet``           float32    optional design constant (group, m-per-class):
+                                   W_apn = w_triplet·N_a(N_a−1)·N_n for a triplet
+                                   (:func:`tfdml.importance.triplet_weights`)
 ``pair_id``             integer    optional: only pairs sharing it are scored
 ``example_id``          integer    optional: index of the example in the training
                                    split (for per-image parameters, Wu's β_img)
@@ -32,7 +35,7 @@ import warnings
 
 import tensorflow as tf
 
-COLUMNS = ("label", "class_size", "w_pos", "w_neg", "pair_id", "example_id")
+COLUMNS = ("label", "class_size", "w_pos", "w_neg", "pair_id", "example_id", "w_triplet")
 REQUIRED_COLUMNS = ("label",)
 
 Targets = collections.namedtuple("Targets", COLUMNS)
@@ -95,15 +98,16 @@ def unpack(y_true):
             "w_neg": None,
             "pair_id": None,
             "example_id": None,
+            "w_triplet": None,
         }
-        for name in ("class_size", "w_pos", "w_neg"):
+        for name in ("class_size", "w_pos", "w_neg", "w_triplet"):
             if name in y_true and y_true[name] is not None:
                 cols[name] = _flat(y_true[name], tf.float32)
         for name in ("pair_id", "example_id"):
             if y_true.get(name) is not None:
                 cols[name] = _ids(y_true[name], name)
         return Targets(**cols)
-    return Targets(_ids(y_true, "label"), None, None, None, None, None)
+    return Targets(_ids(y_true, "label"), *([None] * (len(COLUMNS) - 1)))
 
 
 def has_importance(targets):

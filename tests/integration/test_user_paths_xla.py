@@ -203,7 +203,8 @@ def test_readme_batch_designs_snippet(jit_compile):
     exec(compile(snippet.replace("steps_per_epoch=100", "steps_per_epoch=3"), "README.md", "exec"), namespace)
     x_spec, y_spec = namespace["batches"].element_spec
     assert x_spec.shape == (20, 28, 28, 1)  # the snippet's comment
-    assert set(y_spec) == {"label", "class_size", "w_pos", "w_neg", "example_id"}
+    assert set(y_spec) == {"label", "class_size", "w_pos", "w_neg", "example_id",
+                           "w_triplet"}
     assert int(model.optimizer.iterations) == 3
     assert any(not np.array_equal(b, w.numpy()) for b, w in zip(before, model.trainable_weights))
 

@@ -158,3 +158,60 @@ def test_mean_weight_is_one(problem):
         weighted, _ = minibatch_losses(design, labels, ones, batches=20000)
         mean, se = block_mean_and_se(weighted, 1)
         assert abs(mean - 1.0) < 4 * se
+
+
+# -- triplets (issue 12): W_apn = w_triplet·N_a(N_a−1)·N_n, derived in tfdml.importance ------
+
+
+def triplet_losses(emb, labels, margin=0.4):
+    """ℓ_apn = [D_ap² − D_an² + α]_+ (FaceNet; Wu §3) for every ordered valid triplet, else 0."""
+    d2 = np.sum((emb[:, None] - emb[None]) ** 2, axis=-1)
+    ell = np.maximum(d2[:, :, None] - d2[:, None, :] + margin, 0.0)
+    same = labels[:, None] == labels[None, :]
+    valid = same[:, :, None] & ~same[:, None, :] & ~np.eye(len(labels), dtype=bool)[:, :, None]
+    return ell, valid
+
+
+def triplet_minibatch_losses(design, labels, ell, batches, seed=13):
+    """Per batch: mean over the batch's valid ordered triplets of W·ℓ (and of ℓ alone)."""
+    cols = next(iter(design.index_batches(labels, seed=seed).take(batches).batch(batches)))
+    assert "w_triplet" in cols
+    size = design.batch_size
+    a, p, n = (x.reshape(-1) for x in np.meshgrid(*[np.arange(size)] * 3, indexing="ij"))
+
+    def one(row):
+        return importance.triplet_weights(row, a, p, n)
+
+    W = tf.vectorized_map(one, cols).numpy().astype(np.float64)
+    lab, ids = cols["label"].numpy(), cols["example_id"].numpy()
+    valid = (lab[:, a] == lab[:, p]) & (lab[:, a] != lab[:, n]) & (a != p)[None]
+    values = ell[ids[:, a], ids[:, p], ids[:, n]]
+    count = valid.sum(axis=1)
+    return (valid * W * values).sum(axis=1) / count, (valid * values).sum(axis=1) / count
+
+
+@pytest.mark.parametrize(
+    "design,block",
+    [(designs.GroupDesign(2, 2), 1), (designs.GroupDesign(3, 2), 1),
+     (designs.MPerClassDesign(2, 2), 2)],
+    ids=repr,
+)
+def test_weighted_triplet_loss_is_unbiased_for_the_mean_over_all_triplets(problem, design, block):
+    labels, emb = problem
+    ell, valid = triplet_losses(emb, labels)
+    keep = SIZES[labels] >= design.m  # eligible classes only, as for pairs
+    sub = np.ix_(keep, keep, keep)
+    full = ell[sub][valid[sub]].mean()
+    weighted, plain = triplet_minibatch_losses(design, labels, ell, batches=20000)
+    mean_w, se_w = block_mean_and_se(weighted, block)
+    mean_p, se_p = block_mean_and_se(plain, block)
+    assert abs(mean_w - full) < 4 * se_w, (mean_w, full, se_w)
+    assert abs(mean_p - full) > 10 * se_p, (mean_p, full, se_p)
+
+
+def test_mean_triplet_weight_is_one(problem):
+    labels, _ = problem
+    ones = np.ones((len(labels),) * 3)
+    weighted, _ = triplet_minibatch_losses(designs.GroupDesign(2, 2), labels, ones, batches=20000)
+    mean, se = block_mean_and_se(weighted, 1)
+    assert abs(mean - 1.0) < 4 * se

@@ -254,9 +254,10 @@ class MetricLoss(keras.losses.Loss):
         self.importance = bool(importance)
         if self.importance and not self.supports_importance:
             raise ValueError(
-                f"{type(self).__name__} has no importance-weighted form: Hong et al.'s weights "
-                "W_ij = P_U/Q (Eq. 23-25) are defined for pair terms; use a pair loss "
-                "(contrastive, margin) with importance=True, or importance=False."
+                f"{type(self).__name__} has no importance-weighted form: the weights P_U/Q "
+                "(Hong et al. Eq. 23-25; tfdml.importance for triplets) are defined for pair "
+                "and triplet terms; use contrastive, margin or triplet with importance=True, "
+                "or importance=False."
             )
         self.distance = check_distance(distance)
         if sampler is not None and not self.sampler_kinds:
@@ -317,6 +318,15 @@ class MetricLoss(keras.losses.Loss):
     def importance_weights(self, targets, dtype):
         """W_ij [B, B] when built with ``importance=True`` and the batch has the columns, else None."""
         return importance_matrix(targets, dtype) if self.importance else None
+
+    def triplet_importance_weights(self, targets, selection, dtype):
+        """W_apn [T] of a ``TripletSelection`` (:func:`tfdml.importance.triplet_weights`)
+        when built with ``importance=True`` and the batch has ``w_triplet``, else None."""
+        if not self.importance:
+            return None
+        w = importance_lib.triplet_weights(targets, selection.anchor, selection.positive,
+                                           selection.negative)
+        return None if w is None else tf.cast(w, dtype)
 
     def pair_weights(self, dist, targets, embeddings):
         """Pair multiplicities: all candidate pairs without a sampler, else the

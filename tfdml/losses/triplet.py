@@ -32,12 +32,19 @@ class TripletLoss(base.MetricLoss):
       distance: pairwise distance D (default euclidean).
       sampler: a triplet sampler (name or object).
       seed: seed of a random sampler's stream.
+      importance: weight each selected triplet by W_apn = P_U/Q of the batch
+        design (group, m-per-class: the ``w_triplet`` column), derived in
+        :mod:`tfdml.importance` (not in the papers). Over all triplets of a
+        batch the mean is then unbiased for the mean over all triplets of the
+        training split; with semi-hard or distance weighted sampling the
+        weights correct the design, not the sampler's choice.
     """
 
     sampler_kinds = ("triplets",)
     sampler_required = True
     needs_tuples = True
     default_tuple_reduction = "mean"
+    supports_importance = True
 
     def __init__(
         self,
@@ -50,6 +57,7 @@ class TripletLoss(base.MetricLoss):
         name=None,
         reduction="sum_over_batch_size",
         dtype=None,
+        importance=False,
     ):
         super().__init__(
             distance=distance,
@@ -59,6 +67,7 @@ class TripletLoss(base.MetricLoss):
             name=name,
             reduction=reduction,
             dtype=dtype,
+            importance=importance,
         )
         self.margin = base.check_positive("margin", margin)
         self.squared = bool(squared)
@@ -70,7 +79,8 @@ class TripletLoss(base.MetricLoss):
         d_ap = gather_pairs(values, selection.anchor, selection.positive)
         d_an = gather_pairs(values, selection.anchor, selection.negative)
         losses = tf.nn.relu(d_ap - d_an + self.margin)
-        return self.reduce(losses, tf.cast(selection.mask, dist.dtype))
+        weights = self.triplet_importance_weights(targets, selection, dist.dtype)
+        return self.reduce(losses, tf.cast(selection.mask, dist.dtype), weights=weights)
 
     def get_config(self):
         config = super().get_config()

@@ -184,10 +184,46 @@ def test_importance_is_refused_where_it_has_no_pair_terms_and_serialises():
     from tfdml import config
     from tfdml.losses import ContrastiveLoss, MarginLoss
 
-    # Losses without pair terms take no importance argument; configs say which do.
-    with pytest.raises(config.ConfigError, match="importance"):
-        config.validate({"loss": {"name": "triplet", "options": {"importance": True}}})
-    config.validate({"loss": {"name": "margin", "options": {"importance": True}}})
-    for loss in (ContrastiveLoss(importance=True), MarginLoss(num_classes=3, importance=True)):
+    # Losses without pair or triplet terms take no importance argument; configs say which do.
+    with pytest.raises(config.ConfigError, match="'importance', which is not an option of npair"):
+        config.validate({"loss": {"name": "npair", "options": {"importance": True}}})
+    for name in ("margin", "contrastive", "triplet"):
+        config.validate({"loss": {"name": name, "options": {"importance": True}}})
+    from tfdml.losses import TripletLoss
+
+    for loss in (ContrastiveLoss(importance=True), MarginLoss(num_classes=3, importance=True),
+                 TripletLoss(importance=True)):
         again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
         assert again.importance is True and again.get_config() == loss.get_config()
+
+
+@pytest.mark.parametrize("sampler", ["semi_hard", "hard"])
+@pytest.mark.parametrize("squared", [True, False])
+def test_triplet_importance_weights_each_selected_triplet(ref, sampler, squared):
+    """TripletLoss(importance=True): Σ_t mask_t W_t ℓ_t / Σ_t mask_t over the sampler's
+    triplets, W_apn = w_triplet·N_a(N_a−1)·N_n (tfdml.importance; not in the papers)."""
+    import tensorflow as tf
+
+    from tfdml import samplers
+    from tfdml.losses import TripletLoss
+
+    labels = ref.LABELS["mixed"]
+    e = ref.embeddings(len(labels), seed=7)
+    d = ref.pairwise(e)
+    y = {**ref.importance_targets(labels, 0.02, 0.005),
+         "w_triplet": np.full(len(labels), 0.0031, np.float32)}
+    loss = TripletLoss(margin=0.3, squared=squared, sampler=sampler, importance=True)
+    sel = samplers.get(sampler)(tf.constant(d, tf.float32), labels)
+    a, p, n, mask = (np.asarray(v) for v in (sel.anchor, sel.positive, sel.negative, sel.mask))
+    sizes = ref.CLASS_SIZES[labels].astype(np.float64)
+    values = d ** 2 if squared else d
+    total = count = 0.0
+    for t in np.flatnonzero(mask):
+        w = 0.0031 * sizes[a[t]] * (sizes[a[t]] - 1) * sizes[n[t]]
+        total += w * max(values[a[t], p[t]] - values[a[t], n[t]] + 0.3, 0.0)
+        count += 1
+    np.testing.assert_allclose(float(loss(y, e)), total / count, rtol=1e-5)
+    # Pair columns alone (no w_triplet, e.g. a p-random batch): no triplet weights.
+    unweighted = float(TripletLoss(margin=0.3, squared=squared, sampler=sampler)(y, e))
+    no_column = {k: v for k, v in y.items() if k != "w_triplet"}
+    assert float(loss(no_column, e)) == pytest.approx(unweighted, rel=1e-6)

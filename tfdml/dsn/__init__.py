@@ -34,7 +34,7 @@ from tfdml.dsn.policy import (
     cheap_features,
     pool_structure,
 )
-from tfdml.dsn.reinforce import npair_regularizer, npair_terms, reinforce_loss, triplet_terms
+from tfdml.dsn.reinforce import reinforce_loss
 
 __all__ = [
     "DSNEmbeddingModel",
@@ -46,9 +46,6 @@ __all__ = [
     "TripletSamplerNetwork",
     "cheap_features",
     "kind_for_loss",
-    "npair_regularizer",
-    "npair_terms",
     "pool_structure",
     "reinforce_loss",
-    "triplet_terms",
 ]

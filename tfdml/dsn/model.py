@@ -203,13 +203,13 @@ class DSNEmbeddingModel(models.EmbeddingModel):
                     idx = tf.concat([choice.anchor, choice.positive, choice.negative], axis=0)
                     emb = tf.cast(self.encoder(tf.gather(x, idx), training=True), loss.dtype)
                     a, p, n = emb[:num], emb[num : 2 * num], emb[2 * num :]
-                    terms = reinforce.triplet_terms(a, p, n, loss.margin, loss.squared, loss.distance)
+                    terms = loss.tuple_terms(a, p, n)
                     extra = None
                 else:
                     idx = tf.concat([choice.probe, choice.gallery], axis=0)
                     emb = tf.cast(self.encoder(tf.gather(x, idx), training=True), loss.dtype)
                     probe, gallery = emb[:num], emb[num:]
-                    terms = reinforce.npair_terms(probe, gallery, choice.mask)
+                    terms = loss.tuple_terms(probe, gallery, choice.mask)
                     extra = (probe, gallery)
             dsn_loss = reinforce.reinforce_loss(
                 choice.log_prob, tf.stop_gradient(terms), choice.mask, self.baseline
@@ -249,7 +249,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         if self.sampler.kind == "npair" and loss_fn.l2_reg:
             probe = tf.concat([r[2][0] for r in results], axis=0)
             gallery = tf.concat([r[2][1] for r in results], axis=0)
-            loss = loss + loss_fn.l2_reg * reinforce.npair_regularizer(probe, gallery, mask)
+            loss = loss + loss_fn.regularizer(probe, gallery, mask)
         dsn_loss = tf.add_n([r[3] for r in results]) / len(results)
         score = tf.add_n([r[4] for r in results]) / len(results)
         bad_rows = tf.add_n([r[5] for r in results])

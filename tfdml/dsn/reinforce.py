@@ -15,22 +15,15 @@ with S treated as a constant. Its gradient estimates −∇_η E[S]; because S̄
 includes S_t itself its expectation is −(1 − 1/M)·∇_η E[S] (same direction;
 ``baseline="none"`` gives the plain unbiased estimator).
 
-Scores, one per tuple (pure functions of the embeddings of the selected
-examples; the losses of :mod:`tfdml.losses` return the reduced batch loss, so
-the per-tuple terms they average are written here):
-
-* :func:`triplet_terms`: Duan Eq. 2 / FaceNet, [D_ap² − D_an² + α]_+ (or the
-  ℓ2 form (D_ap − D_an + α)_+ of Wu et al. §4) — the term of
-  :class:`tfdml.losses.TripletLoss`.
-* :func:`npair_terms`: Duan Eq. 9 per probe, log(1 + Σ_{j≠i} exp(f_iᵀf_j⁺ −
-  f_iᵀf_i⁺)) — the term of :class:`tfdml.losses.NPairLoss`; its ℓ2
-  regulariser is :func:`npair_regularizer`.
+Scores, one per tuple, are the terms of the loss the embedding trains with,
+computed by the loss itself: :meth:`tfdml.losses.TripletLoss.tuple_terms`
+(Duan Eq. 2 / FaceNet, or Wu's ℓ2 form, with the loss's distance and margin)
+and :meth:`tfdml.losses.NPairLoss.tuple_terms` (Eq. 9 per probe; its ℓ2 term:
+:meth:`~tfdml.losses.NPairLoss.regularizer`). No loss formula is written here.
 """
 
 import tensorflow as tf
 
-from tfdml.losses import base as losses_base
-from tfdml.losses.triplet import gather_pairs
 
 BASELINES = ("mean", "none")
 
@@ -55,47 +48,3 @@ def reinforce_loss(log_prob, scores, mask=None, baseline="mean"):
     if baseline == "mean":
         advantage = scores - tf.reduce_sum(scores * weight) / count
     return -tf.reduce_sum(weight * advantage * log_prob) / count
-
-
-def triplet_terms(anchor, positive, negative, margin=0.2, squared=True, distance="euclidean"):
-    """Per-triplet loss [M] from the embeddings [M, d] of anchors, positives, negatives.
-
-    squared=True (Duan Eq. 2, FaceNet): [D_ap² − D_an² + α]_+; squared=False
-    (Wu et al. §4): (D_ap − D_an + α)_+. ``distance`` names a
-    :mod:`tfdml.distances` function (a similarity s is used as 1 − s, as in
-    :class:`tfdml.losses.TripletLoss`).
-    """
-    num = tf.shape(anchor)[0]
-    dist = losses_base.distance_matrix(tf.concat([anchor, positive, negative], axis=0), distance)
-    values = tf.square(dist) if squared else dist
-    rows = tf.range(num)
-    d_ap = gather_pairs(values, rows, rows + num)
-    d_an = gather_pairs(values, rows, rows + 2 * num)
-    return tf.nn.relu(d_ap - d_an + margin)
-
-
-def npair_terms(probe, gallery, mask=None):
-    """Per-probe N-pair loss [N] (Duan Eq. 9): log(1 + Σ_{j≠i, valid} exp(f_iᵀf_j⁺ − f_iᵀf_i⁺)).
-
-    ``probe`` and ``gallery`` are [N, d] (row i: x_i and x_i⁺, distinct
-    classes); ``mask`` [N] marks valid pairs (invalid galleries are no negative).
-    """
-    n = tf.shape(probe)[0]
-    if mask is None:
-        mask = tf.ones([n], tf.bool)
-    sim = tf.matmul(probe, gallery, transpose_b=True)  # f_iᵀ f_j⁺
-    own = tf.linalg.diag_part(sim)
-    negatives = mask[None, :] & tf.logical_not(tf.eye(n, dtype=tf.bool))
-    logits = tf.where(negatives, sim - own[:, None], tf.cast(-1e30, sim.dtype))
-    logits = tf.concat([tf.zeros([n, 1], sim.dtype), logits], axis=1)
-    return tf.reduce_logsumexp(logits, axis=1)
-
-
-def npair_regularizer(probe, gallery, mask=None):
-    """Sohn's ℓ2 term of :class:`tfdml.losses.NPairLoss` before its weight:
-    1/(2N) Σ_i (‖f_i‖² + ‖f_i⁺‖²) over the valid pairs."""
-    sq = tf.reduce_sum(tf.square(probe), axis=1) + tf.reduce_sum(tf.square(gallery), axis=1)
-    if mask is None:
-        mask = tf.ones_like(sq, dtype=tf.bool)
-    weight = tf.cast(mask, sq.dtype)
-    return tf.reduce_sum(weight * sq) / (2.0 * tf.maximum(tf.reduce_sum(weight), 1.0))

@@ -41,6 +41,19 @@ def npair_structure(labels, pair_id=None):
     return partner, negatives, is_probe
 
 
+def npair_terms(sim, own, negatives):
+    """Per-probe N-pair terms log(1 + Σ_{j ∈ negatives_i} exp(sim_ij − own_i)) (Duan Eq. 9):
+    ``sim`` [P, G] = f_iᵀ f_j⁺, ``own`` [P] = f_iᵀ f_i⁺, ``negatives`` [P, G] bool."""
+    logits = tf.where(negatives, sim - own[:, None], tf.fill(tf.shape(sim), tf.constant(-1e30, sim.dtype)))
+    logits = tf.concat([tf.zeros_like(own)[:, None], logits], axis=1)
+    return tf.reduce_logsumexp(logits, axis=1)
+
+
+def npair_l2(probe_sq, gallery_sq, weight):
+    """Sohn's ℓ2 term before its weight: Σ_i w_i (‖f_i‖² + ‖f_i⁺‖²) / (2 max(1, Σ_i w_i))."""
+    return tf.reduce_sum(weight * (probe_sq + gallery_sq)) / (2.0 * tf.maximum(tf.reduce_sum(weight), 1.0))
+
+
 @keras.saving.register_keras_serializable(package="tfdml")
 class NPairLoss(base.MetricLoss):
     """Duan et al. 2019 Eq. 9 (Sohn's N-pair loss):
@@ -90,19 +103,33 @@ class NPairLoss(base.MetricLoss):
         dtype = embeddings.dtype
         sim = tf.matmul(embeddings, embeddings, transpose_b=True)
         own = tf.reduce_sum(tf.where(partner, sim, tf.zeros_like(sim)), axis=1)  # f_iᵀ f_i⁺
-        logits = sim - own[:, None]
-        logits = tf.where(negatives, logits, tf.fill(tf.shape(logits), tf.constant(-1e30, dtype)))
-        logits = tf.concat([tf.zeros_like(own)[:, None], logits], axis=1)
-        per_probe = tf.reduce_logsumexp(logits, axis=1)  # log(1 + Σ exp(...))
+        per_probe = npair_terms(sim, own, negatives)  # log(1 + Σ exp(...))
         counts = tf.cast(is_probe, dtype)
         loss = self.reduce(per_probe, counts)
         if self.l2_reg:
             sq_norm = tf.reduce_sum(tf.square(embeddings), axis=1)
             gallery_sq = tf.reduce_sum(tf.cast(partner, dtype) * sq_norm[None, :], axis=1)
-            reg = tf.reduce_sum(counts * (sq_norm + gallery_sq))
-            num = tf.reduce_sum(counts)
-            loss = loss + self.l2_reg * reg / (2.0 * tf.maximum(num, 1.0))
+            loss = loss + self.l2_reg * npair_l2(sq_norm, gallery_sq, counts)
         return loss
+
+    def tuple_terms(self, probe, gallery, mask=None):
+        """Per-probe terms [N] of Eq. 9 for N (probe, gallery) pairs given as
+        embeddings [N, d] (pair i: distinct classes); ``mask`` [N] marks valid
+        pairs (an invalid gallery is no negative). The learned sampler
+        (:mod:`tfdml.dsn`) scores its tuples with it."""
+        n = tf.shape(probe)[0]
+        if mask is None:
+            mask = tf.ones([n], tf.bool)
+        sim = tf.matmul(probe, gallery, transpose_b=True)  # f_iᵀ f_j⁺
+        negatives = mask[None, :] & tf.logical_not(tf.eye(n, dtype=tf.bool))
+        return npair_terms(sim, tf.linalg.diag_part(sim), negatives)
+
+    def regularizer(self, probe, gallery, mask=None):
+        """``l2_reg`` times Sohn's ℓ2 term over the valid (probe, gallery) pairs."""
+        probe_sq = tf.reduce_sum(tf.square(probe), axis=1)
+        gallery_sq = tf.reduce_sum(tf.square(gallery), axis=1)
+        weight = tf.ones_like(probe_sq) if mask is None else tf.cast(mask, probe_sq.dtype)
+        return self.l2_reg * npair_l2(probe_sq, gallery_sq, weight)
 
     def get_config(self):
         config = super().get_config()

@@ -11,6 +11,13 @@ def gather_pairs(matrix, rows, cols):
     return tf.gather_nd(matrix, tf.stack([tf.cast(rows, tf.int32), tf.cast(cols, tf.int32)], axis=1))
 
 
+def triplet_terms(d_ap, d_an, margin):
+    """The triplet term ``[d_ap − d_an + α]_+`` per triplet (FaceNet, Duan Eq. 2, Wu §3 / §4):
+    ``d`` is D² for the ℓ2² form and D for the ℓ2 form. Used by :class:`TripletLoss` and,
+    through :meth:`TripletLoss.tuple_terms`, by the learned sampler's score."""
+    return tf.nn.relu(d_ap - d_an + margin)
+
+
 @keras.saving.register_keras_serializable(package="tfdml")
 class TripletLoss(base.MetricLoss):
     """Triplet loss on the sampler's triplets (a, p, n):
@@ -78,9 +85,20 @@ class TripletLoss(base.MetricLoss):
         values = tf.square(dist) if self.squared else dist
         d_ap = gather_pairs(values, selection.anchor, selection.positive)
         d_an = gather_pairs(values, selection.anchor, selection.negative)
-        losses = tf.nn.relu(d_ap - d_an + self.margin)
+        losses = triplet_terms(d_ap, d_an, self.margin)
         weights = self.triplet_importance_weights(targets, selection, dist.dtype)
         return self.reduce(losses, tf.cast(selection.mask, dist.dtype), weights=weights)
+
+    def tuple_terms(self, anchor, positive, negative):
+        """Per-triplet terms [M] of this loss from the embeddings [M, d] of M triplets
+        (row t: (anchor_t, positive_t, negative_t)): this loss's distance, form and
+        margin. The learned sampler (:mod:`tfdml.dsn`) scores its tuples with it."""
+        num = tf.shape(anchor)[0]
+        dist = self.distances(tf.concat([anchor, positive, negative], axis=0))
+        values = tf.square(dist) if self.squared else dist
+        rows = tf.range(num)
+        return triplet_terms(gather_pairs(values, rows, rows + num),
+                             gather_pairs(values, rows, rows + 2 * num), self.margin)
 
     def get_config(self):
         config = super().get_config()

@@ -44,8 +44,29 @@ def test_triplet_terms_eq2(squared, distance):
     if squared:
         d_ap, d_an = d_ap**2, d_an**2
     want = np.maximum(d_ap - d_an + 0.3, 0)
-    got = dsn.triplet_terms(a, p, n, margin=0.3, squared=squared, distance=distance).numpy()
+    loss = losses.TripletLoss(margin=0.3, squared=squared, distance=distance)
+    got = loss.tuple_terms(tf.constant(a), tf.constant(p), tf.constant(n)).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("squared", [True, False])
+def test_triplet_tuple_terms_are_the_terms_the_loss_averages(squared):
+    """Issue 12: the DSN scores tuples with the loss's own terms. On a batch and the
+    triplets a sampler selects from it, the loss equals the mean of tuple_terms of those
+    triplets' embeddings."""
+    from tfdml import samplers
+
+    rng = np.random.default_rng(4)
+    labels = np.repeat(np.arange(4), 3)
+    emb = rng.normal(size=(12, 5)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    loss = losses.TripletLoss(margin=0.25, squared=squared, sampler="hard")
+    dist = np.linalg.norm(emb[:, None] - emb[None], axis=-1).astype(np.float32)
+    sel = samplers.get("hard")(tf.constant(dist), labels)
+    keep = np.flatnonzero(np.asarray(sel.mask))
+    a, p, n = (np.asarray(v)[keep] for v in (sel.anchor, sel.positive, sel.negative))
+    terms = loss.tuple_terms(tf.constant(emb[a]), tf.constant(emb[p]), tf.constant(emb[n]))
+    assert float(loss(labels, emb)) == pytest.approx(float(np.mean(terms)), rel=1e-5)
 
 
 def test_npair_terms_eq9_and_equal_to_npair_loss():
@@ -59,13 +80,14 @@ def test_npair_terms_eq9_and_equal_to_npair_loss():
         others = [j for j in np.flatnonzero(mask) if j != i]
         inner = sum(np.exp(probe[i] @ gallery[j] - probe[i] @ gallery[i]) for j in others)
         want.append(np.log1p(inner))
-    got = dsn.npair_terms(tf.constant(probe), tf.constant(gallery), tf.constant(mask)).numpy()
+    npair = losses.NPairLoss(l2_reg=0.01)
+    got = npair.tuple_terms(tf.constant(probe), tf.constant(gallery), tf.constant(mask)).numpy()
     np.testing.assert_allclose(got[mask], want, rtol=1e-10)
     keep = np.flatnonzero(mask)
     batch = np.stack([probe[keep], gallery[keep]], axis=1).reshape(-1, 3).astype(np.float32)
     labels = np.repeat(np.arange(len(keep)), 2)
-    reference = losses.NPairLoss(l2_reg=0.01)(labels, batch)
-    ours = np.mean(got[mask]) + 0.01 * dsn.npair_regularizer(tf.constant(probe), tf.constant(gallery), mask)
+    reference = npair(labels, batch)
+    ours = np.mean(got[mask]) + npair.regularizer(tf.constant(probe), tf.constant(gallery), mask)
     assert float(ours) == pytest.approx(float(reference), rel=1e-5)
 
 

@@ -18,9 +18,22 @@ def candidate_mask(labels, pair_id=None):
     return mask
 
 
+def same_label(labels):
+    """[B, B] bool: i and j have the same label (the diagonal included)."""
+    labels = tf.reshape(labels, [-1])
+    return tf.equal(labels[:, None], labels[None, :])
+
+
+def split_by_label(labels, candidates):
+    """``(positive, negative)`` [B, B]: the ``candidates`` of equal / different label.
+
+    The one place where positive and negative pairs are told apart: losses,
+    samplers and the learned sampler's pools use it.
+    """
+    same = same_label(labels)
+    return tf.logical_and(candidates, same), tf.logical_and(candidates, tf.logical_not(same))
+
+
 def pair_masks(labels, pair_id=None):
     """``(positive, negative)`` masks: candidate pairs of equal / different label."""
-    labels = tf.reshape(labels, [-1])
-    same = tf.equal(labels[:, None], labels[None, :])
-    candidates = candidate_mask(labels, pair_id)
-    return tf.logical_and(candidates, same), tf.logical_and(candidates, tf.logical_not(same))
+    return split_by_label(labels, candidate_mask(labels, pair_id))

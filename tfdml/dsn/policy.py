@@ -57,6 +57,7 @@ import collections
 import keras
 import tensorflow as tf
 
+from tfdml import masks
 from tfdml.samplers import base as samplers_base
 
 TripletChoice = collections.namedtuple(
@@ -82,7 +83,7 @@ def pool_structure(labels):
     """The :class:`PoolStructure` of a pool's labels [P]."""
     labels = tf.reshape(labels, [-1])
     size = tf.shape(labels)[0]
-    same = tf.equal(labels[:, None], labels[None, :])
+    same = masks.same_label(labels)
     index = tf.range(size)
     rep = tf.reduce_min(tf.where(same, index[None, :], size), axis=1)
     return PoolStructure(

@@ -85,9 +85,7 @@ def triplets_to_pairs(selection, batch_size, dtype=tf.float32):
 
 def all_pairs(labels, candidates, dtype=tf.float32):
     """Multiplicity 1 for every candidate positive / negative pair."""
-    same = tf.equal(labels[:, None], labels[None, :])
-    pos = tf.logical_and(candidates, same)
-    neg = tf.logical_and(candidates, tf.logical_not(same))
+    pos, neg = masks_lib.split_by_label(labels, candidates)
     return PairWeights(tf.cast(pos, dtype), tf.cast(neg, dtype))
 
 

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from tfdml import masks
 from tfdml.losses import base
 
 
@@ -21,7 +22,7 @@ def npair_structure(labels, pair_id=None):
     """
     labels = tf.reshape(labels, [-1])
     size = tf.shape(labels)[0]
-    group = tf.equal(labels[:, None], labels[None, :])
+    group = masks.same_label(labels)
     if pair_id is not None:
         pair_id = tf.reshape(pair_id, [-1])
         group = tf.logical_and(group, tf.equal(pair_id[:, None], pair_id[None, :]))

@@ -72,9 +72,9 @@ def _prepare(dist, labels, candidates):
 
 
 def split_candidates(labels, candidates):
-    """``(positive, negative)`` [B, B] bool masks: candidate pairs of equal / different label."""
-    same = tf.equal(labels[:, None], labels[None, :])
-    return tf.logical_and(candidates, same), tf.logical_and(candidates, tf.logical_not(same))
+    """``(positive, negative)`` [B, B] bool masks: candidate pairs of equal / different label
+    (:func:`tfdml.masks.split_by_label`)."""
+    return masks.split_by_label(labels, candidates)
 
 
 def check_seed(seed, owner):

@@ -85,11 +85,20 @@ class ContrastiveLoss(base.MetricLoss):
         dist = self.distances(embeddings)
         weights = self.pair_weights(dist, targets, embeddings)
         g, h = contrastive_terms(dist, self.margin, self.squared)
+        eta = self.negative_weights(targets, dist.dtype)
+        if eta is not None:
+            h = eta * h
         w = self.importance_weights(targets, dist.dtype)
         return self.reduce(
             tf.stack([g, h]), tf.stack([weights.pos_weight, weights.neg_weight]),
             weights=None if w is None else tf.stack([w, w]),
         )
+
+    def negative_weights(self, targets, dtype):
+        """η (a scalar or [B, B]) multiplying the negative terms; None: 1 (Hong's
+        weighted and balanced forms set it)."""
+        del targets, dtype
+        return None
 
     def get_config(self):
         config = super().get_config()

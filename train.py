@@ -60,6 +60,9 @@ def parse_args(argv=None):
                         help="train again into an output_dir that holds a finished run")
     parser.add_argument("--quiet", action="store_true",
                         help="no progress bars: one line per epoch (loss and held-out figures)")
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="import a Python module before reading the config, e.g. one that "
+                             "registers a loss with @tfdml.losses.register (repeatable)")
     return parser.parse_args(argv)
 
 
@@ -70,6 +73,17 @@ def main(argv=None):
     quiet_tensorflow_import()
     from tfdml import config as config_lib
 
+    import importlib
+
+    if args.imports and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # modules in the working directory, as `python -m` finds them
+    for module in args.imports:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            print(f"Error: --import {module}: {err}; put the module on PYTHONPATH or in the "
+                  "working directory.", file=sys.stderr)
+            return 2
     if args.config is None:
         args.config = os.path.join(ROOT, DEFAULT_CONFIG)
         print(f"No --config given: training {DEFAULT_CONFIG} (the main job).", file=sys.stderr)

@@ -2,6 +2,9 @@
 
 import os
 import re
+import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = open(os.path.join(ROOT, "README.md")).read()
@@ -73,3 +76,56 @@ def test_replace_block_refuses_a_readme_without_one_block():
         figures.replace_block("no markers here", "x")
     text = f"a\n{figures.BEGIN}\nold\n{figures.END}\nb"
     assert figures.replace_block(text, "new") == f"a\n{figures.BEGIN}\nnew\n{figures.END}\nb"
+
+
+def _own_loss_example():
+    return next(b for b in _blocks("python") if "tfdml.losses.register" in b)
+
+
+def test_add_your_own_loss_example_runs_and_configs_find_it(capsys):
+    """Issue 12: the README's "Add your own loss" example, as written."""
+    import tfdml
+
+    try:
+        exec(compile(_own_loss_example(), "README.md", "exec"), {"__name__": "readme_own_loss"})
+        assert re.search(r"loss \d+\.\d{4}", capsys.readouterr().out)
+        cls = tfdml.losses.LOSSES["squared_hinge_pairs"]
+        # Its options and samplers come from the class, as for the built-in losses.
+        with pytest.raises(tfdml.config.ConfigError, match="'thresold'.*did you mean 'threshold'"):
+            tfdml.config.validate({"loss": {"name": "squared_hinge_pairs",
+                                            "options": {"thresold": 1.0}}})
+        assert "distance_weighted" in tfdml.config.valid_samplers("squared_hinge_pairs")
+        import keras
+
+        again = keras.saving.deserialize_keras_object(
+            keras.saving.serialize_keras_object(cls(threshold=0.5, importance=True)))
+        assert type(again) is cls and again.threshold == 0.5 and again.importance
+    finally:
+        tfdml.losses.LOSSES.pop("squared_hinge_pairs", None)
+
+
+def test_train_py_imports_a_module_that_registers_a_loss(tmp_path, monkeypatch, capsys):
+    import tfdml
+    import train
+
+    (tmp_path / "my_losses.py").write_text(_own_loss_example())
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        "data: {source: digits}\n"
+        "design: {name: m_per_class, m: 4, n: 5}\n"
+        "model: {backbone: mlp, backbone_options: {width: 8}, embedding_dim: 8}\n"
+        "loss: {name: squared_hinge_pairs, sampler: random, options: {threshold: 0.7}}\n"
+        "training: {epochs: 1, steps_per_epoch: 2}\n"
+        "evaluation: {metrics: [recall], ks: [1], baseline: null}\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        code = train.main(["--import", "my_losses", "--config", str(cfg), "--quiet",
+                           "--set", f"output_dir={tmp_path / 'run'}"])
+        assert code == 0, capsys.readouterr().err
+        assert (tmp_path / "run" / "finished.json").exists()
+        assert train.main(["--import", "no_such_module_here", "--config", str(cfg)]) == 2
+        assert "--import no_such_module_here" in capsys.readouterr().err
+    finally:
+        tfdml.losses.LOSSES.pop("squared_hinge_pairs", None)
+        sys.modules.pop("my_losses", None)

@@ -347,7 +347,19 @@ VALIDATION_NUM_CLASSES = 2
 
 
 def _init_parameters(cls):
-    return inspect.signature(cls.__init__).parameters
+    """The keyword arguments ``cls(...)`` accepts, by name. A constructor that
+    passes ``**kwargs`` on (``super().__init__(**kwargs)``, as a user's loss may)
+    also takes those of the next ``__init__`` up its class hierarchy."""
+    params = dict(inspect.signature(cls.__init__).parameters)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        parents = [c for c in cls.__mro__[1:] if "__init__" in vars(c)]
+        if parents and parents[0] is not object:
+            inherited = _init_parameters(parents[0])
+            params = {n: p for n, p in params.items()
+                      if p.kind not in (inspect.Parameter.VAR_KEYWORD,
+                                        inspect.Parameter.VAR_POSITIONAL)}
+            params.update({n: p for n, p in inherited.items() if n not in params})
+    return params
 
 
 def _option_names(cls):

@@ -45,6 +45,38 @@ LOSSES = {
 }
 
 
+def register(name):
+    """Class decorator: make a :class:`MetricLoss` subclass a tfdml loss named ``name``.
+
+    It joins :data:`LOSSES` (so ``get(name)``, configs' ``loss.name``, their
+    option and sampler checks and ``train.py`` find it) and Keras'
+    serialisation registry (so a saved model that uses it loads). Adding a
+    loss is then one file with one decorated class::
+
+        @tfdml.losses.register("my_loss")
+        class MyLoss(tfdml.losses.MetricLoss):
+            def compute(self, targets, embeddings): ...
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"A loss name must be a Python identifier, got {name!r}.")
+
+    def decorate(cls):
+        if not (isinstance(cls, type) and issubclass(cls, MetricLoss)):
+            raise ValueError(
+                f"register({name!r}) needs a tfdml.losses.MetricLoss subclass, got {cls!r}."
+            )
+        if name in LOSSES and LOSSES[name] is not cls:
+            raise ValueError(
+                f"A loss named {name!r} is already registered ({LOSSES[name].__name__}); "
+                "choose another name."
+            )
+        cls = keras.saving.register_keras_serializable(package="tfdml_user")(cls)
+        LOSSES[name] = cls
+        return cls
+
+    return decorate
+
+
 def get(identifier, **kwargs):
     """A loss from a short name (:data:`LOSSES`) with ``kwargs``, a serialised
     config dict, or a loss object (returned as is)."""
@@ -78,6 +110,7 @@ __all__ = [
     "WeightedContrastiveLoss",
     "get",
     "reduce_tuples",
+    "register",
     "select_pairs",
     "triplets_to_pairs",
 ]

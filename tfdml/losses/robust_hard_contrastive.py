@@ -26,10 +26,15 @@ class RobustHardContrastiveLoss(base.MetricLoss):
       beta: β ≥ 0, lower bound on the distance of a mined negative; β < α
         (otherwise the negative term is always 0).
       distance: pairwise distance D (euclidean, as in the draft).
+      importance: weight each positive pair's term by the design's W_ij =
+        P_U/Q (Hong et al. Eq. 23-25); the hardest negative is a function of
+        the anchor, so the weight of the positive pair is the one that
+        corrects the design.
     """
 
     needs_tuples = True  # the hardest negative of each positive pair's anchor
     default_tuple_reduction = "mean"
+    supports_importance = True
 
     def __init__(
         self,
@@ -40,6 +45,7 @@ class RobustHardContrastiveLoss(base.MetricLoss):
         name=None,
         reduction="sum_over_batch_size",
         dtype=None,
+        importance=False,
     ):
         super().__init__(
             distance=distance,
@@ -47,6 +53,7 @@ class RobustHardContrastiveLoss(base.MetricLoss):
             name=name,
             reduction=reduction,
             dtype=dtype,
+            importance=importance,
         )
         self.alpha = base.check_positive("alpha", alpha)
         self.beta = base.check_positive("beta", beta, allow_zero=True)
@@ -66,7 +73,8 @@ class RobustHardContrastiveLoss(base.MetricLoss):
             tf.where(eligible, negative_term, tf.zeros_like(negative_term)), axis=1
         )
         losses = positive_term + hardest[:, None]
-        return self.reduce(losses, pairs.pos_weight)
+        return self.reduce(losses, pairs.pos_weight,
+                           weights=self.importance_weights(targets, dist.dtype))
 
     def get_config(self):
         config = super().get_config()

@@ -28,12 +28,16 @@ class StableContrastLoss(base.MetricLoss):
       distance: pairwise distance D (euclidean, as in the draft).
       sampler: a triplet sampler (default ``"distance_weighted"``).
       seed: seed of a random sampler's stream.
+      importance: weight each slot (i, j, n*(i)) by the design's triplet
+        weight W = P_U/Q (:func:`tfdml.importance.triplet_weights`, as
+        :class:`TripletLoss` does).
     """
 
     sampler_kinds = ("triplets",)
     sampler_required = True
     needs_tuples = True
     default_tuple_reduction = "mean"
+    supports_importance = True
 
     def __init__(
         self,
@@ -46,6 +50,7 @@ class StableContrastLoss(base.MetricLoss):
         name=None,
         reduction="sum_over_batch_size",
         dtype=None,
+        importance=False,
     ):
         super().__init__(
             distance=distance,
@@ -55,6 +60,7 @@ class StableContrastLoss(base.MetricLoss):
             name=name,
             reduction=reduction,
             dtype=dtype,
+            importance=importance,
         )
         self.alpha = base.check_positive("alpha", alpha)
         try:
@@ -70,7 +76,8 @@ class StableContrastLoss(base.MetricLoss):
         losses = tf.nn.relu(d_ij - self.beta + self.alpha) + tf.nn.relu(
             self.beta - d_in + self.alpha
         )
-        return self.reduce(losses, tf.cast(selection.mask, dist.dtype))
+        weights = self.triplet_importance_weights(targets, selection, dist.dtype)
+        return self.reduce(losses, tf.cast(selection.mask, dist.dtype), weights=weights)
 
     def get_config(self):
         config = super().get_config()

@@ -227,3 +227,41 @@ def test_triplet_importance_weights_each_selected_triplet(ref, sampler, squared)
     unweighted = float(TripletLoss(margin=0.3, squared=squared, sampler=sampler)(y, e))
     no_column = {k: v for k, v in y.items() if k != "w_triplet"}
     assert float(loss(no_column, e)) == pytest.approx(unweighted, rel=1e-6)
+
+
+def test_stable_contrast_and_robust_hard_contrast_take_importance(ref):
+    """Issue 12: stable contrast weights its slots like triplets (W_apn), robust hard
+    contrast its positive pairs (W_ij), each against a NumPy reference of the draft's Eq."""
+    import tensorflow as tf
+
+    from tfdml import samplers
+    from tfdml.losses import RobustHardContrastiveLoss, StableContrastLoss
+
+    labels = ref.LABELS["mixed"]
+    e = ref.embeddings(len(labels), seed=9)
+    d, cand = ref.pairwise(e), ref.candidates(labels)
+    sizes = ref.CLASS_SIZES[labels].astype(np.float64)
+    y = {**ref.importance_targets(labels, 0.02, 0.005),
+         "w_triplet": np.full(len(labels), 0.004, np.float32)}
+    # Stable contrast (draft Eq. 16) on the semi-hard slots.
+    loss = StableContrastLoss(alpha=0.2, beta=1.0, sampler="semi_hard", importance=True)
+    sel = samplers.get("semi_hard")(tf.constant(d, tf.float32), labels)
+    a, p, n, mask = (np.asarray(v) for v in (sel.anchor, sel.positive, sel.negative, sel.mask))
+    keep = np.flatnonzero(mask)
+    w = 0.004 * sizes[a[keep]] * (sizes[a[keep]] - 1) * sizes[n[keep]]
+    terms = (np.maximum(d[a[keep], p[keep]] - 1.0 + 0.2, 0)
+             + np.maximum(1.0 - d[a[keep], n[keep]] + 0.2, 0))
+    np.testing.assert_allclose(float(loss(y, e)), np.sum(w * terms) / keep.size, rtol=1e-5)
+    # Robust hard contrast (draft Eq. 22): W_ij of each positive pair.
+    loss = RobustHardContrastiveLoss(alpha=1.0, beta=0.3, importance=True)
+    W = ref.hong_weights(labels, ref.CLASS_SIZES, 0.02, 0.005)
+    total = count = 0.0
+    for i in range(len(labels)):
+        negs = [d[i, k] for k in range(len(labels)) if cand[i, k] and labels[k] != labels[i]
+                and d[i, k] > 0.3]
+        hardest = max([max(1.0 - x, 0.0) ** 2 for x in negs], default=0.0)
+        for j in range(len(labels)):
+            if cand[i, j] and labels[i] == labels[j]:
+                total += W[i, j] * (max(d[i, j] - 1.0, 0.0) ** 2 + hardest)
+                count += 1
+    np.testing.assert_allclose(float(loss(y, e)), total / count, rtol=1e-5)

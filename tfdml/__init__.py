@@ -11,6 +11,7 @@ import importlib as _importlib
 __version__ = "0.1.0.dev0"
 
 _SUBMODULES = (
+    "distance_names",
     "distances",
     "targets",
     "masks",

@@ -19,9 +19,10 @@ around the batch mean rather than around the origin, see
 
 import tensorflow as tf
 
-_SQRT_THRESHOLD = 1e-12
+from tfdml import distance_names
+from tfdml.distance_names import DISTANCES  # the one table of names
 
-DISTANCES = ("euclidean", "squared_euclidean", "cosine")
+_SQRT_THRESHOLD = 1e-12
 
 
 def _as_float(x):
@@ -169,7 +170,11 @@ _FUNCTIONS = {
 
 
 def is_similarity(name):
-    """True when larger values mean closer (cosine), False for distances."""
+    """True when larger values mean closer (cosine), False for distances
+    (a name: :func:`tfdml.distance_names.is_similarity`; a function: is it cosine)."""
+    if isinstance(name, str):
+        get(name)  # unknown names raise, naming the choices
+        return distance_names.is_similarity(name)
     return get(name) is cosine_similarity
 
 

@@ -21,6 +21,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from tfdml import distance_names
+
 _RIGHT, _WRONG = "#1a9850", "#d73027"
 
 
@@ -256,7 +258,8 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
             pairs = dict(issame=issame, scores=scores, values=values)
     if pairs is not None:
         same = np.asarray(pairs["issame"], bool)
-        name = "cosine similarity" if distance == "cosine" else f"{distance} distance"
+        name = (f"{distance} similarity" if distance_names.is_similarity(distance)
+                else f"{distance} distance")
         written.append(distance_histograms(
             pairs["values"][same], pairs["values"][~same],
             os.path.join(out_dir, "distance_histogram.png"), xlabel=name, title=title))

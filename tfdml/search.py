@@ -55,6 +55,7 @@ import zipfile
 
 import numpy as np
 
+from tfdml import distance_names
 from tfdml import files
 from tfdml.metrics import knn as _knn
 
@@ -506,13 +507,13 @@ class Index:
             return self._faiss_search(q, int(k))
         pos, values = _knn.knn(q, self._embeddings, k=int(k), distance=self.distance,
                                chunk_size=self.chunk_size)
-        if self.distance == "cosine":  # 1 - cos, clipped: identical vectors give 0, not -1e-7
+        if distance_names.is_similarity(self.distance):  # 1 - cos, clipped: identical vectors give 0, not -1e-7
             values = np.maximum(1.0 - values, 0.0).astype(np.float32)
         return pos, values
 
     def _faiss_search(self, q, k):
         faiss = _import_faiss()
-        cosine = self.distance == "cosine"
+        cosine = distance_names.is_similarity(self.distance)
 
         def prepare(x):
             x = np.array(x, np.float32, order="C")
@@ -546,7 +547,7 @@ class Index:
         return pos.astype(np.int64), values.astype(np.float32)
 
     def _build_faiss(self, faiss, x):
-        cosine = self.distance == "cosine"
+        cosine = distance_names.is_similarity(self.distance)
         metric = faiss.METRIC_INNER_PRODUCT if cosine else faiss.METRIC_L2
         kind, p, d = self._params["approximate"], self._params, self.dim
         if kind == "hnsw":
@@ -777,7 +778,7 @@ def _lookup_module(model, index, k, threshold, input_signature):
     # cosine (to_sphere, in the graph for queries), then centred on the
     # gallery (the query of zeros becomes minus the gallery's mean).
     centred = _knn.ranking_frame(gallery, gallery, distance)[1]
-    on_sphere = _knn.to_sphere(gallery).numpy() if distance == "cosine" else gallery
+    on_sphere = _knn.to_sphere(gallery).numpy() if distance_names.is_similarity(distance) else gallery
     minus_c = -_knn.frame_centre(on_sphere)[None, :]
     k_eff = min(int(k), len(index))
     limit = np.float32(np.inf if threshold is None else threshold)
@@ -798,11 +799,11 @@ def _lookup_module(model, index, k, threshold, input_signature):
 
         def _lookup(self, inputs):
             e = self._embed(inputs)
-            if distance == "cosine":
+            if distance_names.is_similarity(distance):
                 e = _knn.to_sphere(e)
             values, positions = tf.math.top_k(_knn.scores(e + self.offset, self.gallery),
                                               k=k_eff, sorted=True)
-            if distance == "cosine":
+            if distance_names.is_similarity(distance):
                 dist = tf.maximum(-0.5 * values, 0.0)  # 1 - cos = d²/2 on the sphere
             else:
                 dist = tf.sqrt(tf.maximum(-values, 0.0))

@@ -28,10 +28,11 @@ Conventions (shared by :mod:`tfdml.metrics.retrieval`):
 import numpy as np
 import tensorflow as tf
 
+from tfdml import distance_names as _distance_names
 from tfdml import distances as _distances
 
 #: Distances a retrieval metric can rank by.
-RETRIEVAL_DISTANCES = ("euclidean", "squared_euclidean", "cosine")
+RETRIEVAL_DISTANCES = _distance_names.DISTANCES
 
 #: Default budget for one chunk's [chunk, N] float32 score matrix (elements).
 DEFAULT_CHUNK_ELEMENTS = 2**23
@@ -123,7 +124,7 @@ def ranking_frame(query, gallery, distance="euclidean"):
     Raises a ValueError for cosine when a row has zero norm (no direction).
     """
     same = query is gallery
-    if distance == "cosine":
+    if _distance_names.is_similarity(distance):
         for name, x in (("query", query), ("gallery", gallery)):
             zero = np.flatnonzero(~np.any(x != 0, axis=1))
             if zero.size:
@@ -163,7 +164,7 @@ def scores(query, gallery):
 def squared_to_distances(d2, distance="euclidean"):
     """Squared euclidean distances (in the frame) as the distance the user named (cosine: similarity)."""
     d2 = np.maximum(np.asarray(d2, np.float64), 0.0)
-    if distance == "cosine":
+    if _distance_names.is_similarity(distance):
         return np.clip(1.0 - 0.5 * d2, -1.0, 1.0).astype(np.float32)
     return (np.sqrt(d2) if distance == "euclidean" else d2).astype(np.float32)
 

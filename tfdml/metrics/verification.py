@@ -22,6 +22,8 @@ balanced LFW-like set (half same-class pairs), fold by fold.
 """
 
 import numpy as np
+
+from tfdml import distance_names
 from sklearn import metrics as _skm
 
 
@@ -87,7 +89,7 @@ def pair_scores(embeddings, first, second, distance="euclidean"):
     """
     e = np.asarray(embeddings, np.float64)
     a, b = e[first], e[second]
-    if distance == "cosine":
+    if distance_names.is_similarity(distance):
         na = np.linalg.norm(a, axis=1)
         nb = np.linalg.norm(b, axis=1)
         sim = np.sum(a * b, axis=1) / np.maximum(na * nb, 1e-12)

@@ -219,7 +219,7 @@ def profile(args):
                             kind = node.timeline_label.split("(")[0].split("=")[-1].strip() or node.node_name
                             totals[kind] += node.op_end_rel_micros - node.op_start_rel_micros
             total = sum(totals.values())
-            top = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in totals.most_common(5))
+            top = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in totals.most_common(args.top))
             print(f"B={size} {name}: {total / args.runs / 1000:.2f} ms of op time per call; top: {top}", flush=True)
 
 
@@ -232,6 +232,7 @@ def main():
     parser.add_argument("--sizes", default="64,128,256,512,1024")
     parser.add_argument("--crossover", action="store_true", help="compare vs sort path for larger classes")
     parser.add_argument("--profile", action="store_true", help="op types by time, graph mode")
+    parser.add_argument("--top", type=int, default=5, help="op types listed by --profile")
     args = parser.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",")]
     print(f"Machine: {machine.describe()}")

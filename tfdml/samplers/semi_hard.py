@@ -157,41 +157,38 @@ def _by_comparing(dist, pos, neg_dist, layout, width):
     Step c takes, for every anchor a, its class mates number c·K … c·K + K − 1
     (in index order, a itself skipped), compares their distances D_ap with every
     D_an and keeps the nearest negative beyond: an arg-min over a [B, K, B]
-    tensor (lower index on ties). One step when P ≤ K, else ⌈P / K⌉ steps of a
-    ``tf.while_loop``."""
+    tensor (lower index on ties); the B·K answers are scattered to their
+    columns. One step when P ≤ K, else ⌈P / K⌉ steps of a ``tf.while_loop``."""
     order, where, start, count = layout
     size = tf.shape(dist)[0]
     inf = tf.constant(float("inf"), dist.dtype)
     own = where - start  # offset of each anchor within its class's run
-    # Column p's slot for anchor a: its offset in a's run with a itself skipped
-    # (meaningful where pos: p is then a class mate of a).
-    slot = where[None, :] - start[:, None]
-    slot = slot - tf.cast(slot > own[:, None], tf.int32)
+    rows = tf.broadcast_to(tf.range(size)[:, None], tf.stack([size, width]))
     offsets = tf.range(width, dtype=tf.int32)
 
-    def nearest_beyond(c):
-        """[B, K]: n* for the class mates of step c, -1 where no negative is beyond."""
+    def step(c, semi_hard):
         k = c * width + offsets[None, :]
+        mate = k < count[:, None] - 1  # slot k holds a class mate of the anchor
         members = tf.minimum(start[:, None] + k + tf.cast(k >= own[:, None], tf.int32), size - 1)
-        d_ap = base.gather_rows(dist, tf.gather(order, members))
+        column = tf.gather(order, members)  # [B, K]: the class mates of this step
+        d_ap = base.gather_rows(dist, column)
         beyond = neg_dist[:, None, :] > d_ap[:, :, None]
         nearest = tf.argmin(tf.where(beyond, neg_dist[:, None, :], inf), axis=2, output_type=tf.int32)
-        return tf.where(base.gather_rows(neg_dist, nearest) > d_ap, nearest, -1)
+        # -1: no negative beyond, or no class mate in this slot; such a slot writes to the
+        # anchor's own column (never a positive), so no column is written twice with
+        # different values.
+        nearest = tf.where(tf.logical_and(mate, base.gather_rows(neg_dist, nearest) > d_ap), nearest, -1)
+        column = tf.where(mate, column, rows)
+        return c + 1, tf.tensor_scatter_nd_update(
+            semi_hard, tf.stack([rows, column], axis=-1), nearest
+        )
 
+    semi_hard = tf.fill(tf.shape(pos), -1)
     if width < WIDTHS[-1]:  # P <= K: a single step
-        semi_hard = base.gather_rows(nearest_beyond(0), tf.clip_by_value(slot, 0, width - 1))
+        _, semi_hard = step(0, semi_hard)
     else:
         steps = (tf.reduce_max(count) - 1 + width - 1) // width
-        step_of = slot // width
-        local = tf.clip_by_value(slot - step_of * width, 0, width - 1)
-
-        def step(c, semi_hard):
-            here = tf.equal(step_of, c)
-            return c + 1, tf.where(here, base.gather_rows(nearest_beyond(c), local), semi_hard)
-
-        _, semi_hard = tf.while_loop(
-            lambda c, _: c < steps, step, (tf.constant(0, tf.int32), tf.fill(tf.shape(pos), -1))
-        )
+        _, semi_hard = tf.while_loop(lambda c, _: c < steps, step, (tf.constant(0, tf.int32), semi_hard))
     return semi_hard, semi_hard >= 0
 
 

@@ -4,9 +4,10 @@ Forward + backward of the ℓ2² triplet loss (``losses.TripletLoss``, margin
 0.2) on L2-normalised ``--dim``-d embeddings, ``--per-class`` examples per
 class, B = 64 … 1024, with three samplers in the same process:
 
-* before: the sort-only implementation of the previous commit (kept below,
-  verbatim, as the reference);
-* after: ``samplers.SemiHardSampler`` (the path :func:`semi_hard.plan` picks);
+* before: the sort-only sampler of commit 0ae0a2c (kept below, verbatim, as
+  the reference) with that commit's ``tf.gather_nd`` in the loss;
+* after: ``samplers.SemiHardSampler`` (the path :func:`semi_hard.plan` picks)
+  in ``losses.TripletLoss``;
 * hard: ``samplers.HardSampler`` (batch-hard), the yardstick of the issue.
 
 Each runs as a ``tf.function`` with and without ``jit_compile``. Calls are
@@ -86,6 +87,23 @@ class SortOnlySemiHard(base.Sampler):
         )
 
 
+class GatherNdTripletLoss(losses.TripletLoss):
+    """The triplet loss before issue 13: ``tf.gather_nd`` for D_ap and D_an (same values and
+    gradient as today's flat gather, slower gradient in graph mode)."""
+
+    def compute(self, targets, embeddings):
+        dist = self.distances(embeddings)
+        selection = self.sample(dist, targets, embeddings)
+        values = tf.square(dist) if self.squared else dist
+
+        def pairs(rows, cols):
+            return tf.gather_nd(values, tf.stack([tf.cast(rows, tf.int32), tf.cast(cols, tf.int32)], axis=1))
+
+        d_ap = pairs(selection.anchor, selection.positive)
+        d_an = pairs(selection.anchor, selection.negative)
+        return self.reduce(tf.nn.relu(d_ap - d_an + self.margin), tf.cast(selection.mask, dist.dtype))
+
+
 def batch(size, per_class, dim, seed=0):
     rng = np.random.default_rng(seed)
     labels = np.repeat(np.arange(-(-size // per_class)), per_class)[:size].astype(np.int32)
@@ -94,8 +112,8 @@ def batch(size, per_class, dim, seed=0):
     return tf.constant(labels), tf.constant(e)
 
 
-def loss_step(sampler, jit):
-    loss = losses.TripletLoss(sampler=sampler)
+def loss_step(sampler, jit, before=False):
+    loss = (GatherNdTripletLoss if before else losses.TripletLoss)(sampler=sampler)
 
     def step(y, e):
         with tf.GradientTape() as tape:
@@ -108,7 +126,10 @@ def loss_step(sampler, jit):
 
 def sampler_call(sampler, jit, sort_above=None):
     """The sampler alone on a distance matrix; ``sort_above`` fixes the path while tracing."""
-    fn = tf.function(lambda d, y: sampler(d, y), jit_compile=jit)
+    def select(d, y):
+        return sampler(d, y)
+
+    fn = tf.function(select, jit_compile=jit)
     if sort_above is None:
         return fn
     traced = {}
@@ -142,8 +163,7 @@ def interleaved_ms(fns, args, runs, warmup):
 def check_same(y, e):
     dist = tf.norm(e[:, None] - e[None], axis=-1)
     for jit in (False, True):
-        old = tf.function(lambda d, y: SortOnlySemiHard()(d, y), jit_compile=jit)(dist, y)
-        new = tf.function(lambda d, y: samplers.SemiHardSampler()(d, y), jit_compile=jit)(dist, y)
+        old, new = (sampler_call(s, jit)(dist, y) for s in (SortOnlySemiHard(), samplers.SemiHardSampler()))
         valid = old.mask.numpy()
         if not (np.array_equal(valid, new.mask.numpy())
                 and np.array_equal(old.negative.numpy()[valid], new.negative.numpy()[valid])):
@@ -163,7 +183,11 @@ def table(args):
         branch = int(semi_hard.plan(y))
         path = "sort" if branch == len(semi_hard.WIDTHS) else f"compare K={semi_hard.WIDTHS[branch]}"
         for jit in (False, True):
-            fns = [loss_step(s, jit) for s in (SortOnlySemiHard(), samplers.SemiHardSampler(), samplers.HardSampler())]
+            fns = [
+                loss_step(SortOnlySemiHard(), jit, before=True),
+                loss_step(samplers.SemiHardSampler(), jit),
+                loss_step(samplers.HardSampler(), jit),
+            ]
             before, after, hard = interleaved_ms(fns, (y, e), args.runs, args.warmup)
             print(
                 f"| {size} | {'XLA' if jit else 'graph'} | {path} | {before:.2f} | {after:.2f} | {hard:.2f} "

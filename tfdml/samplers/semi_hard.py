@@ -10,8 +10,8 @@ FALLBACKS = ("hardest_inside", "drop")
 # The compare path handles an anchor's positives K at a time: one [B, K, B] comparison per
 # step, K chosen from these widths by the largest class (the last width repeats).
 WIDTHS = (1, 2, 3, 4)
-# Above this many other members in the largest class the sort path is cheaper
-# (measured crossover, benchmarks/bench_semi_hard.py).
+# Above this many other members in the largest class the sort path is cheaper in graph mode
+# (measured crossover, `python benchmarks/bench_semi_hard.py --crossover`).
 SORT_ABOVE = 32
 
 
@@ -87,22 +87,25 @@ class SemiHardSampler(base.Sampler):
     where (a, p) is a candidate positive pair and a negative was chosen.
     Invalid slots hold the anchor's hardest-inside negative (an index in range).
 
-    Two paths give the same selection; the run-time choice (:func:`plan`)
-    depends on P = (size of the largest class in the batch) − 1, the most
-    positives an anchor can have:
+    Two paths give the same selection, every slot included; the run-time
+    choice (:func:`plan`, a ``tf.switch_case``) depends on P = (size of the
+    largest class in the batch) − 1, the most positives an anchor can have:
 
-    * compare (P ≤ ``SORT_ABOVE``, integer labels; the usual batch of m
-      examples per class): the classes are grouped by one sort of the B
-      labels, and each anchor's class mates are compared with its negatives
-      K at a time (K = 1, 2, 3 or 4, the smallest width holding P, repeated
-      ⌈P / 4⌉ times above 4): a masked arg-min over a [B, K, B] tensor,
-      O(B²·P) work, no row sort;
+    * compare (P ≤ ``SORT_ABOVE`` = 32, integer labels; the usual batch of m
+      examples per class): one sort of the B labels groups the classes
+      (O(B log B)); each anchor's class mates are compared with all its
+      negatives K at a time (K = 1, 2, 3 or 4, the smallest width holding P;
+      above 4, ⌈P / 4⌉ steps of a ``tf.while_loop``): a masked arg-min over a
+      [B, K, B] tensor (first minimum = lower index on ties), whose B·K
+      answers are scattered to their columns. O(B²·P) work, no row sort;
     * sort (larger classes, or labels that are not integers): one stable
       row-wise sort of the distances (negatives ranked before other columns at
       equal distance) and a cumulative count, O(B² log B).
 
-    Both are vectorised with fixed shapes (``tf.switch_case`` / ``tf.while_loop``)
-    and compile under XLA; no [B, B, B] tensor. Distances must be finite.
+    ``SORT_ABOVE`` is the measured crossover in graph mode (compare/sort time
+    ≈ 1 at P ≈ 31 for B = 256 and 1024); under XLA, whose CPU sort is slow,
+    compare stays faster up to P ≈ 100. Both paths are vectorised with fixed
+    shapes and compile under XLA; no [B, B, B] tensor. Distances must be finite.
     """
 
     kind = "triplets"

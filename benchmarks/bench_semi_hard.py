@@ -244,7 +244,8 @@ def profile(args):
                             totals[kind] += node.op_end_rel_micros - node.op_start_rel_micros
             total = sum(totals.values())
             top = ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in totals.most_common(args.top))
-            print(f"B={size} {name}: {total / args.runs / 1000:.2f} ms of op time per call; top: {top}", flush=True)
+            per_call = total / args.runs / 1000
+            print(f"B={size} {name}: {per_call:.2f} ms of op time per call; top: {top}", flush=True)
 
 
 def main():

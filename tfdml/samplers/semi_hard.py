@@ -10,9 +10,9 @@ FALLBACKS = ("hardest_inside", "drop")
 # The compare path handles an anchor's positives K at a time: one [B, K, B] comparison per
 # step, K chosen from these widths by the largest class (the last width repeats).
 WIDTHS = (1, 2, 3, 4)
-# Above this many other members in the largest class the sort path is cheaper in graph mode
-# (measured crossover, `python benchmarks/bench_semi_hard.py --crossover`).
-SORT_ABOVE = 32
+# Above this many other members in the largest class the sort path is taken: about where it
+# becomes cheaper in graph mode (`python benchmarks/bench_semi_hard.py --crossover`).
+SORT_ABOVE = 48
 
 
 def plan(labels):
@@ -91,7 +91,7 @@ class SemiHardSampler(base.Sampler):
     choice (:func:`plan`, a ``tf.switch_case``) depends on P = (size of the
     largest class in the batch) − 1, the most positives an anchor can have:
 
-    * compare (P ≤ ``SORT_ABOVE`` = 32, integer labels; the usual batch of m
+    * compare (P ≤ ``SORT_ABOVE`` = 48, integer labels; the usual batch of m
       examples per class): one sort of the B labels groups the classes
       (O(B log B)); each anchor's class mates are compared with all its
       negatives K at a time (K = 1, 2, 3 or 4, the smallest width holding P;
@@ -102,10 +102,11 @@ class SemiHardSampler(base.Sampler):
       row-wise sort of the distances (negatives ranked before other columns at
       equal distance) and a cumulative count, O(B² log B).
 
-    ``SORT_ABOVE`` is the measured crossover in graph mode (compare/sort time
-    ≈ 1 at P ≈ 31 for B = 256 and 1024); under XLA, whose CPU sort is slow,
-    compare stays faster up to P ≈ 100. Both paths are vectorised with fixed
-    shapes and compile under XLA; no [B, B, B] tensor. Distances must be finite.
+    ``SORT_ABOVE`` sits near the measured crossover in graph mode (compare
+    and sort cost the same at P ≈ 40 for B = 256, P ≈ 70 for B = 1024);
+    under XLA, whose CPU sort is slow, compare stays faster up to P ≈ 110.
+    Both paths are vectorised with fixed shapes and compile under XLA; no
+    [B, B, B] tensor. Distances must be finite.
     """
 
     kind = "triplets"

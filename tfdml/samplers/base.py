@@ -143,11 +143,12 @@ def invert_permutation_rows(order):
     return tf.reshape(inverse, shape)
 
 
-def count_less_equal(sorted_rows, values):
+def count_less_equal(sorted_rows, values, strict=False):
     """``tf.searchsorted(sorted_rows, values, side="right")`` by binary lifting.
 
     ``sorted_rows`` is [R, N], ascending along each row; ``values`` is [R, M].
-    Returns [R, M] int32: how many entries of the row are <= each value.
+    Returns [R, M] int32: how many entries of the row are <= each value
+    (< each value with ``strict=True``, i.e. ``side="left"``).
     ``tf.searchsorted`` lowers under XLA (CPU) to an all-pairs comparison,
     ~100x slower at N = M = 256; here each of the ceil(log2(N + 1)) steps is
     one gather. Unrolled when N is static, a ``tf.while_loop`` otherwise.
@@ -159,10 +160,11 @@ def count_less_equal(sorted_rows, values):
     count = tf.zeros(tf.shape(values), tf.int32)
 
     def lift(count, step):
-        # Standard binary lifting: if the (count + step)-th entry is <= value, all before it are too.
+        # Standard binary lifting: if the (count + step)-th entry is <= value (< value), all before it are too.
         nxt = count + step
         entry = tf.gather(flat, tf.maximum(offset + tf.minimum(nxt, n), 0))
-        return tf.where(tf.logical_and(nxt <= n, entry <= values), nxt, count)
+        below = entry < values if strict else entry <= values
+        return tf.where(tf.logical_and(nxt <= n, below), nxt, count)
 
     static_n = sorted_rows.shape[1]
     if static_n is not None:

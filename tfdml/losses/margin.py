@@ -103,6 +103,14 @@ def _checked_index(index, size, column, argument):
         return tf.identity(index)
 
 
+def margin_terms(dist, beta, alpha):
+    """Per-pair terms ``(positive, negative)`` [B, B] of Wu et al. §4's margin loss:
+    (α + (D_ij − β_i))_+ for y_ij = +1 and (α − (D_ij − β_i))_+ for y_ij = −1,
+    with ``beta`` [B] the boundary β(i) of each row's anchor."""
+    shifted = dist - beta[:, None]
+    return tf.nn.relu(alpha + shifted), tf.nn.relu(alpha - shifted)
+
+
 @keras.saving.register_keras_serializable(package="tfdml")
 class MarginLoss(base.MetricLoss):
     """Wu et al. 2017 §4, margin based loss:
@@ -203,9 +211,7 @@ class MarginLoss(base.MetricLoss):
         dist = self.distances(embeddings)
         pairs = self.pair_weights(dist, targets, embeddings)
         beta = self.margin_parameters.beta(targets.label, targets.example_id, dist.dtype)
-        shifted = dist - beta[:, None]
-        positive = tf.nn.relu(self.alpha + shifted)  # y = +1
-        negative = tf.nn.relu(self.alpha - shifted)  # y = −1
+        positive, negative = margin_terms(dist, beta, self.alpha)
         counts = tf.stack([pairs.pos_weight, pairs.neg_weight])
         w = self.importance_weights(targets, dist.dtype)
         per_pair = pairs.pos_weight + pairs.neg_weight

@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from tfdml import distances as distances_lib
+from tfdml import masks
 from tfdml.losses import base
 
 
@@ -60,7 +61,7 @@ class PrecisionAtKLoss(base.MetricLoss):
         labels = targets.label
         candidates = self.candidates(targets)
         sim = distances_lib.cosine_similarity(embeddings)
-        different = tf.cast(tf.not_equal(labels[:, None], labels[None, :]), sim.dtype)
+        different = tf.cast(tf.logical_not(masks.same_label(labels)), sim.dtype)
         scores = sim + self.gamma * different  # Eq. 4
         selection = self.sampler(
             tf.stop_gradient(scores),

@@ -7,6 +7,11 @@ from tfdml.losses import base
 from tfdml.losses.triplet import gather_pairs
 
 
+def stable_contrast_terms(d_ij, d_in, alpha, beta):
+    """Per-slot terms (D_ij − β + α)_+ + (β − D_in + α)_+ (deep-embeddings draft Eq. 16)."""
+    return tf.nn.relu(d_ij - beta + alpha) + tf.nn.relu(beta - d_in + alpha)
+
+
 @keras.saving.register_keras_serializable(package="tfdml")
 class StableContrastLoss(base.MetricLoss):
     """Deep-embeddings draft §5.1, Eq. 16, for a positive pair (i, j):
@@ -73,9 +78,7 @@ class StableContrastLoss(base.MetricLoss):
         selection = self.sample(dist, targets, embeddings)
         d_ij = gather_pairs(dist, selection.anchor, selection.positive)
         d_in = gather_pairs(dist, selection.anchor, selection.negative)
-        losses = tf.nn.relu(d_ij - self.beta + self.alpha) + tf.nn.relu(
-            self.beta - d_in + self.alpha
-        )
+        losses = stable_contrast_terms(d_ij, d_in, self.alpha, self.beta)
         weights = self.triplet_importance_weights(targets, selection, dist.dtype)
         return self.reduce(losses, tf.cast(selection.mask, dist.dtype), weights=weights)
 

@@ -225,8 +225,6 @@ class Renderer:
     """One face rendered centred at ``size``×``size`` (module docstring)."""
 
     def __init__(self, path, face_index, size):
-        from PIL import ImageFont
-
         self.path, self.face_index, self.size = path, face_index, size
         self.margin = size // 16
         self.box = size - 2 * self.margin

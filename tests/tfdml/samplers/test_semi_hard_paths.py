@@ -79,8 +79,21 @@ def _check(sel, d, y, cand, fallback):
     assert np.all((negative >= 0) & (negative < b))
 
 
-@pytest.mark.parametrize("mode", ["graph", "xla", "unknown_batch"])
-@pytest.mark.parametrize("name,sizes,path", LAYOUTS, ids=[layout[0] for layout in LAYOUTS])
+#: Compiled variants run by default for one layout per path (each XLA compile of a new
+#: batch shape costs seconds); the others are marked slow (TFDML_SLOW=1 runs them).
+_DEFAULT_COMPILED = {"xla": ("threes", "fours", "one_big", "many_positives"),
+                     "unknown_batch": ("fours", "many_positives")}
+
+
+def _path_cases():
+    for mode in ("graph", "xla", "unknown_batch"):
+        for name, sizes, path in LAYOUTS:
+            slow = mode != "graph" and name not in _DEFAULT_COMPILED[mode]
+            yield pytest.param(name, sizes, path, mode, id=f"{name}-{mode}",
+                               marks=[pytest.mark.slow] if slow else [])
+
+
+@pytest.mark.parametrize("name,sizes,path,mode", list(_path_cases()))
 def test_each_path_matches_brute_force(name, sizes, path, mode):
     run = _runner(mode)
     for seed, ties in ((0, True), (1, False)):  # the second batch also restricts pairs by pair_id

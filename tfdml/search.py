@@ -777,9 +777,12 @@ def _lookup_module(model, index, k, threshold, input_signature):
     # The same frame as tfdml.metrics.knn.ranking_frame: on the sphere for
     # cosine (to_sphere, in the graph for queries), then centred on the
     # gallery (the query of zeros becomes minus the gallery's mean).
-    centred = _knn.ranking_frame(gallery, gallery, distance)[1]
-    on_sphere = _knn.to_sphere(gallery).numpy() if distance_names.is_similarity(distance) else gallery
-    minus_c = -_knn.frame_centre(on_sphere)[None, :]
+    on_sphere = gallery
+    if distance_names.is_similarity(distance):
+        _knn.check_directions(gallery, "gallery")
+        on_sphere = _knn.to_sphere(gallery).numpy()
+    centre = _knn.frame_centre(on_sphere)
+    centred, minus_c = on_sphere - centre, -centre[None, :]
     k_eff = min(int(k), len(index))
     limit = np.float32(np.inf if threshold is None else threshold)
 

@@ -125,18 +125,23 @@ def ranking_frame(query, gallery, distance="euclidean"):
     """
     same = query is gallery
     if _distance_names.is_similarity(distance):
-        for name, x in (("query", query), ("gallery", gallery)):
-            zero = np.flatnonzero(~np.any(x != 0, axis=1))
-            if zero.size:
-                raise ValueError(
-                    f"{name} row(s) {zero[:5].tolist()} are all zeros: cosine similarity "
-                    "has no direction to compare; drop them or rank by euclidean distance."
-                )
+        check_directions(query, "query")
+        check_directions(gallery, "gallery")
         gallery = to_sphere(gallery).numpy()
         query = gallery if same else to_sphere(query).numpy()
     c = frame_centre(gallery)
     centred = gallery - c
     return (centred if same else query - c), centred
+
+
+def check_directions(x, name):
+    """Raise a ValueError naming the all-zero rows of ``x``: cosine has no direction for them."""
+    zero = np.flatnonzero(~np.any(x != 0, axis=1))
+    if zero.size:
+        raise ValueError(
+            f"{name} row(s) {zero[:5].tolist()} are all zeros: cosine similarity "
+            "has no direction to compare; drop them or rank by euclidean distance."
+        )
 
 
 def frame_centre(gallery):

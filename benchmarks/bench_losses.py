@@ -10,6 +10,7 @@ table gives the median wall time of ``--runs`` calls after ``--warmup`` calls.
 Usage::
 
     python benchmarks/bench_losses.py [--runs 30] [--warmup 3] [--classes 64] [--per-class 4] [--dim 128]
+                                      [--only "all pairs" N-pair ...]
 """
 
 import argparse
@@ -110,6 +111,8 @@ def main():
     parser.add_argument("--classes", type=int, default=64)
     parser.add_argument("--per-class", type=int, default=4)
     parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--only", nargs="+", default=None, metavar="TEXT",
+                        help="only the rows whose 'loss | sampler' contains one of these texts")
     args = parser.parse_args()
 
     y, e = batch(args.classes, args.per_class, args.dim)
@@ -123,6 +126,8 @@ def main():
     print(header)
     print(f"|{'-' * 38}|{'-' * 22}|{'-' * 12}:|{'-' * 14}:|")
     for name, sampler, factory in cases(args.classes):
+        if args.only and not any(text in f"{name} | {sampler}" for text in args.only):
+            continue
         row = []
         for jit in (False, True):
             row.append(median_ms(step_fn(factory(), jit), y, e, args.runs, args.warmup))

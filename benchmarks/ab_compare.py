@@ -1,0 +1,113 @@
+"""Before/after comparison of a benchmark script, interleaved (not a test).
+
+The machine is shared, so two commits are compared by running the same
+benchmark script alternately against each: round 1 before, round 1 after,
+round 2 before, ... Each run prints a Markdown table; a row is named by its
+text cells and its numeric cells are the figures. For every row and column the
+script prints the median over the rounds of each side and the ratio
+after / before.
+
+The benchmark script is always taken from the working tree (so both sides
+are measured by the same code); only ``tfdml`` changes, imported from a clean
+export of ``--before`` (``git archive``) or from the working tree.
+
+Usage::
+
+    python benchmarks/ab_compare.py --before 2d163af [--after HEAD] --rounds 3 -- bench_losses.py --runs 30
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+
+
+def export_revision(revision, into):
+    """Write the files of ``revision`` into the folder ``into``."""
+    archive = subprocess.run(["git", "-C", ROOT, "archive", revision], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+
+
+def table_rows(text):
+    """{row name: [figures]} of every Markdown table row with numeric cells."""
+    rows = {}
+    for line in text.splitlines():
+        if not line.startswith("|") or set(line) <= set("|-: "):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        figures = [float(c) for c in cells if NUMBER.match(c)]
+        if figures:
+            rows[" | ".join(c for c in cells if not NUMBER.match(c))] = figures
+    return rows
+
+
+def run(tree, script, script_args):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, HERE]), TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run(
+        [sys.executable, os.path.join(HERE, script), *script_args],
+        env=env, capture_output=True, text=True, cwd=tree,
+    )
+    if done.returncode != 0:
+        sys.exit(f"{script} failed on {tree}:\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", required=True, help="git revision measured as 'before'")
+    parser.add_argument("--after", help="git revision measured as 'after' (default: the working tree)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("script", help="benchmark script in benchmarks/, e.g. bench_losses.py")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    script_args = [a for a in args.script_args if a != "--"]
+
+    with tempfile.TemporaryDirectory(prefix="tfdml-ab-") as trees:
+        before_tree = os.path.join(trees, "before")
+        os.makedirs(before_tree)
+        export_revision(args.before, before_tree)
+        after_tree = ROOT
+        if args.after:
+            after_tree = os.path.join(trees, "after")
+            os.makedirs(after_tree)
+            export_revision(args.after, after_tree)
+        results = {"before": [], "after": []}
+        loads = []
+        for round_ in range(args.rounds):
+            for side, tree in (("before", before_tree), ("after", after_tree)):
+                loads.append(os.getloadavg()[0])
+                out = run(tree, args.script, script_args)
+                results[side].append(table_rows(out))
+                if round_ == 0 and side == "before":
+                    print(next((l for l in out.splitlines() if l.startswith("Machine:")), ""))
+                print(f"round {round_ + 1} {side} done (load average {loads[-1]:.2f})", file=sys.stderr)
+
+    print(f"{args.script} {' '.join(script_args)}: before = {args.before}, "
+          f"after = {args.after or 'working tree'}; "
+          f"median of {args.rounds} interleaved rounds; load average {min(loads):.2f}–{max(loads):.2f}")
+    print("| row | before | after | after / before |")
+    print("|---|---:|---:|---:|")
+    worst = 0.0
+    for name, first in results["after"][0].items():
+        for column in range(len(first)):
+            def median(side):
+                values = [r[name][column] for r in results[side] if name in r and len(r[name]) > column]
+                return statistics.median(values) if values else None
+            before, after = median("before"), median("after")
+            if before is None or after is None or before == 0:
+                continue
+            ratio = after / before
+            worst = max(worst, ratio)
+            print(f"| {name} [{column + 1}] | {before:.2f} | {after:.2f} | {ratio:.2f} |")
+    print(f"largest after / before: {worst:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -92,7 +92,7 @@ NO_SAMPLER = "none"
 # The data side's names (tfdml never imports pipelines; tests/tfdml/test_config.py
 # checks that they match pipelines.designs.DESIGNS and pipelines.sources.SOURCES).
 DESIGNS = ("m_per_class", "group", "p_random")
-SOURCES = ("mnist5k", "digits", "folder", "tfds", "arrays")
+SOURCES = ("mnist5k", "digits", "folder", "tfds", "arrays", "npz")
 VALIDATION_MODES = ("classes", "examples")  # pipelines.sources.VALIDATION_MODES
 # What experiment.py builds.
 STRATEGIES = ("default", "mirrored", "multi_worker")

@@ -125,7 +125,7 @@ def test_arrays_source_lists_the_first_ten_bad_rows():
 
 
 def test_unknown_source_and_split_names(mnist):
-    with pytest.raises(ValueError, match=r"valid sources are \['arrays', 'digits', 'folder', 'mnist5k', 'tfds'\]"):
+    with pytest.raises(ValueError, match=r"valid sources are \['arrays', 'digits', 'folder', 'mnist5k', 'npz', 'tfds'\]"):
         sources.get_source("mnist")
     with pytest.raises(ValueError, match="splits"):
         mnist.split("validation")
@@ -248,3 +248,35 @@ def test_folder_decodes_gif_bmp_png_jpeg_to_the_requested_channels(tmp_path, cha
         rgb = expected[str(path)].astype(np.float64) / 255.0
         want = rgb if channels == 3 else (rgb @ [0.2989, 0.5870, 0.1140])[..., None]
         np.testing.assert_allclose(x[k], want, atol=2e-3, err_msg=str(path))
+
+
+def test_npz_source_reads_images_labels_and_its_own_split(tmp_path):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(12, 4, 5), dtype=np.uint8)
+    codes = np.repeat([0x4E00, 0x4E01, 0x4E03, 0x4E07], 3)
+    test = np.isin(codes, [0x4E01, 0x4E07])
+    path = tmp_path / "set.npz"
+    np.savez(path, images=images, codepoints=codes, test=test)
+    src = sources.get_source("npz", path=str(path), labels="codepoints", test="test")
+    train, held_out = src.split("train"), src.split("test")
+    assert list(train.class_ids) == [0x4E00, 0x4E03] and list(held_out.class_ids) == [0x4E01, 0x4E07]
+    assert train.image_shape == (4, 5, 1)
+    np.testing.assert_allclose(held_out.images[..., 0], images[test] / 255.0, atol=1e-7)
+    # Without a split array: sorted labels, first half train (as the arrays source).
+    assert list(sources.get_source("npz", path=str(path), labels="codepoints").split("train").class_ids) == [
+        0x4E00, 0x4E01]
+
+
+def test_npz_source_names_what_is_wrong(tmp_path):
+    path = tmp_path / "set.npz"
+    codes = np.repeat([1, 2], 3)
+    np.savez(path, images=np.zeros((6, 4, 4), np.uint8), labels=codes, test=np.array([0, 0, 1, 1, 1, 1], bool))
+    with pytest.raises(ValueError, match=r"no array 'codepoints'; its arrays are \['images', 'labels', 'test'\]"):
+        sources.get_source("npz", path=str(path), labels="codepoints")
+    with pytest.raises(ValueError, match=r"classes \[1\] have examples in both splits"):
+        sources.get_source("npz", path=str(path), test="test")
+    with pytest.raises(ValueError, match="does not exist"):
+        sources.get_source("npz", path=str(tmp_path / "none.npz"))
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="not a readable .npz"):
+        sources.get_source("npz", path=str(tmp_path / "bad.npz"))

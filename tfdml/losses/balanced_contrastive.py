@@ -26,7 +26,9 @@ class BalancedContrastiveLoss(WeightedContrastiveLoss):
     carries λ/(L−1) · (N_{y_i} − 1)/N_{y_k}, which is Eq. 15 and the summary
     after Eq. 25. This class implements that η.
 
-    W_ij: as in :class:`WeightedContrastiveLoss` (1 without importance columns).
+    W_ij: as in :class:`WeightedContrastiveLoss` (1 without importance columns,
+    or with ``importance=False``: Hong et al.'s "without IS" rows, whose η
+    still balances the classes).
 
     Needs the batch-contract dict with a ``class_size`` column; plain labels
     raise ``ValueError`` (η depends on the training-split class sizes).
@@ -36,6 +38,7 @@ class BalancedContrastiveLoss(WeightedContrastiveLoss):
       lam: λ > 0 of Eq. 13–16 (the number of negatives per positive pair; not
         Wu's λ of distance weighted sampling).
       num_classes: L ≥ 2, the number of classes of the training split.
+      importance: weight each pair by W_ij (default True).
     """
 
     def __init__(
@@ -48,6 +51,7 @@ class BalancedContrastiveLoss(WeightedContrastiveLoss):
         name=None,
         reduction="sum_over_batch_size",
         dtype=None,
+        importance=True,
     ):
         super().__init__(
             margin=margin,
@@ -57,6 +61,7 @@ class BalancedContrastiveLoss(WeightedContrastiveLoss):
             name=name,
             reduction=reduction,
             dtype=dtype,
+            importance=importance,
         )
         self.lam = base.check_positive("lam", lam)
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:

@@ -78,6 +78,16 @@ class NPairLoss(base.MetricLoss):
 
     Reduction: ``tuple_reduction="mean"`` over probes (1/N of Eq. 9).
 
+    No ``importance`` argument. Hong et al.'s weights P_U/Q make the expected
+    mini-batch loss equal a sum of fixed per-tuple terms over the training set
+    (pairs, Eq. 23; triplets, :mod:`tfdml.importance`). A probe's N-pair term
+    is a log-sum-exp over the negatives that share its batch: its value
+    depends on which other classes the design drew, so there is no per-tuple
+    term whose design probability could be corrected, and the "loss over all
+    N-pair tuples of the training set" that such weights would target is not
+    defined by Sohn or Duan et al. (the N-pair tuple is made by the batch).
+    Configs refuse ``importance`` for ``npair`` (tested).
+
     Args:
       l2_reg: weight of the ℓ2 regulariser (Sohn uses 0.002).
     """

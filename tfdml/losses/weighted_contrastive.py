@@ -24,7 +24,9 @@ class WeightedContrastiveLoss(ContrastiveLoss):
     and ``w_neg`` columns; with plain labels (or without those columns)
     W_ij = 1 and the loss is the contrastive loss with negative weight η.
     ``eta=1`` with importance columns is Hong et al.'s "contrastive loss with
-    importance sampling".
+    importance sampling". ``importance=False`` drops W_ij (every pair weighs 1
+    whatever columns the batch carries): the "without IS" arm of Hong et al.'s
+    Table 1 and Fig. 2–3.
 
     Reduction: ``tuple_reduction="mean"`` divides by B, the number of pairs
     (not by Σ W), as Eq. 23 does.
@@ -33,6 +35,7 @@ class WeightedContrastiveLoss(ContrastiveLoss):
       margin: α > 0 of h.
       eta: η > 0, the weight of every negative pair.
       distance: pairwise distance D (Hong et al. use euclidean).
+      importance: weight each pair by W_ij (default True, the point of the loss).
     """
 
     sampler_kinds = ()  # Eq. 23 scores every pair of the design's batch
@@ -46,6 +49,7 @@ class WeightedContrastiveLoss(ContrastiveLoss):
         name=None,
         reduction="sum_over_batch_size",
         dtype=None,
+        importance=True,
     ):
         super().__init__(
             margin=margin,
@@ -56,7 +60,7 @@ class WeightedContrastiveLoss(ContrastiveLoss):
             name=name,
             reduction=reduction,
             dtype=dtype,
-            importance=True,
+            importance=importance,
         )
         self.eta = base.check_positive("eta", eta)
 
@@ -67,7 +71,6 @@ class WeightedContrastiveLoss(ContrastiveLoss):
 
     def get_config(self):
         config = super().get_config()
-        for fixed in ("squared", "importance"):  # always ℓ2² and importance-weighted
-            config.pop(fixed)
+        config.pop("squared")  # always ℓ2²
         config.update(eta=self.eta)
         return config

@@ -69,6 +69,24 @@ def test_balanced_eq15_eq23(ref, case, seed):
     # Class sizes without the design constants: W = 1.
     y_sizes = {"label": labels, "class_size": ref.CLASS_SIZES[labels]}
     np.testing.assert_allclose(float(loss(y_sizes, e)), np_weighted(d, labels, cand, 1.2, eta), rtol=1e-5)
+    # importance=False ("without IS", Hong Table 1): W = 1 although the batch has the columns.
+    plain = BalancedContrastiveLoss(margin=1.2, lam=8.0, num_classes=6, importance=False)
+    np.testing.assert_allclose(float(plain(y, e)), np_weighted(d, labels, cand, 1.2, eta), rtol=1e-5)
+
+
+def test_weighted_and_balanced_without_importance_serialise_and_ignore_the_columns(ref):
+    import keras
+
+    labels = ref.LABELS["mixed"]
+    e = ref.embeddings(len(labels), seed=5)
+    d, cand = ref.pairwise(e), ref.candidates(labels)
+    y = ref.importance_targets(labels, 0.02, 0.005)
+    loss = WeightedContrastiveLoss(margin=1.3, eta=0.7, importance=False)
+    np.testing.assert_allclose(float(loss(y, e)), np_weighted(d, labels, cand, 1.3, 0.7), rtol=1e-5)
+    for built in (loss, BalancedContrastiveLoss(num_classes=4, importance=False), WeightedContrastiveLoss()):
+        again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(built))
+        assert again.importance is built.importance and again.get_config() == built.get_config()
+    assert WeightedContrastiveLoss().importance is True  # the default: the point of the loss
 
 
 def test_balanced_weights_follow_eq14_not_printed_eq16(ref):

@@ -1,0 +1,617 @@
+"""Reproduce the papers' claims on the kanji-fonts benchmark (issue 14).
+
+    python benchmarks/reproduce.py --list
+    python benchmarks/reproduce.py --claim wu_sampling --seeds 0 1 2
+    python benchmarks/reproduce.py --claim wu_sampling --budget quick      # a few minutes
+    python benchmarks/reproduce.py --claim wu_sampling --report            # tables, verdicts, curves
+
+Every claim is relative (A beats B), so each is a set of **arms** (one
+training config each) and **checks** (arm A scores higher than arm B). An arm
+is trained and evaluated by the user's own command, ``train.py --config``, in
+a process of its own: a killed run loses one arm at most, and a rerun resumes
+it from its last epoch (train.py's backup) and skips the arms already done.
+Each finished (arm, seed) leaves ``<out>/arms/<arm>/seed-<s>.json`` (written
+atomically): the config, the final test metrics, the per-epoch curve, the wall
+time, the machine and its load. An arm shared by several claims (margin with
+distance weighted sampling at batch 80, say) is trained once.
+
+The data: the kanji-fonts set of ``benchmarks/kanji_fonts.py`` (build it
+first), one character per class, one font face per image, an open-set split
+by class. The budget fixes a *view* of it, written once as an .npz the ``npz``
+source reads: how many training classes (default: all) and a fixed sample of
+test classes (chosen by the sha256 of their code points, so the same for
+every arm and seed). ``--budget quick`` shrinks classes, steps and the test
+sample for a check of the machinery; ``--steps`` / ``--train-classes`` /
+``--test-classes`` override one figure. Results of different budgets live in
+different folders (``<out>`` defaults to ``runs/reproduce/<budget>``), and an
+existing result whose config differs from the one asked for is refused,
+never mixed.
+
+Verdicts (``--report``): for a check "A > B" on a metric, the difference of
+the seed means d = mean_A − mean_B and its standard error
+SE = sqrt(s_A²/n_A + s_B²/n_B) (s: sample std over seeds). A check *holds*
+when d > 2·SE, is *reversed* when d < −2·SE, and is *unresolved* otherwise. A
+claim is **reproduced** when every check holds, **not reproduced** when none
+holds, **partly reproduced** otherwise. With fewer than 2 seeds there is no
+SE and no verdict.
+"""
+
+import argparse
+import copy
+import datetime
+import hashlib
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path[:0] = [ROOT, HERE]
+
+import kanji_fonts  # noqa: E402  (benchmarks/kanji_fonts.py)
+import machine  # noqa: E402
+
+#: Budgets: steps of training, evaluation points along the way, classes used.
+#: ``train_classes`` None = every training class of the set.
+BUDGETS = {
+    "standard": {"steps": 2000, "evaluations": 8, "train_classes": None, "test_classes": 500},
+    "quick": {"steps": 40, "evaluations": 2, "train_classes": 100, "test_classes": 40},
+}
+
+
+#: The figures of the raw-pixel floor.
+FLOOR_METRICS = ("recall@1", "precision@5", "map@r", "nmi")
+
+
+# --------------------------------------------------------------------------- arms
+
+
+def _design(m, n):
+    return {"design": {"name": "m_per_class", "m": m, "n": n}}
+
+
+def _loss(name, sampler=None, **options):
+    section = {"name": name, "options": options}
+    if sampler is not None:
+        section["sampler"] = sampler
+    return {"loss": section}
+
+
+def _merge(*parts):
+    out = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, dict) and isinstance(out.get(key), dict):
+                out[key] = _merge(out[key], value)
+            else:
+                out[key] = copy.deepcopy(value)
+    return out
+
+
+def _wu_arms():
+    """Wu et al. 2017 §5.1: batches of m = 5 images of n classes (B = 5n), Adam."""
+    arms = {}
+    losses = {
+        "contrastive": _loss("contrastive", margin=1.0, squared=True),
+        "triplet_sq": _loss("triplet", margin=0.2, squared=True),
+        "triplet": _loss("triplet", margin=0.2, squared=False),
+        "margin": _loss("margin", alpha=0.2, beta0=1.2, nu=0.0),
+    }
+    samplers = {"random": "random", "semi_hard": "semi_hard", "dw": "distance_weighted"}
+    for batch in (40, 80, 120):
+        for loss, section in losses.items():
+            for short, sampler in samplers.items():
+                if short == "random" and loss.startswith("triplet"):
+                    continue  # "not applicable for triplet losses" (Wu §5.1)
+                arms[f"{loss}-{short}-b{batch}"] = _merge(_design(5, batch // 5), section,
+                                                           {"loss": {"sampler": sampler}})
+    for beta in (0.8, 1.0, 1.2, 1.4):  # Table 3: a fixed β0, no class term
+        arms[f"margin-dw-b80-fixed{beta}"] = _merge(
+            _design(5, 16), _loss("margin", "distance_weighted", alpha=0.2, beta0=beta, nu=0.0,
+                                  learn_beta0=False, num_classes=None))
+    return arms
+
+
+def _hong_arms():
+    """Hong et al. §6.1: balanced contrastive (λ = 256), group designs with m·n = 64
+    (2,016 unordered pairs per batch) and p-random designs. Hong give p-random
+    the same 2,016 pairs (4,032 images per batch, 63× the images of a group
+    batch); at our budget p-random gets 256 pairs (512 images), so its batches
+    hold 8× fewer pairs than the group ones: compare p-random with and without
+    IS, not p-random with group."""
+    arms = {}
+    loss = _loss("balanced_contrastive", margin=1.0, lam=256.0)
+    schedule = {"optimizer": {"schedule": "exponential_decay", "decay_rate": 0.9, "decay_steps": 100}}
+    for importance in (True, False):
+        tag = "is" if importance else "nois"
+        options = {"loss": {"options": {"importance": importance}}}
+        for m, n in ((2, 32), (8, 8), (32, 2)):
+            arms[f"balanced-group{m}x{n}-{tag}"] = _merge(
+                {"design": {"name": "group", "m": m, "n": n}}, loss, options, schedule)
+        for p in (0.9, 0.1):
+            arms[f"balanced-prandom{p}-{tag}"] = _merge(
+                {"design": {"name": "p_random", "p": p, "pairs": 256}}, loss, options, schedule)
+    return arms
+
+
+def _lu_duan_arms():
+    """Lu et al. 2019: ℓ_k (k = 5, γ = 0.1, top-k misplaced sets) against the triplet
+    loss with semi-hard and distance weighted sampling, all with m = 10 images of
+    8 classes (ℓ_k needs more than k positives per anchor; Lu use m = 11).
+    Duan et al. 2019: the triplet loss with the learned sampler (DE-DSP), at
+    Wu's batch 80 (5 × 16), against the same loss's semi-hard / DW arms."""
+    lu = _design(10, 8)
+    return {
+        "precision_at_k-m10": _merge(lu, _loss("precision_at_k", "top_k", k=5, gamma=0.1)),
+        "triplet-semi_hard-m10": _merge(lu, _loss("triplet", "semi_hard", margin=0.2, squared=False)),
+        "triplet-dw-m10": _merge(lu, _loss("triplet", "distance_weighted", margin=0.2, squared=False)),
+        "triplet-learned-b80": _merge(
+            _design(5, 16), _loss("triplet", "learned", margin=0.2, squared=False),
+            {"loss": {"sampler_options": {"tuples_per_minibatch": 16, "minibatches": 4,
+                                          "learning_rate": 0.001, "pretrain_steps": 0}}}),
+    }
+
+
+ARMS = {**_wu_arms(), **_hong_arms(), **_lu_duan_arms()}
+
+
+# --------------------------------------------------------------------------- claims
+
+#: Each claim: the paper's source, its figures for the arms (R@1 in %, or
+#: P@k where the metric says so), and the checks (better arm, worse arm).
+CLAIMS = {
+    "wu_sampling": {
+        "source": "Wu et al. 2017, Table 1 (SOP, batch 80, R@1 %)",
+        "claims": "(a) the sampling changes results a lot for the same loss; (b) distance weighted "
+                  "beats random and semi-hard for triplet and margin; (c) contrastive with random "
+                  "pairs is far worse than with triplet-like sampling; (d) margin beats the other "
+                  "losses whatever the sampling",
+        "metric": "recall@1",
+        "paper": {"contrastive-random-b80": 30.1, "margin-random-b80": 37.5,
+                  "contrastive-semi_hard-b80": 49.4, "triplet_sq-semi_hard-b80": 49.7,
+                  "triplet-semi_hard-b80": 47.4, "margin-semi_hard-b80": 61.0,
+                  "contrastive-dw-b80": 39.2, "triplet_sq-dw-b80": 53.4, "triplet-dw-b80": 54.5,
+                  "margin-dw-b80": 61.7},
+        "checks": [
+            # (a), (c): the sampling matters; contrastive gains from triplet-like sampling
+            ("contrastive-semi_hard-b80", "contrastive-random-b80", "a, c"),
+            ("contrastive-dw-b80", "contrastive-random-b80", "a, c"),
+            ("margin-semi_hard-b80", "margin-random-b80", "a"),
+            # (b) distance weighted beats semi-hard (triplets, margin) and random (margin)
+            ("triplet_sq-dw-b80", "triplet_sq-semi_hard-b80", "b"),
+            ("triplet-dw-b80", "triplet-semi_hard-b80", "b"),
+            ("margin-dw-b80", "margin-semi_hard-b80", "b"),
+            ("margin-dw-b80", "margin-random-b80", "b"),
+            # (d) margin beats every other loss with the same sampling
+            ("margin-random-b80", "contrastive-random-b80", "d"),
+            ("margin-semi_hard-b80", "contrastive-semi_hard-b80", "d"),
+            ("margin-semi_hard-b80", "triplet_sq-semi_hard-b80", "d"),
+            ("margin-semi_hard-b80", "triplet-semi_hard-b80", "d"),
+            ("margin-dw-b80", "contrastive-dw-b80", "d"),
+            ("margin-dw-b80", "triplet_sq-dw-b80", "d"),
+            ("margin-dw-b80", "triplet-dw-b80", "d"),
+        ],
+        "curves": ["margin-dw-b80", "triplet-semi_hard-b80", "contrastive-random-b80"],  # (g) Fig. 6
+    },
+    "wu_batch_size": {
+        "source": "Wu et al. 2017, Table 2 (SOP, R@1 %)",
+        "claims": "(e) distance weighted beats semi-hard (triplet ℓ2, margin) and margin beats "
+                  "triplet, at batch sizes 40, 80 and 120",
+        "metric": "recall@1",
+        "paper": {"triplet-semi_hard-b40": 44.3, "triplet-dw-b40": 52.9, "margin-random-b40": 41.9,
+                  "margin-semi_hard-b40": 60.7, "margin-dw-b40": 61.1,
+                  "triplet-semi_hard-b80": 47.4, "triplet-dw-b80": 54.5, "margin-random-b80": 37.5,
+                  "margin-semi_hard-b80": 61.0, "margin-dw-b80": 61.7,
+                  "triplet-semi_hard-b120": 48.8, "triplet-dw-b120": 54.7, "margin-random-b120": 37.7,
+                  "margin-semi_hard-b120": 59.6, "margin-dw-b120": 60.5},
+        "checks": [check for b in (40, 80, 120) for check in (
+            (f"triplet-dw-b{b}", f"triplet-semi_hard-b{b}", "e"),
+            (f"margin-dw-b{b}", f"margin-semi_hard-b{b}", "e"),
+            (f"margin-semi_hard-b{b}", f"margin-random-b{b}", "e"),
+            (f"margin-dw-b{b}", f"triplet-dw-b{b}", "e"),
+        )],
+    },
+    "wu_beta": {
+        "source": "Wu et al. 2017, Table 3 (SOP, pre-trained, 8k iterations, R@1 %)",
+        "claims": "(f) a learned β_class scores at least as well as any fixed β0",
+        "metric": "recall@1",
+        "paper": {"margin-dw-b80-fixed0.8": 61.3, "margin-dw-b80-fixed1.0": 70.4,
+                  "margin-dw-b80-fixed1.2": 71.1, "margin-dw-b80-fixed1.4": 67.1, "margin-dw-b80": 72.7},
+        "checks": [("margin-dw-b80", f"margin-dw-b80-fixed{b}", "f") for b in (0.8, 1.0, 1.2, 1.4)],
+        "at_least": True,  # "≥": a check also holds when unresolved (no fixed β0 significantly better)
+    },
+    "hong_designs": {
+        "source": "Hong et al., Table 1 (CUB200, balanced contrastive, R@1 %)",
+        "claims": "without importance sampling R@1 swings with the batch design; with it, the "
+                  "design no longer matters, and IS is never worse",
+        "metric": "recall@1",
+        "paper": {"balanced-group2x32-nois": 51.55, "balanced-group2x32-is": 52.48,
+                  "balanced-group8x8-nois": 46.00, "balanced-group8x8-is": 53.31,
+                  "balanced-group32x2-nois": 31.65, "balanced-group32x2-is": 46.12,
+                  "balanced-prandom0.9-nois": 18.32, "balanced-prandom0.9-is": 52.75,
+                  "balanced-prandom0.1-nois": 46.32, "balanced-prandom0.1-is": 52.99},
+        "checks": [(f"balanced-{d}-is", f"balanced-{d}-nois", "IS helps")
+                   for d in ("group32x2", "group8x8", "prandom0.9")],
+        "spread": ("-is", "-nois"),  # range of R@1 over the designs, with vs without IS
+    },
+    "lu_topk": {
+        "source": "Lu et al. 2019, Table 1 (CUB200, P@5 %)",
+        "claims": "ℓ_k improves Precision@k over the triplet loss with semi-hard and with "
+                  "distance weighted sampling",
+        "metric": "precision@5",
+        "paper": {"precision_at_k-m10": 55.52, "triplet-semi_hard-m10": 49.73, "triplet-dw-m10": 51.74},
+        "checks": [("precision_at_k-m10", "triplet-semi_hard-m10", "Lu"),
+                   ("precision_at_k-m10", "triplet-dw-m10", "Lu")],
+    },
+    "duan_dsn": {
+        "source": "Duan et al. 2019, Table 3 (Cars196, triplet loss, R@1 %)",
+        "claims": "the learned sampler (DE-DSP) beats semi-hard and distance weighted sampling "
+                  "with the same loss",
+        "metric": "recall@1",
+        "paper": {"triplet-semi_hard-b80": 52.4, "triplet-learned-b80": 59.3},
+        "checks": [("triplet-learned-b80", "triplet-semi_hard-b80", "Duan"),
+                   ("triplet-learned-b80", "triplet-dw-b80", "Duan")],
+    },
+}
+
+
+def claim_arms(claim):
+    spec = CLAIMS[claim]
+    names = list(spec["paper"])
+    for better, worse, _ in spec["checks"]:
+        names += [better, worse]
+    names += spec.get("curves", [])
+    return list(dict.fromkeys(names))
+
+
+# --------------------------------------------------------------------------- data view
+
+
+def _class_order(codepoints):
+    """Code points sorted by sha256("U+XXXX"): a fixed, well-mixed order."""
+    return sorted(codepoints, key=lambda c: hashlib.sha256(kanji_fonts.class_name(c).encode()).digest())
+
+
+def make_view(data_dir, out, train_classes, test_classes):
+    """The budget's view of the set as an .npz for the ``npz`` source (written once)."""
+    name = f"view-train{train_classes or 'all'}-test{test_classes}.npz"
+    path = os.path.join(out, name)
+    if os.path.exists(path):
+        return path
+    data = kanji_fonts.load_npz(data_dir)
+    codes, test = data["codepoints"], data["test"]
+    keep_test = _class_order(np.unique(codes[test]).tolist())[:test_classes]
+    keep_train = np.unique(codes[~test]).tolist()
+    if train_classes:
+        keep_train = _class_order(keep_train)[:train_classes]
+    keep = np.isin(codes, keep_train + keep_test)
+    os.makedirs(out, exist_ok=True)
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, images=data["images"][keep], labels=codes[keep], test=test[keep])
+    os.replace(tmp, path)
+    return path
+
+
+def raw_pixel_floor(view, out):
+    """R@1, P@5, MAP@R and NMI of L2-normalised raw pixels on the view's test
+    classes (the same images every arm is scored on); cached in floor.json."""
+    path = os.path.join(out, "floor.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    import importlib.util
+
+    from pipelines import sources
+
+    spec = importlib.util.spec_from_file_location("evaluate_cli", os.path.join(ROOT, "evaluate.py"))
+    evaluate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(evaluate)
+    split = sources.npz(path=view, labels="labels", test="test").split("test")
+    values = evaluate.baseline_metrics("raw_pixels", split, ["recall", "precision@5", "map@r", "nmi"], [1],
+                                       batch_size=1024)
+    floor = {"view": os.path.basename(view), "classes": int(split.num_classes),
+             "images": int(split.num_examples),
+             "metrics": {k: float(values[k]) for k in FLOOR_METRICS}}
+    _write_json(path, floor)
+    return floor
+
+
+# --------------------------------------------------------------------------- configs and runs
+
+
+def arm_config(arm, seed, view, budget, run_dir):
+    """The train.py config of one (arm, seed) under a budget."""
+    evaluations = max(1, min(budget["evaluations"], budget["steps"]))
+    steps_per_epoch = max(1, budget["steps"] // evaluations)
+    base = {
+        "seed": seed,
+        "output_dir": run_dir,
+        "data": {"source": "npz", "options": {"path": view, "labels": "labels", "test": "test"}},
+        "image": {"augment": False},
+        "model": {"backbone": "small_cnn", "embedding_dim": 128, "normalize": True},
+        "optimizer": {"name": "adam", "learning_rate": 0.001},
+        "training": {"epochs": evaluations, "steps_per_epoch": steps_per_epoch},
+        "evaluation": {"metrics": ["recall", "precision@5", "map@r", "nmi"], "ks": [1], "every_n_epochs": 1,
+                       "batch_size": 1024},
+    }
+    return _merge(base, ARMS[arm])
+
+
+def config_key(config):
+    """What must match for a stored result to count (the output folder may move)."""
+    config = copy.deepcopy(config)
+    config.pop("output_dir", None)
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _write_json(path, value):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(value, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_history(run_dir):
+    import csv
+
+    path = os.path.join(run_dir, "history.csv")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [{k: float(v) if v not in ("", None) else None for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def run_arm(arm, seed, out, view, budget, quiet=True):
+    """Train one (arm, seed) with train.py unless its result exists; return the result."""
+    import yaml
+
+    arm_dir = os.path.join(out, "arms", arm)
+    result_path = os.path.join(arm_dir, f"seed-{seed}.json")
+    run_dir = os.path.join(arm_dir, f"seed-{seed}")
+    config = arm_config(arm, seed, view, budget, run_dir)
+    key = config_key(config)
+    if os.path.exists(result_path):
+        with open(result_path) as f:
+            done = json.load(f)
+        if done.get("config_key") != key:
+            sys.exit(f"{result_path} was trained with another config (budget or arm changed); "
+                     f"use another --out or delete it.")
+        return done
+    os.makedirs(arm_dir, exist_ok=True)
+    config_path = os.path.join(arm_dir, f"seed-{seed}.yaml")
+    with open(config_path + ".tmp", "w") as f:
+        yaml.safe_dump(config, f, sort_keys=False)
+    os.replace(config_path + ".tmp", config_path)
+    load = os.getloadavg()[0]
+    start = time.time()
+    if not os.path.exists(os.path.join(run_dir, "finished.json")):
+        command = [sys.executable, os.path.join(ROOT, "train.py"), "--config", config_path]
+        if quiet:
+            command.append("--quiet")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        done = subprocess.run(command, cwd=ROOT, env=env)
+        if done.returncode != 0:
+            sys.exit(f"arm {arm} seed {seed} failed (exit {done.returncode}); rerun to resume it: "
+                     f"{' '.join(command)}")
+    with open(os.path.join(run_dir, "metrics.json")) as f:
+        metrics = json.load(f)["metrics"]
+    result = {
+        "arm": arm, "seed": seed, "config_key": key, "config": config,
+        "metrics": metrics, "history": _read_history(run_dir),
+        "seconds": round(time.time() - start, 1), "load_average_at_start": round(load, 2),
+        "machine": machine.describe(), "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    }
+    _write_json(result_path, result)
+    return result
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _metric(result, metric):
+    return result["metrics"].get(metric)
+
+
+def summarise(values):
+    """(mean, sample std or None, n)."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None, None, 0
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None), len(values)
+
+
+def check_outcome(better, worse, at_least=False):
+    """(difference, SE, outcome) of "better > worse" from two lists of seed values."""
+    (mb, sb, nb), (mw, sw, nw) = summarise(better), summarise(worse)
+    if nb == 0 or nw == 0:
+        return None, None, "missing"
+    diff = mb - mw
+    if sb is None or sw is None:
+        return diff, None, "too few seeds"
+    se = math.sqrt(sb**2 / nb + sw**2 / nw)
+    if diff > 2 * se:
+        return diff, se, "holds"
+    if diff < -2 * se:
+        return diff, se, "reversed"
+    return diff, se, ("holds (not worse)" if at_least else "unresolved")
+
+
+def claim_verdict(outcomes):
+    if any(o in ("missing", "too few seeds") for o in outcomes):
+        return "no verdict (arms or seeds missing)"
+    held = [o.startswith("holds") for o in outcomes]
+    if all(held):
+        return "reproduced"
+    if not any(held):
+        return "not reproduced"
+    return "partly reproduced"
+
+
+def load_results(out, arm):
+    arm_dir = os.path.join(out, "arms", arm)
+    if not os.path.isdir(arm_dir):
+        return []
+    results = []
+    for name in sorted(os.listdir(arm_dir)):
+        if name.startswith("seed-") and name.endswith(".json"):
+            with open(os.path.join(arm_dir, name)) as f:
+                results.append(json.load(f))
+    return results
+
+
+def _fmt(mean, std, n, scale=100.0):
+    if mean is None:
+        return "–"
+    text = f"{scale * mean:.1f}"
+    return text + (f" ± {scale * std:.1f}" if std is not None else "") + (f" (n={n})" if n else "")
+
+
+def report(claim, out):
+    """Markdown of one claim: table (ours vs paper), checks, verdict; writes the curves PNG."""
+    spec = CLAIMS[claim]
+    metric = spec["metric"]
+    lines = [f"### {claim}: {spec['source']}", "", f"Claim: {spec['claims']}.", ""]
+    lines += [f"| arm | paper | ours {metric} (mean ± std over seeds, %) | MAP@R | NMI |", "|---|---:|---:|---:|---:|"]
+    floor_path = os.path.join(out, "floor.json")
+    if os.path.exists(floor_path):
+        with open(floor_path) as f:
+            floor = json.load(f)["metrics"]
+        lines.append(f"| raw pixels (floor) | | {_fmt(floor.get(metric), None, None)} | "
+                     f"{_fmt(floor.get('map@r'), None, None)} | {_fmt(floor.get('nmi'), None, None)} |")
+    values = {}
+    for arm in claim_arms(claim):
+        results = load_results(out, arm)
+        values[arm] = [_metric(r, metric) for r in results]
+        paper = spec["paper"].get(arm)
+        lines.append(f"| {arm} | {paper if paper is not None else '–'} | {_fmt(*summarise(values[arm]))} | "
+                     f"{_fmt(*summarise([_metric(r, 'map@r') for r in results]))} | "
+                     f"{_fmt(*summarise([_metric(r, 'nmi') for r in results]))} |")
+    lines += ["", "| check | paper | ours: difference ± SE (points) | outcome |", "|---|---:|---:|---|"]
+    outcomes = []
+    for better, worse, tag in spec["checks"]:
+        diff, se, outcome = check_outcome(values.get(better, []), values.get(worse, []), spec.get("at_least", False))
+        outcomes.append(outcome)
+        pb, pw = spec["paper"].get(better), spec["paper"].get(worse)
+        paper = f"{pb - pw:+.1f}" if pb is not None and pw is not None else "–"
+        ours = "–" if diff is None else f"{100 * diff:+.1f}" + ("" if se is None else f" ± {100 * se:.1f}")
+        lines.append(f"| ({tag}) {better} > {worse} | {paper} | {ours} | {outcome} |")
+    if "spread" in spec:
+        for suffix in spec["spread"]:
+            means = [summarise(v)[0] for a, v in values.items() if a.endswith(suffix) and summarise(v)[0] is not None]
+            if means:
+                lines.append(f"| range of {metric} over the designs, arms *{suffix} | | "
+                             f"{100 * (max(means) - min(means)):.1f} | |")
+    lines += ["", f"**Verdict: {claim_verdict(outcomes)}.**", ""]
+    png = plot_curves(claim, out, spec.get("curves") or claim_arms(claim), metric)
+    if png:
+        lines += [f"Curves: `{os.path.relpath(png, out)}`.", ""]
+    return "\n".join(lines)
+
+
+def plot_curves(claim, out, arms, metric):
+    """Test-split ``metric`` after each evaluation, mean over seeds, one line per arm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    key = f"test_{metric}"
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drawn = 0
+    for arm in arms:
+        curves = [r["history"] for r in load_results(out, arm) if r.get("history")]
+        if not curves:
+            continue
+        steps_per_epoch = load_results(out, arm)[0]["config"]["training"]["steps_per_epoch"]
+        length = min(len(c) for c in curves)
+        ys = np.array([[row.get(key) or np.nan for row in c[:length]] for c in curves])
+        xs = (np.arange(length) + 1) * steps_per_epoch
+        ax.plot(xs, 100 * np.nanmean(ys, axis=0), marker="o", label=f"{arm} (n={len(curves)})")
+        drawn += 1
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xlabel("training steps")
+    ax.set_ylabel(f"test {metric} (%)")
+    ax.set_title(f"{claim}: {CLAIMS[claim]['source']}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    path = os.path.join(out, f"{claim}-curves.png")
+    fig.tight_layout()
+    fig.savefig(path + ".tmp.png", dpi=110)
+    plt.close(fig)
+    os.replace(path + ".tmp.png", path)
+    return path
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--claim", action="append", choices=sorted(CLAIMS), help="claim(s) to run (repeatable)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--budget", choices=sorted(BUDGETS), default="standard")
+    p.add_argument("--steps", type=int, help="training steps per arm (overrides the budget)")
+    p.add_argument("--train-classes", type=int, help="training classes (overrides the budget)")
+    p.add_argument("--test-classes", type=int, help="test classes evaluated (overrides the budget)")
+    p.add_argument("--data", help="the kanji-fonts set (default: kanji_fonts.py's cache folder)")
+    p.add_argument("--out", help="results folder (default runs/reproduce/<budget>)")
+    p.add_argument("--report", action="store_true", help="only write the report of what is done")
+    p.add_argument("--list", action="store_true", help="list the claims and their arms")
+    p.add_argument("--verbose", action="store_true", help="show train.py's full output")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.list:
+        for claim, spec in CLAIMS.items():
+            print(f"{claim}: {spec['source']}\n  arms: {', '.join(claim_arms(claim))}")
+        return 0
+    if not args.claim:
+        build_parser().error("give --claim (or --list)")
+    budget = dict(BUDGETS[args.budget])
+    for key in ("steps", "train_classes", "test_classes"):
+        if getattr(args, key) is not None:
+            budget[key] = getattr(args, key)
+    custom = any(getattr(args, k) is not None for k in ("steps", "train_classes", "test_classes"))
+    out = os.path.abspath(args.out or os.path.join(ROOT, "runs", "reproduce", args.budget + ("-custom" if custom else "")))
+    data_dir = args.data or kanji_fonts.default_out(32)
+    if not args.report:
+        if not os.path.exists(os.path.join(data_dir, kanji_fonts.NPZ_NAME)):
+            sys.exit(f"No kanji-fonts set at {data_dir}; build it first: python benchmarks/kanji_fonts.py "
+                     "(see its docstring for the fonts to install), or give --data.")
+        view = make_view(data_dir, out, budget["train_classes"], budget["test_classes"])
+        floor = raw_pixel_floor(view, out)["metrics"]
+        print("raw-pixel floor on the test classes: " + ", ".join(f"{k} {v:.4f}" for k, v in floor.items()))
+        arms = list(dict.fromkeys(a for c in args.claim for a in claim_arms(c)))
+        print(f"{len(arms)} arms × {len(args.seeds)} seeds, budget {budget}, results in {out}", flush=True)
+        for seed in args.seeds:  # every arm of seed 0 first: a verdict needs all arms
+            for arm in arms:
+                if os.path.exists(os.path.join(out, "arms", arm, f"seed-{seed}.json")):
+                    run_arm(arm, seed, out, view, budget)  # checks the stored config
+                    continue
+                print(f"[{datetime.datetime.now():%H:%M:%S}] {arm} seed {seed}", flush=True)
+                result = run_arm(arm, seed, out, view, budget, quiet=not args.verbose)
+                print(f"    R@1 {result['metrics'].get('recall@1', float('nan')):.4f} in {result['seconds']:.0f} s",
+                      flush=True)
+    text = "\n".join(report(c, out) for c in args.claim)
+    print(text)
+    path = os.path.join(out, "report.md")
+    with open(path + ".tmp", "w") as f:
+        f.write(text + "\n")
+    os.replace(path + ".tmp", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""benchmarks/reproduce.py: every arm is a valid config, the verdict rule, and one
+real (tiny) arm run through train.py, resumed and refused when its config changes."""
+
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tfdml import config as tfdml_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_spec = importlib.util.spec_from_file_location("reproduce", os.path.join(ROOT, "benchmarks", "reproduce.py"))
+rp = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(rp)
+
+
+@pytest.fixture(scope="module")
+def kanji_dir(tmp_path_factory):
+    """A stand-in for the kanji-fonts set: 24 train and 6 test 'characters' of
+    6 renderings each (noisy copies of a random glyph), in kanji_fonts.py's .npz layout."""
+    root = tmp_path_factory.mktemp("kanji")
+    rng = np.random.default_rng(0)
+    codes = np.repeat(np.arange(0x4E00, 0x4E00 + 30), 6).astype(np.int32)
+    centres = rng.integers(0, 256, size=(30, 32, 32))
+    noise = rng.normal(0, 30, size=(len(codes), 32, 32))
+    images = np.clip(centres[codes - 0x4E00] + noise, 0, 255).astype(np.uint8)
+    np.savez(root / "kanji_fonts.npz", images=images, codepoints=codes, test=codes >= 0x4E00 + 24,
+             faces=np.tile(np.arange(6, dtype=np.int16), 30), face_names=np.array([f"f{i}" for i in range(6)]))
+    return str(root)
+
+
+def test_every_arm_of_every_claim_is_a_valid_config(tmp_path):
+    budget = rp.BUDGETS["standard"]
+    arms = {arm for claim in rp.CLAIMS for arm in rp.claim_arms(claim)}
+    assert arms <= set(rp.ARMS), f"claims name arms that do not exist: {sorted(arms - set(rp.ARMS))}"
+    for arm in sorted(arms):
+        cfg = rp.arm_config(arm, 0, str(tmp_path / "view.npz"), budget, str(tmp_path / arm))
+        tfdml_config.validate(cfg)  # raises ConfigError naming the key
+        assert cfg["training"]["epochs"] * cfg["training"]["steps_per_epoch"] == budget["steps"]
+
+
+def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
+    cfg = lambda arm: rp.arm_config(arm, 0, "v.npz", rp.BUDGETS["standard"], "out")  # noqa: E731
+    a, b = cfg("margin-dw-b80"), cfg("margin-semi_hard-b80")
+    assert a["loss"]["sampler"] == "distance_weighted" and b["loss"]["sampler"] == "semi_hard"
+    a["loss"].pop("sampler"), b["loss"].pop("sampler")
+    assert a == b
+    assert cfg("margin-dw-b40")["design"] == {"name": "m_per_class", "m": 5, "n": 8}
+    assert cfg("margin-dw-b80-fixed1.0")["loss"]["options"]["learn_beta0"] is False
+    assert rp.config_key(cfg("margin-dw-b80")) != rp.config_key(rp.arm_config("margin-dw-b80", 1, "v.npz",
+                                                                             rp.BUDGETS["standard"], "out"))
+
+
+@pytest.mark.parametrize("better, worse, at_least, outcome", [
+    ([0.60, 0.62, 0.61], [0.50, 0.52, 0.51], False, "holds"),
+    ([0.50, 0.52, 0.51], [0.60, 0.62, 0.61], False, "reversed"),
+    ([0.50, 0.60, 0.55], [0.52, 0.58, 0.50], False, "unresolved"),
+    ([0.50, 0.60, 0.55], [0.52, 0.58, 0.50], True, "holds (not worse)"),
+    ([0.6], [0.5], False, "too few seeds"),
+    ([], [0.5, 0.4], False, "missing"),
+])
+def test_check_outcome_follows_the_two_standard_error_rule(better, worse, at_least, outcome):
+    diff, se, got = rp.check_outcome(better, worse, at_least)
+    assert got == outcome
+    if se is not None:
+        # by hand: SE = sqrt(s_b²/n_b + s_w²/n_w) with the sample std
+        expected = np.sqrt(np.var(better, ddof=1) / len(better) + np.var(worse, ddof=1) / len(worse))
+        assert se == pytest.approx(expected)
+        assert diff == pytest.approx(np.mean(better) - np.mean(worse))
+
+
+def test_claim_verdicts():
+    assert rp.claim_verdict(["holds", "holds (not worse)"]) == "reproduced"
+    assert rp.claim_verdict(["holds", "unresolved"]) == "partly reproduced"
+    assert rp.claim_verdict(["reversed", "unresolved"]) == "not reproduced"
+    assert rp.claim_verdict(["holds", "missing"]).startswith("no verdict")
+
+
+def test_view_keeps_a_fixed_sample_of_test_classes(kanji_dir, tmp_path):
+    path = rp.make_view(kanji_dir, str(tmp_path), train_classes=4, test_classes=3)
+    with np.load(path) as view:
+        labels, test = view["labels"], view["test"]
+        assert len(np.unique(labels[test])) == 3 and len(np.unique(labels[~test])) == 4
+        assert set(labels[test]) <= set(range(0x4E00 + 24, 0x4E00 + 30))
+    again = rp.make_view(kanji_dir, str(tmp_path / "other"), train_classes=4, test_classes=3)
+    with np.load(again) as other:
+        np.testing.assert_array_equal(other["labels"], labels)
+
+
+def test_an_arm_runs_through_train_py_and_is_not_run_twice(kanji_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["--claim", "wu_beta", "--seeds", "0", "--data", kanji_dir, "--out", str(out),
+            "--steps", "2", "--train-classes", "20", "--test-classes", "4"]
+    # one arm of the claim only: the others are left missing, and the report says so
+    only = {"margin-dw-b80"}
+    original = rp.claim_arms
+    rp.claim_arms = lambda claim: [a for a in original(claim) if a in only]
+    try:
+        assert rp.main(argv) == 0
+        result_path = out / "arms" / "margin-dw-b80" / "seed-0.json"
+        result = json.loads(result_path.read_text())
+        assert 0.0 <= result["metrics"]["recall@1"] <= 1.0 and len(result["history"]) >= 1
+        assert result["config"]["training"]["steps_per_epoch"] * result["config"]["training"]["epochs"] == 2
+        stamp = result_path.stat().st_mtime_ns
+        capsys.readouterr()
+        assert rp.main(argv) == 0  # a rerun trains nothing
+        assert result_path.stat().st_mtime_ns == stamp
+        assert "margin-dw-b80 seed 0" not in capsys.readouterr().out
+        report = (out / "report.md").read_text()
+        assert "no verdict" in report and "margin-dw-b80" in report
+        with pytest.raises(SystemExit, match="trained with another config"):
+            rp.main(argv[:-4] + ["--train-classes", "18", "--test-classes", "4"])
+    finally:
+        rp.claim_arms = original

@@ -114,3 +114,44 @@ def test_an_arm_runs_through_train_py_and_is_not_run_twice(kanji_dir, tmp_path, 
             rp.main(argv[:-4] + ["--train-classes", "18", "--test-classes", "4"])
     finally:
         rp.claim_arms = original
+
+
+def _fake_results(out, arm, finals, curve_scale=1.0):
+    """Seed results of an arm: final MAP@R / R@1 = ``finals[s]``, a 4-point curve."""
+    folder = out / "arms" / arm
+    folder.mkdir(parents=True, exist_ok=True)
+    for seed, value in enumerate(finals):
+        history = [{"epoch": e, "test_map@r": value * curve_scale * (e + 1) / 4,
+                    "test_recall@1": value * curve_scale * (e + 1) / 4} for e in range(4)]
+        (folder / f"seed-{seed}.json").write_text(json.dumps({
+            "arm": arm, "seed": seed, "metrics": {"map@r": value, "recall@1": value, "nmi": 0.5},
+            "history": history, "config": {"training": {"steps_per_epoch": 10}}}))
+
+
+def test_report_gives_the_verdict_of_the_checks_and_draws_the_curves(tmp_path):
+    out = tmp_path / "out"
+    _fake_results(out, "margin-dw-b80", [0.60, 0.61, 0.62])
+    for beta, shift in ((0.8, 0.2), (1.0, 0.1), (1.2, 0.0), (1.4, 0.05)):
+        _fake_results(out, f"margin-dw-b80-fixed{beta}", [0.60 - shift, 0.62 - shift, 0.61 - shift])
+    text = rp.report("wu_beta", str(out))
+    # fixed 1.2 equals the learned arm: "at least as well" holds, the others are significantly worse
+    assert "+0.0 ± 0.8 holds (not worse)" in text and "+20.0 ± 0.8 holds" in text
+    assert "**Verdict (map@r): reproduced.**" in text
+    assert (out / "wu_beta-curves.png").stat().st_size > 0
+    # a fixed β0 significantly better than the learned one: that check is reversed
+    _fake_results(out, "margin-dw-b80-fixed1.2", [0.70, 0.71, 0.72])
+    assert "**Verdict (map@r): partly reproduced.**" in rp.report("wu_beta", str(out))
+
+
+def test_early_checks_read_the_curve_at_a_fraction_of_the_budget(tmp_path):
+    out = tmp_path / "out"
+    # margin + DW ends lower but is ahead after a quarter of the steps (curve scaled ×3)
+    _fake_results(out, "margin-dw-b80", [0.20, 0.21, 0.22], curve_scale=3.0)
+    _fake_results(out, "triplet-semi_hard-b80", [0.40, 0.41, 0.42])
+    _fake_results(out, "contrastive-random-b80", [0.30, 0.31, 0.32], curve_scale=0.5)
+    result = rp.load_results(str(out), "margin-dw-b80")[0]
+    assert rp._metric(result, "map@r", at=0.25) == pytest.approx(0.20 * 3 / 4)
+    assert rp._metric(result, "map@r") == 0.20
+    text = rp.report("wu_sampling", str(out))
+    early = text.split("Convergence")[1]
+    assert "holds" in early.split("\n")[4] and "**Verdict (map@r, early): reproduced.**" in early

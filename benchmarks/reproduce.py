@@ -65,6 +65,8 @@ BUDGETS = {
 }
 
 
+#: An arm's key that is not config: how its view of the data differs (imbalance).
+VIEW_KEY = "_view"
 #: The figures of the raw-pixel floor.
 FLOOR_METRICS = ("recall@1", "precision@5", "map@r", "nmi")
 
@@ -119,24 +121,34 @@ def _wu_arms():
 
 
 def _hong_arms():
-    """Hong et al. §6.1: balanced contrastive (λ = 256), group designs with m·n = 64
-    (2,016 unordered pairs per batch) and p-random designs. Hong give p-random
-    the same 2,016 pairs (4,032 images per batch, 63× the images of a group
-    batch); at our budget p-random gets 256 pairs (512 images), so its batches
-    hold 8× fewer pairs than the group ones: compare p-random with and without
-    IS, not p-random with group."""
+    """Hong et al. §6: balanced contrastive (λ = 256, lr ×0.9 every 100 steps),
+    with (IS) and without (no IS) importance weights.
+
+    §6.1 designs: (m, n)-group with m·n = 64 (2,016 unordered pairs per batch)
+    and p-random. Hong give p-random the same 2,016 pairs (4,032 images per
+    batch, 63× the images of a group batch); at our budget p-random gets 64
+    pairs (128 images), so compare p-random with and without IS, not p-random
+    with group.
+
+    §6.4 imbalance (Fig. 3): (4, 16)-group on a training split where each class
+    keeps a fraction 1 − u_c of its images, u_c uniform on [0, γ] (at least 4
+    kept, so that every class stays in the design)."""
     arms = {}
     loss = _loss("balanced_contrastive", margin=1.0, lam=256.0)
     schedule = {"optimizer": {"schedule": "exponential_decay", "decay_rate": 0.9, "decay_steps": 100}}
     for importance in (True, False):
         tag = "is" if importance else "nois"
         options = {"loss": {"options": {"importance": importance}}}
-        for m, n in ((2, 32), (8, 8), (32, 2)):
+        for m, n in ((2, 32), (4, 16), (8, 8), (32, 2)):
             arms[f"balanced-group{m}x{n}-{tag}"] = _merge(
                 {"design": {"name": "group", "m": m, "n": n}}, loss, options, schedule)
         for p in (0.9, 0.1):
             arms[f"balanced-prandom{p}-{tag}"] = _merge(
-                {"design": {"name": "p_random", "p": p, "pairs": 256}}, loss, options, schedule)
+                {"design": {"name": "p_random", "p": p, "pairs": 64}}, loss, options, schedule)
+        for gamma in (0.5, 0.9):
+            arms[f"balanced-group4x16-imbalance{gamma}-{tag}"] = _merge(
+                {"design": {"name": "group", "m": 4, "n": 16}}, loss, options, schedule,
+                {VIEW_KEY: {"imbalance": gamma}})
     return arms
 
 
@@ -237,13 +249,24 @@ CLAIMS = {
                   "design no longer matters, and IS is never worse",
         "metric": "recall@1",
         "paper": {"balanced-group2x32-nois": 51.55, "balanced-group2x32-is": 52.48,
+                  "balanced-group4x16-nois": 49.75, "balanced-group4x16-is": 53.02,
                   "balanced-group8x8-nois": 46.00, "balanced-group8x8-is": 53.31,
                   "balanced-group32x2-nois": 31.65, "balanced-group32x2-is": 46.12,
                   "balanced-prandom0.9-nois": 18.32, "balanced-prandom0.9-is": 52.75,
                   "balanced-prandom0.1-nois": 46.32, "balanced-prandom0.1-is": 52.99},
         "checks": [(f"balanced-{d}-is", f"balanced-{d}-nois", "IS helps")
-                   for d in ("group32x2", "group8x8", "prandom0.9")],
-        "spread": ("-is", "-nois"),  # range of R@1 over the designs, with vs without IS
+                   for d in ("group32x2", "group8x8", "group4x16", "prandom0.9")]
+                  + [("balanced-group2x32-nois", "balanced-group32x2-nois", "swing without IS")],
+        "spread": ("-is", "-nois"),  # range over the group designs, with vs without IS
+        "curves": ["balanced-group4x16-is", "balanced-group4x16-nois"],  # Fig. 2
+    },
+    "hong_imbalance": {
+        "source": "Hong et al., Fig. 3 (CUB200, balanced contrastive, (4,16)-group, R@1 vs γ)",
+        "claims": "importance sampling helps under class imbalance, for every γ",
+        "metric": "recall@1",
+        "paper": {},
+        "checks": [(f"balanced-group4x16{g}-is", f"balanced-group4x16{g}-nois", "IS helps")
+                   for g in ("", "-imbalance0.5", "-imbalance0.9")],
     },
     "lu_topk": {
         "source": "Lu et al. 2019, Table 1 (CUB200, P@5 %)",
@@ -284,9 +307,15 @@ def _class_order(codepoints):
     return sorted(codepoints, key=lambda c: hashlib.sha256(kanji_fonts.class_name(c).encode()).digest())
 
 
-def make_view(data_dir, out, train_classes, test_classes):
-    """The budget's view of the set as an .npz for the ``npz`` source (written once)."""
-    name = f"view-train{train_classes or 'all'}-test{test_classes}.npz"
+def make_view(data_dir, out, train_classes, test_classes, imbalance=0.0):
+    """The budget's view of the set as an .npz for the ``npz`` source (written once).
+
+    ``imbalance`` γ > 0 (Hong et al. §6.4): each training class c keeps its
+    first max(4, ceil(N_c (1 − u_c))) images, u_c uniform on [0, γ], drawn
+    from a generator seeded by the class's code point (the same for every
+    arm and seed)."""
+    name = f"view-train{train_classes or 'all'}-test{test_classes}"
+    name += f"-imbalance{imbalance}.npz" if imbalance else ".npz"
     path = os.path.join(out, name)
     if os.path.exists(path):
         return path
@@ -297,11 +326,22 @@ def make_view(data_dir, out, train_classes, test_classes):
     if train_classes:
         keep_train = _class_order(keep_train)[:train_classes]
     keep = np.isin(codes, keep_train + keep_test)
+    if imbalance:
+        for code in keep_train:
+            members = np.flatnonzero(codes == code)
+            u = np.random.default_rng(int(code)).uniform(0.0, imbalance)
+            keep[members[max(4, math.ceil(len(members) * (1.0 - u))):]] = False
     os.makedirs(out, exist_ok=True)
     tmp = path + ".tmp.npz"
     np.savez(tmp, images=data["images"][keep], labels=codes[keep], test=test[keep])
     os.replace(tmp, path)
     return path
+
+
+def view_of(arm, data_dir, out, budget):
+    """The view an arm trains and is scored on."""
+    return make_view(data_dir, out, budget["train_classes"], budget["test_classes"],
+                     **ARMS[arm].get(VIEW_KEY, {}))
 
 
 def raw_pixel_floor(view, out):
@@ -346,7 +386,7 @@ def arm_config(arm, seed, view, budget, run_dir):
         "evaluation": {"metrics": ["recall", "precision@5", "map@r", "nmi"], "ks": [1], "every_n_epochs": 1,
                        "batch_size": 1024},
     }
-    return _merge(base, ARMS[arm])
+    return _merge(base, {k: v for k, v in ARMS[arm].items() if k != VIEW_KEY})
 
 
 def config_key(config):
@@ -375,10 +415,11 @@ def _read_history(run_dir):
         return [{k: float(v) if v not in ("", None) else None for k, v in row.items()} for row in csv.DictReader(f)]
 
 
-def run_arm(arm, seed, out, view, budget, quiet=True):
+def run_arm(arm, seed, out, data_dir, budget, quiet=True):
     """Train one (arm, seed) with train.py unless its result exists; return the result."""
     import yaml
 
+    view = view_of(arm, data_dir, out, budget)
     arm_dir = os.path.join(out, "arms", arm)
     result_path = os.path.join(arm_dir, f"seed-{seed}.json")
     run_dir = os.path.join(arm_dir, f"seed-{seed}")
@@ -544,10 +585,10 @@ def report(claim, out):
     if "spread" in spec:
         for suffix in spec["spread"]:
             means = [summarise([_metric(r, verdict_metric) for r in load_results(out, a)])[0]
-                     for a in claim_arms(claim) if a.endswith(suffix)]
+                     for a in claim_arms(claim) if a.endswith(suffix) and "group" in a]
             means = [m for m in means if m is not None]
             if means:
-                lines.append(f"| range of {verdict_metric} over the designs, arms *{suffix} | | "
+                lines.append(f"| range of {verdict_metric} over the group designs, arms *{suffix} | | "
                              f"{100 * (max(means) - min(means)):.1f} |" + " |" * (len(metrics) - 1))
     verdicts = {m: claim_verdict(o) for m, o in outcomes.items()}
     lines += ["", f"**Verdict ({verdict_metric}): {verdicts[verdict_metric]}.**"
@@ -646,10 +687,10 @@ def main(argv=None):
         for seed in args.seeds:  # every arm of seed 0 first: a verdict needs all arms
             for arm in arms:
                 if os.path.exists(os.path.join(out, "arms", arm, f"seed-{seed}.json")):
-                    run_arm(arm, seed, out, view, budget)  # checks the stored config
+                    run_arm(arm, seed, out, data_dir, budget)  # checks the stored config
                     continue
                 print(f"[{datetime.datetime.now():%H:%M:%S}] {arm} seed {seed}", flush=True)
-                result = run_arm(arm, seed, out, view, budget, quiet=not args.verbose)
+                result = run_arm(arm, seed, out, data_dir, budget, quiet=not args.verbose)
                 print(f"    R@1 {result['metrics'].get('recall@1', float('nan')):.4f} in {result['seconds']:.0f} s",
                       flush=True)
     text = "\n".join(report(c, out) for c in args.claim)

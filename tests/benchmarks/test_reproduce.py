@@ -89,6 +89,20 @@ def test_view_keeps_a_fixed_sample_of_test_classes(kanji_dir, tmp_path):
         np.testing.assert_array_equal(other["labels"], labels)
 
 
+def test_imbalanced_view_subsamples_training_classes_only(kanji_dir, tmp_path):
+    plain = rp.make_view(kanji_dir, str(tmp_path), train_classes=None, test_classes=6)
+    skewed = rp.make_view(kanji_dir, str(tmp_path), train_classes=None, test_classes=6, imbalance=0.9)
+    assert plain != skewed
+    with np.load(plain) as a, np.load(skewed) as b:
+        sizes = lambda v, t: np.unique(v["labels"][v["test"] == t], return_counts=True)[1]  # noqa: E731
+        np.testing.assert_array_equal(sizes(a, True), sizes(b, True))  # the test split is untouched
+        kept = sizes(b, False)
+        assert kept.min() >= 4 and kept.sum() < sizes(a, False).sum() and len(set(kept)) > 1
+    arm = "balanced-group4x16-imbalance0.9-is"
+    assert rp.view_of(arm, kanji_dir, str(tmp_path), {"train_classes": None, "test_classes": 6}) == skewed
+    assert rp.VIEW_KEY not in rp.arm_config(arm, 0, skewed, rp.BUDGETS["quick"], "out")
+
+
 def test_an_arm_runs_through_train_py_and_is_not_run_twice(kanji_dir, tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["--claim", "wu_beta", "--seeds", "0", "--data", kanji_dir, "--out", str(out),

@@ -180,9 +180,9 @@ def build_strategy(cfg):
             "CPU" in d.upper() for d in devices
         ):
             raise ExperimentError(
-                "training.jit_compile=true with strategy=mirrored on split CPU devices is not "
-                "supported (XLA cannot place the mirrored variables of the other logical "
-                "devices); set training.jit_compile=false or use GPUs."
+                f"training.jit_compile={cfg['training']['jit_compile']!r} with strategy=mirrored on "
+                "split CPU devices is not supported (XLA cannot place the mirrored variables of the "
+                "other logical devices); set training.jit_compile=false or use GPUs."
             )
         return strategy
     if "TF_CONFIG" not in os.environ:
@@ -192,7 +192,8 @@ def build_strategy(cfg):
         )
     if cfg["training"]["jit_compile"]:
         raise ExperimentError(
-            "training.jit_compile=true is not supported with strategy=multi_worker; set it to false."
+            f"training.jit_compile={cfg['training']['jit_compile']!r} is not supported with "
+            "strategy=multi_worker; set it to false."
         )
     return tf.distribute.MultiWorkerMirroredStrategy()
 

@@ -118,6 +118,12 @@ def _dsn():
     return dsn
 
 
+def _jit_compile_choices():
+    from tfdml import models
+
+    return models.JIT_COMPILE_CHOICES
+
+
 def _distance_names():
     from tfdml.metrics import knn
 
@@ -200,7 +206,10 @@ SCHEMA = {
     "training": {
         "epochs": _Field(int, 4),
         "steps_per_epoch": _Field(int, 60),
-        "jit_compile": _Field(bool, False),
+        "jit_compile": _Field((bool, str), False, _jit_compile_choices,
+                              doc="XLA: true compiles the whole train step (encoder included), "
+                                  "'loss' only the loss and its sampler (the encoder keeps "
+                                  "TensorFlow's kernels), false nothing"),
         "early_stopping_patience": _Field((int, type(None)), None, check=_at_least(1),
                                           doc="stop after this many evaluations without a better best "
                                               "checkpoint (needs data.validation; None: never stop early)"),
@@ -302,6 +311,13 @@ def _check_combinations(cfg):
         raise ConfigError(
             f"loss.sampler = 'learned' (the DSN of Duan et al.) runs on one replica; strategy = "
             f"{cfg['strategy']!r} is not supported with it: use strategy 'default'."
+        )
+    from tfdml import models
+
+    if sampler == "learned" and cfg["training"]["jit_compile"] == models.LOSS_ONLY:
+        raise ConfigError(
+            f"training.jit_compile = {cfg['training']['jit_compile']!r} compiles a loss and its in-graph "
+            "sampler; the learned sampler's step is one piece: use true (all of it) or false."
         )
     if design in ("m_per_class", "group") and cfg["design"]["m"] < 2:
         raise ConfigError(f"design.m = {cfg['design']['m']} leaves no positive pairs; use m >= 2.")

@@ -27,10 +27,16 @@ and adds what plain ``keras.Model.fit`` lacks for metric learning:
   embeddings through the all-gather is summed over replicas, and the
   optimizer sums replica gradients, so the applied gradient equals the
   single-device gradient of the same global batch.
+* ``compile(jit_compile="loss")`` compiles the loss and its sampler with XLA
+  and leaves the encoder to TensorFlow's own kernels (``jit_compile=True``
+  compiles the whole train step, encoder included; ``False`` nothing). On a
+  CPU, XLA's convolutions are slower than oneDNN's while its fused
+  elementwise code is faster for the [B, B] work of mining and pair terms.
 """
 
 import keras
 import tensorflow as tf
+from tensorflow.python.eager import record as _tf_record
 
 from tfdml.losses import base as loss_base
 
@@ -207,6 +213,75 @@ def nan_unless_finite(loss, bad_rows):
 #: Name of the metric that counts non-finite embedding rows in a training epoch.
 NONFINITE_METRIC = "nonfinite_embeddings"
 
+#: ``jit_compile`` value of :meth:`EmbeddingModel.compile` that compiles the
+#: loss and its sampler only (the encoder keeps TensorFlow's kernels).
+LOSS_ONLY = "loss"
+#: What ``EmbeddingModel.compile(jit_compile=...)`` and the config's
+#: ``training.jit_compile`` accept: nothing compiled, the whole train step,
+#: or the loss and its sampler only.
+JIT_COMPILE_CHOICES = (False, True, LOSS_ONLY)
+
+
+class CompiledLoss:
+    """A loss and its gradient as one XLA computation, inside a train step that is
+    not compiled (``EmbeddingModel.compile(jit_compile="loss")``).
+
+    Compiling the loss alone as a ``tf.function(jit_compile=True)`` and letting
+    the train step's tape differentiate through it does not work: TensorFlow
+    then splits the function into a forward and a backward function, and the
+    forward one hands the intermediates of a ``tf.cond`` or ``tf.while_loop``
+    (the distance refinement, the semi-hard sort path) to the backward one as
+    optionals and tensor lists, which XLA cannot compile. So the compiled
+    function computes the value *and* its gradients with respect to the
+    embeddings and the loss's trainable variables (``parameter_layers``), and
+    the train step sees the surrogate
+
+        value + Σ_t ⟨stop_gradient(∂value/∂t), t − stop_gradient(t)⟩
+
+    which equals ``value`` and whose gradient with respect to every t is the
+    compiled gradient. The loss must keep its trainable state in
+    ``parameter_layers`` (as every tfdml loss does); a loss with no trainable
+    state needs nothing.
+    """
+
+    def __init__(self, loss, variables):
+        self.loss = loss
+        self.variables = variables
+        self._value_and_gradients = tf.function(self._value_and_gradients_fn, jit_compile=True,
+                                                reduce_retracing=True)
+        self._value = tf.function(lambda y, y_pred: self.loss(y, y_pred), jit_compile=True,
+                                  reduce_retracing=True)
+
+    def _value_and_gradients_fn(self, y, y_pred):
+        variables = self.variables()
+        with tf.GradientTape() as tape:
+            tape.watch(y_pred)
+            value = self.loss(y, y_pred)
+        sources = [y_pred] + variables
+        grads = tape.gradient(value, sources)
+        return value, [tf.zeros_like(s) if g is None else tf.convert_to_tensor(g)  # β_class:
+                       for s, g in zip(sources, grads)]                          # IndexedSlices
+
+    def __call__(self, y, y_pred, training=True):
+        if not training:
+            return self._value(y, y_pred)
+        variables = self.variables()
+        # Hidden from the train step's tape: a recorded call would be split into a
+        # forward and a backward function, which is what XLA cannot compile (see
+        # above). TensorFlow's own GradientTape.stop_recording does this for one
+        # tape; here the tape is Keras', so the module function behind it is used
+        # (private API; guarded by tests/tfdml/test_models.py::test_private_keras_api_we_rely_on).
+        # Traced first, outside: traced while recording is stopped, its own tape would record nothing.
+        compiled = self._value_and_gradients.get_concrete_function(y, y_pred)
+        with _tf_record.stop_recording():
+            value, grads = compiled(y, y_pred)
+        surrogate = value
+        for tensor, grad in zip([y_pred] + variables, grads):
+            tensor = tf.convert_to_tensor(tensor)
+            link = tf.reduce_sum(tf.stop_gradient(grad) * (tensor - tf.stop_gradient(tensor)))
+            surrogate = surrogate + tf.cast(link, value.dtype)
+        return surrogate
+
 
 @keras.saving.register_keras_serializable(package="tfdml")
 class EmbeddingModel(keras.Model):
@@ -235,6 +310,8 @@ class EmbeddingModel(keras.Model):
         self.encoder = encoder
         self.gather_replicas = gather_replicas
         self._metric_loss = None
+        self._loss_call = None
+        self.jit_compile_loss = False
         self.loss_parameters = []
         self.nonfinite_tracker = keras.metrics.Sum(name=NONFINITE_METRIC, dtype="int32")
 
@@ -243,9 +320,21 @@ class EmbeddingModel(keras.Model):
 
     def compile(self, optimizer="adam", loss=None, **kwargs):
         """Like ``keras.Model.compile``; ``loss`` is a tfdml loss (or any
-        ``loss(y_true, y_pred)`` callable) that receives ``y`` unchanged."""
+        ``loss(y_true, y_pred)`` callable) that receives ``y`` unchanged.
+        ``jit_compile`` also takes ``"loss"`` (:data:`LOSS_ONLY`): the loss and
+        its sampler run as one XLA computation inside an otherwise uncompiled
+        train step."""
         if loss is None:
             raise ValueError("EmbeddingModel.compile needs a loss, e.g. tfdml.losses.MarginLoss().")
+        jit_compile = kwargs.get("jit_compile", "auto")
+        if isinstance(jit_compile, str) and jit_compile not in ("auto", LOSS_ONLY):
+            raise ValueError(
+                f"jit_compile={jit_compile!r}: use True (the whole train step), False, 'auto' "
+                f"or {LOSS_ONLY!r} (the loss and its sampler only)."
+            )
+        self.jit_compile_loss = jit_compile == LOSS_ONLY
+        if self.jit_compile_loss:
+            kwargs["jit_compile"] = False
         layers = list(getattr(loss, "parameter_layers", []) or [])
         # Track the loss's state layers (learned margins, sampler seeds) before
         # compile so the optimizer and checkpoints see them. A model loaded
@@ -260,10 +349,20 @@ class EmbeddingModel(keras.Model):
             self._tracker.lock()
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
         self._metric_loss = loss
+        self._loss_call = loss
+        if self.jit_compile_loss:
+            self._loss_call = CompiledLoss(loss, lambda: [
+                v for layer in self.loss_parameters for v in layer.trainable_variables])
         # The structure check of Keras' compile-loss rejects a dict of target
         # columns for a single output; compute_loss calls the loss directly.
         # (Private attribute, no public switch; guarded by the same test.)
         self._compile_loss = None
+
+    def get_compile_config(self):
+        config = super().get_compile_config()
+        if self.jit_compile_loss and config:
+            config["jit_compile"] = LOSS_ONLY  # Keras recorded the False passed on to it
+        return config
 
     def compile_from_config(self, config):
         """Re-compile from a saved compile config (``.keras`` loading), which
@@ -288,7 +387,9 @@ class EmbeddingModel(keras.Model):
             y, y_pred, replicas = gather_across_replicas(y, y_pred)
             if replicas > 1:  # every replica's loss must see every replica's rows
                 bad_rows = nonfinite_rows(y_pred)
-        if sample_weight is None:
+        if sample_weight is None and self.jit_compile_loss:
+            value = self._loss_call(y, y_pred, training=training)
+        elif sample_weight is None:
             value = self._metric_loss(y, y_pred)
         elif isinstance(self._metric_loss, keras.losses.Loss) and replicas == 1:
             # A Keras loss applies its own rule (a tfdml loss refuses, naming the fix).

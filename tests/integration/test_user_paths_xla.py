@@ -156,13 +156,22 @@ def test_cases_cover_every_loss_and_sampler():
         assert sampler is None or loss.sampler == samplers.get(sampler)
 
 
-@pytest.mark.parametrize("name,sampler", CASES)
-def test_jit_fit_on_user_pipeline_with_unknown_batch_size(split, name, sampler):
+# jit_compile="loss" (the loss and its sampler compiled, with their gradient, inside an
+# uncompiled step): every case with TFDML_SLOW=1, by default the ones whose compiled part
+# holds a tf.cond / while loop or learned state (margin's β, semi-hard's sort path).
+LOSS_ONLY_BY_DEFAULT = {("margin", "distance_weighted"), ("contrastive", "semi_hard"), ("balanced_contrastive", None)}
+USER_PIPELINE_CASES = [(name, sampler, True) for name, sampler in CASES] + [
+    pytest.param(name, sampler, "loss", marks=() if (name, sampler) in LOSS_ONLY_BY_DEFAULT else pytest.mark.slow)
+    for name, sampler in CASES]
+
+
+@pytest.mark.parametrize("name,sampler,jit_compile", USER_PIPELINE_CASES)
+def test_jit_fit_on_user_pipeline_with_unknown_batch_size(split, name, sampler, jit_compile):
     ds = user_pipeline(split, name)
     assert tf.nest.flatten(ds.element_spec)[0].shape[0] is None  # what Keras traces with
     model = mlp_model()
     model.build((None,) + SHAPE)
-    fit(model, ds, make_loss(name, sampler), steps=2)  # a batch of 16, then the partial 8
+    fit(model, ds, make_loss(name, sampler), steps=2, jit_compile=jit_compile)  # a batch of 16, then 8
 
 
 # Hong et al.'s losses on their own designs (p-random pairs, (m, n)-groups); m-per-class otherwise.

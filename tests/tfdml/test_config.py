@@ -66,6 +66,17 @@ def test_impossible_combinations():
                                   "options": {"distance": "cosine"}}})
 
 
+def test_jit_compile_takes_the_models_choices():
+    from tfdml import models
+
+    for value in models.JIT_COMPILE_CHOICES:
+        assert config.validate({"training": {"jit_compile": value}})["training"]["jit_compile"] == value
+    with pytest.raises(config.ConfigError, match=r"training.jit_compile = 'losses'.*did you mean 'loss'"):
+        config.validate({"training": {"jit_compile": "losses"}})
+    with pytest.raises(config.ConfigError, match=r"training.jit_compile = 'loss'.*learned sampler.*true"):
+        config.validate({"loss": {"name": "triplet", "sampler": "learned"}, "training": {"jit_compile": "loss"}})
+
+
 def test_overrides_are_parsed_as_yaml():
     cfg = config.load(None, ["training.epochs=2", "loss.options={alpha: 0.3}", "output_dir=/tmp/x"])
     assert cfg["training"]["epochs"] == 2

@@ -173,7 +173,7 @@ def test_sample_weight_is_refused_not_dropped(how):
 
 
 def test_private_keras_api_we_rely_on():
-    """Issue 12: the three private Keras attributes tfdml still uses, each with no public
+    """Issue 12: the three private Keras attributes (and one TensorFlow function) tfdml still uses, each with no public
     equivalent (see the comments at their use). If Keras changes one, this names it."""
     model = _model()
     tracker = getattr(model, "_tracker", None)
@@ -190,6 +190,20 @@ def test_private_keras_api_we_rely_on():
     assert isinstance(tracker, keras.metrics.Mean) and tracker in plain.metrics, (
         "keras.Model._loss_tracker changed: DSNEmbeddingModel.train_step updates it to report "
         "'loss' (tfdml/dsn/model.py).")
+    # TensorFlow: the module function behind GradientTape.stop_recording, used by
+    # models.CompiledLoss (jit_compile="loss") to hide the compiled call from Keras' tape.
+    from tensorflow.python.eager import record
+
+    x = tf.constant(2.0)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        with record.stop_recording():
+            hidden = x * x
+        seen = x * x
+    assert tape.gradient(hidden, x) is None and float(tape.gradient(seen, x)) == 4.0, (
+        "tensorflow.python.eager.record.stop_recording changed: models.CompiledLoss uses it so "
+        "that the train step's tape does not split the compiled loss into forward and backward "
+        "functions (tfdml/models.py).")
 
 
 def test_additional_losses_are_added_as_keras_adds_them():
@@ -205,3 +219,43 @@ def test_additional_losses_are_added_as_keras_adds_them():
     alone = float(losses.TripletLoss(sampler="hard")(y, y_pred))
     reference = alone + sum(float(np.sum(v)) for v in model.losses)
     assert model.losses and with_reg == pytest.approx(reference, rel=1e-6) and with_reg > alone
+
+
+def _fit_margin(jit_compile, x, y, steps=3):
+    keras.utils.set_random_seed(3)
+    encoder = models.build_encoder(models.small_cnn((8, 8, 1), width=4), embedding_dim=8)
+    model = models.EmbeddingModel(encoder)
+    loss = losses.MarginLoss(num_classes=4, seed=5)
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss=loss, jit_compile=jit_compile)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
+    history = model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
+    return model, history.history["loss"][0]
+
+
+def test_jit_compile_loss_compiles_the_loss_only_and_trains_as_graph_mode(tmp_path):
+    """jit_compile="loss" (issue 13): the loss and its sampler are one XLA computation,
+    the train step itself is not compiled, and training follows graph mode."""
+    x, y = _data()
+    graph, graph_loss = _fit_margin(False, x, y)
+    loss_only, loss_only_loss = _fit_margin("loss", x, y)
+    assert loss_only.jit_compile is False and loss_only.jit_compile_loss is True
+    # The compiled piece is the loss: XLA gives its HLO.
+    embeddings = loss_only(x[:16], training=False)
+    hlo = loss_only._loss_call._value_and_gradients.experimental_get_compiler_ir(y, embeddings)(stage="hlo")
+    assert "HloModule" in hlo
+    # Same sampler stream, same steps: same loss and weights as graph mode (float tolerance:
+    # XLA may fuse the arithmetic in another order).
+    np.testing.assert_allclose(loss_only_loss, graph_loss, rtol=1e-4)
+    for a, b in zip(loss_only.trainable_variables, graph.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-3, atol=1e-5)
+    # Saved and reloaded, the model keeps the setting.
+    path = str(tmp_path / "m.keras")
+    loss_only.save(path)
+    again = keras.saving.load_model(path)
+    assert again.jit_compile_loss is True and again.get_compile_config()["jit_compile"] == "loss"
+
+
+def test_jit_compile_refuses_other_strings():
+    model = models.EmbeddingModel(models.build_encoder(models.small_cnn((8, 8, 1), width=4), embedding_dim=8))
+    with pytest.raises(ValueError, match=r"jit_compile='losses': use True .*'loss'"):
+        model.compile(loss=losses.TripletLoss(), jit_compile="losses")

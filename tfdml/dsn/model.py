@@ -148,6 +148,11 @@ class DSNEmbeddingModel(models.EmbeddingModel):
                 f"DSNEmbeddingModel with a {self.sampler.kind} sampler network needs "
                 f"loss=tfdml.losses.{expected.__name__}(...), got {type(loss).__name__}."
             )
+        if kwargs.get("jit_compile") == models.LOSS_ONLY:
+            raise ValueError(
+                f"DSNEmbeddingModel takes jit_compile True (the whole step, sampler network "
+                f"included) or False, not {models.LOSS_ONLY!r}: its loss and sampler are one step."
+            )
         strategy = tf.distribute.get_strategy()
         if strategy.num_replicas_in_sync > 1:
             raise ValueError(

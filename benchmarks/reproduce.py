@@ -23,7 +23,9 @@ test classes (chosen by the sha256 of their code points, so the same for
 every arm and seed). ``--budget quick`` shrinks classes, steps and the test
 sample for a check of the machinery; ``--steps`` / ``--train-classes`` /
 ``--test-classes`` override one figure. Results of different budgets live in
-different folders (``<out>`` defaults to ``runs/reproduce/<budget>``), and an
+different folders (``<out>`` defaults to ``benchmarks/reproduction/<budget>``,
+where the JSON results, ``report.md`` and the curves are committed, and the
+run folders and views are ignored by git), and an
 existing result whose config differs from the one asked for is refused,
 never mixed.
 
@@ -390,9 +392,14 @@ def arm_config(arm, seed, view, budget, run_dir):
 
 
 def config_key(config):
-    """What must match for a stored result to count (the output folder may move)."""
+    """What must match for a stored result to count. The results folder may move
+    (another checkout, another machine): the output folder and the folder of the
+    view do not count, the view's name (budget, classes, imbalance) does."""
     config = copy.deepcopy(config)
     config.pop("output_dir", None)
+    options = config.get("data", {}).get("options", {})
+    if "path" in options:
+        options["path"] = os.path.basename(options["path"])
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -653,7 +660,8 @@ def build_parser():
     p.add_argument("--train-classes", type=int, help="training classes (overrides the budget)")
     p.add_argument("--test-classes", type=int, help="test classes evaluated (overrides the budget)")
     p.add_argument("--data", help="the kanji-fonts set (default: kanji_fonts.py's cache folder)")
-    p.add_argument("--out", help="results folder (default runs/reproduce/<budget>)")
+    p.add_argument("--out", help="results folder (default benchmarks/reproduction/<budget>: the JSON "
+                                 "results, reports and curves are committed; run folders and views are not)")
     p.add_argument("--report", action="store_true", help="only write the report of what is done")
     p.add_argument("--list", action="store_true", help="list the claims and their arms")
     p.add_argument("--verbose", action="store_true", help="show train.py's full output")
@@ -673,7 +681,7 @@ def main(argv=None):
         if getattr(args, key) is not None:
             budget[key] = getattr(args, key)
     custom = any(getattr(args, k) is not None for k in ("steps", "train_classes", "test_classes"))
-    out = os.path.abspath(args.out or os.path.join(ROOT, "runs", "reproduce", args.budget + ("-custom" if custom else "")))
+    out = os.path.abspath(args.out or os.path.join(HERE, "reproduction", args.budget + ("-custom" if custom else "")))
     data_dir = args.data or kanji_fonts.default_out(32)
     if not args.report:
         if not os.path.exists(os.path.join(data_dir, kanji_fonts.NPZ_NAME)):

@@ -51,6 +51,11 @@ def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
     assert cfg("margin-dw-b80-fixed1.0")["loss"]["options"]["learn_beta0"] is False
     assert rp.config_key(cfg("margin-dw-b80")) != rp.config_key(rp.arm_config("margin-dw-b80", 1, "v.npz",
                                                                              rp.BUDGETS["standard"], "out"))
+    # A results folder moved to another checkout keeps its results: folders do not count, names do.
+    moved = rp.arm_config("margin-dw-b80", 0, "/elsewhere/v.npz", rp.BUDGETS["standard"], "/elsewhere/out")
+    assert rp.config_key(moved) == rp.config_key(cfg("margin-dw-b80"))
+    other_view = rp.arm_config("margin-dw-b80", 0, "w.npz", rp.BUDGETS["standard"], "out")
+    assert rp.config_key(other_view) != rp.config_key(cfg("margin-dw-b80"))
 
 
 @pytest.mark.parametrize("better, worse, at_least, outcome", [

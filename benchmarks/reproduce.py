@@ -606,40 +606,64 @@ def report(claim, out):
         lines += [f"Convergence: the same comparison after {at:.0%} of the steps (test split, per-epoch "
                   "evaluation):", ""] + header + rows
         lines += ["", f"**Verdict ({verdict_metric}, early): {claim_verdict(early[verdict_metric])}.**", ""]
-    png = plot_curves(claim, out, spec.get("curves") or claim_arms(claim), verdict_metric)
+    done = [r for arm in claim_arms(claim) for r in load_results(out, arm)]
+    if done:
+        seconds = [r.get("seconds", 0.0) for r in done]
+        seeds = sorted({r["seed"] for r in done})
+        lines += [f"Cost: {len(done)} runs (arms × seeds {seeds}) took {sum(seconds) / 60:.0f} min on "
+                  f"this machine, {statistics.median(seconds) / 60:.1f} min per run (median; "
+                  f"load average at their starts {min(r.get('load_average_at_start', 0) for r in done):.1f}–"
+                  f"{max(r.get('load_average_at_start', 0) for r in done):.1f}).", ""]
+    png = plot_curves(claim, out, spec.get("curves", ()), verdict_metric)
     if png:
         lines += [f"Curves: `{os.path.basename(png)}`.", ""]
     return "\n".join(lines)
 
 
-def plot_curves(claim, out, arms, metric):
-    """Test-split ``metric`` after each evaluation, mean over seeds, one line per arm."""
+def plot_curves(claim, out, highlight, metric):
+    """Test-split ``metric`` after each evaluation for every arm of the claim:
+    mean over seeds, a band of ± one std where there are several; the arms in
+    ``highlight`` (the paper's figure) drawn thick; the raw-pixel floor dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     key = f"test_{metric}"
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 5))
     drawn = 0
-    for arm in arms:
-        curves = [r["history"] for r in load_results(out, arm) if r.get("history")]
-        if not curves:
+    for arm in claim_arms(claim):
+        results = [r for r in load_results(out, arm) if r.get("history")]
+        if not results:
             continue
-        steps_per_epoch = load_results(out, arm)[0]["config"]["training"]["steps_per_epoch"]
-        length = min(len(c) for c in curves)
-        ys = np.array([[row.get(key) or np.nan for row in c[:length]] for c in curves])
+        steps_per_epoch = results[0]["config"]["training"]["steps_per_epoch"]
+        length = min(len(r["history"]) for r in results)
+        ys = 100 * np.array([[row.get(key) if row.get(key) is not None else np.nan
+                              for row in r["history"][:length]] for r in results], dtype=float)
         xs = (np.arange(length) + 1) * steps_per_epoch
-        ax.plot(xs, 100 * np.nanmean(ys, axis=0), marker="o", label=f"{arm} (n={len(curves)})")
+        thick = arm in highlight
+        line, = ax.plot(xs, np.nanmean(ys, axis=0), marker="o" if thick else None,
+                        linewidth=2.2 if thick else 1.0, alpha=1.0 if thick else 0.75,
+                        label=f"{arm} (n={len(results)})")
+        if len(results) > 1:
+            std = np.nanstd(ys, axis=0, ddof=1)
+            ax.fill_between(xs, np.nanmean(ys, axis=0) - std, np.nanmean(ys, axis=0) + std,
+                            color=line.get_color(), alpha=0.15 if thick else 0.07, linewidth=0)
         drawn += 1
     if not drawn:
         plt.close(fig)
         return None
+    floor_path = os.path.join(out, "floor.json")
+    if os.path.exists(floor_path):
+        with open(floor_path) as f:
+            floor = json.load(f)["metrics"].get(metric)
+        if floor is not None:
+            ax.axhline(100 * floor, color="grey", linestyle="--", linewidth=1, label="raw pixels")
     ax.set_xlabel("training steps")
-    ax.set_ylabel(f"test {metric} (%)")
+    ax.set_ylabel(f"test {metric} (%), mean over seeds")
     ax.set_title(f"{claim}: {CLAIMS[claim]['source']}", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, ncol=2)
     path = os.path.join(out, f"{claim}-curves.png")
     fig.tight_layout()
     fig.savefig(path + ".tmp.png", dpi=110)

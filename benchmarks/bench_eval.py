@@ -2,6 +2,7 @@
 
     python benchmarks/bench_eval.py                       # 20k and 60k, all methods
     python benchmarks/bench_eval.py --sizes 20000 --methods tfdml faiss
+    python benchmarks/bench_eval.py --methods tfdml matmul faiss --repeat 4   # warm medians, ratios
 
 Random 128-d Gaussian embeddings, uniform random labels (20,000 examples in
 2,000 classes; 60,000 in 11,000 classes, the size of the SOP test split),
@@ -12,7 +13,10 @@ leave-one-out retrieval with euclidean distance. Methods:
 * ``sklearn`` — ``NearestNeighbors(algorithm="brute").kneighbors`` with
   k = 1001, then the metrics from the neighbour labels in NumPy;
 * ``faiss`` — ``faiss.IndexFlatL2`` search with k = 1001 (optional: skipped
-  when ``import faiss`` fails; ``pip install faiss-cpu``), same NumPy metrics.
+  when ``import faiss`` fails; ``pip install faiss-cpu``), same NumPy metrics;
+* ``matmul`` — the distance matrix alone, float32 BLAS by blocks of rows (the
+  floor goal 3 of issue 13 measures against): the last lines print each
+  method's time over it.
 
 Each (method, size) runs in a fresh Python process. Reported: wall time of
 the metric computation, *cold* (one call, TF tracing / XLA compilation
@@ -77,41 +81,84 @@ def _drop_self(idx, k):
     return idx[~is_self].reshape(n, idx.shape[1] - 1)[:, :k]
 
 
-def run_one(method, n, classes, dim, chunk_size):
-    """Run in the child process; returns the result dict."""
-    x, labels = _data(n, classes, dim)
+def _blocked_distance_matrix(x, chunk_size=None):
+    """The cost floor of goal 3 (issue 13): every squared distance, a float32
+    matmul by blocks of rows (the chunk tfdml uses, the last block padded so
+    that XLA compiles once), each block reduced to its row minimum so that
+    nothing is skipped. Returns the minima."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tfdml.metrics import knn
+
+    chunk = min(knn.chunk_size_for(x.shape[0], chunk_size), x.shape[0])
+    gallery = tf.constant(x)
+    norms = tf.reduce_sum(gallery * gallery, axis=1)
+
+    @tf.function(jit_compile=True)
+    def block_min(block, block_norms):
+        d = block_norms[:, None] + norms[None, :] - 2.0 * tf.matmul(block, gallery, transpose_b=True)
+        return tf.reduce_min(d, axis=1)
+
+    out = []
+    for start in range(0, x.shape[0], chunk):
+        block = x[start:start + chunk]
+        size = len(block)
+        if size < chunk:
+            block = np.concatenate([block, np.zeros((chunk - size, x.shape[1]), x.dtype)])
+        out.append(block_min(tf.constant(block), tf.reduce_sum(block * block, axis=1)).numpy()[:size])
+    return np.concatenate(out)
+
+
+def _compute(method, x, labels, dim, chunk_size):
     kmax = max(KS)
     if method == "tfdml":
         from tfdml.metrics import retrieval
 
-        before = _rss_mb()
-        t = time.perf_counter()
         res = retrieval.retrieval_metrics(x, labels, metrics=("recall", "map@r", "r_precision"),
                                           ks=KS, chunk_size=chunk_size)
-        wall = time.perf_counter() - t
         res.pop("num_excluded_queries")
-    elif method == "sklearn":
+        return res
+    if method == "matmul":
+        _blocked_distance_matrix(x, chunk_size)
+        return {}
+    if method == "sklearn":
         from sklearn.neighbors import NearestNeighbors
 
-        before = _rss_mb()
-        t = time.perf_counter()
         nn = NearestNeighbors(n_neighbors=kmax + 1, algorithm="brute").fit(x)
         idx = nn.kneighbors(x, return_distance=False)
-        res = _metrics_from_neighbours(_drop_self(idx, kmax), labels, KS)
-        wall = time.perf_counter() - t
-    elif method == "faiss":
+        return _metrics_from_neighbours(_drop_self(idx, kmax), labels, KS)
+    if method == "faiss":
         import faiss
 
-        before = _rss_mb()
-        t = time.perf_counter()
         index = faiss.IndexFlatL2(dim)
         index.add(x)
         _, idx = index.search(x, kmax + 1)
-        res = _metrics_from_neighbours(_drop_self(idx, kmax), labels, KS)
-        wall = time.perf_counter() - t
+        return _metrics_from_neighbours(_drop_self(idx, kmax), labels, KS)
+    raise ValueError(method)
+
+
+def run_one(method, n, classes, dim, chunk_size, repeat=1):
+    """Run in the child process; returns the result dict: the first (cold) call's
+    time and, with ``repeat`` > 1, the median of the warm calls after it."""
+    import statistics
+
+    x, labels = _data(n, classes, dim)
+    # Imports outside the timed calls.
+    if method == "faiss":
+        import faiss  # noqa: F401
+    elif method == "sklearn":
+        import sklearn.neighbors  # noqa: F401
     else:
-        raise ValueError(method)
-    return {"method": method, "n": n, "classes": classes, "wall_s": wall,
+        import tfdml.metrics.retrieval  # noqa: F401
+    before = _rss_mb()
+    times = []
+    for _ in range(max(1, repeat)):
+        t = time.perf_counter()
+        res = _compute(method, x, labels, dim, chunk_size)
+        times.append(time.perf_counter() - t)
+    warm = statistics.median(times[1:]) if len(times) > 1 else None
+    return {"method": method, "n": n, "classes": classes, "wall_s": times[0], "warm_s": warm,
             "peak_rss_mb": _rss_mb(), "rss_before_mb": before, "metrics": res}
 
 
@@ -121,19 +168,21 @@ def main(argv=None):
     p.add_argument("--methods", nargs="+", default=["tfdml", "faiss", "sklearn"])
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--chunk-size", type=int, default=None)
+    p.add_argument("--repeat", type=int, default=1,
+                   help="calls per process: the first is reported cold, the median of the rest warm")
     p.add_argument("--child", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         method, n = args.child[0], int(args.child[1])
         print(json.dumps(run_one(method, n, CLASSES.get(n, max(2, n // 10)), args.dim,
-                                 args.chunk_size)))
+                                 args.chunk_size, args.repeat)))
         return 0
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     rows = []
     for n in args.sizes:
         for method in args.methods:
             cmd = [sys.executable, os.path.abspath(__file__), "--child", method, str(n),
-                   "--dim", str(args.dim)]
+                   "--dim", str(args.dim), "--repeat", str(args.repeat)]
             if args.chunk_size:
                 cmd += ["--chunk-size", str(args.chunk_size)]
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -145,10 +194,18 @@ def main(argv=None):
             rows.append(row)
             m = row["metrics"]
             grew = row["peak_rss_mb"] - row["rss_before_mb"]
-            print(f"{method:8s} n={n:6d} classes={row['classes']:6d}  {row['wall_s']:7.2f} s  "
+            warm = f" (warm {row['warm_s']:.2f} s)" if row.get("warm_s") is not None else ""
+            print(f"{method:8s} n={n:6d} classes={row['classes']:6d}  {row['wall_s']:7.2f} s{warm}  "
                   f"peak RSS {row['peak_rss_mb']:7.0f} MB (+{grew:.0f} MB)  " + " ".join(f"{k}={v:.5f}" for k, v in m.items()
-                                      if k != "num_queries") + f" queries={m['num_queries']}",
+                                      if k != "num_queries") + (f" queries={m['num_queries']}" if m else ""),
                   flush=True)
+    for n in args.sizes:
+        by = {r["method"]: r for r in rows if r["n"] == n}
+        if "matmul" in by:
+            base = by["matmul"]["warm_s"] or by["matmul"]["wall_s"]
+            for method, r in by.items():
+                t = r["warm_s"] or r["wall_s"]
+                print(f"n={n}: {method} / distance matrix = {t / base:.2f}")
     return 0
 
 

@@ -100,10 +100,12 @@ _scores_and_thresholds_xla = tf.function(_scores_and_thresholds, jit_compile=Tru
 
 @tf.function(jit_compile=True)
 def _buckets_xla(query, gallery, pos_idx, self_index):
-    """``bucket`` int32 [c, N]: how many positive scores each item's score reaches."""
+    """``bucket`` int32 [c, N]: how many positive scores each item's score reaches,
+    plus ``row × (P + 1)`` (so that one flat histogram counts every row)."""
     s, thr, num_pos = _scores_and_thresholds(query, gallery, pos_idx, self_index)
     # Each comparison is fused with its sum: [c, N, P] is never stored.
-    bucket = tf.zeros_like(s, dtype=tf.int32)
+    width = pos_idx.shape[1] + 1
+    bucket = tf.broadcast_to(tf.range(tf.shape(s)[0], dtype=tf.int32)[:, None] * width, tf.shape(s))
     for g in range(0, pos_idx.shape[1], _GROUP):
         bucket += tf.reduce_sum(tf.cast(s[:, :, None] >= thr[:, None, g : g + _GROUP], tf.int32),
                                 axis=2)
@@ -112,10 +114,15 @@ def _buckets_xla(query, gallery, pos_idx, self_index):
 
 @tf.function
 def _at_least_by_buckets(query, gallery, pos_idx, self_index):
-    """``(at_least, thr, num_pos)``: at_least[i, j] = items scoring >= thr[i, j]."""
+    """``(at_least, thr, num_pos)``: at_least[i, j] = items scoring >= thr[i, j].
+
+    One flat ``bincount`` of the offset buckets (the per-row ``axis=-1`` form
+    took longer than the scores' matmul; bench_eval.py, RESULTS "Evaluation")."""
     bucket, thr, num_pos = _buckets_xla(query, gallery, pos_idx, self_index)
-    width = pos_idx.shape[1]
-    hist = tf.math.bincount(bucket, minlength=width + 1, maxlength=width + 1, axis=-1)
+    width = pos_idx.shape[1] + 1
+    rows = tf.shape(bucket)[0]
+    hist = tf.math.bincount(tf.reshape(bucket, [-1]), minlength=rows * width, maxlength=rows * width)
+    hist = tf.reshape(hist, [rows, width])
     return tf.cumsum(hist, axis=1, reverse=True)[:, 1:], thr, num_pos
 
 

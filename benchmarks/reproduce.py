@@ -440,6 +440,16 @@ def run_arm(arm, seed, out, data_dir, budget, quiet=True):
                      f"use another --out or delete it.")
         return done
     os.makedirs(arm_dir, exist_ok=True)
+    # The run folder belongs to one config: a rerun resumes it only with the same one.
+    key_path = os.path.join(arm_dir, f"seed-{seed}.key")
+    if os.path.isdir(run_dir):
+        owner = open(key_path).read().strip() if os.path.exists(key_path) else None
+        if owner != key:
+            sys.exit(f"{run_dir} holds a run of another config (budget or arm changed); "
+                     f"delete it (and {key_path}) or use another --out.")
+    with open(key_path + ".tmp", "w") as f:
+        f.write(key + "\n")
+    os.replace(key_path + ".tmp", key_path)
     config_path = os.path.join(arm_dir, f"seed-{seed}.yaml")
     with open(config_path + ".tmp", "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)
@@ -460,6 +470,7 @@ def run_arm(arm, seed, out, data_dir, budget, quiet=True):
     result = {
         "arm": arm, "seed": seed, "config_key": key, "config": config,
         "metrics": metrics, "history": _read_history(run_dir),
+        # wall time of this process's part (a resumed run counts from the resume)
         "seconds": round(time.time() - start, 1), "load_average_at_start": round(load, 2),
         "machine": machine.describe(), "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(),
     }

@@ -131,6 +131,12 @@ def test_an_arm_runs_through_train_py_and_is_not_run_twice(kanji_dir, tmp_path, 
         assert "no verdict" in report and "margin-dw-b80" in report
         with pytest.raises(SystemExit, match="trained with another config"):
             rp.main(argv[:-4] + ["--train-classes", "18", "--test-classes", "4"])
+        # Without its JSON (deleted, or killed after train.py finished), a finished run folder
+        # is read back only by the config that trained it.
+        result_path.unlink()
+        with pytest.raises(SystemExit, match="holds a run of another config"):
+            rp.main(argv[:-4] + ["--train-classes", "18", "--test-classes", "4"])
+        assert rp.main(argv) == 0 and json.loads(result_path.read_text())["metrics"] == result["metrics"]
     finally:
         rp.claim_arms = original
 

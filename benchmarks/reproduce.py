@@ -611,6 +611,14 @@ def report(claim, out):
     verdicts = {m: claim_verdict(o) for m, o in outcomes.items()}
     lines += ["", f"**Verdict ({verdict_metric}): {verdicts[verdict_metric]}.**"
               + "".join(f" On {m}: {v}." for m, v in verdicts.items() if m != verdict_metric), ""]
+    tags = list(dict.fromkeys(t.strip() for _, _, tag in spec["checks"] for t in tag.split(",")))
+    if len(tags) > 1:  # sub-claims: a verdict for each, over the checks that name it
+        parts = []
+        for tag in tags:
+            mine = [o for (_, _, t), o in zip(spec["checks"], outcomes[verdict_metric])
+                    if tag in (x.strip() for x in t.split(","))]
+            parts.append(f"({tag}) {claim_verdict(mine)}")
+        lines += [f"By sub-claim ({verdict_metric}): " + "; ".join(parts) + ".", ""]
     if spec.get("early_checks"):
         at = spec["early_at"]
         rows, early = _checks_table(spec, spec["early_checks"], metrics, out, at=at)

@@ -176,6 +176,28 @@ def refuse_sample_weight(owner):
     )
 
 
+#: Keras reductions that leave one scalar as it is; "none" / None ask for per-sample values.
+SCALAR_REDUCTIONS = ("sum_over_batch_size", "sum", "mean", "mean_with_sample_weight")
+
+
+def check_scalar_reduction(owner, reduction):
+    """Refuse a Keras ``reduction`` that asks for per-sample values.
+
+    A tfdml loss reduces its per-tuple terms itself (``tuple_reduction``) and
+    returns one scalar, which every Keras reduction in :data:`SCALAR_REDUCTIONS`
+    leaves unchanged. ``"none"`` (or None) would silently return that scalar
+    where per-sample values are expected, so it is refused."""
+    if reduction in SCALAR_REDUCTIONS:
+        return
+    raise ValueError(
+        f"{owner}(reduction={reduction!r}): a tfdml loss returns one value over tuples of "
+        "examples (pairs, triplets), not one per example, so Keras' per-sample reduction has "
+        "nothing to return. Leave reduction at its default; choose how tuples are averaged with "
+        "tuple_reduction (tfdml.losses.reductions.REDUCTIONS), and get per-tuple values from the "
+        "loss's terms (e.g. TripletLoss.tuple_terms)."
+    )
+
+
 def check_positive(name, value, allow_zero=False):
     try:
         ok = float(value) >= 0 if allow_zero else float(value) > 0
@@ -226,7 +248,8 @@ class MetricLoss(keras.losses.Loss):
         sampler's own choice stays part of the objective. A batch without the
         importance columns (plain labels) weighs every pair 1.
       name, reduction, dtype: as for ``keras.losses.Loss``. ``call`` returns a
-        scalar, so Keras' ``reduction`` has nothing left to reduce.
+        scalar, which Keras' scalar reductions leave as it is; ``"none"`` is
+        refused (:func:`check_scalar_reduction`).
     """
 
     sampler_kinds = ()
@@ -248,6 +271,7 @@ class MetricLoss(keras.losses.Loss):
         dtype=None,
         importance=False,
     ):
+        check_scalar_reduction(type(self).__name__, reduction)
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.importance = bool(importance)
         if self.importance and not self.supports_importance:

@@ -163,3 +163,22 @@ def test_get_by_name():
     assert isinstance(losses.get("npair", l2_reg=0.1), losses.NPairLoss)
     with pytest.raises(ValueError, match="Unknown loss"):
         losses.get("nope")
+
+
+@pytest.mark.parametrize("name", sorted(losses.LOSSES))
+@pytest.mark.parametrize("reduction", ["none", None])
+def test_a_per_sample_reduction_is_refused_not_ignored(name, reduction):
+    """A tfdml loss is one scalar over tuples: Keras' reduction="none" (per-sample
+    values) has no per-sample values to return, so it is refused with the way to the
+    per-tuple values, instead of silently returning the scalar (issue 12)."""
+    with pytest.raises(ValueError, match=r"reduction=.*tuple_reduction"):
+        losses.get(name, reduction=reduction)
+
+
+@pytest.mark.parametrize("reduction", ["sum_over_batch_size", "sum", "mean"])
+def test_scalar_reductions_agree(ref, reduction):
+    """The reductions that reduce a scalar to itself are accepted: hand check, all equal
+    the default."""
+    y, e = batch(ref)
+    expected = losses.ContrastiveLoss()(y, e).numpy()
+    np.testing.assert_allclose(losses.ContrastiveLoss(reduction=reduction)(y, e).numpy(), expected, rtol=1e-6)

@@ -129,6 +129,17 @@ def gather_rows(params, indices):
     return tf.gather(tf.reshape(params, [-1]), indices + offset)
 
 
+def sort_key(values):
+    """``values`` with −0.0 made +0.0, so that a sort ranks them as the tie they are.
+
+    TensorFlow's sort kernels compare −0.0 == +0.0 and keep such ties in index
+    order; XLA's CPU sort uses a total order (−0.0 < +0.0), so without this a
+    batch holding both (a cosine score of orthogonal embeddings, say) would be
+    ranked differently with and without ``jit_compile``. (A ``tf.where``, not
+    ``values + 0.0``, which graph optimisation removes.)"""
+    return tf.where(tf.equal(values, 0.0), tf.zeros_like(values), values)
+
+
 def invert_permutation_rows(order):
     """Row-wise inverse of a [R, N] permutation: ``inverse[r, order[r, i]] = i``.
 

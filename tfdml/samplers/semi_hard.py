@@ -211,7 +211,7 @@ def _by_sorting(dist, neg):
     part = base.invert_permutation_rows(dest)
     # 2. One stable sort of the whole row by distance: ties keep the partition order, so
     #    columns are ordered by (D_aj, negatives first, index).
-    order = base.gather_rows(part, tf.argsort(base.gather_rows(dist, part), axis=1, stable=True))
+    order = base.gather_rows(part, tf.argsort(base.gather_rows(base.sort_key(dist), part), axis=1, stable=True))
     # 3. At the sorted position of each column, the number of negatives at or before it:
     #    for a positive p this is |{n : D_an <= D_ap}|, the rank of n*_ap among the negatives.
     sorted_neg = base.gather_rows(neg, order)

@@ -192,3 +192,17 @@ def test_flat_gather_pairs_equals_gather_nd_with_its_gradient(jit):
     (v1, g1), (v2, g2) = tf.function(both, jit_compile=jit)(m)
     np.testing.assert_array_equal(v1.numpy(), v2.numpy())
     np.testing.assert_array_equal(g1.numpy(), g2.numpy())
+
+
+def test_sort_path_ranks_minus_zero_and_zero_as_a_tie_under_xla():
+    """XLA's CPU sort orders −0.0 before +0.0 where TensorFlow's kernel sees a tie: the
+    sort path must select the same negatives with and without jit_compile (and as the
+    brute-force reference, which compares values) when both zeros occur."""
+    d, y = _batch([7, 4, 4, 3, 3, 1], 7, ties=True)
+    rng = np.random.default_rng(7)
+    zeros = rng.random(d.shape) < 0.15
+    d[zeros] = np.where(rng.random(zeros.sum()) < 0.5, np.float32(-0.0), np.float32(0.0))
+    cand = masks.candidate_mask(y).numpy()
+    for mode in ("eager", "xla"):
+        for fallback, sel in zip(FALLBACKS, _forced(-1, _runner(mode), d, y, cand)):
+            _check(sel, d, y, cand, fallback)

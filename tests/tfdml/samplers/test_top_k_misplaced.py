@@ -3,8 +3,19 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tfdml import masks, samplers
+from tfdml.samplers import top_k
+
+PATHS = {"prefix": 10**9, "sort": 0}  # top_k.PREFIX_UP_TO forcing each path
+
+
+@pytest.fixture(params=sorted(PATHS), autouse=True)
+def path(request, monkeypatch):
+    """Every test runs on both paths: k passes per ranking, and one sort per row."""
+    monkeypatch.setattr(top_k, "PREFIX_UP_TO", PATHS[request.param])
+    return request.param
 
 
 def _query_batch(scores, positive, rng):
@@ -145,3 +156,24 @@ def test_fewer_candidates_than_k_and_empty_rows():
 def test_bad_k():
     with pytest.raises(ValueError, match="k must be a positive integer"):
         samplers.TopKMisplacedSampler(k=0)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5, 12])
+def test_xla_and_graph_select_the_same_sets_ties_included(path, k):
+    """Under jit_compile the sampler selects what graph mode and the rank reference
+    select (scores with many exact ties, two candidate layouts); the path fixture
+    chooses which path both modes take."""
+    rng = np.random.default_rng(k)
+    b = 40
+    y = rng.integers(0, 6, size=b).astype(np.int32)
+    pair_id = rng.integers(0, 2, size=b).astype(np.int32)
+    sampler = samplers.TopKMisplacedSampler(k)
+    for cand in (masks.candidate_mask(y).numpy(), masks.candidate_mask(y, pair_id).numpy()):
+        s = np.round(rng.uniform(-1, 1, size=(b, b)), 1).astype(np.float32)
+        graph = tf.function(lambda s, y, c: tuple(sampler(s, y, c)))
+        xla = tf.function(lambda s, y, c: tuple(sampler(s, y, c)), jit_compile=True)
+        ref_p, ref_n = _brute_by_rank(s, y, cand, k)
+        for fn in (graph, xla):
+            p, n = fn(s, y, cand)
+            np.testing.assert_array_equal(p.numpy(), ref_p)
+            np.testing.assert_array_equal(n.numpy(), ref_n)

@@ -3,6 +3,7 @@
     python benchmarks/bench_eval.py                       # 20k and 60k, all methods
     python benchmarks/bench_eval.py --sizes 20000 --methods tfdml faiss
     python benchmarks/bench_eval.py --methods tfdml matmul faiss --repeat 4   # warm medians, ratios
+    python benchmarks/bench_eval.py --sizes 20000 --methods tfdml faiss pml --ks 1   # P@1, MAP@R, R-Precision
 
 Random 128-d Gaussian embeddings, uniform random labels (20,000 examples in
 2,000 classes; 60,000 in 11,000 classes, the size of the SOP test split),
@@ -16,7 +17,14 @@ leave-one-out retrieval with euclidean distance. Methods:
   when ``import faiss`` fails; ``pip install faiss-cpu``), same NumPy metrics;
 * ``matmul`` — the distance matrix alone, float32 BLAS by blocks of rows (the
   floor goal 3 of issue 13 measures against): the last lines print each
-  method's time over it.
+  method's time over it;
+* ``pml`` — pytorch-metric-learning's ``AccuracyCalculator`` with
+  ``k="max_bin_count"`` (the k its MAP@R and R-Precision need; its default,
+  every other example, would not fit in memory at 60k), which searches with
+  faiss when faiss is installed (optional: ``pip install -e ".[bench]"``).
+
+faiss and scikit-learn search k = max(max(``--ks``), largest R) neighbours,
+so that MAP@R and R-Precision are exact whatever ``--ks`` asks for.
 
 Each (method, size) runs in a fresh Python process. Reported: wall time of
 the metric computation, *cold* (one call, TF tracing / XLA compilation
@@ -110,15 +118,34 @@ def _blocked_distance_matrix(x, chunk_size=None):
     return np.concatenate(out)
 
 
-def _compute(method, x, labels, dim, chunk_size):
-    kmax = max(KS)
+def _neighbours_needed(labels, ks):
+    """k for a neighbour search that gives Recall@ks and exact MAP@R / R-Precision."""
+    import numpy as np
+
+    return max(max(ks), int(np.bincount(labels).max()) - 1)
+
+
+def _compute(method, x, labels, dim, chunk_size, ks=KS):
+    kmax = _neighbours_needed(labels, ks)
     if method == "tfdml":
         from tfdml.metrics import retrieval
 
         res = retrieval.retrieval_metrics(x, labels, metrics=("recall", "map@r", "r_precision"),
-                                          ks=KS, chunk_size=chunk_size)
+                                          ks=ks, chunk_size=chunk_size)
         res.pop("num_excluded_queries")
         return res
+    if method == "pml":
+        import torch
+        from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+
+        calc = AccuracyCalculator(include=("precision_at_1", "mean_average_precision_at_r", "r_precision"),
+                                  k="max_bin_count", device=torch.device("cpu"))
+        res = calc.get_accuracy(x, labels)  # query = reference: leave-one-out
+        import numpy as np
+
+        return {"recall@1": float(res["precision_at_1"]), "map@r": float(res["mean_average_precision_at_r"]),
+                "r_precision": float(res["r_precision"]),
+                "num_queries": int(np.sum(np.bincount(labels)[labels] > 1))}
     if method == "matmul":
         _blocked_distance_matrix(x, chunk_size)
         return {}
@@ -127,18 +154,18 @@ def _compute(method, x, labels, dim, chunk_size):
 
         nn = NearestNeighbors(n_neighbors=kmax + 1, algorithm="brute").fit(x)
         idx = nn.kneighbors(x, return_distance=False)
-        return _metrics_from_neighbours(_drop_self(idx, kmax), labels, KS)
+        return _metrics_from_neighbours(_drop_self(idx, kmax), labels, ks)
     if method == "faiss":
         import faiss
 
         index = faiss.IndexFlatL2(dim)
         index.add(x)
         _, idx = index.search(x, kmax + 1)
-        return _metrics_from_neighbours(_drop_self(idx, kmax), labels, KS)
+        return _metrics_from_neighbours(_drop_self(idx, kmax), labels, ks)
     raise ValueError(method)
 
 
-def run_one(method, n, classes, dim, chunk_size, repeat=1):
+def run_one(method, n, classes, dim, chunk_size, repeat=1, ks=KS):
     """Run in the child process; returns the result dict: the first (cold) call's
     time and, with ``repeat`` > 1, the median of the warm calls after it."""
     import statistics
@@ -147,6 +174,11 @@ def run_one(method, n, classes, dim, chunk_size, repeat=1):
     # Imports outside the timed calls.
     if method == "faiss":
         import faiss  # noqa: F401
+    elif method == "pml":
+        import torch
+        import pytorch_metric_learning.utils.accuracy_calculator  # noqa: F401
+
+        torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
     elif method == "sklearn":
         import sklearn.neighbors  # noqa: F401
     else:
@@ -155,11 +187,27 @@ def run_one(method, n, classes, dim, chunk_size, repeat=1):
     times = []
     for _ in range(max(1, repeat)):
         t = time.perf_counter()
-        res = _compute(method, x, labels, dim, chunk_size)
+        res = _compute(method, x, labels, dim, chunk_size, ks)
         times.append(time.perf_counter() - t)
     warm = statistics.median(times[1:]) if len(times) > 1 else None
     return {"method": method, "n": n, "classes": classes, "wall_s": times[0], "warm_s": warm,
             "peak_rss_mb": _rss_mb(), "rss_before_mb": before, "metrics": res}
+
+
+def measure(method, n, dim=128, chunk_size=None, repeat=1, ks=KS):
+    """One (method, size) in a fresh Python process: :func:`run_one`'s dict.
+
+    Raises RuntimeError with the child's last line of stderr when it fails
+    (e.g. an optional library that is not installed)."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", method, str(n),
+           "--dim", str(dim), "--repeat", str(repeat), "--ks", *map(str, ks)]
+    if chunk_size:
+        cmd += ["--chunk-size", str(chunk_size)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError((proc.stderr.strip().splitlines() or ["?"])[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None):
@@ -170,27 +218,22 @@ def main(argv=None):
     p.add_argument("--chunk-size", type=int, default=None)
     p.add_argument("--repeat", type=int, default=1,
                    help="calls per process: the first is reported cold, the median of the rest warm")
+    p.add_argument("--ks", type=int, nargs="+", default=list(KS), help="the k of Recall@k")
     p.add_argument("--child", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         method, n = args.child[0], int(args.child[1])
         print(json.dumps(run_one(method, n, CLASSES.get(n, max(2, n // 10)), args.dim,
-                                 args.chunk_size, args.repeat)))
+                                 args.chunk_size, args.repeat, tuple(args.ks))))
         return 0
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     rows = []
     for n in args.sizes:
         for method in args.methods:
-            cmd = [sys.executable, os.path.abspath(__file__), "--child", method, str(n),
-                   "--dim", str(args.dim), "--repeat", str(args.repeat)]
-            if args.chunk_size:
-                cmd += ["--chunk-size", str(args.chunk_size)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            if proc.returncode != 0:
-                last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-                print(f"{method:8s} n={n}: skipped ({last})", flush=True)
+            try:
+                row = measure(method, n, args.dim, args.chunk_size, args.repeat, tuple(args.ks))
+            except RuntimeError as err:
+                print(f"{method:8s} n={n}: skipped ({err})", flush=True)
                 continue
-            row = json.loads(proc.stdout.strip().splitlines()[-1])
             rows.append(row)
             m = row["metrics"]
             grew = row["peak_rss_mb"] - row["rss_before_mb"]

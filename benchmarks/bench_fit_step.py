@@ -52,12 +52,18 @@ def network(embedding_dim=128, widths=(32, 64, 128, 256)):
     return keras.Model(inputs, x)
 
 
-def batches(batch_size, per_class=4, seed=0):
-    """m-per-class batches of random 32×32×1 images (the step time does not depend on the pixels)."""
+def batch_arrays(batch_size, per_class=4, seed=0):
+    """One m-per-class batch of random 32×32×1 images, NHWC, and its int32 labels."""
     rng = np.random.default_rng(seed)
     classes = batch_size // per_class
     labels = np.repeat(np.arange(classes), per_class).astype(np.int32)
     images = rng.random((batch_size, 32, 32, 1)).astype(np.float32)
+    return images, labels
+
+
+def batches(batch_size, per_class=4, seed=0):
+    """m-per-class batches of random 32×32×1 images (the step time does not depend on the pixels)."""
+    images, labels = batch_arrays(batch_size, per_class, seed)
     return tf.data.Dataset.from_tensors((images, {"label": labels})).repeat()
 
 

@@ -1,0 +1,529 @@
+"""tfdml next to its peers on this machine: pytorch-metric-learning, PyTorch, faiss (issue 13).
+
+    python benchmarks/compare_peers.py                                # all parts: B = 256, 1024; n = 20k; fit B = 128
+    python benchmarks/compare_peers.py --parts losses --batch 256 --runs 5
+    python benchmarks/compare_peers.py --parts eval --large           # n = 20k and 60k
+    python benchmarks/compare_peers.py --parts fit --fit-rounds 3 --fit-steps 30
+    python benchmarks/compare_peers.py --threads 2 1                  # PyTorch with 2 and with 1 thread
+
+The peers are optional: ``pip install -e ".[bench]"`` installs
+pytorch-metric-learning (PML), PyTorch and faiss-cpu (install a CPU-only build
+of PyTorch first: README, "Benchmarks"). A peer that is not installed is skipped with a
+message and tfdml's side runs alone. Three parts:
+
+* ``losses`` — one forward + backward of loss and miner on the same B × 128
+  L2-normalised embeddings (m = 4 per class) in both libraries, margins 0.2,
+  ℓ2 distance: semi-hard triplet, distance weighted + margin (β learned per
+  class on both sides), batch-hard triplet. tfdml as ``tf.function`` with and
+  without ``jit_compile`` (``bench_losses.step_fn``), PML eagerly. Calls are
+  interleaved (tfdml graph, tfdml XLA, PML, tfdml graph, …); the figure is
+  the median of ``--runs`` rounds after ``--warmup`` calls.
+* ``eval`` — Precision@1, MAP@R and R-Precision, leave-one-out, on random
+  128-d embeddings (``bench_eval.py``'s data): tfdml.metrics, PML's
+  ``AccuracyCalculator`` (k = max_bin_count, faiss search) and faiss +
+  NumPy, each in a fresh process (``bench_eval.measure``): a cold call and
+  the median of the warm calls after it.
+* ``fit`` — issue 13's goal 4: ``model.fit`` step time of the network of
+  ``bench_fit_step.py`` (modes graph, xla, loss) against the same network in
+  PyTorch (Conv2d-BatchNorm2d-ReLU-MaxPool2d × 4, AdaptiveAvgPool2d, Linear
+  128, F.normalize) with PML's MarginLoss + DistanceWeightedMiner and Adam,
+  in interleaved rounds (a fresh model each), median step time.
+
+TensorFlow and PyTorch never share a process: each side runs in a worker
+process of its own (this script with ``--worker``) that imports only its
+library, and this process interleaves their calls. In one process, PML ran
+many times slower once TensorFlow had been imported and run (semi-hard at
+B = 64: 1–10 ms alone, 240 ms next to it, on the loaded 2-core development
+machine), and a tfdml call right after a PML call was slower too. The tfdml
+worker saves the batch it times to a file that the PyTorch worker reads, so
+both sides see the same numbers.
+
+Ratios are tfdml's time over the peer's (below 1: tfdml is faster), taken in
+one run, so that the load of a shared machine hits both sides alike; with
+several ``--threads`` the peer's best is used. PyTorch gets as many threads
+as TensorFlow's default intra-op pool (one per usable core) unless
+``--threads`` says otherwise. TF Addons and TF Similarity need TF ≤ 2.15 and
+Keras 2 and cannot share this environment: their figures are printed as
+cited from issue 13, not measured in the run.
+"""
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(HERE), HERE]
+
+BENCH_HINT = "pip install -e '.[bench]'"
+PEERS = {  # module -> distribution, as pip names it
+    "torch": "torch",
+    "pytorch_metric_learning": "pytorch-metric-learning",
+    "faiss": "faiss-cpu",
+}
+MARGIN = 0.2
+LOSS_CASES = ("semi-hard triplet", "distance weighted + margin", "batch-hard triplet")
+EVAL_METHODS = {"tfdml": "tfdml.metrics", "pml": "PML AccuracyCalculator", "faiss": "faiss IndexFlatL2 + NumPy"}
+REPLY = "@@compare_peers "  # marks the worker's answers on its stdout
+
+# Issue 13's figures for the peers that need TF <= 2.15 / Keras 2 (forward + backward, ms).
+CITED = [
+    ("semi-hard triplet", 256, "TF Similarity", 1.5, "one positive per anchor"),
+    ("semi-hard triplet", 256, "TF Addons", 58.0, ""),
+    ("semi-hard triplet", 1024, "TF Similarity", 14.5, "one positive per anchor"),
+    ("batch-hard triplet", 256, "TF Similarity", 1.3, ""),
+    ("batch-hard triplet", 256, "TF Addons", 1.1, ""),
+    ("batch-hard triplet", 1024, "TF Similarity", 12.4, ""),
+    ("batch-hard triplet", 1024, "TF Addons", 8.3, ""),
+]
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+def usable_cores():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def load_average():
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1 / 5 / 15 min)"
+
+
+def missing_peers(modules=tuple(PEERS)):
+    """{module: message} for each of ``modules`` that is not installed."""
+    out = {}
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            out[module] = f"{PEERS.get(module, module)} not installed: {BENCH_HINT}"
+    return out
+
+
+def report_missing(modules, what):
+    """Print why ``what`` is skipped and return False if one of ``modules`` is missing; True otherwise."""
+    missing = missing_peers(modules)
+    for message in missing.values():
+        print(f"{what} skipped: {message}")
+    return not missing
+
+
+def version(distribution):
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def interleaved(contestants, runs, warmup):
+    """Median seconds of each contestant, its calls interleaved with the others'.
+
+    ``contestants``: name -> zero-argument callable that does one call and
+    returns the seconds it took (measured where the work runs). Each gets
+    ``warmup`` calls, then ``runs`` rounds of one call each, in turn."""
+    for call in contestants.values():
+        for _ in range(warmup):
+            call()
+    times = {name: [] for name in contestants}
+    for _ in range(runs):
+        for name, call in contestants.items():
+            times[name].append(call())
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def ratio(ours, theirs):
+    """``ours / theirs`` as a table cell; '–' when either side is missing."""
+    if ours is None or theirs is None:
+        return "–"
+    return f"{ours / theirs:.2f}"
+
+
+def cell(seconds, scale=1000.0, digits=2):
+    return "–" if seconds is None else f"{scale * seconds:.{digits}f}"
+
+
+def thread_label(threads):
+    return f"{threads} thread{'s' if threads != 1 else ''}"
+
+
+# --- the two sides, each in its own process ----------------------------------------------------
+
+class TfdmlSide:
+    """Runs in the tfdml worker: TensorFlow, tfdml and the existing benchmark helpers."""
+
+    def __init__(self):
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        import tensorflow as tf
+
+        tf.get_logger().setLevel("ERROR")  # the retracing notes of one tf.function per case
+        self.calls = {}
+
+    def info(self):
+        import machine
+        import tensorflow as tf
+
+        return {"machine": machine.describe(),
+                "threads": tf.config.threading.get_intra_op_parallelism_threads() or usable_cores()}
+
+    def losses(self, case, batch, per_class, dim, path):
+        """Build the graph and XLA step of ``case`` on bench_losses' batch; save that batch for PML."""
+        import bench_losses
+        import numpy as np
+        import tensorflow as tf
+
+        classes = batch // per_class
+        y, e = bench_losses.batch(classes, per_class, dim)
+        np.savez(path, embeddings=e.numpy(), labels=y["label"].numpy())
+        self.calls = {}
+        for mode, jit in (("graph", False), ("xla", True)):
+            step = bench_losses.step_fn(self.loss(case, classes), jit)
+            self.calls[mode] = (lambda step: lambda: tf.nest.map_structure(lambda t: t.numpy(), step(y, e)))(step)
+        return {"names": list(self.calls)}
+
+    @staticmethod
+    def loss(case, num_classes):
+        from tfdml import losses
+
+        if case == "semi-hard triplet":
+            return losses.TripletLoss(margin=MARGIN, squared=False, sampler="semi_hard")
+        if case == "distance weighted + margin":
+            return losses.MarginLoss(alpha=MARGIN, num_classes=num_classes, sampler="distance_weighted", seed=1)
+        if case == "batch-hard triplet":
+            return losses.TripletLoss(margin=MARGIN, squared=False, sampler="hard")
+        raise ValueError(f"unknown case {case!r}; choose from {LOSS_CASES}")
+
+    def call(self, name):
+        start = time.perf_counter()
+        self.calls[name]()
+        return {"seconds": time.perf_counter() - start}
+
+    def fit_batch(self, batch, per_class, path):
+        import bench_fit_step
+        import numpy as np
+
+        images, labels = bench_fit_step.batch_arrays(batch, per_class)
+        np.savez(path, images=images, labels=labels)
+        return {}
+
+    def fit(self, mode, batch, warmup, steps):
+        import bench_fit_step
+
+        return {"times": bench_fit_step.time_mode(mode, "margin", "distance_weighted", batch, warmup, steps)}
+
+
+class TorchSide:
+    """Runs in the PyTorch worker: PyTorch and pytorch-metric-learning, no TensorFlow."""
+
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+        self.call_ = None
+
+    def info(self):
+        return {"threads": self.torch.get_num_threads()}
+
+    @staticmethod
+    def loss(case, num_classes):
+        """(loss, miner) of pytorch-metric-learning for ``case``, with its default ℓ2 distance."""
+        from pytorch_metric_learning import losses, miners
+
+        if case == "semi-hard triplet":
+            return (losses.TripletMarginLoss(margin=MARGIN),
+                    miners.TripletMarginMiner(margin=MARGIN, type_of_triplets="semihard"))
+        if case == "distance weighted + margin":
+            return (losses.MarginLoss(margin=MARGIN, beta=1.2, learn_beta=True, num_classes=num_classes),
+                    miners.DistanceWeightedMiner(cutoff=0.5, nonzero_loss_cutoff=1.4))
+        if case == "batch-hard triplet":
+            return losses.TripletMarginLoss(margin=MARGIN), miners.BatchHardMiner()
+        raise ValueError(f"unknown case {case!r}; choose from {LOSS_CASES}")
+
+    def losses(self, case, batch, per_class, path):
+        """PML's step of ``case`` (miner, loss, backward to the embeddings and β) on the saved batch."""
+        import numpy as np
+
+        torch = self.torch
+        data = np.load(path)
+        emb = torch.from_numpy(data["embeddings"]).requires_grad_()
+        labels = torch.from_numpy(data["labels"].astype(np.int64))
+        loss, miner = self.loss(case, batch // per_class)
+        params = list(loss.parameters())
+
+        def call():
+            emb.grad = None
+            for p in params:
+                p.grad = None
+            value = loss(emb, labels, miner(emb, labels))
+            value.backward()
+            return value.item()
+
+        self.call_ = call
+        return {"triplets": len(miner(emb, labels)[0])}
+
+    def call(self, threads):
+        self.torch.set_num_threads(threads)
+        start = time.perf_counter()
+        self.call_()
+        return {"seconds": time.perf_counter() - start}
+
+    def fit(self, batch, per_class, warmup, steps, threads, path):
+        """Seconds per step of the PyTorch + PML training loop (fresh model), after ``warmup`` steps."""
+        import numpy as np
+
+        torch = self.torch
+        torch.set_num_threads(threads)
+        data = np.load(path)
+        x = torch.from_numpy(np.ascontiguousarray(data["images"].transpose(0, 3, 1, 2)))  # NHWC -> NCHW
+        y = torch.from_numpy(data["labels"].astype(np.int64))
+        net = torch_network()
+        loss_fn, miner = self.loss("distance weighted + margin", batch // per_class)
+        optimizer = torch.optim.Adam(list(net.parameters()) + list(loss_fn.parameters()), lr=1e-3)
+        net.train()
+        times = []
+        for step in range(warmup + steps):
+            start = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            embeddings = net(x)
+            loss = loss_fn(embeddings, y, miner(embeddings, y))
+            loss.backward()
+            optimizer.step()
+            loss.item()
+            if step >= warmup:
+                times.append(time.perf_counter() - start)
+        return {"times": times}
+
+
+def torch_network(embedding_dim=128, widths=(32, 64, 128, 256)):
+    """bench_fit_step.network in PyTorch: the same layers, BatchNorm with Keras' epsilon and momentum."""
+    import torch
+    from torch import nn
+
+    class L2Normalize(nn.Module):
+        def forward(self, x):
+            return nn.functional.normalize(x, dim=1)
+
+    layers, channels = [], 1
+    for width in widths:
+        layers += [nn.Conv2d(channels, width, 3, padding=1, bias=False),
+                   nn.BatchNorm2d(width, eps=1e-3, momentum=0.01), nn.ReLU(), nn.MaxPool2d(2)]
+        channels = width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, embedding_dim), L2Normalize()]
+    torch.manual_seed(0)
+    return nn.Sequential(*layers)
+
+
+def serve(side):
+    """The worker's loop: one JSON request per line on stdin, one marked JSON answer per line on stdout."""
+    out, sys.stdout = sys.stdout, sys.stderr  # whatever the libraries print stays off the answers
+    handler = None
+    for line in sys.stdin:
+        request = json.loads(line)
+        op = request.pop("op")
+        if op == "exit":
+            break
+        try:
+            if handler is None:
+                handler = TfdmlSide() if side == "tfdml" else TorchSide()
+            answer = getattr(handler, op)(**request)
+        except Exception as err:  # reported to the parent, which raises it
+            answer = {"error": f"{type(err).__name__}: {err}"}
+        out.write(REPLY + json.dumps(answer) + "\n")
+        out.flush()
+
+
+class Worker:
+    """One side in a process of its own (``compare_peers.py --worker SIDE``)."""
+
+    def __init__(self, side):
+        self.side = side
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", side],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+    def ask(self, op, **request):
+        self.proc.stdin.write(json.dumps(dict(request, op=op)) + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith(REPLY):
+                answer = json.loads(line[len(REPLY):])
+                if "error" in answer:
+                    raise RuntimeError(f"{self.side} worker, {op}: {answer['error']}")
+                return answer
+        raise RuntimeError(f"{self.side} worker exited with status {self.proc.wait()}")
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+            self.proc.stdin.close()
+            self.proc.wait()
+
+
+# --- the three parts ---------------------------------------------------------------------------
+
+def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scratch, cases=LOSS_CASES):
+    print(f"\n## Loss + miner, forward + backward (B × {dim}, m = {per_class}, margin {MARGIN}, ℓ2 distance)\n")
+    print(f"Median of {runs} interleaved rounds after {warmup} warm-up calls, ms. Ratios: tfdml time / PML time "
+          f"(below 1: tfdml faster){', against the faster PML column' if peer and len(threads) > 1 else ''}.")
+    print("PML's semi-hard miner returns *every* triplet with d(a,p) < d(a,n) < d(a,p) + margin; tfdml (as TF "
+          "Addons and FaceNet) takes one negative per positive pair, the nearest beyond d(a,p), else the hardest "
+          "one inside: different triplets, different work. The last column counts PML's triplets in one call "
+          "(tfdml: B·(m−1) slots). PML's distance weighted miner draws one negative per positive pair, as tfdml's "
+          "sampler does.\n")
+    pml_columns = [f"PML, {thread_label(t)}" for t in threads] if peer else ["PML"]
+    print(f"| loss + miner | B | tfdml graph | tfdml XLA | {' | '.join(pml_columns)} | graph / PML | XLA / PML "
+          "| PML triplets |")
+    print("|---|---:|---:|---:|" + "---:|" * len(pml_columns) + "---:|---:|---:|")
+    path = os.path.join(scratch, "losses.npz")
+    for batch in batches:
+        for case in cases:
+            contestants = {}
+            for name in tfdml.ask("losses", case=case, batch=batch, per_class=per_class, dim=dim,
+                                  path=path)["names"]:
+                contestants[name] = (lambda name: lambda: tfdml.ask("call", name=name)["seconds"])(name)
+            count = "–"
+            if peer:
+                count = peer.ask("losses", case=case, batch=batch, per_class=per_class, path=path)["triplets"]
+                for t, column in zip(threads, pml_columns):
+                    contestants[column] = (lambda t: lambda: peer.ask("call", threads=t)["seconds"])(t)
+            median = interleaved(contestants, runs, warmup)
+            theirs = min((median[c] for c in pml_columns if c in median), default=None)
+            print(f"| {case} | {batch} | {cell(median['graph'])} | {cell(median['xla'])} | "
+                  + " | ".join(cell(median.get(c)) for c in pml_columns)
+                  + f" | {ratio(median['graph'], theirs)} | {ratio(median['xla'], theirs)} | {count} |", flush=True)
+    print("\nTF Addons and TF Similarity (TF ≤ 2.15, Keras 2) cannot be installed next to TF 2.21: figures "
+          "**cited from issue 13**, measured there on 2026-11-23, **not in this run**, ms:\n")
+    print("| loss | B | peer | ms | note |")
+    print("|---|---:|---|---:|---|")
+    for case, batch, name, ms, note in CITED:
+        print(f"| {case} | {batch} | {name} | {ms:g} | {note} |")
+
+
+def part_eval(sizes, repeat, with_pml, with_faiss):
+    import bench_eval
+
+    print("\n## Retrieval evaluation: P@1, MAP@R, R-Precision, leave-one-out (random 128-d, euclidean)\n")
+    print(f"Each method in a fresh process (bench_eval.measure), one after the other: a cold call, then the median "
+          f"of {repeat - 1} warm calls, seconds. Ratio: tfdml warm / method warm (below 1: tfdml faster). faiss and "
+          "PML search k = the largest R neighbours (PML: k=\"max_bin_count\"); PML gets one torch thread per "
+          "usable core.\n")
+    print("| n (classes) | method | cold s | warm s | tfdml / method | P@1 | MAP@R | R-Precision |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    methods = ["tfdml"] + (["pml"] if with_pml else []) + (["faiss"] if with_faiss else [])
+    for n in sizes:
+        rows = {}
+        for method in methods:
+            try:
+                rows[method] = bench_eval.measure(method, n, repeat=repeat, ks=(1,))
+            except RuntimeError as err:
+                print(f"| {n:,} | {EVAL_METHODS[method]} | failed: {err} | | | | | |")
+        ours = rows.get("tfdml", {}).get("warm_s")
+        for method, row in rows.items():
+            m = row["metrics"]
+            print(f"| {n:,} ({row['classes']:,}) | {EVAL_METHODS[method]} | {row['wall_s']:.2f} | "
+                  f"{cell(row['warm_s'], 1, 2)} | {'' if method == 'tfdml' else ratio(ours, row['warm_s'])} | "
+                  f"{m['recall@1']:.5f} | {m['map@r']:.5f} | {m['r_precision']:.5f} |", flush=True)
+        values = [[r["metrics"][k] for k in ("recall@1", "map@r", "r_precision")] for r in rows.values()]
+        spread = max((abs(a - b) for v in values for w in values for a, b in zip(v, w)), default=0.0)
+        print(f"\nn = {n:,}: largest difference of a metric between methods: {spread:.1e}\n")
+
+
+def part_fit(tfdml, peer, batch, modes, rounds, warmup, steps, threads, scratch, per_class=4):
+    print("\n## Training step, issue 13 goal 4 (margin + distance weighted, Adam, 32×32×1, m = 4)\n")
+    sides = list(modes) + ([f"torch, {thread_label(t)}" for t in threads] if peer else [])
+    print(f"4 × [conv 3×3 – BN – ReLU – max-pool] 32-64-128-256, global average pool, Dense 128, L2; B = {batch}. "
+          f"{rounds} rounds, each a fresh model per side in turn ({' → '.join(sides)}), {warmup} warm-up + "
+          f"{steps} timed steps; median step time over all timed steps. tfdml: EmbeddingModel.fit "
+          "(bench_fit_step.time_mode); torch: eager PyTorch, PML MarginLoss(learn_beta, per class) + "
+          "DistanceWeightedMiner. Ratio: tfdml step time / torch step time (below 1: tfdml faster; goal 4 asks "
+          f"for ≤ 1){', against the faster torch row' if peer and len(threads) > 1 else ''}.\n")
+    path = os.path.join(scratch, "fit.npz")
+    tfdml.ask("fit_batch", batch=batch, per_class=per_class, path=path)
+    times = {side: [] for side in sides}
+    for _ in range(rounds):
+        for mode in modes:
+            times[mode] += tfdml.ask("fit", mode=mode, batch=batch, warmup=warmup, steps=steps)["times"]
+        if peer:
+            for t in threads:
+                times[f"torch, {thread_label(t)}"] += peer.ask("fit", batch=batch, per_class=per_class, warmup=warmup,
+                                                            steps=steps, threads=t, path=path)["times"]
+    median = {side: statistics.median(t) for side, t in times.items()}
+    theirs = min((m for side, m in median.items() if side.startswith("torch")), default=None)
+    print("| side | median step ms | steps/s | tfdml / torch |")
+    print("|---|---:|---:|---:|")
+    for side, m in median.items():
+        name = f"PyTorch + PML, {side[len('torch, '):]}" if side.startswith("torch") else f"tfdml, {side}"
+        print(f"| {name} | {1000 * m:.1f} | {1 / m:.1f} | {'' if side.startswith('torch') else ratio(m, theirs)} |",
+              flush=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", nargs="+", default=["losses", "eval", "fit"], choices=["losses", "eval", "fit"])
+    parser.add_argument("--batch", type=int, nargs="+", default=[256, 1024], help="B of the losses part")
+    parser.add_argument("--cases", nargs="+", default=list(LOSS_CASES), choices=LOSS_CASES,
+                        help="loss + miner cases of the losses part")
+    parser.add_argument("--per-class", type=int, default=4)
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--runs", type=int, default=11, help="interleaved rounds of the losses part")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[20_000], help="n of the eval part")
+    parser.add_argument("--large", action="store_true", help="add n = 60,000 to the eval part")
+    parser.add_argument("--repeat", type=int, default=3, help="calls per eval process (the first is cold)")
+    parser.add_argument("--fit-batch", type=int, default=128)
+    parser.add_argument("--fit-modes", nargs="+", default=["graph", "xla", "loss"], choices=["graph", "xla", "loss"])
+    parser.add_argument("--fit-rounds", type=int, default=3)
+    parser.add_argument("--fit-warmup", type=int, default=5)
+    parser.add_argument("--fit-steps", type=int, default=30)
+    parser.add_argument("--threads", type=int, nargs="+", default=[usable_cores()],
+                        help="torch.set_num_threads for PyTorch's side (several: one column each)")
+    parser.add_argument("--worker", choices=["tfdml", "torch"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        serve(args.worker)
+        return 0
+
+    print(f"Load average at the start: {load_average()}")
+    have_torch = report_missing(("torch", "pytorch_metric_learning"), "PyTorch + pytorch-metric-learning")
+    have_faiss = report_missing(("faiss",), "faiss + NumPy")
+    tfdml = peer = None
+    try:
+        tfdml = Worker("tfdml")
+        peer = Worker("torch") if have_torch and {"losses", "fit"} & set(args.parts) else None
+        info = tfdml.ask("info")
+        print(f"Machine: {info['machine']}")
+        versions = [f"TensorFlow intra-op threads {info['threads']}"]
+        if have_torch:
+            versions += [f"PyTorch {version('torch')} (torch.set_num_threads: {', '.join(map(str, args.threads))})",
+                         f"pytorch-metric-learning {version('pytorch-metric-learning')}"]
+        if have_faiss:
+            versions.append(f"faiss-cpu {version('faiss-cpu')}")
+        print(f"Side by side: {'; '.join(versions)}. TensorFlow and PyTorch run in separate worker processes.")
+        with tempfile.TemporaryDirectory() as scratch:
+            if "losses" in args.parts:
+                part_losses(tfdml, peer, args.batch, args.runs, args.warmup, args.per_class, args.dim,
+                            args.threads, scratch, args.cases)
+            if "eval" in args.parts:
+                sizes = list(args.sizes) + ([60_000] if args.large and 60_000 not in args.sizes else [])
+                part_eval(sizes, max(2, args.repeat), have_torch and have_faiss, have_faiss)
+                if have_torch and not have_faiss:
+                    print("PML's AccuracyCalculator skipped: it searches with faiss, which is not installed.")
+            if "fit" in args.parts:
+                part_fit(tfdml, peer, args.fit_batch, args.fit_modes, args.fit_rounds, args.fit_warmup,
+                         args.fit_steps, args.threads, scratch)
+    finally:
+        for worker in (tfdml, peer):
+            if worker:
+                worker.close()
+    print(f"\nLoad average at the end: {load_average()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -88,12 +88,18 @@ def main():
                 if round_ == 0 and side == "before":
                     print(next((l for l in out.splitlines() if l.startswith("Machine:")), ""))
                 print(f"round {round_ + 1} {side} done (load average {loads[-1]:.2f})", file=sys.stderr)
+            if round_ + 1 < args.rounds:  # a run cut short keeps the table of the rounds done
+                print(f"after round {round_ + 1}:", file=sys.stderr)
+                print(summary(args, script_args, results, loads), file=sys.stderr, flush=True)
+    print(summary(args, script_args, results, loads))
 
-    print(f"{args.script} {' '.join(script_args)}: before = {args.before}, "
-          f"after = {args.after or 'working tree'}; "
-          f"median of {args.rounds} interleaved rounds; load average {min(loads):.2f}–{max(loads):.2f}")
-    print("| row | before | after | after / before |")
-    print("|---|---:|---:|---:|")
+
+def summary(args, script_args, results, loads):
+    """The table of medians over the rounds done so far, and the largest ratio."""
+    lines = [f"{args.script} {' '.join(script_args)}: before = {args.before}, "
+             f"after = {args.after or 'working tree'}; median of {len(results['after'])} interleaved "
+             f"rounds; load average {min(loads):.2f}–{max(loads):.2f}",
+             "| row | before | after | after / before |", "|---|---:|---:|---:|"]
     worst = 0.0
     for name, first in results["after"][0].items():
         for column in range(len(first)):
@@ -105,8 +111,9 @@ def main():
                 continue
             ratio = after / before
             worst = max(worst, ratio)
-            print(f"| {name} [{column + 1}] | {before:.2f} | {after:.2f} | {ratio:.2f} |")
-    print(f"largest after / before: {worst:.2f}")
+            lines.append(f"| {name} [{column + 1}] | {before:.2f} | {after:.2f} | {ratio:.2f} |")
+    lines.append(f"largest after / before: {worst:.2f}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ import subprocess
 import sys
 import time
 
+# This checkout's tfdml first (also in the child processes), not an installed one.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 KS = (1, 10, 100, 1000)
 CLASSES = {20_000: 2_000, 60_000: 11_000}
 
@@ -162,6 +165,31 @@ def run_one(method, n, classes, dim, chunk_size, repeat=1):
             "peak_rss_mb": _rss_mb(), "rss_before_mb": before, "metrics": res}
 
 
+def default_classes(n):
+    """Classes for ``n`` examples: the two sizes of the docstring, else n / 10."""
+    return CLASSES.get(n, max(2, n // 10))
+
+
+class ChildFailed(RuntimeError):
+    """A child process exited with an error (the message is its last stderr line)."""
+
+
+def run_in_child(method, n, classes=None, dim=128, repeat=1, chunk_size=None):
+    """:func:`run_one` in a fresh Python process (so that ru_maxrss is this call's
+    peak); returns its result dict or raises :class:`ChildFailed`."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", method, str(n),
+           "--dim", str(dim), "--repeat", str(repeat)]
+    if classes:
+        cmd += ["--classes", str(classes)]
+    if chunk_size:
+        cmd += ["--chunk-size", str(chunk_size)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise ChildFailed((proc.stderr.strip().splitlines() or ["?"])[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[20_000, 60_000])
@@ -171,26 +199,21 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=1,
                    help="calls per process: the first is reported cold, the median of the rest warm")
     p.add_argument("--child", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)
+    p.add_argument("--classes", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         method, n = args.child[0], int(args.child[1])
-        print(json.dumps(run_one(method, n, CLASSES.get(n, max(2, n // 10)), args.dim,
-                                 args.chunk_size, args.repeat)))
+        classes = args.classes or default_classes(n)
+        print(json.dumps(run_one(method, n, classes, args.dim, args.chunk_size, args.repeat)))
         return 0
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     rows = []
     for n in args.sizes:
         for method in args.methods:
-            cmd = [sys.executable, os.path.abspath(__file__), "--child", method, str(n),
-                   "--dim", str(args.dim), "--repeat", str(args.repeat)]
-            if args.chunk_size:
-                cmd += ["--chunk-size", str(args.chunk_size)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            if proc.returncode != 0:
-                last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-                print(f"{method:8s} n={n}: skipped ({last})", flush=True)
+            try:
+                row = run_in_child(method, n, dim=args.dim, repeat=args.repeat, chunk_size=args.chunk_size)
+            except ChildFailed as err:
+                print(f"{method:8s} n={n}: skipped ({err})", flush=True)
                 continue
-            row = json.loads(proc.stdout.strip().splitlines()[-1])
             rows.append(row)
             m = row["metrics"]
             grew = row["peak_rss_mb"] - row["rss_before_mb"]

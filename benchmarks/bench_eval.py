@@ -40,6 +40,19 @@ CLASSES = {20_000: 2_000, 60_000: 11_000}
 
 
 def _rss_mb():
+    """Peak resident memory of this process, MB: VmHWM where /proc has it, else ru_maxrss.
+
+    On Linux ru_maxrss survives fork + exec: a child started by a large parent
+    (scaling.py, after the sampler part) reports the parent's peak. VmHWM
+    belongs to the new address space only.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

@@ -107,14 +107,16 @@ def _blocked_distance_matrix(x, chunk_size=None):
 
     from tfdml.metrics import knn
 
+    global _block_min
     chunk = min(knn.chunk_size_for(x.shape[0], chunk_size), x.shape[0])
     gallery = tf.constant(x)
     norms = tf.reduce_sum(gallery * gallery, axis=1)
 
-    @tf.function(jit_compile=True)
-    def block_min(block, block_norms):
-        d = block_norms[:, None] + norms[None, :] - 2.0 * tf.matmul(block, gallery, transpose_b=True)
-        return tf.reduce_min(d, axis=1)
+    if _block_min is None:  # one function for the process: a warm call is not compiled again
+        @tf.function(jit_compile=True)
+        def _block_min(block, block_norms, gallery, norms):
+            d = block_norms[:, None] + norms[None, :] - 2.0 * tf.matmul(block, gallery, transpose_b=True)
+            return tf.reduce_min(d, axis=1)
 
     out = []
     for start in range(0, x.shape[0], chunk):
@@ -122,8 +124,12 @@ def _blocked_distance_matrix(x, chunk_size=None):
         size = len(block)
         if size < chunk:
             block = np.concatenate([block, np.zeros((chunk - size, x.shape[1]), x.dtype)])
-        out.append(block_min(tf.constant(block), tf.reduce_sum(block * block, axis=1)).numpy()[:size])
+        out.append(_block_min(tf.constant(block), tf.reduce_sum(block * block, axis=1),
+                              gallery, norms).numpy()[:size])
     return np.concatenate(out)
+
+
+_block_min = None
 
 
 def _compute(method, x, labels, dim, chunk_size):
@@ -168,13 +174,18 @@ def run_one(method, n, classes, dim, chunk_size, repeat=1):
     else:
         import tfdml.metrics.retrieval  # noqa: F401
     before = _rss_mb()
-    times = []
+    times, cpu = [], []
     for _ in range(max(1, repeat)):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         res = _compute(method, x, labels, dim, chunk_size)
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
     warm = statistics.median(times[1:]) if len(times) > 1 else None
+    warm_cpu = statistics.median(cpu[1:]) if len(cpu) > 1 else None
+    # cpu_s: CPU time of all the process's threads, less sensitive than wall time to other
+    # work on a shared machine.
     return {"method": method, "n": n, "classes": classes, "wall_s": times[0], "warm_s": warm,
+            "cpu_s": cpu[0], "warm_cpu_s": warm_cpu,
             "peak_rss_mb": _rss_mb(), "rss_before_mb": before, "metrics": res}
 
 

@@ -11,7 +11,9 @@ Not a test; nothing here asserts.
   ``jit_compile=True`` (XLA). Median of ``--runs`` calls after the first
   call (tracing / compiling, reported apart) and one warm-up call; a point
   whose warm-up call takes long gets fewer calls (at least 3, about
-  ``--budget`` seconds in all). Once a point's median exceeds ``--cap``
+  ``--budget`` seconds in all). Wall time and the process's CPU time (all
+  threads) are both recorded: on a shared machine the CPU time is the less
+  disturbed measure of the work done. Once a point's median exceeds ``--cap``
   seconds, the larger sizes of that sampler and mode are skipped (printed).
 * ``evaluation`` — :func:`tfdml.metrics.retrieval.retrieval_metrics`
   (Recall@{1,10,100,1000}, MAP@R, R-Precision, leave-one-out, euclidean)
@@ -19,7 +21,7 @@ Not a test; nothing here asserts.
   against n, random 128-d embeddings in round(n / 5.5) classes (the shape of
   SOP). Each (method, n) runs in a fresh process (``bench_eval.run_in_child``):
   the first call is *cold* (tracing, XLA compilation), the median of the
-  ``--repeat`` − 1 calls after it *warm*; memory is the increase of the
+  ``--repeat`` − 1 calls after it *warm* (wall and CPU time); memory is the increase of the
   process's peak RSS over the process before the first call.
 
 The order of growth is the least-squares slope of log(time) against
@@ -41,6 +43,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -136,24 +139,26 @@ def sampler_case(name, num_classes):
 
 
 def time_point(fn, y, e, runs, budget):
-    """(median ms, calls timed, first-call s): one first call (tracing / compiling), one
-    warm-up call, then ``runs`` calls, or fewer (at least 3) to stay near ``budget`` s."""
-    def call():
-        start = time.perf_counter()
-        tf.nest.map_structure(lambda t: t.numpy(), fn(y, e))  # as bench_losses.median_ms
-        return time.perf_counter() - start
-
+    """(median wall ms, median CPU ms, calls timed, first-call s): one first call
+    (tracing / compiling), one warm-up call, then ``runs`` calls, or fewer (at least 3)
+    to stay near ``budget`` s. CPU time is the process's, all threads."""
     import tensorflow as tf
 
-    first = call()
-    warm = call()
+    def call():
+        start, cpu = time.perf_counter(), time.process_time()
+        tf.nest.map_structure(lambda t: t.numpy(), fn(y, e))  # as bench_losses.median_ms
+        return time.perf_counter() - start, time.process_time() - cpu
+
+    first, _ = call()
+    warm, _ = call()
     calls = int(max(3, min(runs, budget // max(warm, 1e-6))))
-    return bench_losses.median_ms(fn, y, e, runs=calls, warmup=0), calls, first
+    wall, cpu = zip(*(call() for _ in range(calls)))
+    return 1000.0 * statistics.median(wall), 1000.0 * statistics.median(cpu), calls, first
 
 
 def measure_samplers(names, sizes, modes=MODES, per_class=4, dim=128, runs=7, cap=2.0, budget=10.0,
                      log=print):
-    """Rows {sampler, loss, mode, B, ms, calls, first_s, load} and skipped points
+    """Rows {sampler, loss, mode, B, ms, cpu_ms, calls, first_s, load} and skipped points
     {sampler, mode, B, why}, sizes ascending per sampler and mode."""
     import tensorflow as tf
 
@@ -171,43 +176,46 @@ def measure_samplers(names, sizes, modes=MODES, per_class=4, dim=128, runs=7, ca
                 y, e = bench_losses.batch(classes, per_class, dim)
                 load = _load()
                 try:
-                    ms, calls, first = time_point(bench_losses.step_fn(loss, mode == "xla"), y, e, runs, budget)
+                    ms, cpu_ms, calls, first = time_point(bench_losses.step_fn(loss, mode == "xla"), y, e, runs, budget)
                 except tf.errors.ResourceExhaustedError as err:
                     stop = f"out of memory at B={size}: {str(err).splitlines()[0][:80]}"
                     skipped.append({"sampler": name, "mode": mode, "B": size, "why": stop})
                     log(f"  {name:17s} {mode:5s} B={size:5d}: skipped ({stop})")
                     continue
                 rows.append({"sampler": name, "loss": label, "mode": mode, "B": size, "ms": ms,
-                             "calls": calls, "first_s": first, "load": load})
-                log(f"  {name:17s} {mode:5s} B={size:5d}: {ms:10.2f} ms  (median of {calls}; "
+                             "cpu_ms": cpu_ms, "calls": calls, "first_s": first, "load": load})
+                log(f"  {name:17s} {mode:5s} B={size:5d}: {ms:10.2f} ms, CPU {cpu_ms:10.2f} ms  "
+                    f"(medians of {calls}; "
                     f"first call {first:6.2f} s; load {load:.2f})")
                 if ms / 1000.0 > cap:
                     stop = f"B={size} took {ms / 1000.0:.3g} s > cap {cap:g} s"
     return rows, skipped
 
 
-def sampler_exponents(rows):
-    """{(sampler, mode): (k, lowest B of the fit, highest B)} for every measured line."""
+def sampler_exponents(rows, value="ms"):
+    """{(sampler, mode): (k, lowest B of the fit, highest B)} for every measured line,
+    of the wall time (``value="ms"``) or the CPU time (``"cpu_ms"``)."""
     out = {}
     for key in dict.fromkeys((r["sampler"], r["mode"]) for r in rows):
         line = [r for r in rows if (r["sampler"], r["mode"]) == key]
-        sizes, ms = [r["B"] for r in line], [r["ms"] for r in line]
+        sizes, ms = [r["B"] for r in line], [r[value] for r in line]
         k, _ = growth_exponent(sizes, ms)
         fit = upper_half(sizes, ms)
         out[key] = (k, fit[0][0], fit[-1][0])
     return out
 
 
-def samplers_table(rows, skipped):
-    """Markdown: one row per sampler and mode, one column per B, then the exponent."""
+def samplers_table(rows, skipped, value="ms"):
+    """Markdown: one row per sampler and mode, one column per B (``value``: wall or CPU
+    ms), then the exponent of that time."""
     sizes = sorted({r["B"] for r in rows} | {s["B"] for s in skipped})
-    exps = sampler_exponents(rows)
-    lines = ["| sampler + loss | mode | " + " | ".join(f"B={b}" for b in sizes) + " | t ∝ B^k (fit range) |",
+    exps = sampler_exponents(rows, value)
+    lines = ["| sampler + loss | mode | " + " | ".join(f"B={b}" for b in sizes) + " | k (fit range) |",
              "|---|---|" + "---:|" * len(sizes) + "---|"]
     for (name, mode), (k, lo, hi) in exps.items():
         by = {r["B"]: r for r in rows if (r["sampler"], r["mode"]) == (name, mode)}
         label = next(iter(by.values()))["loss"]
-        cells = [f"{by[b]['ms']:.1f}" if b in by else "—" for b in sizes]
+        cells = [f"{by[b][value]:.1f}" if b in by else "—" for b in sizes]
         lines.append(f"| {name} + {label} | {'XLA' if mode == 'xla' else 'graph'} | " + " | ".join(cells)
                      + f" | **{k:.2f}** ({lo}–{hi}) |")
     return "\n".join(lines)
@@ -218,9 +226,10 @@ def eval_classes(n):
     return max(2, round(n / EXAMPLES_PER_CLASS))
 
 
-def eval_time(row):
-    """The warm median when there is one, else the cold call."""
-    return row["warm_s"] if row.get("warm_s") is not None else row["wall_s"]
+def eval_time(row, cpu=False):
+    """The warm median when there is one, else the cold call (wall or CPU seconds)."""
+    warm, cold = ("warm_cpu_s", "cpu_s") if cpu else ("warm_s", "wall_s")
+    return row[warm] if row.get(warm) is not None else row[cold]
 
 
 def measure_evaluation(sizes, methods=EVAL_METHODS, dim=128, repeat=3, log=print):
@@ -237,28 +246,30 @@ def measure_evaluation(sizes, methods=EVAL_METHODS, dim=128, repeat=3, log=print
             row["repeat"] = repeat
             row["increase_mb"] = row["peak_rss_mb"] - row["rss_before_mb"]
             rows.append(row)
-            warm = f"warm {row['warm_s']:8.2f} s, " if row.get("warm_s") is not None else ""
+            warm = (f"warm {row['warm_s']:8.2f} s (CPU {row['warm_cpu_s']:.2f} s), "
+                if row.get("warm_s") is not None else "")
             log(f"  {method:6s} n={n:7d} ({row['classes']} classes): cold {row['wall_s']:8.2f} s, {warm}"
                 f"peak RSS {row['peak_rss_mb']:6.0f} MB (+{row['increase_mb']:.0f}); load {load:.2f}")
     return rows
 
 
 def eval_exponents(rows):
-    """{method: (time k, memory-increase k, lowest n of the fit, highest n)}."""
+    """{method: (time k, memory-increase k, lowest n of the fit, highest n, CPU-time k)}."""
     out = {}
     for method in dict.fromkeys(r["method"] for r in rows):
         line = [r for r in rows if r["method"] == method]
         ns = [r["n"] for r in line]
         k_time, _ = growth_exponent(ns, [eval_time(r) for r in line])
+        k_cpu, _ = growth_exponent(ns, [eval_time(r, cpu=True) for r in line])
         k_mem, _ = growth_exponent(ns, [max(r["increase_mb"], 1e-3) for r in line])
         fit = upper_half(ns, ns)
-        out[method] = (k_time, k_mem, fit[0][0], fit[-1][0])
+        out[method] = (k_time, k_mem, fit[0][0], fit[-1][0], k_cpu)
     return out
 
 
 def eval_table(rows):
-    lines = ["| n (classes) | method | cold | warm (calls) | peak RSS (increase) | load | ratio to floor |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| n (classes) | method | cold | warm (calls) | CPU, warm | peak RSS (increase) | load "
+             "| warm / floor |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for n in sorted({r["n"] for r in rows}):
         by = {r["method"]: r for r in rows if r["n"] == n}
         floor = by.get("matmul")
@@ -267,6 +278,7 @@ def eval_table(rows):
             ratio = f"{eval_time(r) / eval_time(floor):.1f}×" if floor else "—"
             name = "distance matrix (floor)" if method == "matmul" else method
             lines.append(f"| {n:,} ({r['classes']:,}) | {name} | {r['wall_s']:.2f} s | {warm} | "
+                         f"{eval_time(r, cpu=True):.2f} s | "
                          f"{r['peak_rss_mb']:.0f} MB (+{r['increase_mb']:.0f}) | {r['load']:.1f} | {ratio} |")
     return "\n".join(lines)
 
@@ -305,6 +317,7 @@ def plot_samplers(data, path):
 
     rows = data["rows"]
     exps = sampler_exponents(rows)
+    cpu = sampler_exponents(rows, "cpu_ms")
     fig, ax = plt.subplots(figsize=(9, 6.5))
     colours = dict(zip(dict.fromkeys(r["sampler"] for r in rows), plt.cm.tab10.colors))
     for (name, mode), (k, _, _) in exps.items():
@@ -312,7 +325,8 @@ def plot_samplers(data, path):
         loss = next(r["loss"] for r in rows if r["sampler"] == name)
         ax.plot(*zip(*line), marker="o" if mode == "graph" else "s", markersize=4,
                 linestyle="-" if mode == "graph" else "--", color=colours[name],
-                label=f"{name} + {loss}, {'graph' if mode == 'graph' else 'XLA'}: B^{k:.2f}")
+                label=f"{name} + {loss}, {'graph' if mode == 'graph' else 'XLA'}: B^{k:.2f} "
+                      f"(CPU time B^{cpu[name, mode][0]:.2f})")
     sizes = sorted({r["B"] for r in rows})
     lo = min(r["ms"] for r in rows)
     ref = np.array(sizes, float)
@@ -342,11 +356,12 @@ def plot_eval(data, path):
     exps = eval_exponents(rows)
     names = {"tfdml": "tfdml retrieval_metrics", "matmul": "distance matrix alone (floor)"}
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 5))
-    for method, (k_time, k_mem, _, _) in exps.items():
+    for method, (k_time, k_mem, _, _, k_cpu) in exps.items():
         line = sorted((r["n"], eval_time(r), r["increase_mb"]) for r in rows if r["method"] == method)
         ns = [p[0] for p in line]
         style = dict(marker="o", linestyle="-" if method == "tfdml" else "--")
-        ax_t.plot(ns, [p[1] for p in line], label=f"{names.get(method, method)}: n^{k_time:.2f}", **style)
+        ax_t.plot(ns, [p[1] for p in line],
+                  label=f"{names.get(method, method)}: n^{k_time:.2f} (CPU time n^{k_cpu:.2f})", **style)
         ax_m.plot(ns, [p[2] for p in line], label=f"{names.get(method, method)}: n^{k_mem:.2f}", **style)
     ns = np.array(sorted({r["n"] for r in rows}), float)
     t0 = min(eval_time(r) for r in rows if r["n"] == ns[0])
@@ -375,17 +390,23 @@ def plot_eval(data, path):
 # -- command line ---------------------------------------------------------------
 def report_samplers(data):
     skipped = [s for run in data["runs"][-1:] for s in run.get("skipped", [])]
+    print("Wall time, median ms:")
     print(samplers_table(data["rows"], skipped))
+    print("CPU time of the process (all threads), median ms:")
+    print(samplers_table(data["rows"], skipped, "cpu_ms"))
     print("Order of growth (least squares on log–log over the upper half of the measured sizes):")
+    cpu = sampler_exponents(data["rows"], "cpu_ms")
     for (name, mode), (k, lo, hi) in sampler_exponents(data["rows"]).items():
-        print(f"  {name} {'XLA' if mode == 'xla' else 'graph'}: t ∝ B^{k:.2f}  (B = {lo}–{hi})")
+        print(f"  {name} {'XLA' if mode == 'xla' else 'graph'}: t ∝ B^{k:.2f}, CPU time ∝ "
+              f"B^{cpu[name, mode][0]:.2f}  (B = {lo}–{hi})")
 
 
 def report_eval(data):
     print(eval_table(data["rows"]))
     print("Order of growth (least squares on log–log over the upper half of the measured sizes):")
-    for method, (k_time, k_mem, lo, hi) in eval_exponents(data["rows"]).items():
-        print(f"  {method}: time ∝ n^{k_time:.2f}, memory increase ∝ n^{k_mem:.2f}  (n = {lo}–{hi})")
+    for method, (k_time, k_mem, lo, hi, k_cpu) in eval_exponents(data["rows"]).items():
+        print(f"  {method}: time ∝ n^{k_time:.2f}, CPU time ∝ n^{k_cpu:.2f}, memory increase ∝ "
+              f"n^{k_mem:.2f}  (n = {lo}–{hi})")
 
 
 def main(argv=None):

@@ -53,9 +53,11 @@ def test_tiny_sampler_run_returns_figures_for_every_sampler(tmp_path):
     assert {(r["sampler"], r["B"]) for r in rows} == {(s, b) for s in samplers.SAMPLERS for b in (8, 16)}
     for r in rows:
         assert r["ms"] > 0 and math.isfinite(r["ms"]) and r["calls"] == 3 and r["first_s"] > 0
+        assert r["cpu_ms"] >= 0 and math.isfinite(r["cpu_ms"])
     data = {"runs": [{"skipped": skipped}], "rows": rows}
-    table = scaling.samplers_table(rows, skipped)
-    assert table.count("\n") == 1 + len(samplers.SAMPLERS)  # header, rule, one line per sampler
+    for value in ("ms", "cpu_ms"):
+        table = scaling.samplers_table(rows, skipped, value)
+        assert table.count("\n") == 1 + len(samplers.SAMPLERS)  # header, rule, one line per sampler
     scaling.plot_samplers(data, str(tmp_path / "samplers.png"))
     assert (tmp_path / "samplers.png").stat().st_size > 0
 
@@ -68,18 +70,20 @@ def test_a_point_over_the_cap_skips_the_larger_sizes():
 
 
 def test_evaluation_exponents_table_and_plot_from_rows(tmp_path):
-    # Synthetic child results: time ∝ n² (tfdml 3× the floor), memory increase ∝ n.
+    # Synthetic child results: wall time ∝ n² (tfdml 3× the floor), CPU time ∝ n^1.5,
+    # memory increase ∝ n.
     rows = []
     for n in scaling.EVAL_SIZES:
         for method, factor in (("tfdml", 3.0), ("matmul", 1.0)):
             t = factor * 1e-9 * n**2
             rows.append({"method": method, "n": n, "classes": scaling.eval_classes(n), "wall_s": t + 1.0,
-                         "warm_s": t, "peak_rss_mb": 700 + 0.002 * n, "rss_before_mb": 700,
+                         "warm_s": t, "cpu_s": 5.0, "warm_cpu_s": 1e-8 * n**1.5, "peak_rss_mb": 700 + 0.002 * n, "rss_before_mb": 700,
                          "increase_mb": 0.002 * n, "load": 1.0, "repeat": 3})
     exps = scaling.eval_exponents(rows)
     for method in ("tfdml", "matmul"):
-        k_time, k_mem, lo, hi = exps[method]
+        k_time, k_mem, lo, hi, k_cpu = exps[method]
         assert k_time == pytest.approx(2.0, abs=1e-9)  # the warm medians, not the cold calls
+        assert k_cpu == pytest.approx(1.5, abs=1e-9)
         assert k_mem == pytest.approx(1.0, abs=1e-9)
         assert (lo, hi) == (scaling.EVAL_SIZES[len(scaling.EVAL_SIZES) // 2], scaling.EVAL_SIZES[-1])
     assert "| 3.0× |" in scaling.eval_table(rows)

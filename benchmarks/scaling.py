@@ -6,7 +6,7 @@ Not a test; nothing here asserts.
 * ``samplers`` — forward + backward (loss and its gradient, as
   ``bench_losses.py`` times it, with its batch and its batch-contract columns)
   of every sampler of :data:`tfdml.samplers.SAMPLERS` with the loss of its
-  paper (:data:`PAIRING`), against the batch size B (m examples per class,
+  paper (:func:`_pairing`), against the batch size B (m examples per class,
   128-d unit embeddings), as a ``tf.function`` (graph) and with
   ``jit_compile=True`` (XLA). Median of ``--runs`` calls after the first
   call (tracing / compiling, reported apart) and one warm-up call; a point

@@ -40,11 +40,27 @@ import subprocess
 import sys
 import time
 
+# This checkout's tfdml first (also in the child processes), not an installed one.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 KS = (1, 10, 100, 1000)
 CLASSES = {20_000: 2_000, 60_000: 11_000}
 
 
 def _rss_mb():
+    """Peak resident memory of this process, MB: VmHWM where /proc has it, else ru_maxrss.
+
+    On Linux ru_maxrss survives fork + exec: a child started by a large parent
+    (scaling.py, after the sampler part) reports the parent's peak. VmHWM
+    belongs to the new address space only.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -99,14 +115,16 @@ def _blocked_distance_matrix(x, chunk_size=None):
 
     from tfdml.metrics import knn
 
+    global _block_min
     chunk = min(knn.chunk_size_for(x.shape[0], chunk_size), x.shape[0])
     gallery = tf.constant(x)
     norms = tf.reduce_sum(gallery * gallery, axis=1)
 
-    @tf.function(jit_compile=True)
-    def block_min(block, block_norms):
-        d = block_norms[:, None] + norms[None, :] - 2.0 * tf.matmul(block, gallery, transpose_b=True)
-        return tf.reduce_min(d, axis=1)
+    if _block_min is None:  # one function for the process: a warm call is not compiled again
+        @tf.function(jit_compile=True)
+        def _block_min(block, block_norms, gallery, norms):
+            d = block_norms[:, None] + norms[None, :] - 2.0 * tf.matmul(block, gallery, transpose_b=True)
+            return tf.reduce_min(d, axis=1)
 
     out = []
     for start in range(0, x.shape[0], chunk):
@@ -114,8 +132,12 @@ def _blocked_distance_matrix(x, chunk_size=None):
         size = len(block)
         if size < chunk:
             block = np.concatenate([block, np.zeros((chunk - size, x.shape[1]), x.dtype)])
-        out.append(block_min(tf.constant(block), tf.reduce_sum(block * block, axis=1)).numpy()[:size])
+        out.append(_block_min(tf.constant(block), tf.reduce_sum(block * block, axis=1),
+                              gallery, norms).numpy()[:size])
     return np.concatenate(out)
+
+
+_block_min = None
 
 
 def _neighbours_needed(labels, ks):
@@ -184,29 +206,44 @@ def run_one(method, n, classes, dim, chunk_size, repeat=1, ks=KS):
     else:
         import tfdml.metrics.retrieval  # noqa: F401
     before = _rss_mb()
-    times = []
+    times, cpu = [], []
     for _ in range(max(1, repeat)):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         res = _compute(method, x, labels, dim, chunk_size, ks)
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
     warm = statistics.median(times[1:]) if len(times) > 1 else None
+    warm_cpu = statistics.median(cpu[1:]) if len(cpu) > 1 else None
+    # cpu_s: CPU time of all the process's threads, less sensitive than wall time to other
+    # work on a shared machine.
     return {"method": method, "n": n, "classes": classes, "wall_s": times[0], "warm_s": warm,
+            "cpu_s": cpu[0], "warm_cpu_s": warm_cpu,
             "peak_rss_mb": _rss_mb(), "rss_before_mb": before, "metrics": res}
 
 
-def measure(method, n, dim=128, chunk_size=None, repeat=1, ks=KS):
-    """One (method, size) in a fresh Python process: :func:`run_one`'s dict.
+def default_classes(n):
+    """Classes for ``n`` examples: the two sizes of the docstring, else n / 10."""
+    return CLASSES.get(n, max(2, n // 10))
 
-    Raises RuntimeError with the child's last line of stderr when it fails
-    (e.g. an optional library that is not installed)."""
+
+class ChildFailed(RuntimeError):
+    """A child process exited with an error (the message is its last stderr line), e.g.
+    an optional library that is not installed."""
+
+
+def run_in_child(method, n, classes=None, dim=128, repeat=1, chunk_size=None, ks=KS):
+    """:func:`run_one` in a fresh Python process (so that the peak memory is this
+    call's); returns its result dict or raises :class:`ChildFailed`."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", method, str(n),
            "--dim", str(dim), "--repeat", str(repeat), "--ks", *map(str, ks)]
+    if classes:
+        cmd += ["--classes", str(classes)]
     if chunk_size:
         cmd += ["--chunk-size", str(chunk_size)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        raise RuntimeError((proc.stderr.strip().splitlines() or ["?"])[-1])
+        raise ChildFailed((proc.stderr.strip().splitlines() or ["?"])[-1])
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -220,18 +257,20 @@ def main(argv=None):
                    help="calls per process: the first is reported cold, the median of the rest warm")
     p.add_argument("--ks", type=int, nargs="+", default=list(KS), help="the k of Recall@k")
     p.add_argument("--child", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)
+    p.add_argument("--classes", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         method, n = args.child[0], int(args.child[1])
-        print(json.dumps(run_one(method, n, CLASSES.get(n, max(2, n // 10)), args.dim,
-                                 args.chunk_size, args.repeat, tuple(args.ks))))
+        classes = args.classes or default_classes(n)
+        print(json.dumps(run_one(method, n, classes, args.dim, args.chunk_size, args.repeat, tuple(args.ks))))
         return 0
     rows = []
     for n in args.sizes:
         for method in args.methods:
             try:
-                row = measure(method, n, args.dim, args.chunk_size, args.repeat, tuple(args.ks))
-            except RuntimeError as err:
+                row = run_in_child(method, n, dim=args.dim, repeat=args.repeat, chunk_size=args.chunk_size,
+                                   ks=tuple(args.ks))
+            except ChildFailed as err:
                 print(f"{method:8s} n={n}: skipped ({err})", flush=True)
                 continue
             rows.append(row)

@@ -16,9 +16,13 @@ Usage::
 import argparse
 import os
 import statistics
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# This checkout's tfdml first, not an installed one; machine.py beside this file.
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(HERE), HERE]
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

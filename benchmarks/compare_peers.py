@@ -21,7 +21,7 @@ message and tfdml's side runs alone. Three parts:
 * ``eval`` — Precision@1, MAP@R and R-Precision, leave-one-out, on random
   128-d embeddings (``bench_eval.py``'s data): tfdml.metrics, PML's
   ``AccuracyCalculator`` (k = max_bin_count, faiss search) and faiss +
-  NumPy, each in a fresh process (``bench_eval.measure``): a cold call and
+  NumPy, each in a fresh process (``bench_eval.run_in_child``): a cold call and
   the median of the warm calls after it.
 * ``fit`` — issue 13's goal 4: ``model.fit`` step time of the network of
   ``bench_fit_step.py`` (modes graph, xla, loss) against the same network in
@@ -409,7 +409,7 @@ def part_eval(sizes, repeat, with_pml, with_faiss):
     import bench_eval
 
     print("\n## Retrieval evaluation: P@1, MAP@R, R-Precision, leave-one-out (random 128-d, euclidean)\n")
-    print(f"Each method in a fresh process (bench_eval.measure), one after the other: a cold call, then the median "
+    print(f"Each method in a fresh process (bench_eval.run_in_child), one after the other: a cold call, then the median "
           f"of {repeat - 1} warm calls, seconds. Ratio: tfdml warm / method warm (below 1: tfdml faster). faiss and "
           "PML search k = the largest R neighbours (PML: k=\"max_bin_count\"); PML gets one torch thread per "
           "usable core.\n")
@@ -420,7 +420,7 @@ def part_eval(sizes, repeat, with_pml, with_faiss):
         rows = {}
         for method in methods:
             try:
-                rows[method] = bench_eval.measure(method, n, repeat=repeat, ks=(1,))
+                rows[method] = bench_eval.run_in_child(method, n, repeat=repeat, ks=(1,))
             except RuntimeError as err:
                 print(f"| {n:,} | {EVAL_METHODS[method]} | failed: {err} | | | | | |")
         ours = rows.get("tfdml", {}).get("warm_s")

@@ -222,6 +222,24 @@ LOSS_ONLY = "loss"
 JIT_COMPILE_CHOICES = (False, True, LOSS_ONLY)
 
 
+def resolve_auto_jit_compile(jit_compile):
+    """What ``EmbeddingModel.compile(jit_compile="auto")`` (Keras' default) compiles.
+
+    Keras' "auto" compiles the whole train step with XLA whenever the layers
+    allow it, on CPU too. On a CPU, XLA's convolutions are slower than
+    TensorFlow's (oneDNN) kernels while its fused [B, B] mining code is faster
+    (``benchmarks/RESULTS.md``, "XLA modes"), so without a GPU "auto" compiles
+    the loss and its sampler only (:data:`LOSS_ONLY`), in one replica; with
+    several replicas on CPU nothing (XLA cannot place the mirrored variables of
+    split CPU devices). With a GPU it stays Keras' "auto". Any other value is
+    returned as it is."""
+    if jit_compile != "auto" or tf.config.list_physical_devices("GPU"):
+        return jit_compile
+    if tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1:
+        return False
+    return LOSS_ONLY
+
+
 class CompiledLoss:
     """A loss and its gradient as one XLA computation, inside a train step that is
     not compiled (``EmbeddingModel.compile(jit_compile="loss")``).
@@ -312,6 +330,7 @@ class EmbeddingModel(keras.Model):
         self._metric_loss = None
         self._loss_call = None
         self.jit_compile_loss = False
+        self.jit_compile_requested = "auto"
         self.loss_parameters = []
         self.nonfinite_tracker = keras.metrics.Sum(name=NONFINITE_METRIC, dtype="int32")
 
@@ -323,15 +342,19 @@ class EmbeddingModel(keras.Model):
         ``loss(y_true, y_pred)`` callable) that receives ``y`` unchanged.
         ``jit_compile`` also takes ``"loss"`` (:data:`LOSS_ONLY`): the loss and
         its sampler run as one XLA computation inside an otherwise uncompiled
-        train step."""
+        train step. The default, ``"auto"``, is resolved by
+        :func:`resolve_auto_jit_compile` (on a CPU: ``"loss"``)."""
         if loss is None:
             raise ValueError("EmbeddingModel.compile needs a loss, e.g. tfdml.losses.MarginLoss().")
-        jit_compile = kwargs.get("jit_compile", "auto")
-        if isinstance(jit_compile, str) and jit_compile not in ("auto", LOSS_ONLY):
+        requested = kwargs.get("jit_compile", "auto")
+        if isinstance(requested, str) and requested not in ("auto", LOSS_ONLY):
             raise ValueError(
-                f"jit_compile={jit_compile!r}: use True (the whole train step), False, 'auto' "
+                f"jit_compile={requested!r}: use True (the whole train step), False, 'auto' "
                 f"or {LOSS_ONLY!r} (the loss and its sampler only)."
             )
+        self.jit_compile_requested = requested
+        jit_compile = self.resolve_jit_compile(requested)
+        kwargs["jit_compile"] = jit_compile
         self.jit_compile_loss = jit_compile == LOSS_ONLY
         if self.jit_compile_loss:
             kwargs["jit_compile"] = False
@@ -358,10 +381,14 @@ class EmbeddingModel(keras.Model):
         # (Private attribute, no public switch; guarded by the same test.)
         self._compile_loss = None
 
+    def resolve_jit_compile(self, requested):
+        """What XLA compiles for ``compile(jit_compile=requested)``."""
+        return resolve_auto_jit_compile(requested)
+
     def get_compile_config(self):
         config = super().get_compile_config()
-        if self.jit_compile_loss and config:
-            config["jit_compile"] = LOSS_ONLY  # Keras recorded the False passed on to it
+        if config:  # what the user asked for: "auto" is resolved again where the model loads
+            config["jit_compile"] = self.jit_compile_requested
         return config
 
     def compile_from_config(self, config):

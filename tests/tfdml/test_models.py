@@ -255,6 +255,36 @@ def test_jit_compile_loss_compiles_the_loss_only_and_trains_as_graph_mode(tmp_pa
     assert again.jit_compile_loss is True and again.get_compile_config()["jit_compile"] == "loss"
 
 
+def _small_model():
+    return models.EmbeddingModel(models.build_encoder(models.small_cnn((8, 8, 1), width=4), embedding_dim=8))
+
+
+def test_auto_jit_compile_on_cpu_compiles_the_loss_only(tmp_path):
+    """Keras' default jit_compile="auto" would compile the whole step, convolutions included,
+    which on a CPU is ~2x slower than graph mode (benchmarks/RESULTS.md, "XLA modes"); on a
+    machine without GPU EmbeddingModel resolves it to the loss and its sampler only, and
+    records "auto" (resolved again where the model is loaded). Explicit values are kept."""
+    assert not tf.config.list_physical_devices("GPU")  # CI and development machines
+    model = _small_model()
+    model.compile(optimizer="sgd", loss=losses.MarginLoss(num_classes=4, seed=5))
+    assert model.jit_compile is False and model.jit_compile_loss is True
+    assert model.get_compile_config()["jit_compile"] == "auto"
+    for explicit, whole, loss_only in ((True, True, False), (False, False, False), ("loss", False, True)):
+        model = _small_model()
+        model.compile(optimizer="sgd", loss=losses.MarginLoss(num_classes=4, seed=5), jit_compile=explicit)
+        assert (model.jit_compile, model.jit_compile_loss) == (whole, loss_only)
+        assert model.get_compile_config()["jit_compile"] == explicit
+
+
+def test_auto_jit_compile_with_replicas_on_cpu_compiles_nothing(mirrored_strategy):
+    """Several replicas on split CPU devices: XLA cannot place their mirrored variables, so
+    "auto" compiles nothing (Keras' "auto" would try the whole step and fail)."""
+    with mirrored_strategy.scope():
+        model = _small_model()
+        model.compile(optimizer="sgd", loss=losses.MarginLoss(num_classes=4, seed=5))
+    assert model.jit_compile is False and model.jit_compile_loss is False
+
+
 def test_jit_compile_refuses_other_strings():
     model = models.EmbeddingModel(models.build_encoder(models.small_cnn((8, 8, 1), width=4), embedding_dim=8))
     with pytest.raises(ValueError, match=r"jit_compile='losses': use True .*'loss'"):

@@ -165,6 +165,11 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         if self.built:
             self._build_optimizers()
 
+    def resolve_jit_compile(self, requested):
+        """Keras' own meaning: "auto" may compile the whole step, sampler network included
+        (the loss and the sampler are one step here, so there is no loss-only mode)."""
+        return requested
+
     def get_compile_config(self):
         config = super().get_compile_config()
         if config is not None and self.dsn_optimizer is not None:

@@ -9,7 +9,10 @@ after / before.
 
 The benchmark script is always taken from the working tree (so both sides
 are measured by the same code); only ``tfdml`` changes, imported from a clean
-export of ``--before`` (``git archive``) or from the working tree.
+export of ``--before`` (``git archive``) or from the working tree. The
+scripts put their own checkout first on ``sys.path``, so the working tree's
+``benchmarks/*.py`` are copied into each export's ``benchmarks/`` and run
+from there: each side imports the ``tfdml`` beside the script it runs.
 
 Usage::
 
@@ -19,6 +22,7 @@ Usage::
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,6 +39,20 @@ def export_revision(revision, into):
     subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
 
 
+def prepare_tree(tree):
+    """Put the working tree's benchmark scripts into an exported ``tree``."""
+    into = os.path.join(tree, "benchmarks")
+    os.makedirs(into, exist_ok=True)
+    for name in os.listdir(HERE):
+        if name.endswith(".py"):
+            shutil.copyfile(os.path.join(HERE, name), os.path.join(into, name))
+
+
+def script_path(tree, script):
+    """The copy of ``script`` whose checkout (its parent's parent) is ``tree``."""
+    return os.path.join(tree, "benchmarks", script)
+
+
 def table_rows(text):
     """{row name: [figures]} of every Markdown table row with numeric cells."""
     rows = {}
@@ -49,9 +67,9 @@ def table_rows(text):
 
 
 def run(tree, script, script_args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, HERE]), TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, os.path.join(tree, "benchmarks")]), TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run(
-        [sys.executable, os.path.join(HERE, script), *script_args],
+        [sys.executable, script_path(tree, script), *script_args],
         env=env, capture_output=True, text=True, cwd=tree,
     )
     if done.returncode != 0:
@@ -73,11 +91,13 @@ def main():
         before_tree = os.path.join(trees, "before")
         os.makedirs(before_tree)
         export_revision(args.before, before_tree)
+        prepare_tree(before_tree)
         after_tree = ROOT
         if args.after:
             after_tree = os.path.join(trees, "after")
             os.makedirs(after_tree)
             export_revision(args.after, after_tree)
+            prepare_tree(after_tree)
         results = {"before": [], "after": []}
         loads = []
         for round_ in range(args.rounds):

@@ -1,0 +1,30 @@
+"""benchmarks/ab_compare.py: each side of a before/after comparison runs the working
+tree's benchmark script against its own tfdml. The scripts put their own checkout first
+on sys.path, which once made both sides import the working tree's tfdml (an A/B of the
+same code, ratios of 1.0). No timing is asserted."""
+
+import importlib.util
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_spec = importlib.util.spec_from_file_location("ab_compare", os.path.join(ROOT, "benchmarks", "ab_compare.py"))
+ab = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ab)
+
+FAKE_TFDML = 'import sys\nprint("TFDML_FROM", __file__)\nsys.exit(0)\n'
+
+
+def test_each_side_imports_the_tfdml_of_its_own_tree(tmp_path):
+    tree = tmp_path / "before"
+    (tree / "tfdml").mkdir(parents=True)
+    (tree / "tfdml" / "__init__.py").write_text(FAKE_TFDML)  # stands for an exported revision
+    ab.prepare_tree(str(tree))
+    with open(os.path.join(ROOT, "benchmarks", "bench_losses.py")) as mine:
+        assert (tree / "benchmarks" / "bench_losses.py").read_text() == mine.read()
+    out = ab.run(str(tree), "bench_losses.py", [])
+    assert f"TFDML_FROM {tree / 'tfdml' / '__init__.py'}" in out
+
+
+def test_table_rows_name_rows_by_their_text_cells():
+    text = "| loss | sampler | 1.50 | 0.75 |\n|---|---|---:|---:|\n| triplet | hard | 2 | 3.25 |\nnot a row"
+    assert ab.table_rows(text) == {"loss | sampler": [1.5, 0.75], "triplet | hard": [2.0, 3.25]}

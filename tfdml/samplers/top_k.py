@@ -42,8 +42,9 @@ class TopKMisplacedSampler(base.Sampler):
     maxima) per ranking and compares every column with the cut: O(k·B²), no
     sort. Above it, one descending sort per row (``tf.math.top_k`` over the
     row), O(B² log B), whose cost does not grow with k. XLA's CPU sort is
-    slow (ℓ_k at B = 256: 8.8 ms under XLA, 3.5 ms in graph mode, with the
-    sort), which the prefix path avoids.
+    slow (ℓ_k at B = 256 with the sort: 7.50 ms under XLA, 3.06 ms in graph
+    mode; without it 1.13 / 2.90 ms; ``benchmarks/RESULTS.md``), which the
+    prefix path avoids.
 
     Returns :class:`~tfdml.samplers.SetSelection`: [B, B] bool, row a = query,
     columns = members of P (``positive``) and N (``negative``). The loss of
@@ -117,8 +118,8 @@ def _by_prefixes(key, candidates, pos, neg, k):
     # Case 1 (Eq. 7): negatives in K ranked after the (k − n_+)-th negative, if it exists.
     n_value, n_index, n_present = _first_members(key, neg, k)
     at = tf.clip_by_value(k - n_plus, 1, k) - 1
-    cut = tf.gather(n_value, at, batch_dims=1), tf.gather(n_index, at, batch_dims=1)
-    after_cut = tf.logical_and(tf.gather(n_present, at, batch_dims=1),
+    cut = base.gather_rows(n_value, at), base.gather_rows(n_index, at)
+    after_cut = tf.logical_and(base.gather_rows(n_present, at),
                                tf.logical_not(_ranked_at_or_before(key, *cut)))
     negatives_in_top = tf.logical_and(neg, in_top)
     misplaced_neg = tf.where(case1, tf.logical_and(negatives_in_top, after_cut), negatives_in_top)  # Eq. 7 / 9

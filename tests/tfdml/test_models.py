@@ -259,12 +259,12 @@ def _small_model():
     return models.EmbeddingModel(models.build_encoder(models.small_cnn((8, 8, 1), width=4), embedding_dim=8))
 
 
-def test_auto_jit_compile_on_cpu_compiles_the_loss_only(tmp_path):
+def test_auto_jit_compile_on_cpu_compiles_the_loss_only(monkeypatch):
     """Keras' default jit_compile="auto" would compile the whole step, convolutions included,
     which on a CPU is ~2x slower than graph mode (benchmarks/RESULTS.md, "XLA modes"); on a
     machine without GPU EmbeddingModel resolves it to the loss and its sampler only, and
     records "auto" (resolved again where the model is loaded). Explicit values are kept."""
-    assert not tf.config.list_physical_devices("GPU")  # CI and development machines
+    monkeypatch.setattr(models.tf.config, "list_physical_devices", lambda kind=None: [])  # any machine
     model = _small_model()
     model.compile(optimizer="sgd", loss=losses.MarginLoss(num_classes=4, seed=5))
     assert model.jit_compile is False and model.jit_compile_loss is True
@@ -276,9 +276,18 @@ def test_auto_jit_compile_on_cpu_compiles_the_loss_only(tmp_path):
         assert model.get_compile_config()["jit_compile"] == explicit
 
 
-def test_auto_jit_compile_with_replicas_on_cpu_compiles_nothing(mirrored_strategy):
+def test_auto_jit_compile_with_a_gpu_is_keras_auto(monkeypatch):
+    """With a GPU visible, "auto" is left to Keras (the whole step where the layers allow it)."""
+    monkeypatch.setattr(models.tf.config, "list_physical_devices",
+                        lambda kind=None: ["GPU:0"] if kind == "GPU" else [])
+    assert models.resolve_auto_jit_compile("auto") == "auto"
+    assert models.resolve_auto_jit_compile(False) is False
+
+
+def test_auto_jit_compile_with_replicas_on_cpu_compiles_nothing(mirrored_strategy, monkeypatch):
     """Several replicas on split CPU devices: XLA cannot place their mirrored variables, so
     "auto" compiles nothing (Keras' "auto" would try the whole step and fail)."""
+    monkeypatch.setattr(models.tf.config, "list_physical_devices", lambda kind=None: [])
     with mirrored_strategy.scope():
         model = _small_model()
         model.compile(optimizer="sgd", loss=losses.MarginLoss(num_classes=4, seed=5))

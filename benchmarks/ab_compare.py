@@ -30,7 +30,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+NUMBER = re.compile(r"^-?\d+(\.\d+)?×?$")  # a figure, or a ratio such as "1.73×"
 
 
 def export_revision(revision, into):
@@ -54,15 +54,22 @@ def script_path(tree, script):
 
 
 def table_rows(text):
-    """{row name: [figures]} of every Markdown table row with numeric cells."""
+    """{row name: [figures]} of every Markdown table row that ends in numeric cells.
+
+    The name is every cell up to the last one that is not a number (so a leading batch
+    size is part of it); the figures are the numbers after it."""
     rows = {}
     for line in text.splitlines():
         if not line.startswith("|") or set(line) <= set("|-: "):
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        figures = [float(c) for c in cells if NUMBER.match(c)]
-        if figures:
-            rows[" | ".join(c for c in cells if not NUMBER.match(c))] = figures
+        split = len(cells)
+        while split > 0 and NUMBER.match(cells[split - 1]):
+            split -= 1
+        if split == len(cells):
+            continue
+        figures = [float(c.rstrip("×")) for c in cells[split:]]
+        rows[" | ".join(cells[:split])] = figures
     return rows
 
 

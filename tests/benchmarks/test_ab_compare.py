@@ -28,3 +28,19 @@ def test_each_side_imports_the_tfdml_of_its_own_tree(tmp_path):
 def test_table_rows_name_rows_by_their_text_cells():
     text = "| loss | sampler | 1.50 | 0.75 |\n|---|---|---:|---:|\n| triplet | hard | 2 | 3.25 |\nnot a row"
     assert ab.table_rows(text) == {"loss | sampler": [1.5, 0.75], "triplet | hard": [2.0, 3.25]}
+
+
+def test_ratio_cells_are_figures_not_part_of_the_row_name():
+    # bench_semi_hard.py prints ratios such as "1.73×"; as text they made every round's row
+    # names differ, so before and after shared no row and the comparison table came out empty.
+    before = ab.table_rows("| 256 | graph | compare K=3 | 8.64 | 4.98 | 1.73× |")
+    after = ab.table_rows("| 256 | graph | compare K=3 | 7.10 | 4.90 | 1.45× |")
+    assert list(before) == list(after) == ["256 | graph | compare K=3"]
+    assert before["256 | graph | compare K=3"] == [8.64, 4.98, 1.73]
+
+
+def test_a_leading_number_names_the_row():
+    # The batch size in the first column tells rows apart; taken as a figure, the B = 256 and
+    # B = 1024 rows of one mode would have had the same name and overwritten each other.
+    rows = ab.table_rows("| 256 | XLA | 4.95 |\n| 1024 | XLA | 113.4 |")
+    assert rows == {"256 | XLA": [4.95], "1024 | XLA": [113.4]}

@@ -27,6 +27,7 @@ from tfdml import distances as distances_lib
 from tfdml import importance as importance_lib
 from tfdml import masks as masks_lib
 from tfdml import targets as targets_lib
+from tfdml import xla
 from tfdml.losses import reductions
 
 PairWeights = collections.namedtuple("PairWeights", ["pos_weight", "neg_weight"])
@@ -326,16 +327,25 @@ class MetricLoss(keras.losses.Loss):
         return masks_lib.candidate_mask(targets.label, targets.pair_id)
 
     def sample(self, dist, targets, embeddings, candidates=None):
-        """Run the sampler on ``dist`` (no gradient) with this call's seed."""
+        """Run the sampler on ``dist`` (no gradient) with this call's seed.
+
+        Outside XLA a triplet selection is cut to its valid slots
+        (:func:`tfdml.samplers.base.valid_triplets`): the loss then gathers, and its
+        gradient scatters, B·(m − 1) semi-hard triplets rather than B² slots. Under
+        XLA, which needs fixed shapes, the invalid slots stay, weighted by 0."""
         if candidates is None:
             candidates = self.candidates(targets)
-        return self.sampler(
+        selection = self.sampler(
             tf.stop_gradient(dist),
             targets.label,
             candidates=candidates,
             seed=self.next_seed(),
             embedding_dim=embeddings.shape[-1],
         )
+        samplers = _samplers_module()
+        if isinstance(selection, samplers.TripletSelection) and not xla.is_compiling():
+            selection = samplers.base.valid_triplets(selection)
+        return selection
 
     def importance_weights(self, targets, dtype):
         """W_ij [B, B] when built with ``importance=True`` and the batch has the columns, else None."""

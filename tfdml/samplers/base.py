@@ -95,6 +95,23 @@ def check_seed(seed, owner):
     return tf.cast(seed, tf.int32)
 
 
+def valid_triplets(selection):
+    """The valid slots of a :class:`TripletSelection` only, in slot order (a shape known at
+    run time: for graph mode and eager, not for XLA).
+
+    A sampler's fixed T is an upper bound (semi-hard: T = B², of which B·(m − 1) are
+    valid with m examples per class); a loss that computes on the valid slots alone does
+    B·(m − 1) gathers instead of B², in its gradient too. The same triplets, so the
+    same loss (the sum of the same terms in the same order, zeros left out)."""
+    keep = tf.reshape(tf.where(selection.mask), [-1])
+    return TripletSelection(
+        tf.gather(selection.anchor, keep),
+        tf.gather(selection.positive, keep),
+        tf.gather(selection.negative, keep),
+        tf.ones(tf.shape(keep), tf.bool),
+    )
+
+
 def uniform01(shape, seed):
     """Uniform floats in [0, 1) with 24 random bits, identical with and without XLA.
 

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from tfdml import xla
 from tfdml.samplers import base
 
 FALLBACKS = ("hardest_inside", "drop")
@@ -160,12 +161,11 @@ def _by_comparing(dist, pos, neg_dist, layout, width):
 
     Step c takes, for every anchor a, its class mates number c·K … c·K + K − 1
     (in index order, a itself skipped), compares their distances D_ap with every
-    D_an and keeps the nearest negative beyond: an arg-min over a [B, K, B]
-    tensor (lower index on ties); the B·K answers are scattered to their
+    D_an and keeps the nearest negative beyond (:func:`_first_beyond`, over a
+    [B, K, B] comparison; lower index on ties); the B·K answers are scattered to their
     columns. One step when P ≤ K, else ⌈P / K⌉ steps of a ``tf.while_loop``."""
     order, where, start, count = layout
     size = tf.shape(dist)[0]
-    inf = tf.constant(float("inf"), dist.dtype)
     own = where - start  # offset of each anchor within its class's run
     rows = tf.broadcast_to(tf.range(size)[:, None], tf.stack([size, width]))
     offsets = tf.range(width, dtype=tf.int32)
@@ -176,8 +176,7 @@ def _by_comparing(dist, pos, neg_dist, layout, width):
         members = tf.minimum(start[:, None] + k + tf.cast(k >= own[:, None], tf.int32), size - 1)
         column = tf.gather(order, members)  # [B, K]: the class mates of this step
         d_ap = base.gather_rows(dist, column)
-        beyond = neg_dist[:, None, :] > d_ap[:, :, None]
-        nearest = tf.argmin(tf.where(beyond, neg_dist[:, None, :], inf), axis=2, output_type=tf.int32)
+        nearest = _first_beyond(neg_dist, d_ap)
         # -1: no negative beyond, or no class mate in this slot; such a slot writes to the
         # anchor's own column (never a positive), so no column is written twice with
         # different values.
@@ -194,6 +193,30 @@ def _by_comparing(dist, pos, neg_dist, layout, width):
         steps = (tf.reduce_max(count) - 1 + width - 1) // width
         _, semi_hard = tf.while_loop(lambda c, _: c < steps, step, (tf.constant(0, tf.int32), semi_hard))
     return semi_hard, semi_hard >= 0
+
+
+def _first_beyond(neg_dist, d_ap):
+    """[B, K] int32: for every anchor a and distance ``d_ap[a, k]``, the column n with the
+    smallest ``neg_dist[a, n] > d_ap[a, k]`` (lowest index on ties); meaningless where no
+    column is beyond.
+
+    In graph mode one ``tf.argmin`` over the masked [B, K, B] comparison. Under XLA two
+    plain reductions instead, the nearest value beyond and then the lowest column holding
+    it: XLA fuses each into one vectorised loop, while it runs an arg-min, a (value,
+    index) reduction, element by element on CPU (the sampler alone at B = 1024: 4.3 →
+    3.6 ms under XLA; in graph mode the two reductions cost 4.8 against 4.3 ms)."""
+    inf = tf.constant(float("inf"), neg_dist.dtype)
+    beyond = neg_dist[:, None, :] > d_ap[:, :, None]
+    masked = tf.where(beyond, neg_dist[:, None, :], inf)
+    if not xla.is_compiling():
+        return tf.argmin(masked, axis=2, output_type=tf.int32)
+    size = tf.shape(neg_dist)[1]
+    nearest = tf.reduce_min(masked, axis=2)
+    # A column holding that value is beyond d_ap whenever the value is finite; the
+    # non-negatives hold -inf and never match.
+    hit = tf.equal(neg_dist[:, None, :], nearest[:, :, None])
+    column = tf.reduce_min(tf.where(hit, tf.range(size)[None, None, :], size), axis=2)
+    return tf.minimum(column, size - 1)
 
 
 def _by_sorting(dist, neg):

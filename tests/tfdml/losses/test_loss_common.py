@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tfdml import losses, samplers
+from tfdml import targets as targets_lib
 
 HAS_TOP_K = hasattr(samplers, "TopKMisplacedSampler")
 
@@ -76,6 +77,45 @@ def test_jit_compile_equals_eager(ref, name):
     fn = tf.function(lambda yy, ee: jitted(yy, ee), jit_compile=True)
     for _ in range(2):  # the second call uses the advanced seed
         np.testing.assert_allclose(fn(y, e).numpy(), eager(y, e).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_graph_and_xla_give_the_same_value_and_gradient(ref, name):
+    """Graph mode computes triplet losses on the valid slots only (a run-time shape), XLA on
+    every slot of the sampler's fixed T: same value and gradient."""
+    y, e = batch(ref, seed=5, dim=8)
+    e = tf.constant(e)
+    results = []
+    for jit in (False, True):
+        loss = FACTORIES[name]()
+
+        def step(yy, ee, loss=loss):
+            with tf.GradientTape() as tape:
+                tape.watch(ee)
+                value = loss(yy, ee)
+            return value, tape.gradient(value, ee)
+
+        results.append([t.numpy() for t in tf.function(step, jit_compile=jit)(y, e)])
+    (graph_value, graph_grad), (xla_value, xla_grad) = results
+    np.testing.assert_allclose(xla_value, graph_value, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(xla_grad, graph_grad, rtol=1e-4, atol=1e-6)
+
+
+def test_triplet_selection_keeps_only_valid_slots_outside_xla(ref):
+    """What makes graph mode fast: the semi-hard selection (T = B² slots) reaches the loss
+    cut to its valid slots; under XLA it keeps its fixed shape."""
+    y, e = batch(ref, seed=6, dim=8)
+    loss = losses.TripletLoss()
+    targets = targets_lib.unpack(y)
+    size = len(y["label"])
+
+    def slots(ee):
+        selection = loss.sample(loss.distances(ee), targets, ee)
+        return tf.shape(selection.anchor)[0], tf.reduce_sum(tf.cast(selection.mask, tf.int32))
+
+    graph_slots, graph_valid = [int(v) for v in tf.function(slots)(tf.constant(e))]
+    xla_slots, xla_valid = [int(v) for v in tf.function(slots, jit_compile=True)(tf.constant(e))]
+    assert xla_slots == size * size and graph_slots == graph_valid == xla_valid < size * size
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,0 +1,26 @@
+"""Whether the ops being built will be compiled by XLA.
+
+Some computations have a fast form in each mode: XLA needs fixed shapes and
+fuses elementwise work into its reductions, while TensorFlow's graph kernels
+handle data-dependent shapes and run an arg-min as one pass. A sampler or
+loss asks :func:`is_compiling` at trace time and builds the form that suits
+the mode; both forms give the same selection and the same loss.
+"""
+
+try:  # TensorFlow's own test for this (tf.function wraps XLA tracing in an XLA context)
+    from tensorflow.python.framework import ops as _ops
+    from tensorflow.python.ops import control_flow_util as _control_flow_util
+except ImportError:  # pragma: no cover - a future TensorFlow without these modules
+    _control_flow_util = None
+
+
+def is_compiling():
+    """True while tracing for XLA: inside ``tf.function(jit_compile=True)`` (also nested,
+    and Keras' ``jit_compile=True``), False in graph mode without XLA and eagerly.
+
+    Uses TensorFlow's internal test (the one ``tf.function`` uses to nest XLA
+    functions). Should a TensorFlow version lack it, this answers True: the
+    fixed-shape forms are correct in every mode, only slower in graph mode."""
+    if _control_flow_util is None:  # pragma: no cover
+        return True
+    return bool(_control_flow_util.GraphOrParentsInXlaContext(_ops.get_default_graph()))

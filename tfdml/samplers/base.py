@@ -28,7 +28,7 @@ import math
 
 import tensorflow as tf
 
-from tfdml import masks
+from tfdml import masks, xla
 
 PairSelection = collections.namedtuple("PairSelection", ["pos_weight", "neg_weight"])
 PairSelection.__doc__ = """Selected pairs as [B, B] float32 multiplicities (0 = not selected; diagonal 0)."""
@@ -144,6 +144,31 @@ def gather_rows(params, indices):
     n = tf.shape(params)[1]
     offset = (tf.range(tf.shape(params)[0], dtype=indices.dtype) * tf.cast(n, indices.dtype))[:, None]
     return tf.gather(tf.reshape(params, [-1]), indices + offset)
+
+
+def first_argmin(values, axis=-1):
+    """``tf.argmin(values, axis)`` as int32: the lowest index holding the minimum.
+
+    In graph mode and eagerly, ``tf.argmin`` itself. Under XLA two plain reductions,
+    the minimum and then the lowest index holding it: XLA fuses each with the
+    elementwise work before it into one vectorised loop, while it runs an arg-min, a
+    (value, index) reduction, element by element on CPU. The same answer on finite and
+    infinite values (−0.0 and +0.0 tie, as in ``tf.argmin``); not for NaN."""
+    if not xla.is_compiling():
+        return tf.argmin(values, axis=axis, output_type=tf.int32)
+    rank = values.shape.rank
+    axis = axis % rank
+    size = tf.shape(values)[axis]
+    least = tf.reduce_min(values, axis=axis, keepdims=True)
+    index = tf.reshape(tf.range(size), [-1 if d == axis else 1 for d in range(rank)])
+    return tf.minimum(tf.reduce_min(tf.where(tf.equal(values, least), index, size), axis=axis), size - 1)
+
+
+def first_argmax(values, axis=-1):
+    """``tf.argmax(values, axis)`` as int32 (lowest index on ties); see :func:`first_argmin`."""
+    if not xla.is_compiling():
+        return tf.argmax(values, axis=axis, output_type=tf.int32)
+    return first_argmin(-values, axis=axis)
 
 
 def sort_key(values):

@@ -137,3 +137,27 @@ def test_row_helpers():
     params = rng.normal(size=(4, 9)).astype(np.float32)
     idx = rng.integers(0, 9, size=(4, 5)).astype(np.int32)
     np.testing.assert_array_equal(samplers.base.gather_rows(params, idx).numpy(), np.take_along_axis(params, idx, 1))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_first_argmin_and_argmax_match_tf_on_ties_infinities_and_signed_zeros(jit):
+    """samplers.base.first_argmin / first_argmax: two reductions under XLA, tf.argmin /
+    tf.argmax otherwise; lowest index on ties in both modes (NumPy's rule too)."""
+    rng = np.random.default_rng(0)
+    values = rng.integers(0, 4, size=(5, 3, 17)).astype(np.float32)  # many ties
+    values[0, 0] = np.inf  # a row of +inf
+    values[1, 1] = -np.inf  # a row of -inf
+    values[2, 2, :4] = [0.0, -0.0, 0.0, -0.0]
+    values[2, 2, 4:] = 1.0  # minimum 0 tied between +0.0 and -0.0
+    values[3, 0, 5] = -np.inf
+    values[3, 1, 7] = np.inf
+    fn = tf.function(
+        lambda v: [samplers.base.first_argmin(v, axis=a) for a in (0, 1, 2)]
+        + [samplers.base.first_argmax(v, axis=a) for a in (0, 1, -1)],
+        jit_compile=jit,
+    )
+    got = [g.numpy() for g in fn(tf.constant(values))]
+    want = [np.argmin(values, axis=a) for a in (0, 1, 2)] + [np.argmax(values, axis=a) for a in (0, 1, -1)]
+    for g, w in zip(got, want):
+        assert g.dtype == np.int32
+        np.testing.assert_array_equal(g, w)

@@ -79,7 +79,10 @@ def triplets_to_pairs(selection, batch_size, dtype=tf.float32):
     negative = tf.clip_by_value(tf.cast(selection.negative, tf.int32), 0, batch_size - 1)
     mask = tf.cast(selection.mask, dtype)
     zeros = tf.zeros([batch_size, batch_size], dtype)
-    pos = tf.tensor_scatter_nd_add(zeros, tf.stack([anchor, positive], axis=1), mask)
+    if isinstance(selection, _samplers_module().GridTripletSelection):
+        pos = tf.reshape(mask, [batch_size, batch_size])  # slot a·B + p is the pair (a, p)
+    else:
+        pos = tf.tensor_scatter_nd_add(zeros, tf.stack([anchor, positive], axis=1), mask)
     neg = tf.tensor_scatter_nd_add(zeros, tf.stack([anchor, negative], axis=1), mask)
     return PairWeights(pos, neg)
 

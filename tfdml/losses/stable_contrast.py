@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from tfdml.losses import base
-from tfdml.losses.triplet import gather_pairs
+from tfdml.losses.triplet import anchor_positive, gather_pairs
 
 
 def stable_contrast_terms(d_ij, d_in, alpha, beta):
@@ -76,7 +76,7 @@ class StableContrastLoss(base.MetricLoss):
     def compute(self, targets, embeddings):
         dist = self.distances(embeddings)
         selection = self.sample(dist, targets, embeddings)
-        d_ij = gather_pairs(dist, selection.anchor, selection.positive)
+        d_ij = anchor_positive(dist, selection)
         d_in = gather_pairs(dist, selection.anchor, selection.negative)
         losses = stable_contrast_terms(d_ij, d_in, self.alpha, self.beta)
         weights = self.triplet_importance_weights(targets, selection, dist.dtype)

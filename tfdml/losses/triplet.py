@@ -18,6 +18,17 @@ def gather_pairs(matrix, rows, cols):
     return tf.gather(tf.reshape(matrix, [-1]), tf.cast(rows, tf.int32) * n + tf.cast(cols, tf.int32))
 
 
+def anchor_positive(matrix, selection):
+    """``matrix[anchor_t, positive_t]`` for every slot t of a triplet selection.
+
+    For a :class:`~tfdml.samplers.base.GridTripletSelection` (slot a·B + p = pair
+    (a, p)) that is the flattened matrix itself: no gather, and a dense gradient
+    instead of a B² scatter (under XLA, where the selection keeps its B² slots)."""
+    if isinstance(selection, base._samplers_module().GridTripletSelection):
+        return tf.reshape(matrix, [-1])
+    return gather_pairs(matrix, selection.anchor, selection.positive)
+
+
 def triplet_terms(d_ap, d_an, margin):
     """The triplet term ``[d_ap − d_an + α]_+`` per triplet (FaceNet, Duan Eq. 2, Wu §3 / §4):
     ``d`` is D² for the ℓ2² form and D for the ℓ2 form. Used by :class:`TripletLoss` and,
@@ -90,7 +101,7 @@ class TripletLoss(base.MetricLoss):
         dist = self.distances(embeddings)
         selection = self.sample(dist, targets, embeddings)
         values = tf.square(dist) if self.squared else dist
-        d_ap = gather_pairs(values, selection.anchor, selection.positive)
+        d_ap = anchor_positive(values, selection)
         d_an = gather_pairs(values, selection.anchor, selection.negative)
         losses = triplet_terms(d_ap, d_an, self.margin)
         weights = self.triplet_importance_weights(targets, selection, dist.dtype)

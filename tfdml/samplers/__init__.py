@@ -24,6 +24,7 @@ import keras
 
 from tfdml.samplers.base import (
     KINDS,
+    GridTripletSelection,
     PairSelection,
     Sampler,
     SetSelection,
@@ -91,6 +92,7 @@ __all__ = [
     "SAMPLERS",
     "AllPairsSampler",
     "DistanceWeightedSampler",
+    "GridTripletSelection",
     "HardSampler",
     "PairSelection",
     "RandomPairSampler",

@@ -38,6 +38,16 @@ TripletSelection = collections.namedtuple(
 )
 TripletSelection.__doc__ = """[T] int32 anchor / positive / negative indices and a [T] bool mask of valid slots."""
 
+
+class GridTripletSelection(TripletSelection):
+    """A :class:`TripletSelection` of T = B·B slots laid out as the grid of ordered pairs:
+    slot a·B + p holds anchor a and positive p (one negative per pair, as the semi-hard
+    and distance weighted samplers choose). A loss may then read D_ap as the [B, B]
+    matrix itself instead of gathering it (:func:`tfdml.losses.triplet.anchor_positive`),
+    which under XLA saves a B² gather and, in the gradient, a B² scatter."""
+
+    __slots__ = ()
+
 SetSelection = collections.namedtuple("SetSelection", ["positive", "negative"])
 SetSelection.__doc__ = """[B, B] bool: row a = query a, columns = its misplaced sets P (positive) and N (negative)."""
 

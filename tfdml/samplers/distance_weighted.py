@@ -186,7 +186,7 @@ class DistanceWeightedSampler(base.Sampler):
         pos, neg = base.split_candidates(labels, candidates)
         valid = tf.logical_and(pos, tf.reduce_any(neg, axis=1, keepdims=True))
         rows = tf.range(size, dtype=tf.int32)
-        return base.TripletSelection(
+        return base.GridTripletSelection(
             tf.repeat(rows, size), tf.tile(rows, [size]), tf.reshape(negative, [-1]), tf.reshape(valid, [-1])
         )
 

@@ -147,7 +147,7 @@ class SemiHardSampler(base.Sampler):
         rows = tf.range(size, dtype=tf.int32)
         anchor = tf.repeat(rows, size)
         positive = tf.tile(rows, [size])
-        return base.TripletSelection(
+        return base.GridTripletSelection(
             anchor, positive, tf.reshape(negative, [-1]), tf.reshape(valid, [-1])
         )
 

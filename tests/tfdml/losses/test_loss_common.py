@@ -222,3 +222,35 @@ def test_scalar_reductions_agree(ref, reduction):
     y, e = batch(ref)
     expected = losses.ContrastiveLoss()(y, e).numpy()
     np.testing.assert_allclose(losses.ContrastiveLoss(reduction=reduction)(y, e).numpy(), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("make", [lambda: losses.TripletLoss(), lambda: losses.StableContrastLoss(seed=4),
+                                  lambda: losses.MarginLoss(num_classes=6, num_examples=20, sampler="semi_hard")],
+                         ids=["triplet", "stable_contrast", "margin"])
+def test_grid_selection_gives_the_loss_of_the_same_triplets_gathered(ref, make, monkeypatch):
+    """Under XLA a GridTripletSelection's D_ap is read without a gather (and the margin
+    loss's positive multiplicities without a scatter); the same selection as a plain
+    TripletSelection, gathered, must give the same value and gradient."""
+    y, e = batch(ref, seed=7, dim=8)
+    e = tf.constant(e)
+
+    def value_and_gradient(loss):
+        with tf.GradientTape() as tape:
+            tape.watch(e)
+            value = loss(y, e)
+        return value, tape.gradient(value, e)
+
+    def compiled(loss):
+        return [t.numpy() for t in tf.function(lambda: value_and_gradient(loss), jit_compile=True)()]
+
+    grid_value, grid_grad = compiled(make())
+    plain = make()
+    sample = type(plain.sampler).sample
+
+    def as_plain(self, *args, **kwargs):
+        return samplers.TripletSelection(*sample(self, *args, **kwargs))
+
+    monkeypatch.setattr(type(plain.sampler), "sample", as_plain)
+    plain_value, plain_grad = compiled(plain)
+    np.testing.assert_allclose(grid_value, plain_value, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(grid_grad, plain_grad, rtol=1e-5, atol=1e-7)

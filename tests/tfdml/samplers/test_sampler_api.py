@@ -161,3 +161,23 @@ def test_first_argmin_and_argmax_match_tf_on_ties_infinities_and_signed_zeros(ji
     for g, w in zip(got, want):
         assert g.dtype == np.int32
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("sampler", ALL, ids=IDS)
+def test_a_grid_selection_holds_pair_a_p_at_slot_a_times_b_plus_p(sampler, batch):
+    """The losses read D_ap of a GridTripletSelection as the matrix itself, without a
+    gather: that is right only if slot a·B + p really is (a, p)."""
+    d, y, cand = batch
+    selection = sampler(d, y, cand, seed=tf.constant([3, 4], tf.int32), embedding_dim=EMBEDDING_DIM)
+    if not isinstance(selection, samplers.GridTripletSelection):
+        return
+    size = len(y)
+    np.testing.assert_array_equal(selection.anchor.numpy(), np.repeat(np.arange(size), size))
+    np.testing.assert_array_equal(selection.positive.numpy(), np.tile(np.arange(size), size))
+
+
+def test_semi_hard_and_distance_weighted_return_grid_selections(batch):
+    d, y, cand = batch
+    for sampler in (samplers.SemiHardSampler(), samplers.DistanceWeightedSampler()):
+        selection = sampler(d, y, cand, seed=tf.constant([1, 2], tf.int32), embedding_dim=EMBEDDING_DIM)
+        assert isinstance(selection, samplers.GridTripletSelection)

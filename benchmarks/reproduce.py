@@ -549,6 +549,11 @@ def load_results(out, arm):
     return results
 
 
+def has_results(claim, out):
+    """Whether any arm of ``claim`` has a finished run in ``out``."""
+    return any(load_results(out, arm) for arm in claim_arms(claim))
+
+
 def _fmt(mean, std, n, scale=100.0):
     if mean is None:
         return "–"
@@ -744,11 +749,12 @@ def main(argv=None):
                 result = run_arm(arm, seed, out, data_dir, budget, quiet=not args.verbose)
                 print(f"    R@1 {result['metrics'].get('recall@1', float('nan')):.4f} in {result['seconds']:.0f} s",
                       flush=True)
-    text = "\n".join(report(c, out) for c in args.claim)
-    print(text)
+    reports = {c: report(c, out) for c in CLAIMS if c in args.claim or has_results(c, out)}
+    print("\n".join(reports[c] for c in args.claim))
+    # report.md holds every claim with results, not only the ones of this command
     path = os.path.join(out, "report.md")
     with open(path + ".tmp", "w") as f:
-        f.write(text + "\n")
+        f.write("\n".join(reports.values()) + "\n")
     os.replace(path + ".tmp", path)
     return 0
 

@@ -180,3 +180,17 @@ def test_early_checks_read_the_curve_at_a_fraction_of_the_budget(tmp_path):
     text = rp.report("wu_sampling", str(out))
     early = text.split("Convergence")[1]
     assert "holds" in early.split("\n")[4] and "**Verdict (map@r, early): reproduced.**" in early
+
+
+def test_report_md_keeps_every_claim_with_results(tmp_path, capsys):
+    """report.md once held only the claims of the last command: reporting lu_topk erased the
+    wu_sampling report. It now holds every claim with results, whatever --claim says."""
+    out = tmp_path / "out"
+    _fake_results(out, "margin-dw-b80", [0.60, 0.61, 0.62])
+    _fake_results(out, "precision_at_k-m10", [0.50, 0.51, 0.52])
+    rp.main(["--claim", "lu_topk", "--report", "--out", str(out)])
+    report = (out / "report.md").read_text()
+    assert "### lu_topk" in report and "### wu_sampling" in report and "### wu_beta" in report
+    assert "### hong_designs" not in report  # no result yet
+    printed = capsys.readouterr().out
+    assert "### lu_topk" in printed and "### wu_sampling" not in printed  # what was asked for

@@ -350,6 +350,23 @@ class MetricLoss(keras.losses.Loss):
             selection = samplers.base.valid_triplets(selection)
         return selection
 
+    def over_triplets(self, selection, compute):
+        """``compute(selection)``; under XLA, for a grid selection (B² slots), on its valid
+        slots alone whenever every anchor has at most ``GRID_WIDTH`` of them.
+
+        Outside XLA :meth:`sample` has already cut the selection to its valid slots.
+        Under XLA the shape must be fixed, so the valid slots are compacted to B·16
+        (:func:`tfdml.samplers.base.compact_grid`) and a ``tf.cond`` takes that
+        form, or the full grid when some anchor has more valid slots (a class of more
+        than 17 examples). Both give the same result; ``compute`` returns any nest of
+        tensors of the same shapes for both (a scalar loss, pair multiplicities)."""
+        samplers = _samplers_module()
+        if not (isinstance(selection, samplers.GridTripletSelection) and xla.is_compiling()):
+            return compute(selection)
+        narrow, widest = samplers.base.compact_grid(selection)
+        return tf.cond(widest <= samplers.base.GRID_WIDTH,
+                       lambda: compute(narrow), lambda: compute(selection))
+
     def importance_weights(self, targets, dtype):
         """W_ij [B, B] when built with ``importance=True`` and the batch has the columns, else None."""
         return importance_matrix(targets, dtype) if self.importance else None
@@ -370,7 +387,7 @@ class MetricLoss(keras.losses.Loss):
         if self.sampler is None:
             return all_pairs(targets.label, candidates, dist.dtype)
         selection = self.sample(dist, targets, embeddings, candidates)
-        return select_pairs(selection, tf.shape(dist)[0], dist.dtype)
+        return self.over_triplets(selection, lambda s: select_pairs(s, tf.shape(dist)[0], dist.dtype))
 
     def reduce(self, losses, counts, weights=None, extra=None):
         return reductions.reduce_tuples(

@@ -76,11 +76,15 @@ class StableContrastLoss(base.MetricLoss):
     def compute(self, targets, embeddings):
         dist = self.distances(embeddings)
         selection = self.sample(dist, targets, embeddings)
-        d_ij = anchor_positive(dist, selection)
-        d_in = gather_pairs(dist, selection.anchor, selection.negative)
-        losses = stable_contrast_terms(d_ij, d_in, self.alpha, self.beta)
-        weights = self.triplet_importance_weights(targets, selection, dist.dtype)
-        return self.reduce(losses, tf.cast(selection.mask, dist.dtype), weights=weights)
+
+        def on(selection):
+            d_ij = anchor_positive(dist, selection)
+            d_in = gather_pairs(dist, selection.anchor, selection.negative)
+            losses = stable_contrast_terms(d_ij, d_in, self.alpha, self.beta)
+            weights = self.triplet_importance_weights(targets, selection, dist.dtype)
+            return self.reduce(losses, tf.cast(selection.mask, dist.dtype), weights=weights)
+
+        return self.over_triplets(selection, on)
 
     def get_config(self):
         config = super().get_config()

@@ -101,11 +101,15 @@ class TripletLoss(base.MetricLoss):
         dist = self.distances(embeddings)
         selection = self.sample(dist, targets, embeddings)
         values = tf.square(dist) if self.squared else dist
-        d_ap = anchor_positive(values, selection)
-        d_an = gather_pairs(values, selection.anchor, selection.negative)
-        losses = triplet_terms(d_ap, d_an, self.margin)
-        weights = self.triplet_importance_weights(targets, selection, dist.dtype)
-        return self.reduce(losses, tf.cast(selection.mask, dist.dtype), weights=weights)
+
+        def on(selection):
+            d_ap = anchor_positive(values, selection)
+            d_an = gather_pairs(values, selection.anchor, selection.negative)
+            losses = triplet_terms(d_ap, d_an, self.margin)
+            weights = self.triplet_importance_weights(targets, selection, dist.dtype)
+            return self.reduce(losses, tf.cast(selection.mask, dist.dtype), weights=weights)
+
+        return self.over_triplets(selection, on)
 
     def tuple_terms(self, anchor, positive, negative):
         """Per-triplet terms [M] of this loss from the embeddings [M, d] of M triplets

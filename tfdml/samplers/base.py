@@ -122,6 +122,35 @@ def valid_triplets(selection):
     )
 
 
+#: Valid slots per anchor up to which a grid selection is compacted under XLA
+#: (:func:`compact_grid`): m-per-class batches with m ≤ 17 fit.
+GRID_WIDTH = 16
+
+
+def compact_grid(selection, width=GRID_WIDTH):
+    """``(narrow, widest)``: a :class:`GridTripletSelection`'s valid slots, at most
+    ``width`` per anchor, as a TripletSelection of fixed T = B·width, and the largest
+    number of valid slots of any anchor (a scalar tensor).
+
+    For XLA, which needs fixed shapes: ``narrow`` holds every valid triplet, in slot
+    order, exactly when ``widest <= width``; the caller picks it or the full grid
+    with a ``tf.cond`` (``MetricLoss.over_triplets``). Anchor a's k-th valid column
+    is found by binary lifting on the running count of its row."""
+    size = tf.cast(tf.math.sqrt(tf.cast(tf.shape(selection.mask)[0], tf.float64)), tf.int32)
+    mask = tf.cast(tf.reshape(selection.mask, tf.stack([size, size])), tf.int32)
+    count = tf.reduce_sum(mask, axis=1)
+    k = tf.broadcast_to(tf.range(width)[None, :], tf.stack([size, width]))
+    column = tf.minimum(count_less_equal(tf.cumsum(mask, axis=1), k), size - 1)
+    negative = gather_rows(tf.reshape(selection.negative, tf.stack([size, size])), column)
+    narrow = TripletSelection(
+        tf.repeat(tf.range(size), width),
+        tf.reshape(column, [-1]),
+        tf.reshape(negative, [-1]),
+        tf.reshape(k < count[:, None], [-1]),
+    )
+    return narrow, tf.reduce_max(count)
+
+
 def uniform01(shape, seed):
     """Uniform floats in [0, 1) with 24 random bits, identical with and without XLA.
 

@@ -254,3 +254,34 @@ def test_grid_selection_gives_the_loss_of_the_same_triplets_gathered(ref, make, 
     plain_value, plain_grad = compiled(plain)
     np.testing.assert_allclose(grid_value, plain_value, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(grid_grad, plain_grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("make", [lambda: losses.TripletLoss(),
+                                  lambda: losses.TripletLoss(squared=False, sampler="distance_weighted", seed=2),
+                                  lambda: losses.MarginLoss(num_classes=3, num_examples=60, sampler="semi_hard"),
+                                  lambda: losses.StableContrastLoss(seed=4)],
+                         ids=["triplet", "triplet_dw", "margin", "stable_contrast"])
+@pytest.mark.parametrize("largest_class", [4, 24])
+def test_xla_compacted_and_full_grid_equal_graph_mode(make, largest_class):
+    """Under XLA a grid selection is compacted to 16 valid slots per anchor, or kept whole
+    when an anchor has more (a class of 24 here): both equal graph mode."""
+    rng = np.random.default_rng(largest_class)
+    labels = np.concatenate([np.zeros(largest_class), np.repeat([1, 2], 4)]).astype(np.int32)
+    e = rng.normal(size=(len(labels), 8)).astype(np.float32)
+    e = tf.constant(e / np.linalg.norm(e, axis=1, keepdims=True))
+    y = {"label": tf.constant(labels), "example_id": tf.range(len(labels))}
+    results = []
+    for jit in (False, True):
+        loss = make()
+
+        def step(ee, loss=loss):
+            with tf.GradientTape() as tape:
+                tape.watch(ee)
+                value = loss(y, ee)
+            return value, tape.gradient(value, ee)
+
+        results.append([t.numpy() for t in tf.function(step, jit_compile=jit)(e)])
+    (graph_value, graph_grad), (xla_value, xla_grad) = results
+    assert graph_value > 0
+    np.testing.assert_allclose(xla_value, graph_value, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(xla_grad, graph_grad, rtol=1e-4, atol=1e-6)

@@ -181,3 +181,28 @@ def test_semi_hard_and_distance_weighted_return_grid_selections(batch):
     for sampler in (samplers.SemiHardSampler(), samplers.DistanceWeightedSampler()):
         selection = sampler(d, y, cand, seed=tf.constant([1, 2], tf.int32), embedding_dim=EMBEDDING_DIM)
         assert isinstance(selection, samplers.GridTripletSelection)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_compact_grid_lists_each_anchors_valid_slots_in_order(jit):
+    """samplers.base.compact_grid: anchor a's k-th valid column of a grid selection, the
+    negative of that slot, and the largest count of valid slots (NumPy reference)."""
+    rng = np.random.default_rng(3)
+    size, width = 12, 4
+    mask = rng.random((size, size)) < 0.25
+    mask[5] = False  # an anchor without a valid slot
+    negative = rng.integers(0, size, (size, size)).astype(np.int32)
+    rows = np.arange(size, dtype=np.int32)
+    grid = samplers.GridTripletSelection(np.repeat(rows, size), np.tile(rows, size),
+                                         negative.reshape(-1), mask.reshape(-1))
+    narrow, widest = tf.function(lambda g: samplers.base.compact_grid(g, width), jit_compile=jit)(
+        tf.nest.map_structure(tf.constant, grid))
+    assert int(widest) == mask.sum(axis=1).max()
+    anchor, positive, neg, valid = (t.numpy().reshape(size, width) for t in narrow)
+    for a in range(size):
+        columns = np.flatnonzero(mask[a])[:width]
+        n = len(columns)
+        np.testing.assert_array_equal(valid[a], np.arange(width) < n)
+        np.testing.assert_array_equal(anchor[a], a)
+        np.testing.assert_array_equal(positive[a, :n], columns)
+        np.testing.assert_array_equal(neg[a, :n], negative[a, columns])

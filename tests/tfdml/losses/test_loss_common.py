@@ -41,12 +41,25 @@ def batch(ref, case="mixed", seed=0, dim=6):
     return ref.importance_targets(labels, example_id=example_id), ref.embeddings(len(labels), dim, seed)
 
 
-def value_and_grad(loss, y, e):
-    e = tf.convert_to_tensor(e)
+def _tape_value_and_grad(loss, y, e):
     with tf.GradientTape() as tape:
         tape.watch(e)
         value = loss(y, e)
-    return value.numpy(), tape.gradient(value, e).numpy()
+    return value, tape.gradient(value, e)
+
+
+def value_and_grad(loss, y, e):
+    """Eagerly: the loss and its gradient with respect to the embeddings, as NumPy."""
+    value, grad = _tape_value_and_grad(loss, y, tf.convert_to_tensor(e))
+    return value.numpy(), grad.numpy()
+
+
+def traced_value_and_grad(loss, y, e, jit_compile):
+    """As :func:`value_and_grad`, traced in a tf.function (graph mode or, with
+    ``jit_compile=True``, XLA)."""
+    e = tf.convert_to_tensor(e)
+    value, grad = tf.function(lambda: _tape_value_and_grad(loss, y, e), jit_compile=jit_compile)()
+    return value.numpy(), grad.numpy()
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -84,19 +97,8 @@ def test_graph_and_xla_give_the_same_value_and_gradient(ref, name):
     """Graph mode computes triplet losses on the valid slots only (a run-time shape), XLA on
     every slot of the sampler's fixed T: same value and gradient."""
     y, e = batch(ref, seed=5, dim=8)
-    e = tf.constant(e)
-    results = []
-    for jit in (False, True):
-        loss = FACTORIES[name]()
-
-        def step(yy, ee, loss=loss):
-            with tf.GradientTape() as tape:
-                tape.watch(ee)
-                value = loss(yy, ee)
-            return value, tape.gradient(value, ee)
-
-        results.append([t.numpy() for t in tf.function(step, jit_compile=jit)(y, e)])
-    (graph_value, graph_grad), (xla_value, xla_grad) = results
+    graph_value, graph_grad = traced_value_and_grad(FACTORIES[name](), y, e, jit_compile=False)
+    xla_value, xla_grad = traced_value_and_grad(FACTORIES[name](), y, e, jit_compile=True)
     np.testing.assert_allclose(xla_value, graph_value, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(xla_grad, graph_grad, rtol=1e-4, atol=1e-6)
 
@@ -232,16 +234,9 @@ def test_grid_selection_gives_the_loss_of_the_same_triplets_gathered(ref, make, 
     loss's positive multiplicities without a scatter); the same selection as a plain
     TripletSelection, gathered, must give the same value and gradient."""
     y, e = batch(ref, seed=7, dim=8)
-    e = tf.constant(e)
-
-    def value_and_gradient(loss):
-        with tf.GradientTape() as tape:
-            tape.watch(e)
-            value = loss(y, e)
-        return value, tape.gradient(value, e)
 
     def compiled(loss):
-        return [t.numpy() for t in tf.function(lambda: value_and_gradient(loss), jit_compile=True)()]
+        return traced_value_and_grad(loss, y, e, jit_compile=True)
 
     grid_value, grid_grad = compiled(make())
     plain = make()
@@ -270,18 +265,8 @@ def test_xla_compacted_and_full_grid_equal_graph_mode(make, largest_class):
     e = rng.normal(size=(len(labels), 8)).astype(np.float32)
     e = tf.constant(e / np.linalg.norm(e, axis=1, keepdims=True))
     y = {"label": tf.constant(labels), "example_id": tf.range(len(labels))}
-    results = []
-    for jit in (False, True):
-        loss = make()
-
-        def step(ee, loss=loss):
-            with tf.GradientTape() as tape:
-                tape.watch(ee)
-                value = loss(y, ee)
-            return value, tape.gradient(value, ee)
-
-        results.append([t.numpy() for t in tf.function(step, jit_compile=jit)(e)])
-    (graph_value, graph_grad), (xla_value, xla_grad) = results
+    graph_value, graph_grad = traced_value_and_grad(make(), y, e, jit_compile=False)
+    xla_value, xla_grad = traced_value_and_grad(make(), y, e, jit_compile=True)
     assert graph_value > 0
     np.testing.assert_allclose(xla_value, graph_value, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(xla_grad, graph_grad, rtol=1e-4, atol=1e-6)

@@ -335,7 +335,8 @@ class MetricLoss(keras.losses.Loss):
         Outside XLA a triplet selection is cut to its valid slots
         (:func:`tfdml.samplers.base.valid_triplets`): the loss then gathers, and its
         gradient scatters, B·(m − 1) semi-hard triplets rather than B² slots. Under
-        XLA, which needs fixed shapes, the invalid slots stay, weighted by 0."""
+        XLA, which needs fixed shapes, the selection keeps its T slots; the triplet
+        losses compact it there with :meth:`over_triplets`."""
         if candidates is None:
             candidates = self.candidates(targets)
         selection = self.sampler(

@@ -116,12 +116,16 @@ def _buckets_xla(query, gallery, pos_idx, self_index):
 def _at_least_by_buckets(query, gallery, pos_idx, self_index):
     """``(at_least, thr, num_pos)``: at_least[i, j] = items scoring >= thr[i, j].
 
-    One flat ``bincount`` of the offset buckets (the per-row ``axis=-1`` form
-    took longer than the scores' matmul; bench_eval.py, RESULTS "Evaluation")."""
+    One flat histogram of the offset buckets (the per-row ``axis=-1`` form
+    took longer than the scores' matmul; bench_eval.py, RESULTS "Evaluation").
+    The raw ``DenseBincount`` is called directly: ``tf.math.bincount`` first
+    reduces the whole array to its maximum to size the output, an extra pass
+    over the [c, N] buckets whose size is known here."""
     bucket, thr, num_pos = _buckets_xla(query, gallery, pos_idx, self_index)
     width = pos_idx.shape[1] + 1
     rows = tf.shape(bucket)[0]
-    hist = tf.math.bincount(tf.reshape(bucket, [-1]), minlength=rows * width, maxlength=rows * width)
+    hist = tf.raw_ops.DenseBincount(input=tf.reshape(bucket, [-1]), size=rows * width,
+                                    weights=tf.zeros([0], tf.int32), binary_output=False)
     hist = tf.reshape(hist, [rows, width])
     return tf.cumsum(hist, axis=1, reverse=True)[:, 1:], thr, num_pos
 

@@ -85,47 +85,74 @@ MAX_COMPARE_POSITIVES = 64
 _GROUP = 32  # thresholds per fused comparison (XLA vectorises this width well)
 
 
-def _scores_and_thresholds(query, gallery, pos_idx, self_index):
-    """Scores [c, N] (self: -inf), positive scores ascending [c, P] (+inf padded), R [c, 1]."""
-    s = _knn.exclude_self(_knn.scores(query, gallery), self_index)
+def _positive_thresholds(s, pos_idx):
+    """Positive scores ascending [c, P] (+inf padded) and R [c, 1], from the scores ``s``."""
     valid = pos_idx >= 0
     num_pos = tf.reduce_sum(tf.cast(valid, tf.int32), axis=1, keepdims=True)
     pos_s = tf.gather(s, tf.maximum(pos_idx, 0), batch_dims=1)
-    thr = tf.sort(tf.where(valid, pos_s, _INF), axis=1)
+    return tf.sort(tf.where(valid, pos_s, _INF), axis=1), num_pos
+
+
+def _scores_and_thresholds(query, gallery, pos_idx, self_index):
+    """Scores [c, N] (self: -inf), positive scores ascending [c, P] (+inf padded), R [c, 1]."""
+    s = _knn.exclude_self(_knn.scores(query, gallery), self_index)
+    thr, num_pos = _positive_thresholds(s, pos_idx)
     return s, thr, num_pos
 
 
 _scores_and_thresholds_xla = tf.function(_scores_and_thresholds, jit_compile=True)
 
 
+def _reached(score, thr):
+    """int32: how many of the ascending thresholds ``thr`` [c, P] each ``score`` [c, M] reaches.
+
+    Each comparison is fused with its sum under XLA: [c, M, P] is never stored."""
+    reached = tf.zeros(tf.shape(score), tf.int32)
+    for g in range(0, thr.shape[1], _GROUP):
+        reached += tf.reduce_sum(tf.cast(score[:, :, None] >= thr[:, None, g : g + _GROUP], tf.int32),
+                                 axis=2)
+    return reached
+
+
 @tf.function(jit_compile=True)
 def _buckets_xla(query, gallery, pos_idx, self_index):
-    """``bucket`` int32 [c, N]: how many positive scores each item's score reaches,
-    plus ``row × (P + 1)`` (so that one flat histogram counts every row)."""
-    s, thr, num_pos = _scores_and_thresholds(query, gallery, pos_idx, self_index)
-    # Each comparison is fused with its sum: [c, N, P] is never stored.
+    """``(bucket, self_bucket, thr, num_pos)``.
+
+    ``bucket`` int32 [c, N]: how many positive scores each item's score
+    reaches, plus ``row × (P + 1)`` (so that one flat histogram counts every
+    row). The query itself is *not* excluded here, which would take one more
+    pass over the [c, N] scores: ``self_bucket`` [c] is the bucket its own
+    column fell in (offset likewise; 0 + offset when there is none), for the
+    caller to take out of the histogram. The positive indices never hold the
+    query itself (:func:`positive_ranks`)."""
+    s = _knn.scores(query, gallery)
+    thr, num_pos = _positive_thresholds(s, pos_idx)
     width = pos_idx.shape[1] + 1
-    bucket = tf.broadcast_to(tf.range(tf.shape(s)[0], dtype=tf.int32)[:, None] * width, tf.shape(s))
-    for g in range(0, pos_idx.shape[1], _GROUP):
-        bucket += tf.reduce_sum(tf.cast(s[:, :, None] >= thr[:, None, g : g + _GROUP], tf.int32),
-                                axis=2)
-    return bucket, thr, num_pos
+    offset = tf.range(tf.shape(s)[0], dtype=tf.int32) * width
+    bucket = offset[:, None] + _reached(s, thr)
+    self_s = tf.gather(s, tf.maximum(self_index, 0)[:, None], batch_dims=1)
+    self_bucket = tf.where(self_index >= 0, _reached(self_s, thr)[:, 0], 0) + offset
+    return bucket, self_bucket, thr, num_pos
 
 
 @tf.function
 def _at_least_by_buckets(query, gallery, pos_idx, self_index):
-    """``(at_least, thr, num_pos)``: at_least[i, j] = items scoring >= thr[i, j].
+    """``(at_least, thr, num_pos)``: at_least[i, j] = items scoring >= thr[i, j], the query excluded.
 
     One flat histogram of the offset buckets (the per-row ``axis=-1`` form
-    took longer than the scores' matmul; bench_eval.py, RESULTS "Evaluation").
-    The raw ``DenseBincount`` is called directly: ``tf.math.bincount`` first
-    reduces the whole array to its maximum to size the output, an extra pass
-    over the [c, N] buckets whose size is known here."""
-    bucket, thr, num_pos = _buckets_xla(query, gallery, pos_idx, self_index)
+    took longer than the scores' matmul; bench_eval.py, RESULTS "Evaluation"),
+    minus one count in the query's own bucket (bucket 0, which no threshold
+    reaches, is never counted). The raw ``DenseBincount`` is called directly:
+    ``tf.math.bincount`` first reduces the whole array to its maximum to size
+    the output, an extra pass over the [c, N] buckets whose size is known here."""
+    bucket, self_bucket, thr, num_pos = _buckets_xla(query, gallery, pos_idx, self_index)
     width = pos_idx.shape[1] + 1
     rows = tf.shape(bucket)[0]
+    no_weights = tf.zeros([0], tf.int32)
     hist = tf.raw_ops.DenseBincount(input=tf.reshape(bucket, [-1]), size=rows * width,
-                                    weights=tf.zeros([0], tf.int32), binary_output=False)
+                                    weights=no_weights, binary_output=False)
+    hist -= tf.raw_ops.DenseBincount(input=self_bucket, size=rows * width, weights=no_weights,
+                                     binary_output=False)
     hist = tf.reshape(hist, [rows, width])
     return tf.cumsum(hist, axis=1, reverse=True)[:, 1:], thr, num_pos
 

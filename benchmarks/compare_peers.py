@@ -1,10 +1,12 @@
-"""tfdml next to its peers on this machine: pytorch-metric-learning, PyTorch, faiss (issue 13).
+"""tfdml next to its peers on this machine: PML, PyTorch, faiss, TF Addons, TF Similarity (issue 13).
 
     python benchmarks/compare_peers.py                                # all parts: B = 256, 1024; n = 20k; fit B = 128
     python benchmarks/compare_peers.py --parts losses --batch 256 --runs 5
     python benchmarks/compare_peers.py --parts eval --large           # n = 20k and 60k
     python benchmarks/compare_peers.py --parts fit --fit-rounds 3 --fit-steps 30
     python benchmarks/compare_peers.py --threads 2 1                  # PyTorch with 2 and with 1 thread
+    python benchmarks/compare_peers.py --make-legacy-venv             # TF Addons + TF Similarity, once
+    python benchmarks/compare_peers.py --parts losses --legacy-python PATH/bin/python
 
 The peers are optional: ``pip install -e ".[bench]"`` installs
 pytorch-metric-learning (PML), PyTorch and faiss-cpu (install a CPU-only build
@@ -12,12 +14,14 @@ of PyTorch first: README, "Benchmarks"). A peer that is not installed is skipped
 message and tfdml's side runs alone. Three parts:
 
 * ``losses`` — one forward + backward of loss and miner on the same B × 128
-  L2-normalised embeddings (m = 4 per class) in both libraries, margins 0.2,
+  L2-normalised embeddings (m = 4 per class) in each library, margins 0.2,
   ℓ2 distance: semi-hard triplet, distance weighted + margin (β learned per
   class on both sides), batch-hard triplet. tfdml as ``tf.function`` with and
-  without ``jit_compile`` (``bench_losses.step_fn``), PML eagerly. Calls are
-  interleaved (tfdml graph, tfdml XLA, PML, tfdml graph, …); the figure is
-  the median of ``--runs`` rounds after ``--warmup`` calls.
+  without ``jit_compile`` (``bench_losses.step_fn``), PML eagerly, TF Addons
+  and TF Similarity (the *legacy* peers, below) as ``tf.function`` without
+  ``jit_compile``. Calls are interleaved (tfdml graph, tfdml XLA, PML, TF
+  Addons, TF Similarity, tfdml graph, …); the figure is the median of
+  ``--runs`` rounds after ``--warmup`` calls.
 * ``eval`` — Precision@1, MAP@R and R-Precision, leave-one-out, on random
   128-d embeddings (``bench_eval.py``'s data): tfdml.metrics, PML's
   ``AccuracyCalculator`` (k = max_bin_count, faiss search) and faiss +
@@ -42,9 +46,30 @@ Ratios are tfdml's time over the peer's (below 1: tfdml is faster), taken in
 one run, so that the load of a shared machine hits both sides alike; with
 several ``--threads`` the peer's best is used. PyTorch gets as many threads
 as TensorFlow's default intra-op pool (one per usable core) unless
-``--threads`` says otherwise. TF Addons and TF Similarity need TF ≤ 2.15 and
-Keras 2 and cannot share this environment: their figures are printed as
-cited from issue 13, not measured in the run.
+``--threads`` says otherwise.
+
+TF Addons 0.23 and TF Similarity 0.17 need TF ≤ 2.15 and Keras 2 and cannot
+share tfdml's environment: they run in a worker of their own under another
+interpreter (``--legacy-python``; by default ``~/.cache/tfdml/legacy-peers``'s
+if it exists), a venv that ``--make-legacy-venv [DIR]`` makes with Python
+3.9–3.11 (TF 2.15 has wheels for no other) and the pins of ``LEGACY_PINS``.
+That worker imports neither tfdml nor Keras 3. Without it the losses part
+says so in one line and prints issue 13's figures for them, cited, not
+measured. The peers: TF Addons' ``TripletSemiHardLoss`` and
+``TripletHardLoss`` (ℓ2, margin 0.2) and TF Similarity's ``TripletLoss``
+(distance ``"euclidean"``, margin 0.2, positive mining ``"hard"``, negative
+mining ``"semi-hard"`` or ``"hard"``). TF Addons' semi-hard loss is tfdml's
+``TripletLoss(margin=0.2, squared=False, sampler="semi_hard")``: the same
+triplets (every positive pair (a, p), the nearest negative beyond D_ap, else
+the farthest one) and the same mean over the B·(m−1) positive pairs (tfdml's
+``tuple_reduction="mean"`` over its valid slots; TF Addons: sum over the
+positive pairs / their count); the run prints both values on its first
+semi-hard batch. TF Similarity mines one positive per anchor, the farthest,
+and for semi-hard the nearest negative beyond *that* positive: B triplets, a
+different loss. All three take the same triplets for batch-hard, averaged
+over the B anchors. TF Addons' semi-hard step tiles [B², B] tensors (a peak
+of 19 GiB at B = 1024): where that would take more than half of the
+available memory it is left out, with a line saying so.
 """
 
 import argparse
@@ -71,6 +96,19 @@ MARGIN = 0.2
 LOSS_CASES = ("semi-hard triplet", "distance weighted + margin", "batch-hard triplet")
 EVAL_METHODS = {"tfdml": "tfdml.metrics", "pml": "PML AccuracyCalculator", "faiss": "faiss IndexFlatL2 + NumPy"}
 REPLY = "@@compare_peers "  # marks the worker's answers on its stdout
+
+# The legacy peers' venv (``--make-legacy-venv``). tensorflow-metadata: TF Similarity imports
+# tensorflow-datasets, whose newest tensorflow-metadata (1.21) needs protobuf >= 5.26 (TF 2.15: < 5).
+LEGACY_PINS = ("tensorflow-cpu==2.15.1", "tensorflow-addons==0.23.0", "tensorflow-similarity==0.17.1",
+               "tensorflow-metadata==1.17.3")
+LEGACY_PYTHONS = ("3.9", "3.10", "3.11")  # TF 2.15 has wheels for these only
+LEGACY_VENV = os.path.join("~", ".cache", "tfdml", "legacy-peers")  # the default DIR; used if it exists
+LEGACY_PEERS = ("TF Addons", "TF Similarity")
+LEGACY_DISTRIBUTIONS = {"TensorFlow": "tensorflow-cpu", "TF Addons": "tensorflow-addons",
+                        "TF Similarity": "tensorflow-similarity"}
+# Peak bytes per B³ of TF Addons' semi-hard step, which tiles [B², B] tensors: RSS 0.76 / 2.5 / 19 GiB at
+# B = 256 / 512 / 1024, measured (TF 2.15.1, 2-core development machine).
+TFA_SEMI_HARD_BYTES = 19
 
 # Issue 13's figures for the peers that need TF <= 2.15 / Keras 2 (forward + backward, ms).
 CITED = [
@@ -139,24 +177,109 @@ def interleaved(contestants, runs, warmup):
 
 
 def ratio(ours, theirs):
-    """``ours / theirs`` as a table cell; '–' when either side is missing."""
+    """``ours / theirs`` as a table cell (two significant digits below 0.1); '–' when either side is missing."""
     if ours is None or theirs is None:
         return "–"
-    return f"{ours / theirs:.2f}"
+    value = ours / theirs
+    return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"
 
 
 def cell(seconds, scale=1000.0, digits=2):
     return "–" if seconds is None else f"{scale * seconds:.{digits}f}"
 
 
+def available_memory():
+    """Bytes of memory available to new allocations (Linux's MemAvailable); None where unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return 1024 * int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def too_big_for_tfa(batch, available):
+    """Why TF Addons' semi-hard step at B = ``batch`` is not run, or None: it is when its estimated peak
+    (``TFA_SEMI_HARD_BYTES`` · B³) fits in half of the ``available`` bytes (None: unknown, run it)."""
+    need = TFA_SEMI_HARD_BYTES * batch ** 3
+    if available is None or need <= available / 2:
+        return None
+    return (f"its [B², B] tensors would take ~{need / 2**30:.0f} GiB at B = {batch}, more than half of the "
+            f"{available / 2**30:.0f} GiB available")
+
+
 def thread_label(threads):
     return f"{threads} thread{'s' if threads != 1 else ''}"
 
 
-# --- the two sides, each in its own process ----------------------------------------------------
+# --- the legacy peers' interpreter -------------------------------------------------------------
 
-class TfdmlSide:
-    """Runs in the tfdml worker: TensorFlow, tfdml and the existing benchmark helpers."""
+def venv_python(directory):
+    """The interpreter of the venv in ``directory`` (``~`` expanded)."""
+    return os.path.join(os.path.expanduser(directory), "bin", "python")
+
+
+def default_legacy_python():
+    """The interpreter of the venv at ``LEGACY_VENV`` if there is one, else None."""
+    python = venv_python(LEGACY_VENV)
+    return python if os.path.exists(python) else None
+
+
+def python_version(python):
+    """``"3.11"`` for the interpreter ``python`` (a path or a command); None if it does not run."""
+    try:
+        done = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return done.stdout.strip()
+
+
+def make_legacy_venv(directory, python="python3.11"):
+    """Make a venv in ``directory`` with ``python`` and pip-install ``LEGACY_PINS``; return its interpreter.
+
+    Refuses (SystemExit, before creating anything) an interpreter that does not
+    run or is not Python 3.9–3.11: TF 2.15 has wheels for those only."""
+    found = python_version(python)
+    if found is None:
+        raise SystemExit(f"--make-legacy-venv: cannot run {python!r}; pass a Python 3.9–3.11 with --venv-python.")
+    if found not in LEGACY_PYTHONS:
+        raise SystemExit(f"--make-legacy-venv: {python} is Python {found}, but TensorFlow 2.15 (which TF Addons 0.23 "
+                         "and TF Similarity 0.17 need) has wheels only for Python 3.9–3.11; pass one of those with "
+                         "--venv-python.")
+    directory = os.path.expanduser(directory)
+    subprocess.run([python, "-m", "venv", directory], check=True)
+    subprocess.run([venv_python(directory), "-m", "pip", "install", *LEGACY_PINS], check=True)
+    return venv_python(directory)
+
+
+def legacy_worker(python):
+    """(worker, info) of the legacy peers under ``python``; None after one line saying why they are skipped."""
+    why = None
+    if python is None:
+        why = f"no --legacy-python and no venv at {LEGACY_VENV}"
+    elif not os.path.exists(python):
+        why = f"{python} not found"
+    else:
+        worker = None
+        try:
+            worker = Worker("legacy", python)
+            return worker, worker.ask("info")
+        except (RuntimeError, OSError) as err:  # a library missing, a worker that died or did not start
+            if worker:
+                worker.close()
+            why = str(err)
+    print(f"TF Addons and TF Similarity skipped ({why}); make their venv with `python benchmarks/compare_peers.py "
+          f"--make-legacy-venv` (Python 3.9–3.11; {LEGACY_VENV}, used by default) or pass --legacy-python.")
+    return None
+
+
+# --- the three sides, each in its own process --------------------------------------------------
+
+class TfSide:
+    """What the two TensorFlow workers share: quiet TensorFlow, timed calls of ``self.calls``."""
 
     def __init__(self):
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -164,6 +287,15 @@ class TfdmlSide:
 
         tf.get_logger().setLevel("ERROR")  # the retracing notes of one tf.function per case
         self.calls = {}
+
+    def call(self, name):
+        start = time.perf_counter()
+        self.calls[name]()
+        return {"seconds": time.perf_counter() - start}
+
+
+class TfdmlSide(TfSide):
+    """Runs in the tfdml worker: TensorFlow, tfdml and the existing benchmark helpers."""
 
     def info(self):
         import machine
@@ -185,7 +317,7 @@ class TfdmlSide:
         for mode, jit in (("graph", False), ("xla", True)):
             step = bench_losses.step_fn(self.loss(case, classes), jit)
             self.calls[mode] = (lambda step: lambda: tf.nest.map_structure(lambda t: t.numpy(), step(y, e)))(step)
-        return {"names": list(self.calls)}
+        return {"names": list(self.calls), "value": float(self.calls["graph"]()[0])}
 
     @staticmethod
     def loss(case, num_classes):
@@ -199,11 +331,6 @@ class TfdmlSide:
             return losses.TripletLoss(margin=MARGIN, squared=False, sampler="hard")
         raise ValueError(f"unknown case {case!r}; choose from {LOSS_CASES}")
 
-    def call(self, name):
-        start = time.perf_counter()
-        self.calls[name]()
-        return {"seconds": time.perf_counter() - start}
-
     def fit_batch(self, batch, per_class, path):
         import bench_fit_step
         import numpy as np
@@ -216,6 +343,72 @@ class TfdmlSide:
         import bench_fit_step
 
         return {"times": bench_fit_step.time_mode(mode, "margin", "distance_weighted", batch, warmup, steps)}
+
+
+class LegacySide(TfSide):
+    """Runs in the legacy worker (TF 2.15, Keras 2): TF Addons and TF Similarity, neither tfdml nor Keras 3."""
+
+    def __init__(self):
+        import warnings
+
+        warnings.filterwarnings("ignore", category=UserWarning, module="tensorflow_addons")  # its end-of-life note
+        import tensorflow_addons  # noqa: F401  (fail here, at "info", if a library is missing)
+        import tensorflow_similarity  # noqa: F401
+
+        super().__init__()
+
+    def info(self):
+        import tensorflow as tf
+
+        return {"versions": {name: version(d) for name, d in LEGACY_DISTRIBUTIONS.items()},
+                "threads": tf.config.threading.get_intra_op_parallelism_threads() or usable_cores()}
+
+    @staticmethod
+    def loss(case):
+        """{peer: loss} for ``case``: ℓ2 distance, margin ``MARGIN``; {} where no legacy peer has it."""
+        import tensorflow_addons as tfa
+        from tensorflow_similarity.losses import TripletLoss
+
+        if case == "semi-hard triplet":
+            return {"TF Addons": tfa.losses.TripletSemiHardLoss(margin=MARGIN, distance_metric="L2"),
+                    "TF Similarity": TripletLoss(distance="euclidean", positive_mining_strategy="hard",
+                                                 negative_mining_strategy="semi-hard", margin=MARGIN)}
+        if case == "distance weighted + margin":
+            return {}
+        if case == "batch-hard triplet":
+            return {"TF Addons": tfa.losses.TripletHardLoss(margin=MARGIN, distance_metric="L2"),
+                    "TF Similarity": TripletLoss(distance="euclidean", positive_mining_strategy="hard",
+                                                 negative_mining_strategy="hard", margin=MARGIN)}
+        raise ValueError(f"unknown case {case!r}; choose from {LOSS_CASES}")
+
+    def losses(self, case, path):
+        """A ``tf.function`` step (loss, its gradient w.r.t. the embeddings) per peer of ``case`` on the saved batch."""
+        import numpy as np
+        import tensorflow as tf
+
+        data = np.load(path)
+        y, e = tf.constant(data["labels"]), tf.constant(data["embeddings"])
+        peers, skipped = self.loss(case), {}
+        why = too_big_for_tfa(len(data["labels"]), available_memory()) if case == "semi-hard triplet" else None
+        if why:
+            del peers["TF Addons"]
+            skipped["TF Addons"] = why
+        self.calls, values = {}, {}
+        for name, loss in peers.items():
+            step = tf.function(lambda y, e, loss=loss: legacy_step(loss, y, e))
+            self.calls[name] = (lambda step: lambda: tf.nest.map_structure(lambda t: t.numpy(), step(y, e)))(step)
+            values[name] = float(self.calls[name]()[0])
+        return {"names": list(self.calls), "values": values, "skipped": skipped}
+
+
+def legacy_step(loss, y, e):
+    """(loss, d loss / d e) of a Keras 2 loss, as ``bench_losses.step_fn`` for tfdml (no loss parameters here)."""
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        tape.watch(e)
+        value = loss(y, e)
+    return value, tape.gradient(value, e)
 
 
 class TorchSide:
@@ -330,7 +523,7 @@ def serve(side):
             break
         try:
             if handler is None:
-                handler = TfdmlSide() if side == "tfdml" else TorchSide()
+                handler = {"tfdml": TfdmlSide, "torch": TorchSide, "legacy": LegacySide}[side]()
             answer = getattr(handler, op)(**request)
         except Exception as err:  # reported to the parent, which raises it
             answer = {"error": f"{type(err).__name__}: {err}"}
@@ -339,12 +532,14 @@ def serve(side):
 
 
 class Worker:
-    """One side in a process of its own (``compare_peers.py --worker SIDE``)."""
+    """One side in a process of its own (``PYTHON compare_peers.py --worker SIDE``).
 
-    def __init__(self, side):
+    ``python``: the interpreter, this one by default; the legacy side's is that of its own venv."""
+
+    def __init__(self, side, python=sys.executable):
         self.side = side
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", side],
+        self.proc = subprocess.Popen([python, os.path.abspath(__file__), "--worker", side],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
     def ask(self, op, **request):
@@ -360,49 +555,81 @@ class Worker:
 
     def close(self):
         if self.proc.poll() is None:
-            self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
-            self.proc.stdin.close()
+            try:
+                self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self.proc.stdin.close()
+            except BrokenPipeError:  # it is exiting already
+                pass
             self.proc.wait()
 
 
 # --- the three parts ---------------------------------------------------------------------------
 
-def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scratch, cases=LOSS_CASES):
+def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scratch, cases=LOSS_CASES, legacy=None):
+    """The losses part; ``legacy``: the worker of TF Addons + TF Similarity, or None (issue 13's figures, cited)."""
     print(f"\n## Loss + miner, forward + backward (B × {dim}, m = {per_class}, margin {MARGIN}, ℓ2 distance)\n")
-    print(f"Median of {runs} interleaved rounds after {warmup} warm-up calls, ms. Ratios: tfdml time / PML time "
-          f"(below 1: tfdml faster){', against the faster PML column' if peer and len(threads) > 1 else ''}.")
+    print(f"Median of {runs} interleaved rounds after {warmup} warm-up calls, ms. Ratios: tfdml time / peer time "
+          f"(below 1: tfdml faster){', against the faster PML column' if peer and len(threads) > 1 else ''}"
+          f"{'; against TF Addons and TF Similarity with tfdml graph, the same kind of step' if legacy else ''}.")
     print("PML's semi-hard miner returns *every* triplet with d(a,p) < d(a,n) < d(a,p) + margin; tfdml (as TF "
           "Addons and FaceNet) takes one negative per positive pair, the nearest beyond d(a,p), else the hardest "
           "one inside: different triplets, different work. The last column counts PML's triplets in one call "
           "(tfdml: B·(m−1) slots). PML's distance weighted miner draws one negative per positive pair, as tfdml's "
           "sampler does.\n")
+    if legacy:
+        print("TF Addons and TF Similarity: `tf.function` (no `jit_compile`) of loss and gradient with respect to the "
+              "embeddings, in their own worker (TF 2.15, Keras 2), on the same batch. TF Addons takes tfdml's triplets "
+              "(semi-hard: every positive pair; batch-hard: one per anchor) and the same mean. **TF Similarity mines "
+              "one positive per anchor**, the farthest, and for semi-hard the nearest negative beyond *that* "
+              "positive, else the farthest negative: B triplets, not B·(m−1); batch-hard: the same triplets as the "
+              "others. Neither has distance weighted sampling: –.\n")
     pml_columns = [f"PML, {thread_label(t)}" for t in threads] if peer else ["PML"]
-    print(f"| loss + miner | B | tfdml graph | tfdml XLA | {' | '.join(pml_columns)} | graph / PML | XLA / PML "
+    legacy_columns = list(LEGACY_PEERS) if legacy else []
+    columns = pml_columns + legacy_columns
+    ratios = ["graph / PML", "XLA / PML"] + [f"graph / {name}" for name in legacy_columns]
+    print(f"| loss + miner | B | tfdml graph | tfdml XLA | {' | '.join(columns)} | {' | '.join(ratios)} "
           "| PML triplets |")
-    print("|---|---:|---:|---:|" + "---:|" * len(pml_columns) + "---:|---:|---:|")
+    print("|---|" + "---:|" * (4 + len(columns) + len(ratios)))
     path = os.path.join(scratch, "losses.npz")
+    check = None  # (B, tfdml's value, TF Addons' and TF Similarity's values) of the first semi-hard case
+    not_run = []  # the legacy peers' cells left out, with the reason
     for batch in batches:
         for case in cases:
-            contestants = {}
-            for name in tfdml.ask("losses", case=case, batch=batch, per_class=per_class, dim=dim,
-                                  path=path)["names"]:
-                contestants[name] = (lambda name: lambda: tfdml.ask("call", name=name)["seconds"])(name)
+            ours = tfdml.ask("losses", case=case, batch=batch, per_class=per_class, dim=dim, path=path)
+            contestants = {name: (lambda name: lambda: tfdml.ask("call", name=name)["seconds"])(name)
+                           for name in ours["names"]}
             count = "–"
             if peer:
                 count = peer.ask("losses", case=case, batch=batch, per_class=per_class, path=path)["triplets"]
                 for t, column in zip(threads, pml_columns):
                     contestants[column] = (lambda t: lambda: peer.ask("call", threads=t)["seconds"])(t)
+            if legacy:
+                theirs = legacy.ask("losses", case=case, path=path)
+                for name in theirs["names"]:
+                    contestants[name] = (lambda name: lambda: legacy.ask("call", name=name)["seconds"])(name)
+                if case == "semi-hard triplet" and check is None and "TF Addons" in theirs["values"]:
+                    check = (batch, ours["value"], theirs["values"])
+                not_run += [f"{name}, {case}, B = {batch}: {why}" for name, why in theirs["skipped"].items()]
             median = interleaved(contestants, runs, warmup)
-            theirs = min((median[c] for c in pml_columns if c in median), default=None)
-            print(f"| {case} | {batch} | {cell(median['graph'])} | {cell(median['xla'])} | "
-                  + " | ".join(cell(median.get(c)) for c in pml_columns)
-                  + f" | {ratio(median['graph'], theirs)} | {ratio(median['xla'], theirs)} | {count} |", flush=True)
-    print("\nTF Addons and TF Similarity (TF ≤ 2.15, Keras 2) cannot be installed next to TF 2.21: figures "
-          "**cited from issue 13**, measured there on 2026-11-23, **not in this run**, ms:\n")
-    print("| loss | B | peer | ms | note |")
-    print("|---|---:|---|---:|---|")
-    for case, batch, name, ms, note in CITED:
-        print(f"| {case} | {batch} | {name} | {ms:g} | {note} |")
+            pml = min((median[c] for c in pml_columns if c in median), default=None)
+            cells = ([cell(median["graph"]), cell(median["xla"])] + [cell(median.get(c)) for c in columns]
+                     + [ratio(median["graph"], pml), ratio(median["xla"], pml)]
+                     + [ratio(median["graph"], median.get(c)) for c in legacy_columns] + [str(count)])
+            print(f"| {case} | {batch} | {' | '.join(cells)} |", flush=True)
+    for line in not_run:
+        print(f"\nNot run: {line}.")
+    if check:
+        batch, ours, values = check
+        print(f"\nSame batch, same loss? Semi-hard triplet, B = {batch}, loss value: tfdml {ours:.6f}, TF Addons "
+              f"{values['TF Addons']:.6f} (tfdml − TF Addons = {ours - values['TF Addons']:.1e}); TF Similarity "
+              f"{values['TF Similarity']:.6f} (one positive per anchor: another loss).")
+    if not legacy:
+        print("\nTF Addons and TF Similarity (TF ≤ 2.15, Keras 2) cannot be installed next to TF 2.21: figures "
+              "**cited from issue 13**, measured there on 2026-11-23, **not in this run**, ms:\n")
+        print("| loss | B | peer | ms | note |")
+        print("|---|---:|---|---:|---|")
+        for case, batch, name, ms, note in CITED:
+            print(f"| {case} | {batch} | {name} | {ms:g} | {note} |")
 
 
 def part_eval(sizes, repeat, with_pml, with_faiss):
@@ -463,7 +690,8 @@ def part_fit(tfdml, peer, batch, modes, rounds, warmup, steps, threads, scratch,
               flush=True)
 
 
-def main(argv=None):
+def arguments(argv=None):
+    """The parsed command line (``argv``; None: ``sys.argv[1:]``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", nargs="+", default=["losses", "eval", "fit"], choices=["losses", "eval", "fit"])
     parser.add_argument("--batch", type=int, nargs="+", default=[256, 1024], help="B of the losses part")
@@ -483,19 +711,37 @@ def main(argv=None):
     parser.add_argument("--fit-steps", type=int, default=30)
     parser.add_argument("--threads", type=int, nargs="+", default=[usable_cores()],
                         help="torch.set_num_threads for PyTorch's side (several: one column each)")
-    parser.add_argument("--worker", choices=["tfdml", "torch"], help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    parser.add_argument("--legacy-python", metavar="PATH", default=default_legacy_python(),
+                        help="interpreter with TF 2.15, tensorflow-addons and tensorflow-similarity for the losses "
+                             f"part (default: {venv_python(LEGACY_VENV)} if it exists)")
+    parser.add_argument("--make-legacy-venv", metavar="DIR", nargs="?", const=LEGACY_VENV,
+                        help=f"make that venv in DIR (default {LEGACY_VENV}) with --venv-python and pip: "
+                             f"{' '.join(LEGACY_PINS)}; then exit")
+    parser.add_argument("--venv-python", default="python3.11", metavar="PYTHON",
+                        help="Python 3.9–3.11 that --make-legacy-venv makes the venv with (default python3.11)")
+    parser.add_argument("--worker", choices=["tfdml", "torch", "legacy"], help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = arguments(argv)
     if args.worker:
         serve(args.worker)
+        return 0
+    if args.make_legacy_venv:
+        python = make_legacy_venv(args.make_legacy_venv, args.venv_python)
+        how = "by default" if python == venv_python(LEGACY_VENV) else f"with --legacy-python {python}"
+        print(f"Made {python}: the losses part uses it {how}.")
         return 0
 
     print(f"Load average at the start: {load_average()}")
     have_torch = report_missing(("torch", "pytorch_metric_learning"), "PyTorch + pytorch-metric-learning")
     have_faiss = report_missing(("faiss",), "faiss + NumPy")
-    tfdml = peer = None
+    tfdml = peer = legacy = None
     try:
         tfdml = Worker("tfdml")
         peer = Worker("torch") if have_torch and {"losses", "fit"} & set(args.parts) else None
+        legacy, legacy_info = (legacy_worker(args.legacy_python) if "losses" in args.parts else None) or (None, None)
         info = tfdml.ask("info")
         print(f"Machine: {info['machine']}")
         versions = [f"TensorFlow intra-op threads {info['threads']}"]
@@ -504,11 +750,16 @@ def main(argv=None):
                          f"pytorch-metric-learning {version('pytorch-metric-learning')}"]
         if have_faiss:
             versions.append(f"faiss-cpu {version('faiss-cpu')}")
-        print(f"Side by side: {'; '.join(versions)}. TensorFlow and PyTorch run in separate worker processes.")
+        if legacy:
+            v = legacy_info["versions"]
+            versions.append(f"TF Addons {v['TF Addons']} and TF Similarity {v['TF Similarity']} on TensorFlow "
+                            f"{v['TensorFlow']} (intra-op threads {legacy_info['threads']}; {args.legacy_python})")
+        print(f"Side by side: {'; '.join(versions)}. TensorFlow and PyTorch run in separate worker processes"
+              f"{', TF 2.15 in a third' if legacy else ''}.")
         with tempfile.TemporaryDirectory() as scratch:
             if "losses" in args.parts:
                 part_losses(tfdml, peer, args.batch, args.runs, args.warmup, args.per_class, args.dim,
-                            args.threads, scratch, args.cases)
+                            args.threads, scratch, args.cases, legacy)
             if "eval" in args.parts:
                 sizes = list(args.sizes) + ([60_000] if args.large and 60_000 not in args.sizes else [])
                 part_eval(sizes, max(2, args.repeat), have_torch and have_faiss, have_faiss)
@@ -518,7 +769,7 @@ def main(argv=None):
                 part_fit(tfdml, peer, args.fit_batch, args.fit_modes, args.fit_rounds, args.fit_warmup,
                          args.fit_steps, args.threads, scratch)
     finally:
-        for worker in (tfdml, peer):
+        for worker in (tfdml, peer, legacy):
             if worker:
                 worker.close()
     print(f"\nLoad average at the end: {load_average()}")

@@ -1,6 +1,8 @@
 """benchmarks/compare_peers.py: a missing peer is skipped with the install line, calls are
-interleaved, both sides run on one saved batch, and the PyTorch network is the Keras one.
-No timing is asserted."""
+interleaved, the sides run on one saved batch, the PyTorch network is the Keras one, and the
+legacy peers (TF Addons, TF Similarity) fall back to the cited figures without their venv.
+No timing is asserted. The legacy worker itself runs only with TFDML_LEGACY_PYTHON set to an
+interpreter that has TF 2.15, tensorflow-addons and tensorflow-similarity."""
 
 import importlib.util
 import os
@@ -36,18 +38,120 @@ def test_calls_are_interleaved_and_each_side_gets_its_median():
     assert median == {"a": 3, "b": 2}
     assert order == ["a", "b"] + ["a", "b"] * 3
     assert cp.ratio(3.0, 2.0) == "1.50" and cp.ratio(None, 2.0) == "–" and cp.ratio(1.0, None) == "–"
+    assert cp.ratio(0.3, 100.0) == "0.003" and cp.ratio(8.0, 100.0) == "0.08"  # not 0.00
 
 
-def test_main_runs_tfdml_alone_when_pytorch_is_missing(monkeypatch, capsys):
+def test_main_runs_tfdml_alone_when_pytorch_and_the_legacy_venv_are_missing(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "torch", None)
-    cp.main(["--parts", "losses", "--batch", "16", "--runs", "1", "--warmup", "0", "--cases", "batch-hard triplet"])
+    cp.main(["--parts", "losses", "--batch", "16", "--runs", "1", "--warmup", "0", "--cases", "batch-hard triplet",
+             "--legacy-python", str(tmp_path / "no-venv" / "bin" / "python")])
     out = capsys.readouterr().out
     assert "PyTorch + pytorch-metric-learning skipped: torch not installed: pip install -e '.[bench]'" in out
+    skipped = [line for line in out.splitlines() if line.startswith("TF Addons and TF Similarity skipped")]
+    assert len(skipped) == 1 and "no-venv/bin/python not found" in skipped[0] and "--make-legacy-venv" in skipped[0]
+    header = next(line for line in out.splitlines() if line.startswith("| loss + miner |"))
+    assert "TF Addons" not in header  # no legacy columns without the legacy worker
     row = next(line for line in out.splitlines() if line.startswith("| batch-hard triplet | 16 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert float(cells[2]) > 0 and float(cells[3]) > 0  # tfdml graph and XLA ran
     assert cells[4:] == ["–", "–", "–", "–"]  # PML, both ratios, PML's triplets
-    assert "cited from issue 13" in out and "Load average at the end" in out
+    assert "cited from issue 13" in out and "| batch-hard triplet | 1024 | TF Addons | 8.3 |" in out
+    assert "Load average at the end" in out
+
+
+def test_a_legacy_interpreter_without_the_libraries_is_skipped(capsys):
+    # This interpreter has TF 2.21 but not TF Addons: the worker's first answer is the import error.
+    assert cp.legacy_worker(sys.executable) is None
+    out = capsys.readouterr().out
+    assert out.startswith("TF Addons and TF Similarity skipped (legacy worker, info: ModuleNotFoundError")
+    assert out.count("\n") == 1 and "--legacy-python" in out
+
+
+def test_legacy_options(monkeypatch, tmp_path):
+    monkeypatch.setattr(cp, "LEGACY_VENV", str(tmp_path / "venv"))
+    args = cp.arguments([])
+    assert args.legacy_python is None and args.make_legacy_venv is None and args.venv_python == "python3.11"
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.touch()
+    assert cp.arguments([]).legacy_python == str(python)  # the default venv, once it exists
+    assert cp.arguments(["--legacy-python", "/x/python"]).legacy_python == "/x/python"
+    assert cp.arguments(["--make-legacy-venv"]).make_legacy_venv == str(tmp_path / "venv")
+    args = cp.arguments(["--make-legacy-venv", "/y", "--venv-python", "python3.10"])
+    assert (args.make_legacy_venv, args.venv_python) == ("/y", "python3.10")
+    assert cp.arguments(["--worker", "legacy"]).worker == "legacy"
+
+
+def test_tf_addons_semi_hard_is_left_out_where_its_tiles_would_not_fit():
+    gib = 2**30
+    assert cp.too_big_for_tfa(256, 8 * gib) is None and cp.too_big_for_tfa(1024, None) is None
+    assert cp.too_big_for_tfa(1024, 64 * gib) is None
+    assert cp.too_big_for_tfa(1024, 20 * gib) == ("its [B², B] tensors would take ~19 GiB at B = 1024, more than "
+                                                  "half of the 20 GiB available")
+    assert cp.available_memory() is None or cp.available_memory() > 0
+
+
+def fake_python(directory, version):
+    """An 'interpreter' that answers ``version`` to whatever it is asked."""
+    path = directory / f"python{version}"
+    path.write_text(f"#!/bin/sh\necho {version}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_make_legacy_venv_wants_python_3_9_to_3_11(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(cp, "python_version", lambda python: {"new": "3.12", "old": "3.11"}.get(python))
+    monkeypatch.setattr(cp.subprocess, "run", lambda command, **kwargs: calls.append(command))
+    for python, why in (("new", "is Python 3.12, but TensorFlow 2.15 .* has wheels only for Python 3.9–3.11"),
+                        ("missing", "cannot run 'missing'")):
+        with pytest.raises(SystemExit, match=why):
+            cp.make_legacy_venv(str(tmp_path / "venv"), python)
+    assert calls == [] and not (tmp_path / "venv").exists()
+    assert cp.make_legacy_venv(str(tmp_path / "venv"), "old") == str(tmp_path / "venv" / "bin" / "python")
+    assert calls == [["old", "-m", "venv", str(tmp_path / "venv")],
+                     [str(tmp_path / "venv" / "bin" / "python"), "-m", "pip", "install", *cp.LEGACY_PINS]]
+
+
+def test_make_legacy_venv_asks_the_interpreter_its_version(tmp_path):
+    assert cp.python_version(sys.executable) == "%d.%d" % sys.version_info[:2]
+    assert cp.python_version(fake_python(tmp_path, "3.12")) == "3.12"
+    assert cp.python_version(str(tmp_path / "none")) is None
+    with pytest.raises(SystemExit, match="Python 3.12"):
+        cp.main(["--make-legacy-venv", str(tmp_path / "venv"), "--venv-python", fake_python(tmp_path, "3.12")])
+    assert not (tmp_path / "venv").exists()
+
+
+def test_legacy_peers_on_the_saved_batch_agree_with_tfdml(tmp_path):
+    python = os.environ.get("TFDML_LEGACY_PYTHON")
+    if not python:
+        pytest.skip("TFDML_LEGACY_PYTHON (an interpreter with TF 2.15, TF Addons, TF Similarity) not set")
+    started = cp.legacy_worker(python)
+    if started is None:
+        pytest.skip(f"{python} does not import tensorflow_addons and tensorflow_similarity")
+    legacy, info = started
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import bench_losses
+
+    try:
+        assert info["versions"]["TensorFlow"].startswith("2.15") and info["threads"] >= 1
+        y, e = bench_losses.batch(8, 4, 16)
+        path = str(tmp_path / "batch.npz")
+        np.savez(path, embeddings=e.numpy(), labels=y["label"].numpy())
+        assert legacy.ask("losses", case="distance weighted + margin", path=path) == {
+            "names": [], "values": {}, "skipped": {}}
+        for case in ("semi-hard triplet", "batch-hard triplet"):
+            answer = legacy.ask("losses", case=case, path=path)
+            assert answer["names"] == ["TF Addons", "TF Similarity"]
+            for name in answer["names"]:
+                assert legacy.ask("call", name=name)["seconds"] > 0
+            # TF Addons: tfdml's triplets and mean (checked on the saved batch, in this process).
+            ours = float(cp.TfdmlSide.loss(case, 8)(y, e))
+            np.testing.assert_allclose(answer["values"]["TF Addons"], ours, rtol=1e-5)
+            if case == "batch-hard triplet":  # TF Similarity: the same triplets, one per anchor
+                np.testing.assert_allclose(answer["values"]["TF Similarity"], ours, rtol=1e-5)
+    finally:
+        legacy.close()
 
 
 def test_pml_side_runs_on_the_batch_the_tfdml_side_saved(tmp_path):

@@ -129,6 +129,22 @@ def test_count_less_equal_equals_searchsorted_right(n):
         np.testing.assert_array_equal(dynamic(rows, values).numpy(), ref)
 
 
+@pytest.mark.parametrize("n", [1, 5, 64, 65, 200])
+def test_running_count_equals_numpy_cumsum(n):
+    """samplers.base.running_count: the blocked cumsum equals np.cumsum exactly, whatever n
+    against the block (64), with a dense row (counts past one block) and an empty one."""
+    rng = np.random.default_rng(n)
+    mask = (rng.uniform(size=(6, n)) < 0.3).astype(np.int32)
+    mask[0] = 1
+    mask[1] = 0
+    ref = np.cumsum(mask, axis=1)
+    np.testing.assert_array_equal(samplers.base.running_count(mask).numpy(), ref)
+    spec = [tf.TensorSpec([None, None], tf.int32)]
+    for jit in (False, True):
+        dynamic = tf.function(samplers.base.running_count, input_signature=spec, jit_compile=jit)
+        np.testing.assert_array_equal(dynamic(mask).numpy(), ref)
+
+
 def test_row_helpers():
     rng = np.random.default_rng(0)
     order = np.argsort(rng.uniform(size=(4, 9)), axis=1).astype(np.int32)

@@ -1,0 +1,139 @@
+"""Re-score a claim's finished runs on a harder view of the kanji set (issue 14, investigations).
+
+    python benchmarks/probe_reproduction.py --claim lu_topk --test-classes 2000 --ks 1 5 10 20
+
+A claim that is not reproduced may fail because the benchmark is too easy:
+on the standard view (500 test classes) raw pixels already reach R@1 93 %
+and P@5 84 %, and a metric near its ceiling compresses differences. This
+script tests that cause without training anything: it takes the model each
+finished (arm, seed) left in its run folder (``arms/<arm>/seed-<s>/model.keras``,
+kept on the machine that trained it, not committed) and scores it on a view
+with more test classes (more distractors per query), at more k, with the
+user's own evaluation (``evaluate.run``). It then applies the claim's checks
+(``reproduce.check_outcome``: d > 2 SE holds, d < −2 SE reversed) to every
+metric.
+
+The test classes of a larger view start with those of the standard one
+(both take the first classes in the same sha256 order), and the training
+classes are the same, so only the number of distractors changes.
+
+Results: ``<out>/probes/<claim>-test<N>.json`` (per run and per metric,
+written atomically) and a markdown table on stdout. Runs whose model is
+missing are listed and skipped.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path[:0] = [ROOT, HERE]
+
+import reproduce  # noqa: E402  (benchmarks/reproduce.py)
+
+
+def _evaluate_cli():
+    spec = importlib.util.spec_from_file_location("evaluate_cli", os.path.join(ROOT, "evaluate.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def metric_names(ks):
+    """The metrics scored: Recall@1, Precision@k for every k, MAP@R."""
+    return ["recall@1"] + [f"precision@{k}" for k in ks] + ["map@r"]
+
+
+def probe(claim, out, data_dir, budget, test_classes, ks, batch_size=1024):
+    """{arm: {seed: {metric: value}}} of the claim's finished runs on the larger view."""
+    from pipelines import sources
+
+    evaluate = _evaluate_cli()
+    view = reproduce.make_view(data_dir, out, budget["train_classes"], test_classes)
+    split = sources.npz(path=view, labels="labels", test="test").split("test")
+    print(f"view {os.path.basename(view)}: {split.num_classes} test classes, {split.num_examples} images",
+          flush=True)
+    scores, missing = {}, []
+    for arm in reproduce.claim_arms(claim):
+        if reproduce.ARMS[arm].get(reproduce.VIEW_KEY):
+            missing.append(f"{arm} (trained on a view of its own)")
+            continue
+        for result in reproduce.load_results(out, arm):
+            seed = result["seed"]
+            model = os.path.join(out, "arms", arm, f"seed-{seed}", "model.keras")
+            if not os.path.exists(model):
+                missing.append(f"{arm} seed {seed}")
+                continue
+            run_out = os.path.join(out, "probes", f"test{test_classes}", arm, f"seed-{seed}")
+            values = evaluate.run(model, split, run_out, metrics=["recall", "precision", "map@r"],
+                                  ks=sorted({1, *ks}), batch_size=batch_size, verbose=0,
+                                  make_plots=False, grid_queries=0, grid_k=0)
+            scores.setdefault(arm, {})[str(seed)] = {m: float(values[m]) for m in metric_names(ks)}
+            print(f"  {arm} seed {seed}: " + ", ".join(f"{m} {values[m]:.4f}" for m in metric_names(ks)),
+                  flush=True)
+    return scores, missing
+
+
+def table(claim, scores, ks):
+    """Markdown: each arm's mean ± std, then the claim's checks on every metric."""
+    names = metric_names(ks)
+    lines = ["| arm | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for arm, seeds in scores.items():
+        cells = [reproduce._fmt(*reproduce.summarise([s[m] for s in seeds.values()])) for m in names]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    lines += ["", "| check | " + " | ".join(f"Δ {m} ± SE" for m in names) + " |",
+              "|---|" + "---|" * len(names)]
+    for better, worse, tag in reproduce.CLAIMS[claim]["checks"]:
+        cells = []
+        for m in names:
+            diff, se, outcome = reproduce.check_outcome(
+                [s[m] for s in scores.get(better, {}).values()], [s[m] for s in scores.get(worse, {}).values()])
+            cells.append("–" if diff is None else f"{100 * diff:+.1f}"
+                         + ("" if se is None else f" ± {100 * se:.1f}") + f" {outcome}")
+        lines.append(f"| ({tag}) {better} > {worse} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--claim", required=True, choices=sorted(reproduce.CLAIMS))
+    p.add_argument("--budget", choices=sorted(reproduce.BUDGETS), default="standard",
+                   help="the budget whose finished runs are re-scored")
+    p.add_argument("--test-classes", type=int, default=2000, help="test classes of the larger view")
+    p.add_argument("--ks", type=int, nargs="+", default=[1, 5, 10, 20], help="k of Precision@k")
+    p.add_argument("--data", help="the kanji-fonts set (default: kanji_fonts.py's cache folder)")
+    p.add_argument("--out", help="results folder of the budget (default benchmarks/reproduction/<budget>)")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    budget = reproduce.BUDGETS[args.budget]
+    if args.test_classes <= budget["test_classes"]:
+        build_parser().error(f"--test-classes must exceed the budget's {budget['test_classes']} "
+                             "(the probe asks whether a harder view changes the verdict)")
+    out = os.path.abspath(args.out or os.path.join(HERE, "reproduction", args.budget))
+    data_dir = args.data or reproduce.kanji_fonts.default_out(32)
+    if not os.path.exists(os.path.join(data_dir, reproduce.kanji_fonts.NPZ_NAME)):
+        sys.exit(f"No kanji-fonts set at {data_dir}; build it first: python benchmarks/kanji_fonts.py")
+    scores, missing = probe(args.claim, out, data_dir, budget, args.test_classes, args.ks)
+    for name in missing:
+        print(f"skipped: {name} (no model.keras in its run folder: it was trained elsewhere)")
+    if not scores:
+        sys.exit("No finished run of this claim has its model here; nothing to re-score.")
+    path = os.path.join(out, "probes", f"{args.claim}-test{args.test_classes}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"claim": args.claim, "test_classes": args.test_classes, "ks": args.ks,
+                   "scores": scores}, f, indent=1)
+    os.replace(path + ".tmp", path)
+    print(f"\nFigures in %, mean ± sample std over seeds; wrote {path}\n")
+    print(table(args.claim, scores, args.ks))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

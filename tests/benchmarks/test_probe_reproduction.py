@@ -1,0 +1,73 @@
+"""benchmarks/probe_reproduction.py: a larger view only adds distractors, and finished runs'
+models are re-scored with the claim's checks (tiny stand-in models, no training)."""
+
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+probe = _load("probe_reproduction")
+rp = probe.reproduce
+
+
+def test_a_larger_view_keeps_the_smaller_views_classes(kanji_dir, tmp_path):
+    small = rp.make_view(kanji_dir, str(tmp_path), train_classes=None, test_classes=3)
+    large = rp.make_view(kanji_dir, str(tmp_path), train_classes=None, test_classes=6)
+    with np.load(small) as a, np.load(large) as b:
+        assert set(a["labels"][a["test"]]) < set(b["labels"][b["test"]])
+        np.testing.assert_array_equal(a["labels"][~a["test"]], b["labels"][~b["test"]])
+
+
+def _stand_in_model(path, seed):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((32, 32)), keras.layers.Rescaling(1 / 255), keras.layers.Flatten(),
+                              keras.layers.Dense(8), keras.layers.UnitNormalization()])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    model.save(path)
+
+
+def test_probe_rescores_every_run_with_a_model_and_applies_the_checks(kanji_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    arms = rp.claim_arms("lu_topk")
+    for i, arm in enumerate(arms):
+        for seed in (0, 1):
+            folder = out / "arms" / arm
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"seed-{seed}.json").write_text(json.dumps({"arm": arm, "seed": seed, "metrics": {}}))
+            if not (i == len(arms) - 1 and seed == 1):  # one run trained elsewhere: no model here
+                _stand_in_model(str(folder / f"seed-{seed}" / "model.keras"), 10 * i + seed)
+    budget = {"train_classes": None, "test_classes": 3}
+    scores, missing = probe.probe("lu_topk", str(out), kanji_dir, budget, test_classes=6, ks=[1, 2])
+    assert missing == [f"{arms[-1]} seed 1"]
+    assert sorted(scores) == sorted(arms) and set(scores[arms[0]]) == {"0", "1"}
+    for seeds in scores.values():
+        for values in seeds.values():
+            assert list(values) == ["recall@1", "precision@1", "precision@2", "map@r"]
+            assert all(0.0 <= v <= 1.0 for v in values.values())
+    text = probe.table("lu_topk", scores, [1, 2])
+    better, worse, tag = rp.CLAIMS["lu_topk"]["checks"][0]
+    row = next(line for line in text.splitlines() if line.startswith(f"| ({tag}) {better} > {worse}"))
+    d, se, outcome = rp.check_outcome([s["map@r"] for s in scores[better].values()],
+                                      [s["map@r"] for s in scores[worse].values()])
+    assert row.split(" | ")[-1].startswith(f"{100 * d:+.1f}")
+    assert outcome in row.split(" | ")[-1]
+
+
+def test_probe_refuses_a_view_no_harder_than_the_budgets(capsys):
+    with pytest.raises(SystemExit):
+        probe.main(["--claim", "lu_topk", "--test-classes", str(rp.BUDGETS["standard"]["test_classes"])])
+    assert "must exceed" in capsys.readouterr().err

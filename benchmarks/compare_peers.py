@@ -288,6 +288,12 @@ class TfSide:
         tf.get_logger().setLevel("ERROR")  # the retracing notes of one tf.function per case
         self.calls = {}
 
+    def keep(self, name, step, *args):
+        """Keep ``step(*args)`` as the call ``name``: it returns once its results are computed (NumPy)."""
+        import tensorflow as tf
+
+        self.calls[name] = lambda: tf.nest.map_structure(lambda t: t.numpy(), step(*args))
+
     def call(self, name):
         start = time.perf_counter()
         self.calls[name]()
@@ -308,7 +314,6 @@ class TfdmlSide(TfSide):
         """Build the graph and XLA step of ``case`` on bench_losses' batch; save that batch for PML."""
         import bench_losses
         import numpy as np
-        import tensorflow as tf
 
         classes = batch // per_class
         y, e = bench_losses.batch(classes, per_class, dim)
@@ -316,7 +321,7 @@ class TfdmlSide(TfSide):
         self.calls = {}
         for mode, jit in (("graph", False), ("xla", True)):
             step = bench_losses.step_fn(self.loss(case, classes), jit)
-            self.calls[mode] = (lambda step: lambda: tf.nest.map_structure(lambda t: t.numpy(), step(y, e)))(step)
+            self.keep(mode, step, y, e)
         return {"names": list(self.calls), "value": float(self.calls["graph"]()[0])}
 
     @staticmethod
@@ -396,7 +401,7 @@ class LegacySide(TfSide):
         self.calls, values = {}, {}
         for name, loss in peers.items():
             step = tf.function(lambda y, e, loss=loss: legacy_step(loss, y, e))
-            self.calls[name] = (lambda step: lambda: tf.nest.map_structure(lambda t: t.numpy(), step(y, e)))(step)
+            self.keep(name, step, y, e)
             values[name] = float(self.calls[name]()[0])
         return {"names": list(self.calls), "values": values, "skipped": skipped}
 
@@ -565,6 +570,11 @@ class Worker:
 
 # --- the three parts ---------------------------------------------------------------------------
 
+def timed(worker, **request):
+    """A contestant for :func:`interleaved`: one ``call`` of ``worker``, returning the seconds it measured."""
+    return lambda: worker.ask("call", **request)["seconds"]
+
+
 def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scratch, cases=LOSS_CASES, legacy=None):
     """The losses part; ``legacy``: the worker of TF Addons + TF Similarity, or None (issue 13's figures, cited)."""
     print(f"\n## Loss + miner, forward + backward (B × {dim}, m = {per_class}, margin {MARGIN}, ℓ2 distance)\n")
@@ -596,17 +606,16 @@ def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scr
     for batch in batches:
         for case in cases:
             ours = tfdml.ask("losses", case=case, batch=batch, per_class=per_class, dim=dim, path=path)
-            contestants = {name: (lambda name: lambda: tfdml.ask("call", name=name)["seconds"])(name)
-                           for name in ours["names"]}
+            contestants = {name: timed(tfdml, name=name) for name in ours["names"]}
             count = "–"
             if peer:
                 count = peer.ask("losses", case=case, batch=batch, per_class=per_class, path=path)["triplets"]
                 for t, column in zip(threads, pml_columns):
-                    contestants[column] = (lambda t: lambda: peer.ask("call", threads=t)["seconds"])(t)
+                    contestants[column] = timed(peer, threads=t)
             if legacy:
                 theirs = legacy.ask("losses", case=case, path=path)
                 for name in theirs["names"]:
-                    contestants[name] = (lambda name: lambda: legacy.ask("call", name=name)["seconds"])(name)
+                    contestants[name] = timed(legacy, name=name)
                 if case == "semi-hard triplet" and check is None and "TF Addons" in theirs["values"]:
                     check = (batch, ours["value"], theirs["values"])
                 not_run += [f"{name}, {case}, B = {batch}: {why}" for name, why in theirs["skipped"].items()]

@@ -23,7 +23,6 @@ missing are listed and skipped.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -35,13 +34,6 @@ sys.path[:0] = [ROOT, HERE]
 import reproduce  # noqa: E402  (benchmarks/reproduce.py)
 
 
-def _evaluate_cli():
-    spec = importlib.util.spec_from_file_location("evaluate_cli", os.path.join(ROOT, "evaluate.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def metric_names(ks):
     """The metrics scored: Recall@1, Precision@k for every k, MAP@R."""
     return ["recall@1"] + [f"precision@{k}" for k in ks] + ["map@r"]
@@ -49,11 +41,9 @@ def metric_names(ks):
 
 def probe(claim, out, data_dir, budget, test_classes, ks, batch_size=1024):
     """{arm: {seed: {metric: value}}} of the claim's finished runs on the larger view."""
-    from pipelines import sources
-
-    evaluate = _evaluate_cli()
+    evaluate = reproduce.evaluate_cli()
     view = reproduce.make_view(data_dir, out, budget["train_classes"], test_classes)
-    split = sources.npz(path=view, labels="labels", test="test").split("test")
+    split = reproduce.view_test_split(view)
     print(f"view {os.path.basename(view)}: {split.num_classes} test classes, {split.num_examples} images",
           flush=True)
     scores, missing = {}, []
@@ -86,13 +76,11 @@ def table(claim, scores, ks):
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines += ["", "| check | " + " | ".join(f"Δ {m} ± SE" for m in names) + " |",
               "|---|" + "---|" * len(names)]
-    for better, worse, tag in reproduce.CLAIMS[claim]["checks"]:
-        cells = []
-        for m in names:
-            diff, se, outcome = reproduce.check_outcome(
-                [s[m] for s in scores.get(better, {}).values()], [s[m] for s in scores.get(worse, {}).values()])
-            cells.append("–" if diff is None else f"{100 * diff:+.1f}"
-                         + ("" if se is None else f" ± {100 * se:.1f}") + f" {outcome}")
+    spec = reproduce.CLAIMS[claim]
+    for better, worse, tag in spec["checks"]:
+        cells = [reproduce.check_cell(*reproduce.check_outcome(
+            [s[m] for s in scores.get(better, {}).values()], [s[m] for s in scores.get(worse, {}).values()],
+            spec.get("at_least", False))) for m in names]
         lines.append(f"| ({tag}) {better} > {worse} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -368,6 +368,23 @@ def view_of(arm, data_dir, out, budget):
                      **ARMS[arm].get(VIEW_KEY, {}))
 
 
+def evaluate_cli():
+    """The user's ``evaluate.py`` as a module (its scoring is the one every arm is scored with)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("evaluate_cli", os.path.join(ROOT, "evaluate.py"))
+    evaluate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(evaluate)
+    return evaluate
+
+
+def view_test_split(view):
+    """The test split of a view (the ``npz`` source, as the arms' configs read it)."""
+    from pipelines import sources
+
+    return sources.npz(path=view, labels="labels", test="test").split("test")
+
+
 def raw_pixel_floor(view, out):
     """R@1, P@5, MAP@R and NMI of L2-normalised raw pixels on the view's test
     classes (the same images every arm is scored on); cached in floor.json."""
@@ -375,15 +392,8 @@ def raw_pixel_floor(view, out):
     if os.path.exists(path):
         with open(path) as f:
             return json.load(f)
-    import importlib.util
-
-    from pipelines import sources
-
-    spec = importlib.util.spec_from_file_location("evaluate_cli", os.path.join(ROOT, "evaluate.py"))
-    evaluate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(evaluate)
-    split = sources.npz(path=view, labels="labels", test="test").split("test")
-    values = evaluate.baseline_metrics("raw_pixels", split, ["recall", "precision@5", "map@r", "nmi"], [1],
+    split = view_test_split(view)
+    values = evaluate_cli().baseline_metrics("raw_pixels", split, ["recall", "precision@5", "map@r", "nmi"], [1],
                                        batch_size=1024)
     floor = {"view": os.path.basename(view), "classes": int(split.num_classes),
              "images": int(split.num_examples),
@@ -583,6 +593,12 @@ def _fmt(mean, std, n, scale=100.0):
     return text + (f" ± {scale * std:.1f}" if std is not None else "") + (f" (n={n})" if n else "")
 
 
+def check_cell(diff, se, outcome):
+    """A check's table cell: d ± SE in points and the outcome (:func:`check_outcome`)."""
+    ours = "–" if diff is None else f"{100 * diff:+.1f}" + ("" if se is None else f" ± {100 * se:.1f}")
+    return f"{ours} {outcome}"
+
+
 def _checks_table(spec, checks, metrics, out, at=None):
     """Rows of the checks table and the outcomes per metric."""
     lines, outcomes = [], {m: [] for m in metrics}
@@ -595,8 +611,7 @@ def _checks_table(spec, checks, metrics, out, at=None):
                                               [_metric(r, metric, at) for r in load_results(out, worse)],
                                               spec.get("at_least", False))
             outcomes[metric].append(outcome)
-            ours = "–" if diff is None else f"{100 * diff:+.1f}" + ("" if se is None else f" ± {100 * se:.1f}")
-            cells.append(f"{ours} {outcome}")
+            cells.append(check_cell(diff, se, outcome))
         lines.append("| " + " | ".join(cells) + " |")
     return lines, outcomes
 

@@ -148,12 +148,11 @@ def _at_least_by_buckets(query, gallery, pos_idx, self_index):
     bucket, self_bucket, thr, num_pos = _buckets_xla(query, gallery, pos_idx, self_index)
     width = pos_idx.shape[1] + 1
     rows = tf.shape(bucket)[0]
-    no_weights = tf.zeros([0], tf.int32)
-    hist = tf.raw_ops.DenseBincount(input=tf.reshape(bucket, [-1]), size=rows * width,
-                                    weights=no_weights, binary_output=False)
-    hist -= tf.raw_ops.DenseBincount(input=self_bucket, size=rows * width, weights=no_weights,
-                                     binary_output=False)
-    hist = tf.reshape(hist, [rows, width])
+    def histogram(values):
+        return tf.raw_ops.DenseBincount(input=values, size=rows * width, weights=tf.zeros([0], tf.int32),
+                                        binary_output=False)
+
+    hist = tf.reshape(histogram(tf.reshape(bucket, [-1])) - histogram(self_bucket), [rows, width])
     return tf.cumsum(hist, axis=1, reverse=True)[:, 1:], thr, num_pos
 
 

@@ -138,10 +138,8 @@ def compact_grid(selection, width=GRID_WIDTH):
     with a ``tf.cond`` (``MetricLoss.over_triplets``). Anchor a's k-th valid column
     is found by binary lifting on the running count of its row."""
     size = tf.cast(tf.math.sqrt(tf.cast(tf.shape(selection.mask)[0], tf.float64)), tf.int32)
-    mask = tf.cast(tf.reshape(selection.mask, tf.stack([size, size])), tf.int32)
-    count = tf.reduce_sum(mask, axis=1)
-    k = tf.broadcast_to(tf.range(width)[None, :], tf.stack([size, width]))
-    column = tf.minimum(count_less_equal(running_count(mask), k), size - 1)
+    column, count = row_columns(tf.reshape(selection.mask, tf.stack([size, size])), width)
+    k = tf.range(width)[None, :]
     negative = gather_rows(tf.reshape(selection.negative, tf.stack([size, size])), column)
     narrow = TripletSelection(
         tf.repeat(tf.range(size), width),
@@ -150,6 +148,16 @@ def compact_grid(selection, width=GRID_WIDTH):
         tf.reshape(k < count[:, None], [-1]),
     )
     return narrow, tf.reduce_max(count)
+
+
+def row_columns(mask, width):
+    """``(column, count)`` of a [R, N] bool mask: ``column[r, k]`` (int32 [R, width]) is
+    the k-th true column of row r, for k < ``count[r]`` (its number of true columns);
+    later slots hold N − 1. Binary lifting on the row's running count."""
+    mask = tf.cast(mask, tf.int32)
+    k = tf.broadcast_to(tf.range(width)[None, :], tf.stack([tf.shape(mask)[0], width]))
+    column = tf.minimum(count_less_equal(running_count(mask), k), tf.shape(mask)[1] - 1)
+    return column, tf.reduce_sum(mask, axis=1)
 
 
 #: Columns per block of :func:`running_count`.
@@ -261,12 +269,14 @@ def invert_permutation_rows(order):
     return tf.reshape(inverse, shape)
 
 
-def count_less_equal(sorted_rows, values, strict=False):
+def count_less_equal(sorted_rows, values, strict=False, rows=None):
     """``tf.searchsorted(sorted_rows, values, side="right")`` by binary lifting.
 
     ``sorted_rows`` is [R, N], ascending along each row; ``values`` is [R, M].
     Returns [R, M] int32: how many entries of the row are <= each value
-    (< each value with ``strict=True``, i.e. ``side="left"``).
+    (< each value with ``strict=True``, i.e. ``side="left"``). With ``rows``
+    (int32, the shape of ``values``, any rank), value i is searched in row
+    ``rows[i]`` instead: a few values in chosen rows.
     ``tf.searchsorted`` lowers under XLA (CPU) to an all-pairs comparison,
     ~100x slower at N = M = 256; here each of the ceil(log2(N + 1)) steps is
     one gather. Unrolled when N is static, a ``tf.while_loop`` otherwise.
@@ -274,7 +284,9 @@ def count_less_equal(sorted_rows, values, strict=False):
     num_rows = tf.shape(sorted_rows)[0]
     n = tf.shape(sorted_rows)[1]
     flat = tf.reshape(sorted_rows, [-1])
-    offset = (tf.range(num_rows) * n - 1)[:, None]  # the c-th entry (1-based) of row r is flat[r * n + c - 1]
+    if rows is None:
+        rows = tf.range(num_rows)[:, None]
+    offset = tf.cast(rows, tf.int32) * n - 1  # the c-th entry (1-based) of row r is flat[r * n + c - 1]
     count = tf.zeros(tf.shape(values), tf.int32)
 
     def lift(count, step):

@@ -5,6 +5,7 @@ import math
 import keras
 import tensorflow as tf
 
+from tfdml import xla
 from tfdml.samplers import base
 
 # Distances are clipped just below 2 (the diameter of the unit sphere) so that
@@ -118,6 +119,40 @@ def _probabilities(dist, labels, candidates, embedding_dim, cutoff, nonzero_loss
     return tf.where(tf.reduce_any(weighted, axis=1, keepdims=True), weight, uniform)
 
 
+def _draw(cdf, last, uniform, rows):
+    """Inverse-CDF draw: for each uniform in [0, 1) (any shape) and its row a of ``cdf``
+    (the same shape), the first column whose cumulative probability exceeds it, the
+    uniform scaled to the row's total mass (1 up to rounding); never past ``last[a]``."""
+    total = tf.gather(cdf[:, -1], rows)
+    drawn = base.count_less_equal(cdf, uniform * total, rows=rows)  # first column with cdf > u: probs > 0
+    return tf.minimum(drawn, tf.gather(last, rows))
+
+
+def _draw_on_grid(cdf, last, uniform, valid):
+    """[B, B] negatives of the valid slots (0 elsewhere) for XLA's fixed shapes.
+
+    When no anchor has more than ``base.GRID_WIDTH`` valid slots (m-per-class batches
+    with m ≤ 17), each anchor's valid slots are listed in [B, GRID_WIDTH] and only
+    those are searched, then written back to their columns; otherwise every slot of
+    the grid is searched. The same negatives either way."""
+    size = tf.shape(cdf)[0]
+    rows = tf.broadcast_to(tf.range(size)[:, None], tf.shape(valid))
+
+    def every_slot():
+        return tf.where(valid, _draw(cdf, last, uniform, rows), 0)
+
+    def listed_slots():
+        column, count = base.row_columns(valid, base.GRID_WIDTH)
+        listed = tf.range(base.GRID_WIDTH)[None, :] < count[:, None]
+        anchor = tf.broadcast_to(tf.range(size)[:, None], tf.shape(column))
+        drawn = tf.where(listed, _draw(cdf, last, base.gather_rows(uniform, column), anchor), 0)
+        # Unlisted slots point at column N − 1 with value 0; a maximum keeps a listed one there.
+        return tf.tensor_scatter_nd_max(tf.zeros_like(rows), tf.stack([anchor, column], axis=-1), drawn)
+
+    widest = tf.reduce_max(tf.reduce_sum(tf.cast(valid, tf.int32), axis=1))
+    return tf.cond(widest <= base.GRID_WIDTH, listed_slots, every_slot)
+
+
 @keras.saving.register_keras_serializable(package="tfdml")
 class DistanceWeightedSampler(base.Sampler):
     """Distance weighted negatives for every positive pair (Wu et al. 2017, §4 and §5).
@@ -144,9 +179,11 @@ class DistanceWeightedSampler(base.Sampler):
 
     Needs ``seed`` and ``embedding_dim`` (the call's value wins). The draw is
     an inverse-CDF search on the row's cumulative probabilities with uniform
-    numbers built from stateless philox bits; it gives the same negatives with
-    and without ``jit_compile`` (up to float rounding of the CDF, i.e. unless
-    a uniform falls within ~1e-7 of a bin edge). Cost O(B² log B).
+    numbers built from stateless philox bits (one per slot of the grid; only the
+    valid slots are searched, and the negative of an invalid slot is 0); it gives
+    the same negatives with and without ``jit_compile`` (up to float rounding of
+    the CDF, i.e. unless a uniform falls within ~1e-7 of a bin edge). Cost
+    O(B² + B·(m − 1)·log B) with m examples per class.
     """
 
     kind = "triplets"
@@ -177,14 +214,19 @@ class DistanceWeightedSampler(base.Sampler):
         size = tf.shape(dist)[0]
         probs = _probabilities(dist, labels, candidates, dim, self.cutoff, self.nonzero_loss_cutoff, self.lam)
         cdf = tf.cumsum(probs, axis=1)
-        # One uniform per slot (a, p), scaled to row a's total mass (1 up to rounding).
-        u = tf.cast(base.uniform01(tf.stack([size, size]), seed), dist.dtype) * cdf[:, -1:]
-        drawn = base.count_less_equal(cdf, u)  # first column with cdf > u: probs > 0 there
         # Guard against u rounding onto the total: never past the last column of positive mass.
         last = size - 1 - tf.argmax(tf.reverse(tf.cast(probs > 0, tf.int32), axis=[1]), axis=1, output_type=tf.int32)
-        negative = tf.minimum(drawn, last[:, None])
         pos, neg = base.split_candidates(labels, candidates)
         valid = tf.logical_and(pos, tf.reduce_any(neg, axis=1, keepdims=True))
+        # One uniform per slot (a, p); only the valid slots are searched (B·(m − 1) of the B²).
+        uniform = tf.cast(base.uniform01(tf.stack([size, size]), seed), dist.dtype)
+        if xla.is_compiling():
+            negative = _draw_on_grid(cdf, last, uniform, valid)
+        else:
+            slots = tf.where(valid, name="valid_slots")
+            slots = tf.cast(slots, tf.int32)
+            drawn = _draw(cdf, last, tf.gather_nd(uniform, slots), slots[:, 0])
+            negative = tf.scatter_nd(slots, drawn, tf.stack([size, size]))
         rows = tf.range(size, dtype=tf.int32)
         return base.GridTripletSelection(
             tf.repeat(rows, size), tf.tile(rows, [size]), tf.reshape(negative, [-1]), tf.reshape(valid, [-1])

@@ -44,3 +44,26 @@ def test_triplets_to_pairs_counts_multiplicity():
     neg[0, 2], neg[0, 3], neg[1, 2] = 1, 1, 1
     np.testing.assert_array_equal(pairs.pos_weight.numpy(), pos)
     np.testing.assert_array_equal(pairs.neg_weight.numpy(), neg)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("per_anchor", [3, 20])
+def test_triplets_to_pairs_of_a_grid_selection_counts_like_numpy(jit, per_anchor):
+    """A grid selection (slot a·B + p) gives pos[a, p] = mask and neg[a, n] = the number of
+    valid slots of anchor a holding negative n; under XLA with at most GRID_WIDTH valid slots
+    per anchor (3) only those are scattered, else (20) the whole grid: the same counts."""
+    from tfdml.samplers import GridTripletSelection
+
+    b = 40
+    rng = np.random.default_rng(per_anchor)
+    mask = np.zeros((b, b), bool)
+    for a in range(b):
+        mask[a, rng.choice(b, per_anchor, replace=False)] = True
+    negative = rng.integers(0, b, (b, b)).astype(np.int32)
+    rows = np.arange(b, dtype=np.int32)
+    sel = GridTripletSelection(np.repeat(rows, b), np.tile(rows, b), negative.reshape(-1), mask.reshape(-1))
+    pairs = tf.function(lambda s: tuple(triplets_to_pairs(s, b)), jit_compile=jit)(sel)
+    neg = np.zeros((b, b))
+    np.add.at(neg, (np.nonzero(mask)[0], negative[mask]), 1)
+    np.testing.assert_array_equal(pairs[0].numpy(), mask.astype(float))
+    np.testing.assert_array_equal(pairs[1].numpy(), neg)

@@ -171,3 +171,58 @@ def test_a_loss_refuses_distance_weighted_sampling_on_another_distance():
                                              rf"distance='{distance}'.*use distance='euclidean'"):
             losses.MarginLoss(num_classes=3, sampler="distance_weighted", distance=distance)
     losses.MarginLoss(num_classes=3, sampler="distance_weighted")  # the default: euclidean
+
+
+def _inverse_cdf_batch(per_class):
+    """48 unit embeddings: m-per-class (4: every anchor has 3 positives, XLA lists them) or
+    classes of 20, 20 and 8 (19 positives: more than GRID_WIDTH, XLA searches the whole grid)."""
+    sizes = [4] * 12 if per_class == 4 else [20, 20, 8]
+    y = np.repeat(np.arange(len(sizes)), sizes).astype(np.int32)
+    rng = np.random.default_rng(per_class)
+    x = rng.normal(size=(len(y), 8))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    d = np.linalg.norm(x[:, None] - x[None], axis=-1).astype(np.float32)
+    cand = masks.candidate_mask(y).numpy() & (rng.random(d.shape) > 0.1)  # a few pairs left out
+    return d, y, cand
+
+
+@pytest.mark.parametrize("per_class", [4, 20])
+@pytest.mark.parametrize("mode", ["eager", "xla", "xla_unknown_batch"])
+def test_each_valid_slot_draws_by_inverse_cdf_with_its_own_uniform(per_class, mode):
+    """The negative of valid slot (a, p) is the first column n with cdf[a, n] > u[a, p]·cdf[a, -1],
+    u the slot's philox uniform (searchsorted, side="right"), whichever slots are searched;
+    an invalid slot holds 0. Under XLA the CDF may differ from eager in its last bits, so
+    there a draw is checked against its bracket with a 1e-5 tolerance."""
+    d, y, cand = _inverse_cdf_batch(per_class)
+    b, n = len(y), 8
+    sampler = samplers.DistanceWeightedSampler()
+    seed = tf.constant([3, 9], tf.int32)
+    cdf = tf.cumsum(sampler.probabilities(d, y, cand, embedding_dim=n), axis=1).numpy()
+    u = samplers.base.uniform01([b, b], seed).numpy() * cdf[:, -1:]
+    valid = (cand & (y[:, None] == y[None])) & (cand & (y[:, None] != y[None])).any(1, keepdims=True)
+    assert (valid.sum(1).max() <= samplers.base.GRID_WIDTH) == (per_class == 4)
+
+    def run(d, y, cand, seed):
+        return tuple(sampler(d, y, cand, seed=seed, embedding_dim=n))
+
+    if mode == "eager":
+        sel = run(d, y, cand, seed)
+    else:
+        spec = None
+        if mode == "xla_unknown_batch":
+            spec = (tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None], tf.int32),
+                    tf.TensorSpec([None, None], tf.bool), tf.TensorSpec([2], tf.int32))
+        sel = tf.function(run, input_signature=spec, jit_compile=True)(d, y, cand, seed)
+    negative = sel[2].numpy().reshape(b, b)
+    np.testing.assert_array_equal(sel[3].numpy().reshape(b, b), valid)
+    assert np.all(negative[~valid] == 0)
+    a, p = np.nonzero(valid)
+    if mode == "eager":
+        expected = [min(np.searchsorted(cdf[i], u[i, j], side="right"), np.nonzero(cdf[i] < cdf[i, -1])[0].size)
+                    for i, j in zip(a, p)]
+        np.testing.assert_array_equal(negative[a, p], expected)
+    else:
+        got = negative[a, p]
+        below = np.where(got > 0, cdf[a, np.maximum(got - 1, 0)], 0.0)
+        assert np.all(below <= u[a, p] + 1e-5) and np.all(u[a, p] < cdf[a, got] + 1e-5)
+    assert np.all(y[a] != y[negative[a, p]]) and np.all(cand[a, negative[a, p]])

@@ -34,6 +34,9 @@ def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
     assert a == b
     assert cfg("margin-dw-b40")["design"] == {"name": "m_per_class", "m": 5, "n": 8}
     assert cfg("margin-dw-b80-fixed1.0")["loss"]["options"]["learn_beta0"] is False
+    wide, narrow = cfg("balanced-prandom0.9-pairs256-is"), cfg("balanced-prandom0.9-is")
+    assert (wide["design"].pop("pairs"), narrow["design"].pop("pairs")) == (256, 64)
+    assert wide == narrow
     assert rp.config_key(cfg("margin-dw-b80")) != rp.config_key(rp.arm_config("margin-dw-b80", 1, "v.npz",
                                                                              rp.BUDGETS["standard"], "out"))
     # A results folder moved to another checkout keeps its results: folders do not count, names do.

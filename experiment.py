@@ -497,7 +497,8 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
         history = _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup, state, verbose)
     else:
         history = _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, callbacks,
-                             validation=val_split is not None)
+                             validation=val_split is not None,
+                             objective=objective_on_sample(cfg, train_split, num_classes))
 
     if not chief:
         # The chief's final model is model.keras; a worker keeps its weights to compare.
@@ -565,11 +566,42 @@ def best_checkpoint_monitor(metrics, ks, prefix=""):
     return {"monitor": "loss", "mode": "min"}
 
 
+#: Seed of the training sample of ``evaluation.objective_sample``: one sample for
+#: every run on a split, so that runs are compared on the same pairs.
+OBJECTIVE_SAMPLE_SEED = 0
+
+
+def objective_on_sample(cfg, split, num_classes):
+    """The :class:`tfdml.callbacks.LossOnSample` of ``evaluation.objective_sample``
+    (``None`` when it is 0): the configured loss without importance weights over
+    all pairs of a fixed uniform sample of the training split, logged as
+    ``train_objective`` (Hong et al. Fig. 2 records the loss of Eq. 10)."""
+    from tfdml import callbacks as callbacks_lib
+
+    ev = cfg["evaluation"]
+    if not ev["objective_sample"]:
+        return None
+    plain = json.loads(json.dumps(cfg))
+    if "importance" in inspect.signature(losses_lib.LOSSES[plain["loss"]["name"]].__init__).parameters:
+        plain["loss"]["options"]["importance"] = False
+    loss = build_loss(plain, num_classes, int(split.num_examples))
+    size = min(ev["objective_sample"], int(split.num_examples))
+    rng = np.random.default_rng(OBJECTIVE_SAMPLE_SEED)
+    index = np.sort(rng.choice(int(split.num_examples), size, replace=False))
+    x = model_input(cfg)(split.load(index))
+    labels = split.labels[index]
+    y = {"label": labels,
+         "class_size": np.array([split.class_sizes[int(c)] for c in labels], np.float32)}
+    return callbacks_lib.LossOnSample((x, y), loss, every_n_epochs=ev["every_n_epochs"],
+                                      batch_size=ev["batch_size"])
+
+
 def _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, extra_callbacks=(),
-               validation=False):
+               validation=False, objective=None):
     """``model.fit`` with the per-epoch evaluation of ``monitored_ds``: the
     validation split (``validation``; keys ``val_*``, and the best checkpoint
-    follows them) or the test split (keys ``test_*``, history only)."""
+    follows them) or the test split (keys ``test_*``, history only); with
+    ``objective`` (a :class:`tfdml.callbacks.LossOnSample`), its value too."""
     from tfdml import callbacks as callbacks_lib
 
     ev = cfg["evaluation"]
@@ -593,6 +625,7 @@ def _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, 
             monitored_ds, every_n_epochs=ev["every_n_epochs"], metrics=ev["metrics"], ks=ev["ks"],
             distance=ev["distance"], prefix=prefix,
         ),
+        *([objective] if objective is not None else []),
         NaNGuard(backup),
         *([best] if best is not None else []),
         *([stopper] if stopper is not None else []),

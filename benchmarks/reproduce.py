@@ -122,6 +122,11 @@ def _wu_arms():
     return arms
 
 
+#: Training images of the fixed sample on which Hong's objective is scored (Fig. 2):
+#: all 4.2 M ordered pairs of 2,048 images at every evaluation.
+OBJECTIVE_SAMPLE = 2048
+
+
 def _hong_arms():
     """Hong et al. §6: balanced contrastive (λ = 256, lr ×0.9 every 100 steps),
     with (IS) and without (no IS) importance weights.
@@ -147,6 +152,10 @@ def _hong_arms():
         for p in (0.9, 0.1):
             arms[f"balanced-prandom{p}-{tag}"] = _merge(
                 {"design": {"name": "p_random", "p": p, "pairs": 64}}, loss, options, schedule)
+        # Fig. 2: the same (4, 16)-group runs, also scoring the objective on a training sample.
+        arms[f"balanced-group4x16-{tag}-fig2"] = _merge(
+            {"design": {"name": "group", "m": 4, "n": 16}}, loss, options, schedule,
+            {"evaluation": {"objective_sample": OBJECTIVE_SAMPLE}})
         # Investigation of p = 0.9: 64 pairs hold 6.4 negative pairs on average (Hong: 2,016
         # pairs, about 200), so the IS estimate rests on a handful of heavily weighted pairs.
         arms[f"balanced-prandom0.9-pairs256-{tag}"] = _merge(
@@ -274,6 +283,20 @@ CLAIMS = {
                   + [("balanced-group2x32-nois", "balanced-group32x2-nois", "swing without IS")],
         "spread": ("-is", "-nois"),  # range over the group designs, with vs without IS
         "curves": ["balanced-group4x16-is", "balanced-group4x16-nois"],  # Fig. 2
+    },
+    "hong_objective": {
+        "source": "Hong et al. §6.3, Fig. 2 (CUB200, balanced contrastive, (4,16)-group, the loss (10) "
+                  "on the training set every 100 iterations)",
+        "claims": "the training objective falls faster and lower with importance sampling (scored without "
+                  "weights, Eq. 10, on all pairs of a fixed sample of 2,048 training images)",
+        "metric": "recall@1",
+        "verdict_metric": "train_objective",
+        "paper": {},
+        "checks": [("balanced-group4x16-is-fig2", "balanced-group4x16-nois-fig2", "lower with IS")],
+        "early_checks": [("balanced-group4x16-is-fig2", "balanced-group4x16-nois-fig2", "faster with IS")],
+        "early_at": 0.25,
+        "curves": ["balanced-group4x16-is-fig2", "balanced-group4x16-nois-fig2"],
+        "curve_metric": "train_objective",
     },
     "hong_imbalance": {
         "source": "Hong et al., Fig. 3 (CUB200, balanced contrastive, (4,16)-group, R@1 vs γ)",
@@ -535,17 +558,25 @@ def run_arm(arm, seed, out, data_dir, budget, quiet=True):
 #: is shown and checked too.
 VERDICT_METRIC = "map@r"
 
+#: Figures read from the training history rather than the test metrics; lower is
+#: better. ``train_objective``: ``evaluation.objective_sample``, the loss without
+#: importance weights on a fixed training sample (Hong Fig. 2).
+TRAINING_FIGURES = ("train_objective",)
+
 
 def _metric(result, metric, at=None):
     """A final test metric, or with ``at`` (a fraction of the budget) the
-    per-epoch test figure of the history at that point of training."""
-    if at is None:
+    per-epoch test figure of the history at that point of training. A
+    :data:`TRAINING_FIGURES` name is read from the history (its last row
+    without ``at``)."""
+    training = metric in TRAINING_FIGURES
+    if at is None and not training:
         return result["metrics"].get(metric)
     history = result.get("history") or []
     if not history:
         return None
-    row = history[max(0, min(len(history), round(at * len(history))) - 1)]
-    return row.get(f"test_{metric}")
+    row = history[-1] if at is None else history[max(0, min(len(history), round(at * len(history))) - 1)]
+    return row.get(metric if training else f"test_{metric}")
 
 
 def summarise(values):
@@ -600,16 +631,22 @@ def has_results(claim, out):
     return any(load_results(out, arm) for arm in claim_arms(claim))
 
 
-def _fmt(mean, std, n, scale=100.0):
+def _scale(metric):
+    """(factor, decimals) of a figure in the tables: metrics in %, training figures as they are."""
+    return (1.0, 4) if metric in TRAINING_FIGURES else (100.0, 1)
+
+
+def _fmt(mean, std, n, scale=100.0, digits=1):
     if mean is None:
         return "–"
-    text = f"{scale * mean:.1f}"
-    return text + (f" ± {scale * std:.1f}" if std is not None else "") + (f" (n={n})" if n else "")
+    text = f"{scale * mean:.{digits}f}"
+    return text + (f" ± {scale * std:.{digits}f}" if std is not None else "") + (f" (n={n})" if n else "")
 
 
-def check_cell(diff, se, outcome):
-    """A check's table cell: d ± SE in points and the outcome (:func:`check_outcome`)."""
-    ours = "–" if diff is None else f"{100 * diff:+.1f}" + ("" if se is None else f" ± {100 * se:.1f}")
+def check_cell(diff, se, outcome, scale=100.0, digits=1):
+    """A check's table cell: d ± SE (in points for a metric) and the outcome (:func:`check_outcome`)."""
+    ours = "–" if diff is None else f"{scale * diff:+.{digits}f}" + ("" if se is None else
+                                                                     f" ± {scale * se:.{digits}f}")
     return f"{ours} {outcome}"
 
 
@@ -621,11 +658,13 @@ def _checks_table(spec, checks, metrics, out, at=None):
         known = pb is not None and pw is not None and at is None  # the tables give final figures
         cells = [f"({tag}) {better} > {worse}", f"{pb - pw:+.1f}" if known else "–"]
         for metric in metrics:
-            diff, se, outcome = check_outcome([_metric(r, metric, at) for r in load_results(out, better)],
-                                              [_metric(r, metric, at) for r in load_results(out, worse)],
-                                              spec.get("at_least", False))
+            # "better > worse"; for a training figure (lower is better) on the negated values.
+            sign = -1.0 if metric in TRAINING_FIGURES else 1.0
+            values = [[None if v is None else sign * v for v in (_metric(r, metric, at) for r in load_results(out, arm))]
+                      for arm in (better, worse)]
+            diff, se, outcome = check_outcome(*values, spec.get("at_least", False))
             outcomes[metric].append(outcome)
-            cells.append(check_cell(diff, se, outcome))
+            cells.append(check_cell(diff, se, outcome, *_scale(metric)))
         lines.append("| " + " | ".join(cells) + " |")
     return lines, outcomes
 
@@ -648,7 +687,8 @@ def report(claim, out):
         results = load_results(out, arm)
         paper = spec["paper"].get(arm)
         lines.append(f"| {arm} | {paper if paper is not None else '–'} | "
-                     + " | ".join(_fmt(*summarise([_metric(r, m) for r in results])) for m in shown) + " |")
+                     + " | ".join(_fmt(*summarise([_metric(r, m) for r in results]), *_scale(m)) for m in shown)
+                     + " |")
     lines.append("")
     lines.append("Figures in %, mean ± sample std over seeds (n seeds).")
     metrics = list(dict.fromkeys([verdict_metric, paper_metric]))
@@ -689,7 +729,7 @@ def report(claim, out):
                   f"this machine, {statistics.median(seconds) / 60:.1f} min per run (median; "
                   f"load average at their starts {min(r.get('load_average_at_start', 0) for r in done):.1f}–"
                   f"{max(r.get('load_average_at_start', 0) for r in done):.1f}).", ""]
-    png = plot_curves(claim, out, spec.get("curves", ()), verdict_metric)
+    png = plot_curves(claim, out, spec.get("curves", ()), spec.get("curve_metric", verdict_metric))
     if png:
         lines += [f"Curves: `{os.path.basename(png)}`.", ""]
     return "\n".join(lines)
@@ -704,7 +744,9 @@ def plot_curves(claim, out, highlight, metric):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    key = f"test_{metric}"
+    training = metric in TRAINING_FIGURES
+    key = metric if training else f"test_{metric}"
+    scale = _scale(metric)[0]
     fig, ax = plt.subplots(figsize=(8, 5))
     drawn = 0
     for arm in claim_arms(claim):
@@ -713,7 +755,7 @@ def plot_curves(claim, out, highlight, metric):
             continue
         steps_per_epoch = results[0]["config"]["training"]["steps_per_epoch"]
         length = min(len(r["history"]) for r in results)
-        ys = 100 * np.array([[row.get(key) if row.get(key) is not None else np.nan
+        ys = scale * np.array([[row.get(key) if row.get(key) is not None else np.nan
                               for row in r["history"][:length]] for r in results], dtype=float)
         xs = (np.arange(length) + 1) * steps_per_epoch
         thick = arm in highlight
@@ -735,7 +777,8 @@ def plot_curves(claim, out, highlight, metric):
         if floor is not None:
             ax.axhline(100 * floor, color="grey", linestyle="--", linewidth=1, label="raw pixels")
     ax.set_xlabel("training steps")
-    ax.set_ylabel(f"test {metric} (%), mean over seeds")
+    ax.set_ylabel(f"{metric} (training sample, lower is better), mean over seeds" if training
+                  else f"test {metric} (%), mean over seeds")
     ax.set_title(f"{claim}: {CLAIMS[claim]['source']}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)

@@ -1005,3 +1005,26 @@ def test_export_lookup_of_an_image_folder(tmp_path):
                                                       "export.lookup_folder": str(tmp_path / "empty")}),
                        verbose=0)
     assert not (tmp_path / "run2").exists()  # refused before any work
+
+
+def test_objective_sample_logs_the_loss_without_importance_on_one_fixed_training_sample(tmp_path):
+    """evaluation.objective_sample (Hong Fig. 2): every epoch's row of history.csv holds
+    train_objective, the configured loss with its importance weights off, on the same
+    sample of training images for every run (the seed does not pick it)."""
+    cfg = small_cfg(tmp_path / "run", **{"loss": {"name": "balanced_contrastive", "options": {"importance": True}},
+                                        "design.name": "group", "design.m": 4, "design.n": 5,
+                                        "evaluation.objective_sample": 50})
+    split = experiment.build_source(cfg).split(cfg["data"]["train_split"])
+    objective = experiment.objective_on_sample(cfg, split, int(split.num_classes))
+    assert objective.loss.importance is False and objective.key == "train_objective"
+    assert objective.y["label"].shape == (50,)
+    np.testing.assert_array_equal(objective.y["class_size"],
+                                  [split.class_sizes[int(c)] for c in objective.y["label"]])
+    other = experiment.objective_on_sample(dict(cfg, seed=cfg["seed"] + 1), split, int(split.num_classes))
+    np.testing.assert_array_equal(np.asarray(other.x), np.asarray(objective.x))
+    assert experiment.objective_on_sample(small_cfg(tmp_path / "off"), split, 10) is None
+    experiment.run(cfg, verbose=0)
+    history = open(os.path.join(cfg["output_dir"], "history.csv")).read().splitlines()
+    column = history[0].split(",").index("train_objective")
+    values = [float(row.split(",")[column]) for row in history[1:]]
+    assert len(values) == cfg["training"]["epochs"] and all(np.isfinite(values)) and values[0] > 0

@@ -1,4 +1,5 @@
-"""Keras callback: retrieval / clustering metrics on a held-out split during ``fit``.
+"""Keras callbacks: retrieval / clustering metrics on a held-out split during ``fit``
+(and :class:`LossOnSample`, a fixed objective on a training sample).
 
 :class:`RetrievalEvaluation` embeds a held-out split every ``every_n_epochs``
 epochs with :func:`tfdml.metrics.evaluate_embeddings` (the same code as
@@ -184,6 +185,53 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+class LossOnSample(keras.callbacks.Callback):
+    """The value of a loss on one fixed sample of examples, logged at the end of epochs.
+
+    Hong et al. §6.3, Fig. 2: "At every 100 iterations, the loss (10) on the full
+    train dataset is recorded", with and without importance sampling. The
+    mini-batch losses of two such runs cannot be compared: one estimates Eq. 10,
+    the other a sum reweighted by its batch design. This callback scores every
+    run on the same objective: ``loss`` (built without importance weights for
+    Eq. 10) over all the pairs of a fixed uniform sample of the training split,
+    taken as one batch. Each ordered pair of the sample is a uniform pair of the
+    split (P_U of Eq. 19), so with ``tuple_reduction="mean"`` the value is an
+    unbiased estimate of Eq. 10 / (N(N − 1)).
+
+    Args:
+      data: ``(x, y)``: inputs and their targets, plain labels or the
+        batch-contract dict (:mod:`tfdml.targets`; ``class_size`` for Hong's
+        losses), embedded in one ``predict`` and scored as one batch.
+      loss: a ``keras.losses.Loss`` taking ``(y, embeddings)``.
+      every_n_epochs: log after epochs ``n, 2n, ...``.
+      key: the ``logs`` key (default ``"train_objective"``).
+      batch_size: prediction batch size.
+    """
+
+    def __init__(self, data, loss, every_n_epochs=1, key="train_objective", batch_size=256):
+        super().__init__()
+        if not (isinstance(data, (tuple, list)) and len(data) == 2):
+            raise ValueError(f"LossOnSample data must be an (x, y) pair, got {type(data).__name__}.")
+        if isinstance(every_n_epochs, bool) or not isinstance(every_n_epochs, (int, np.integer)) \
+                or every_n_epochs < 1:
+            raise ValueError(f"every_n_epochs must be a positive integer, got {every_n_epochs!r}.")
+        self.x, self.y = data
+        self.loss = loss
+        self.every_n_epochs = int(every_n_epochs)
+        self.key = str(key)
+        self.batch_size = int(batch_size)
+
+    def value(self):
+        """The loss of the current model on the sample, as a float."""
+        embeddings = self.model.predict(self.x, batch_size=self.batch_size, verbose=0)
+        return float(self.loss(self.y, tf.convert_to_tensor(embeddings)))
+
+    def on_epoch_end(self, epoch, logs=None):
+        if (epoch + 1) % self.every_n_epochs or logs is None:
+            return
+        logs[self.key] = self.value()
 
 
 @keras.saving.register_keras_serializable(package="tfdml")

@@ -224,6 +224,10 @@ SCHEMA = {
         "batch_size": _Field(int, 256, check=_at_least(1)),
         "baseline": _Field((str, type(None)), None, ("raw_pixels", None),
                            doc="also score a model-free baseline on the test split (raw_pixels)"),
+        "objective_sample": _Field(int, 0, check=_at_least(0),
+                                   doc="also log train_objective at each evaluation: the loss without "
+                                       "importance weights over all pairs of a fixed uniform sample of "
+                                       "this many training images (Hong Fig. 2); 0: off"),
     },
     "export": {
         "lookup": _Field(bool, False,

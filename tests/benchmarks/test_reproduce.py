@@ -37,6 +37,8 @@ def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
     wide, narrow = cfg("balanced-prandom0.9-pairs256-is"), cfg("balanced-prandom0.9-is")
     assert (wide["design"].pop("pairs"), narrow["design"].pop("pairs")) == (256, 64)
     assert wide == narrow
+    fig2, plain = cfg("balanced-group4x16-is-fig2"), cfg("balanced-group4x16-is")
+    assert fig2["evaluation"].pop("objective_sample") == rp.OBJECTIVE_SAMPLE and fig2 == plain
     assert rp.config_key(cfg("margin-dw-b80")) != rp.config_key(rp.arm_config("margin-dw-b80", 1, "v.npz",
                                                                              rp.BUDGETS["standard"], "out"))
     # A results folder moved to another checkout keeps its results: folders do not count, names do.
@@ -154,6 +156,30 @@ def test_report_gives_the_verdict_of_the_checks_and_draws_the_curves(tmp_path):
     # a fixed β0 significantly better than the learned one: that check is reversed
     _fake_results(out, "margin-dw-b80-fixed1.2", [0.70, 0.71, 0.72])
     assert "**Verdict (map@r): partly reproduced.**" in rp.report("wu_beta", str(out))
+
+
+def test_a_training_figure_is_read_from_the_history_and_lower_is_better(tmp_path):
+    """hong_objective (Fig. 2): train_objective comes from the last history row (or the
+    row at early_at); the IS arm's lower objective makes "lower with IS" hold, shown as it
+    is (not ×100); the curves PNG is drawn from it."""
+    out = tmp_path / "out"
+    for arm, finals in (("balanced-group4x16-is-fig2", [0.20, 0.21, 0.22]),
+                        ("balanced-group4x16-nois-fig2", [0.30, 0.31, 0.32])):
+        _fake_results(out, arm, [0.5, 0.5, 0.5])
+        for seed, value in enumerate(finals):
+            path = out / "arms" / arm / f"seed-{seed}.json"
+            result = json.loads(path.read_text())
+            for e, row in enumerate(result["history"]):
+                row["train_objective"] = value * (4 - e)  # falls: 4v, 3v, 2v, v
+            path.write_text(json.dumps(result))
+    result = rp.load_results(str(out), "balanced-group4x16-is-fig2")[0]
+    assert rp._metric(result, "train_objective") == pytest.approx(0.20)
+    assert rp._metric(result, "train_objective", at=0.25) == pytest.approx(0.80)
+    text = rp.report("hong_objective", str(out))
+    assert "+0.1000 ± 0.0082 holds" in text  # nois − is at the end
+    assert "+0.4000 ± 0.0327 holds" in text  # after a quarter of the budget
+    assert "**Verdict (train_objective): reproduced.**" in text
+    assert (out / "hong_objective-curves.png").stat().st_size > 0
 
 
 def test_early_checks_read_the_curve_at_a_fraction_of_the_budget(tmp_path):

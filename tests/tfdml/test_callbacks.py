@@ -209,3 +209,40 @@ def test_held_out_figures_go_to_their_own_tensorboard_run(data, tmp_path):
     np.testing.assert_allclose([v for _, v in val["epoch_recall@1"]], hist.history["val_recall@1"],
                                rtol=1e-6)
     assert "test_map@r" in hist.history  # the logs themselves are not changed for later callbacks
+
+
+def test_loss_on_sample_is_hong_eq15_without_weights_over_all_pairs_of_the_sample(data):
+    """LossOnSample with BalancedContrastiveLoss(importance=False): the mean over the
+    n(n − 1) ordered pairs of the sample of Y·D² + (1 − Y)·η·[α − D]_+² with
+    η = λ/(L − 1)·(N_{y_i} − 1)/N_{y_j} (Hong Eq. 15), written out in NumPy; logged under
+    its key after epochs n, 2n, ... only."""
+    from tfdml import losses
+    from tfdml.callbacks import LossOnSample
+
+    x, labels = data
+    sizes = np.array([9.0, 12.0, 20.0, 15.0, 30.0], np.float32)  # N_c of a larger training split
+    y = {"label": labels, "class_size": sizes[labels]}
+    lam, alpha, num_classes = 16.0, 1.0, 7
+    loss = losses.BalancedContrastiveLoss(margin=alpha, lam=lam, num_classes=num_classes, importance=False)
+    model = make_model()
+    callback = LossOnSample((x, y), loss, every_n_epochs=2, key="objective")
+    model.fit(x, labels, epochs=3, batch_size=40, verbose=0, callbacks=[callback])
+    e = model.predict(x, verbose=0).astype(np.float64)
+    terms = []
+    for i in range(len(labels)):
+        for j in range(len(labels)):
+            if i == j:
+                continue
+            d = np.linalg.norm(e[i] - e[j])
+            if labels[i] == labels[j]:
+                terms.append(d**2)
+            else:
+                eta = lam / (num_classes - 1) * (sizes[labels[i]] - 1) / sizes[labels[j]]
+                terms.append(eta * max(alpha - d, 0.0) ** 2)
+    assert callback.value() == pytest.approx(np.mean(terms), rel=1e-4)
+    history = model.history.history
+    assert len(history["objective"]) == 1  # epochs 3 and 1 are not multiples of 2
+    with pytest.raises(ValueError, match="every_n_epochs"):
+        LossOnSample((x, y), loss, every_n_epochs=0)
+    with pytest.raises(ValueError, match=r"\(x, y\) pair"):
+        LossOnSample(x, loss)

@@ -33,7 +33,7 @@ the JSON.
 Usage::
 
     python benchmarks/scaling.py                              # both parts, default sizes
-    python benchmarks/scaling.py samplers [--sizes 64 128 ...] [--only semi_hard hard] [--modes graph xla]
+    python benchmarks/scaling.py samplers [--sizes 64 128 ...] [--only semi_hard hard] [--modes graph xla] [--keep]
     python benchmarks/scaling.py evaluation [--sizes 10000 20000 50000 100000] [--repeat 3]
     python benchmarks/scaling.py evaluation --sizes 200000 --repeat 1 --keep   # add to the saved points
     python benchmarks/scaling.py plot
@@ -284,6 +284,11 @@ def eval_table(rows):
 
 
 # -- saving and plotting --------------------------------------------------------
+def sampler_point(row):
+    """What a sampler row measures: the rows of a re-run replace the saved ones with this key."""
+    return row["sampler"], row["mode"], row["B"]
+
+
 def save(path, rows, keep=False, key=None, **extra):
     """Write {"runs": [...], "rows": rows} to ``path``; with ``keep``, rows of the file
     whose ``key`` is not among the new rows are kept."""
@@ -422,6 +427,8 @@ def main(argv=None):
     ps.add_argument("--budget", type=float, default=10.0, help="seconds of timed calls per point, about")
     ps.add_argument("--cap", type=float, default=2.0,
                     help="skip the larger sizes of a sampler and mode once a median exceeds this (s)")
+    ps.add_argument("--keep", action="store_true",
+                    help="keep the saved points of other samplers, modes and sizes (re-measure a few)")
     pe = sub.add_parser("evaluation", help="time and memory against n for evaluation")
     pe.add_argument("--sizes", type=int, nargs="+", default=list(EVAL_SIZES))
     pe.add_argument("--methods", nargs="+", choices=EVAL_METHODS, default=list(EVAL_METHODS))
@@ -461,7 +468,7 @@ def run_samplers(args):
           f"{args.budget:g} s) after the first call and one warm-up; cap {args.cap:g} s.", flush=True)
     rows, skipped = measure_samplers(names, args.sizes, args.modes, args.per_class, args.dim,
                                      args.runs, args.cap, args.budget, log=lambda s: print(s, flush=True))
-    data = save(SAMPLERS_JSON, rows, skipped=skipped, load_after=_load())
+    data = save(SAMPLERS_JSON, rows, keep=args.keep, key=sampler_point, skipped=skipped, load_after=_load())
     report_samplers(data)
     plot_samplers(data, SAMPLERS_PNG)
     print(f"wrote {os.path.relpath(SAMPLERS_JSON)}, {os.path.relpath(SAMPLERS_PNG)}")

@@ -90,3 +90,17 @@ def test_evaluation_exponents_table_and_plot_from_rows(tmp_path):
     assert scaling.eval_classes(55_000) == 10_000
     scaling.plot_eval({"runs": [], "rows": rows}, str(tmp_path / "eval.png"))
     assert (tmp_path / "eval.png").stat().st_size > 0
+
+
+def test_saving_with_keep_replaces_only_the_re_measured_sampler_points(tmp_path):
+    """``samplers --only distance_weighted --keep``: that sampler's points are replaced,
+    every other row stays, and the runs list records both commands."""
+    path = str(tmp_path / "s.json")
+    row = lambda sampler, mode, b, ms: {"sampler": sampler, "mode": mode, "B": b, "ms": ms}  # noqa: E731
+    scaling.save(path, [row("hard", "graph", 64, 1.0), row("distance_weighted", "xla", 64, 5.0),
+                        row("distance_weighted", "xla", 128, 9.0)])
+    data = scaling.save(path, [row("distance_weighted", "xla", 64, 2.0)], keep=True, key=scaling.sampler_point)
+    got = {scaling.sampler_point(r): r["ms"] for r in data["rows"]}
+    assert got == {("hard", "graph", 64): 1.0, ("distance_weighted", "xla", 64): 2.0,
+                   ("distance_weighted", "xla", 128): 9.0}
+    assert len(data["runs"]) == 2

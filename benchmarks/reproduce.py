@@ -632,21 +632,21 @@ def has_results(claim, out):
 
 
 def _scale(metric):
-    """(factor, decimals) of a figure in the tables: metrics in %, training figures as they are."""
-    return (1.0, 4) if metric in TRAINING_FIGURES else (100.0, 1)
+    """(factor, format) of a figure in the tables: metrics in % with one decimal, training
+    figures (losses, which fall by orders of magnitude) as they are, to 3 significant digits."""
+    return (1.0, ".3g") if metric in TRAINING_FIGURES else (100.0, ".1f")
 
 
-def _fmt(mean, std, n, scale=100.0, digits=1):
+def _fmt(mean, std, n, scale=100.0, spec=".1f"):
     if mean is None:
         return "–"
-    text = f"{scale * mean:.{digits}f}"
-    return text + (f" ± {scale * std:.{digits}f}" if std is not None else "") + (f" (n={n})" if n else "")
+    text = f"{scale * mean:{spec}}"
+    return text + (f" ± {scale * std:{spec}}" if std is not None else "") + (f" (n={n})" if n else "")
 
 
-def check_cell(diff, se, outcome, scale=100.0, digits=1):
+def check_cell(diff, se, outcome, scale=100.0, spec=".1f"):
     """A check's table cell: d ± SE (in points for a metric) and the outcome (:func:`check_outcome`)."""
-    ours = "–" if diff is None else f"{scale * diff:+.{digits}f}" + ("" if se is None else
-                                                                     f" ± {scale * se:.{digits}f}")
+    ours = "–" if diff is None else f"{scale * diff:+{spec}}" + ("" if se is None else f" ± {scale * se:{spec}}")
     return f"{ours} {outcome}"
 
 
@@ -776,6 +776,8 @@ def plot_curves(claim, out, highlight, metric):
             floor = json.load(f)["metrics"].get(metric)
         if floor is not None:
             ax.axhline(100 * floor, color="grey", linestyle="--", linewidth=1, label="raw pixels")
+    if training:
+        ax.set_yscale("log")  # a loss falls by orders of magnitude
     ax.set_xlabel("training steps")
     ax.set_ylabel(f"{metric} (training sample, lower is better), mean over seeds" if training
                   else f"test {metric} (%), mean over seeds")

@@ -161,7 +161,7 @@ def test_report_gives_the_verdict_of_the_checks_and_draws_the_curves(tmp_path):
 def test_a_training_figure_is_read_from_the_history_and_lower_is_better(tmp_path):
     """hong_objective (Fig. 2): train_objective comes from the last history row (or the
     row at early_at); the IS arm's lower objective makes "lower with IS" hold, shown as it
-    is (not ×100); the curves PNG is drawn from it."""
+    is (not ×100, to 3 significant digits); the curves PNG is drawn from it."""
     out = tmp_path / "out"
     for arm, finals in (("balanced-group4x16-is-fig2", [0.20, 0.21, 0.22]),
                         ("balanced-group4x16-nois-fig2", [0.30, 0.31, 0.32])):
@@ -176,8 +176,8 @@ def test_a_training_figure_is_read_from_the_history_and_lower_is_better(tmp_path
     assert rp._metric(result, "train_objective") == pytest.approx(0.20)
     assert rp._metric(result, "train_objective", at=0.25) == pytest.approx(0.80)
     text = rp.report("hong_objective", str(out))
-    assert "+0.1000 ± 0.0082 holds" in text  # nois − is at the end
-    assert "+0.4000 ± 0.0327 holds" in text  # after a quarter of the budget
+    assert "+0.1 ± 0.00816 holds" in text  # nois − is at the end
+    assert "+0.4 ± 0.0327 holds" in text  # after a quarter of the budget
     assert "**Verdict (train_objective): reproduced.**" in text
     assert (out / "hong_objective-curves.png").stat().st_size > 0
 

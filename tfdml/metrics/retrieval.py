@@ -114,24 +114,48 @@ def _reached(score, thr):
     return reached
 
 
+#: Bins per query row up to which two items share one histogram entry (:func:`_packing`).
+PACK_MAX_BINS = 1024
+
+
+def _packing(width):
+    """Items per histogram entry for ``width`` = P + 1 buckets: 2 while a row's width²
+    bins stay within :data:`PACK_MAX_BINS` (P <= 31), else 1. Two items in one entry
+    halve the histogram's increments and the bucket array it reads; more bins per row
+    cost cache misses (three items, width³ bins, measured slower)."""
+    return 2 if width * width <= PACK_MAX_BINS else 1
+
+
 @tf.function(jit_compile=True)
 def _buckets_xla(query, gallery, pos_idx, self_index):
     """``(bucket, self_bucket, thr, num_pos)``.
 
-    ``bucket`` int32 [c, N]: how many positive scores each item's score
-    reaches, plus ``row × (P + 1)`` (so that one flat histogram counts every
-    row). The query itself is *not* excluded here, which would take one more
-    pass over the [c, N] scores: ``self_bucket`` [c] is the bucket its own
-    column fell in (offset likewise; 0 + offset when there is none), for the
-    caller to take out of the histogram. The positive indices never hold the
-    query itself (:func:`positive_ranks`)."""
+    Each item's bucket is how many positive scores its score reaches (0 … P).
+    ``bucket`` int32 [c, M] holds them for the histogram, offset by
+    ``row × bins`` (so that one flat histogram counts every row): with
+    :func:`_packing` = 2, entry j holds items j and j + ⌈N/2⌉ of the row as
+    ``b_j + (P + 1)·b_{j+⌈N/2⌉}`` (M = ⌈N/2⌉, bins = (P + 1)²; the padding item
+    of an odd N is in bucket 0, which is never read), else one item (M = N,
+    bins = P + 1). The query itself is *not* excluded here, which would take one
+    more pass over the [c, N] scores: ``self_bucket`` [c] is the bucket its own
+    column fell in (0 when there is none), for the caller to take out of the
+    counts. The positive indices never hold the query itself
+    (:func:`positive_ranks`)."""
     s = _knn.scores(query, gallery)
     thr, num_pos = _positive_thresholds(s, pos_idx)
     width = pos_idx.shape[1] + 1
-    offset = tf.range(tf.shape(s)[0], dtype=tf.int32) * width
-    bucket = offset[:, None] + _reached(s, thr)
+    reached = _reached(s, thr)
+    bins = width
+    if _packing(width) == 2:
+        n = tf.shape(reached)[1]
+        half = (n + 1) // 2
+        reached = tf.pad(reached, tf.stack([[0, 0], [0, 2 * half - n]]))
+        reached = reached[:, :half] + width * reached[:, half:]
+        bins = width * width
+    offset = tf.range(tf.shape(s)[0], dtype=tf.int32) * bins
+    bucket = offset[:, None] + reached
     self_s = tf.gather(s, tf.maximum(self_index, 0)[:, None], batch_dims=1)
-    self_bucket = tf.where(self_index >= 0, _reached(self_s, thr)[:, 0], 0) + offset
+    self_bucket = tf.where(self_index >= 0, _reached(self_s, thr)[:, 0], 0)
     return bucket, self_bucket, thr, num_pos
 
 
@@ -141,18 +165,23 @@ def _at_least_by_buckets(query, gallery, pos_idx, self_index):
 
     One flat histogram of the offset buckets (the per-row ``axis=-1`` form
     took longer than the scores' matmul; bench_eval.py, RESULTS "Evaluation"),
-    minus one count in the query's own bucket (bucket 0, which no threshold
-    reaches, is never counted). The raw ``DenseBincount`` is called directly:
-    ``tf.math.bincount`` first reduces the whole array to its maximum to size
-    the output, an extra pass over the [c, N] buckets whose size is known here."""
+    summed over the other item of each packed entry, minus one count in the
+    query's own bucket (bucket 0, which no threshold reaches, is never counted).
+    The raw ``DenseBincount`` is called directly: ``tf.math.bincount`` first
+    reduces the whole array to its maximum to size the output, an extra pass
+    over the buckets whose number is known here."""
     bucket, self_bucket, thr, num_pos = _buckets_xla(query, gallery, pos_idx, self_index)
     width = pos_idx.shape[1] + 1
+    pack = _packing(width)
     rows = tf.shape(bucket)[0]
-    def histogram(values):
-        return tf.raw_ops.DenseBincount(input=values, size=rows * width, weights=tf.zeros([0], tf.int32),
-                                        binary_output=False)
-
-    hist = tf.reshape(histogram(tf.reshape(bucket, [-1])) - histogram(self_bucket), [rows, width])
+    hist = tf.raw_ops.DenseBincount(input=tf.reshape(bucket, [-1]), size=rows * width**pack,
+                                    weights=tf.zeros([0], tf.int32), binary_output=False)
+    if pack == 2:  # entry b + width·b': b counts once in each row of the [width', width] grid, b' in each column
+        grid = tf.reshape(hist, [rows, width, width])
+        hist = tf.reduce_sum(grid, axis=1) + tf.reduce_sum(grid, axis=2)
+    else:
+        hist = tf.reshape(hist, [rows, width])
+    hist -= tf.one_hot(self_bucket, width, dtype=tf.int32) * tf.cast(self_index >= 0, tf.int32)[:, None]
     return tf.cumsum(hist, axis=1, reverse=True)[:, 1:], thr, num_pos
 
 

@@ -216,3 +216,22 @@ def test_unit_vectors_give_the_same_metrics_by_cosine_and_euclidean(loo):
     ref, _ = brute_metrics(brute_rankings(query, q_labels, gallery, g_labels, "cosine"), (1, 4))
     for name in ("recall@1", "recall@4", "map@r", "r_precision"):
         assert got["cosine"][name] == pytest.approx(ref[name], abs=1e-12), name
+
+
+@pytest.mark.parametrize("loo", [True, False])
+def test_packed_histogram_on_an_odd_gallery_equals_brute_force(loo):
+    """Classes of at most 31 positives: two items share a histogram entry (retrieval._packing),
+    the second half of the row with the first; an odd gallery pads one item into bucket 0.
+    (Ties: test_ties_rank_negatives_first.)"""
+    rng = np.random.default_rng(11)
+    labels = rng.integers(0, 6, 61)
+    x = rng.standard_normal((61, 3)).astype(np.float32)
+    g_labels = rng.integers(0, 6, 43)
+    g = rng.standard_normal((43, 3)).astype(np.float32)
+    gallery, gallery_labels = (None, None) if loo else (g, g_labels)
+    width = 1 + np.bincount(labels if loo else g_labels).max()
+    assert retrieval._packing(width) == 2 and (61 if loo else 43) % 2 == 1
+    ref, _ = brute_metrics(brute_rankings(x, labels, gallery, gallery_labels, "euclidean"), KS)
+    got = retrieval_metrics(x, labels, gallery, gallery_labels, metrics=ALL, ks=KS, chunk_size=7)
+    for key, value in ref.items():
+        assert got[key] == pytest.approx(value, abs=1e-12), key

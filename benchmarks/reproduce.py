@@ -48,6 +48,7 @@ import os
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -718,7 +719,7 @@ def report(claim, out):
     if spec.get("early_checks"):
         at = spec["early_at"]
         rows, early = _checks_table(spec, spec["early_checks"], metrics, out, at=at)
-        lines += [f"Convergence: the same comparison after {at:.0%} of the steps (test split, per-epoch "
+        lines += [f"Convergence: the same comparison after {at:.0%} of the steps (the per-epoch "
                   "evaluation):", ""] + header + rows
         lines += ["", f"**Verdict ({verdict_metric}, early): {claim_verdict(early[verdict_metric])}.**", ""]
     done = [r for arm in claim_arms(claim) for r in load_results(out, arm)]
@@ -781,7 +782,7 @@ def plot_curves(claim, out, highlight, metric):
     ax.set_xlabel("training steps")
     ax.set_ylabel(f"{metric} (training sample, lower is better), mean over seeds" if training
                   else f"test {metric} (%), mean over seeds")
-    ax.set_title(f"{claim}: {CLAIMS[claim]['source']}", fontsize=9)
+    ax.set_title("\n".join(textwrap.wrap(f"{claim}: {CLAIMS[claim]['source']}", 110)), fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     path = os.path.join(out, f"{claim}-curves.png")

@@ -37,6 +37,9 @@ def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
     wide, narrow = cfg("balanced-prandom0.9-pairs256-is"), cfg("balanced-prandom0.9-is")
     assert (wide["design"].pop("pairs"), narrow["design"].pop("pairs")) == (256, 64)
     assert wide == narrow
+    low, hong = cfg("balanced-group2x32-is-lam16"), cfg("balanced-group2x32-is")
+    assert (low["loss"]["options"].pop("lam"), hong["loss"]["options"].pop("lam")) == (16.0, 256.0)
+    assert low == hong
     fig2, plain = cfg("balanced-group4x16-is-fig2"), cfg("balanced-group4x16-is")
     assert fig2["evaluation"].pop("objective_sample") == rp.OBJECTIVE_SAMPLE and fig2 == plain
     assert rp.config_key(cfg("margin-dw-b80")) != rp.config_key(rp.arm_config("margin-dw-b80", 1, "v.npz",

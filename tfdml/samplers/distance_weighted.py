@@ -137,20 +137,19 @@ def _draw_on_grid(cdf, last, uniform, valid):
     the grid is searched. The same negatives either way."""
     size = tf.shape(cdf)[0]
     rows = tf.broadcast_to(tf.range(size)[:, None], tf.shape(valid))
+    column, count = base.row_columns(valid, base.GRID_WIDTH)
 
     def every_slot():
         return tf.where(valid, _draw(cdf, last, uniform, rows), 0)
 
     def listed_slots():
-        column, count = base.row_columns(valid, base.GRID_WIDTH)
         listed = tf.range(base.GRID_WIDTH)[None, :] < count[:, None]
         anchor = tf.broadcast_to(tf.range(size)[:, None], tf.shape(column))
         drawn = tf.where(listed, _draw(cdf, last, base.gather_rows(uniform, column), anchor), 0)
         # Unlisted slots point at column N − 1 with value 0; a maximum keeps a listed one there.
         return tf.tensor_scatter_nd_max(tf.zeros_like(rows), tf.stack([anchor, column], axis=-1), drawn)
 
-    widest = tf.reduce_max(tf.reduce_sum(tf.cast(valid, tf.int32), axis=1))
-    return tf.cond(widest <= base.GRID_WIDTH, listed_slots, every_slot)
+    return tf.cond(tf.reduce_max(count) <= base.GRID_WIDTH, listed_slots, every_slot)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")

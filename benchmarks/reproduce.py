@@ -690,6 +690,47 @@ def _checks_table(spec, checks, metrics, out, at=None):
     return lines, outcomes
 
 
+def _verdict_metrics(spec):
+    """The metrics a claim is judged on: ours (MAP@R unless the claim says) and the paper's."""
+    return list(dict.fromkeys([spec.get("verdict_metric", VERDICT_METRIC), spec["metric"]]))
+
+
+def claim_verdicts(claim, out):
+    """{metric: verdict} of a claim's checks (:func:`claim_verdict`)."""
+    spec = CLAIMS[claim]
+    _, outcomes = _checks_table(spec, spec["checks"], _verdict_metrics(spec), out)
+    return {m: claim_verdict(o) for m, o in outcomes.items()}
+
+
+def run_cost(results):
+    """(runs, minutes in all, median minutes per run) of finished runs."""
+    seconds = [r.get("seconds", 0.0) for r in results]
+    return len(seconds), sum(seconds) / 60, statistics.median(seconds) / 60 if seconds else 0.0
+
+
+def summary(claims, out):
+    """Markdown: each claim's mechanical verdicts and cost, then the total over distinct runs
+    (an arm that two claims share ran once and counts once)."""
+    lines = ["## Summary", "",
+             "| claim | source | verdict (ours) | verdict (paper's metric) | runs | minutes |",
+             "|---|---|---|---|---:|---:|"]
+    distinct = {}
+    for claim in claims:
+        spec = CLAIMS[claim]
+        verdicts = claim_verdicts(claim, out)
+        results = [r for arm in claim_arms(claim) for r in load_results(out, arm)]
+        distinct.update(((r["arm"], r["seed"]), r) for r in results)
+        runs, minutes, _ = run_cost(results)
+        metrics = _verdict_metrics(spec)
+        cells = [f"{v} ({m})" for m, v in verdicts.items()]
+        lines.append(f"| {claim} | {spec['source']} | {cells[0]} | {cells[-1] if len(metrics) > 1 else '–'} "
+                     f"| {runs} | {minutes:.0f} |")
+    runs, minutes, median = run_cost(list(distinct.values()))
+    lines += ["", f"Total: {runs} distinct runs (arm × seed), {minutes / 60:.1f} hours of this machine, "
+              f"{median:.1f} min per run (median; shared runs counted once).", ""]
+    return "\n".join(lines)
+
+
 def report(claim, out):
     """Markdown of one claim: table (ours vs paper), checks, verdict; writes the curves PNG."""
     spec = CLAIMS[claim]
@@ -712,7 +753,7 @@ def report(claim, out):
                      + " |")
     lines.append("")
     lines.append("Figures in %, mean ± sample std over seeds (n seeds).")
-    metrics = list(dict.fromkeys([verdict_metric, paper_metric]))
+    metrics = _verdict_metrics(spec)
     header = ["| check | paper Δ | " + " | ".join(f"ours Δ {m} ± SE" for m in metrics) + " |",
               "|---|---:|" + "---|" * len(metrics)]
     rows, outcomes = _checks_table(spec, spec["checks"], metrics, out)
@@ -744,10 +785,10 @@ def report(claim, out):
         lines += ["", f"**Verdict ({verdict_metric}, early): {claim_verdict(early[verdict_metric])}.**", ""]
     done = [r for arm in claim_arms(claim) for r in load_results(out, arm)]
     if done:
-        seconds = [r.get("seconds", 0.0) for r in done]
+        runs, minutes, median = run_cost(done)
         seeds = sorted({r["seed"] for r in done})
-        lines += [f"Cost: {len(done)} runs (arms × seeds {seeds}) took {sum(seconds) / 60:.0f} min on "
-                  f"this machine, {statistics.median(seconds) / 60:.1f} min per run (median; "
+        lines += [f"Cost: {runs} runs (arms × seeds {seeds}) took {minutes:.0f} min on "
+                  f"this machine, {median:.1f} min per run (median; "
                   f"load average at their starts {min(r.get('load_average_at_start', 0) for r in done):.1f}–"
                   f"{max(r.get('load_average_at_start', 0) for r in done):.1f}).", ""]
     png = plot_curves(claim, out, spec.get("curves", ()), spec.get("curve_metric", verdict_metric))
@@ -871,7 +912,7 @@ def main(argv=None):
     # report.md holds every claim with results, not only the ones of this command
     path = os.path.join(out, "report.md")
     with open(path + ".tmp", "w") as f:
-        f.write("\n".join(reports.values()) + "\n")
+        f.write("\n".join([summary(list(reports), out)] + list(reports.values())) + "\n")
     os.replace(path + ".tmp", path)
     return 0
 

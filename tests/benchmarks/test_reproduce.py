@@ -134,8 +134,8 @@ def test_an_arm_runs_through_train_py_and_is_not_run_twice(kanji_dir, tmp_path, 
         rp.claim_arms = original
 
 
-def _fake_results(out, arm, finals, curve_scale=1.0):
-    """Seed results of an arm: final MAP@R / R@1 = ``finals[s]``, a 4-point curve."""
+def _fake_results(out, arm, finals, curve_scale=1.0, seconds=60.0):
+    """Seed results of an arm: final MAP@R / R@1 = ``finals[s]``, a 4-point curve, ``seconds`` each."""
     folder = out / "arms" / arm
     folder.mkdir(parents=True, exist_ok=True)
     for seed, value in enumerate(finals):
@@ -143,7 +143,7 @@ def _fake_results(out, arm, finals, curve_scale=1.0):
                     "test_recall@1": value * curve_scale * (e + 1) / 4} for e in range(4)]
         (folder / f"seed-{seed}.json").write_text(json.dumps({
             "arm": arm, "seed": seed, "metrics": {"map@r": value, "recall@1": value, "nmi": 0.5},
-            "history": history, "config": {"training": {"steps_per_epoch": 10}}}))
+            "history": history, "config": {"training": {"steps_per_epoch": 10}}, "seconds": seconds}))
 
 
 def test_report_gives_the_verdict_of_the_checks_and_draws_the_curves(tmp_path):
@@ -211,3 +211,25 @@ def test_report_md_keeps_every_claim_with_results(tmp_path, capsys):
     assert "### hong_designs" not in report  # no result yet
     printed = capsys.readouterr().out
     assert "### lu_topk" in printed and "### wu_sampling" not in printed  # what was asked for
+
+
+def test_report_md_opens_with_each_claims_verdict_and_the_total_cost(tmp_path):
+    """The summary's total counts a run two claims share once: margin-dw-b80 is an arm of
+    wu_sampling and of wu_beta."""
+    out = tmp_path / "out"
+    _fake_results(out, "margin-dw-b80", [0.60, 0.61, 0.62], seconds=600.0)
+    for beta in (0.8, 1.0, 1.2, 1.4):
+        _fake_results(out, f"margin-dw-b80-fixed{beta}", [0.40, 0.41, 0.42], seconds=120.0)
+    _fake_results(out, "precision_at_k-m10", [0.50, 0.51, 0.52], seconds=60.0)
+    rp.main(["--claim", "wu_beta", "--report", "--out", str(out)])
+    report = (out / "report.md").read_text()
+    head = report.split("### ")[0]
+    rows = {line.split(" | ")[0].strip("| "): line for line in head.splitlines() if line.startswith("| ")}
+    # wu_beta: 15 runs, 3 × 10 + 12 × 2 = 54 min; learned β beats every fixed one
+    assert "| reproduced (map@r) | reproduced (recall@1) | 15 | 54 |" in rows["wu_beta"]
+    # wu_sampling: only margin-dw-b80 is done, so no verdict
+    assert "no verdict" in rows["wu_sampling"] and rows["wu_sampling"].endswith("| 3 | 30 |")
+    assert rows["lu_topk"].endswith("| 3 | 3 |")
+    # distinct runs: 3 + 12 + 3 = 18 (not 21), 30 + 24 + 3 = 57 min
+    assert "Total: 18 distinct runs (arm × seed), 0.9 hours of this machine, 2.0 min per run" in head
+    assert report.index("## Summary") < report.index("### wu_sampling") < report.index("### wu_beta")

@@ -12,7 +12,8 @@ a process of its own: a killed run loses one arm at most, and a rerun resumes
 it from its last epoch (train.py's backup) and skips the arms already done.
 Each finished (arm, seed) leaves ``<out>/arms/<arm>/seed-<s>.json`` (written
 atomically): the config, the final test metrics, the per-epoch curve, the wall
-time, the machine and its load. An arm shared by several claims (margin with
+time of every attempt at it (``seed-<s>.attempts`` beside it keeps them: a killed
+attempt counts up to its last checkpoint), the machine and its load. An arm shared by several claims (margin with
 distance weighted sampling at batch 80, say) is trained once.
 
 The data: the kanji-fonts set of ``benchmarks/kanji_fonts.py`` (build it
@@ -512,6 +513,60 @@ def _read_history(run_dir):
         return [{k: float(v) if v not in ("", None) else None for k, v in row.items()} for row in csv.DictReader(f)]
 
 
+def _last_write(folder):
+    """The latest modification time of anything in ``folder`` (None when it is missing or empty)."""
+    latest = None
+    for here, _, files in os.walk(folder):
+        for name in files:
+            try:
+                stamp = os.stat(os.path.join(here, name)).st_mtime
+            except OSError:  # removed meanwhile
+                continue
+            latest = stamp if latest is None else max(latest, stamp)
+    return latest
+
+
+def _read_ledger(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return json.load(f)["attempts"]
+
+
+def begin_attempt(ledger, run_dir, now=None):
+    """Open a new attempt in the ledger of a run's attempts (``{"start", "end"}`` each).
+
+    An earlier attempt left open was killed (the machine stopped, say): it ends at the
+    last write into the run folder, its last checkpoint, so the work it lost after
+    that is not counted. Written atomically."""
+    now = time.time() if now is None else now
+    attempts = _read_ledger(ledger)
+    for attempt in attempts:
+        if attempt["end"] is None:
+            last = _last_write(run_dir)
+            attempt["end"] = attempt["start"] if last is None else min(max(last, attempt["start"]), now)
+    attempts.append({"start": now, "end": None})
+    _write_json(ledger, {"attempts": attempts})
+
+
+def end_attempt(ledger, now=None):
+    """Close the open attempt of the ledger (a failed run: it ended now)."""
+    now = time.time() if now is None else now
+    attempts = _read_ledger(ledger)
+    for attempt in attempts:
+        if attempt["end"] is None:
+            attempt["end"] = now
+    _write_json(ledger, {"attempts": attempts})
+
+
+def attempts_seconds(ledger, now=None):
+    """``(attempts, seconds)``: the machine time of every attempt of a run, the open one until ``now``."""
+    now = time.time() if now is None else now
+    attempts = _read_ledger(ledger)
+    seconds = sum((now if a["end"] is None else a["end"]) - a["start"] for a in attempts)
+    return len(attempts), round(seconds, 1)
+
+
 def run_arm(arm, seed, out, data_dir, budget, quiet=True):
     """Train one (arm, seed) with train.py unless its result exists; return the result."""
     import yaml
@@ -545,7 +600,9 @@ def run_arm(arm, seed, out, data_dir, budget, quiet=True):
         yaml.safe_dump(config, f, sort_keys=False)
     os.replace(config_path + ".tmp", config_path)
     load = os.getloadavg()[0]
-    start = time.time()
+    # every attempt at this run, so that a resumed run's cost counts its earlier attempts too
+    ledger = os.path.join(arm_dir, f"seed-{seed}.attempts")
+    begin_attempt(ledger, run_dir)
     if not os.path.exists(os.path.join(run_dir, "finished.json")):
         command = [sys.executable, os.path.join(ROOT, "train.py"), "--config", config_path]
         if quiet:
@@ -553,15 +610,18 @@ def run_arm(arm, seed, out, data_dir, budget, quiet=True):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         done = subprocess.run(command, cwd=ROOT, env=env)
         if done.returncode != 0:
+            end_attempt(ledger)
             sys.exit(f"arm {arm} seed {seed} failed (exit {done.returncode}); rerun to resume it: "
                      f"{' '.join(command)}")
     with open(os.path.join(run_dir, "metrics.json")) as f:
         metrics = json.load(f)["metrics"]
+    end_attempt(ledger)
+    attempts, seconds = attempts_seconds(ledger)
     result = {
         "arm": arm, "seed": seed, "config_key": key, "config": config,
         "metrics": metrics, "history": _read_history(run_dir),
-        # wall time of this process's part (a resumed run counts from the resume)
-        "seconds": round(time.time() - start, 1), "load_average_at_start": round(load, 2),
+        # wall time of every attempt (a killed one up to its last checkpoint)
+        "seconds": seconds, "attempts": attempts, "load_average_at_start": round(load, 2),
         "machine": machine.describe(), "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(),
     }
     _write_json(result_path, result)

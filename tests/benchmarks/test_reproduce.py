@@ -115,6 +115,7 @@ def test_an_arm_runs_through_train_py_and_is_not_run_twice(kanji_dir, tmp_path, 
         result = json.loads(result_path.read_text())
         assert 0.0 <= result["metrics"]["recall@1"] <= 1.0 and len(result["history"]) >= 1
         assert result["config"]["training"]["steps_per_epoch"] * result["config"]["training"]["epochs"] == 2
+        assert result["attempts"] == 1 and result["seconds"] > 0
         stamp = result_path.stat().st_mtime_ns
         capsys.readouterr()
         assert rp.main(argv) == 0  # a rerun trains nothing
@@ -129,7 +130,11 @@ def test_an_arm_runs_through_train_py_and_is_not_run_twice(kanji_dir, tmp_path, 
         result_path.unlink()
         with pytest.raises(SystemExit, match="holds a run of another config"):
             rp.main(argv[:-4] + ["--train-classes", "18", "--test-classes", "4"])
-        assert rp.main(argv) == 0 and json.loads(result_path.read_text())["metrics"] == result["metrics"]
+        assert rp.main(argv) == 0
+        again = json.loads(result_path.read_text())
+        assert again["metrics"] == result["metrics"]
+        # the read-back is a second attempt; its cost adds to the first one's
+        assert again["attempts"] == 2 and again["seconds"] >= result["seconds"]
     finally:
         rp.claim_arms = original
 
@@ -233,3 +238,31 @@ def test_report_md_opens_with_each_claims_verdict_and_the_total_cost(tmp_path):
     # distinct runs: 3 + 12 + 3 = 18 (not 21), 30 + 24 + 3 = 57 min
     assert "Total: 18 distinct runs (arm × seed), 0.9 hours of this machine, 2.0 min per run" in head
     assert report.index("## Summary") < report.index("### wu_sampling") < report.index("### wu_beta")
+
+
+def test_a_resumed_run_counts_the_time_of_its_earlier_attempts(tmp_path):
+    """A run killed and resumed used to record only the resumed part in ``seconds``, so the
+    reports' cost lines under-counted it. The ledger beside the run folder keeps every
+    attempt: a finished one by its recorded end, one that was killed by the last write into
+    the run folder (its last checkpoint), and a new attempt closes the old ones."""
+    run_dir = tmp_path / "seed-0"
+    ledger = str(tmp_path / "seed-0.attempts")
+    # first attempt: started at t = 1000, killed after writing its last checkpoint at t = 1100
+    rp.begin_attempt(ledger, str(run_dir), now=1000.0)
+    run_dir.mkdir()
+    checkpoint = run_dir / "backup" / "ckpt"
+    checkpoint.parent.mkdir()
+    checkpoint.write_text("x")
+    os.utime(checkpoint, (1100.0, 1100.0))
+    # second attempt at t = 5000 (the machine was away meanwhile): it fails at t = 5030
+    rp.begin_attempt(ledger, str(run_dir), now=5000.0)
+    rp.end_attempt(ledger, now=5030.0)
+    # third attempt at t = 6000 finishes at t = 6200
+    rp.begin_attempt(ledger, str(run_dir), now=6000.0)
+    assert rp.attempts_seconds(ledger, now=6200.0) == (3, 100.0 + 30.0 + 200.0)
+
+
+def test_a_first_attempt_counts_from_its_start(tmp_path):
+    ledger = str(tmp_path / "seed-0.attempts")
+    rp.begin_attempt(ledger, str(tmp_path / "seed-0"), now=10.0)
+    assert rp.attempts_seconds(ledger, now=70.5) == (1, 60.5)

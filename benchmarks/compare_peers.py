@@ -575,6 +575,26 @@ def timed(worker, **request):
     return lambda: worker.ask("call", **request)["seconds"]
 
 
+def loss_ratio_columns(legacy_columns):
+    """The ratio columns of the losses table: tfdml against PML in each mode; against TF Addons and
+    TF Similarity, graph mode (the same kind of step as theirs) and tfdml's best mode (goal 1 of
+    issue 13 reads that one)."""
+    return (["graph / PML", "XLA / PML"] + [f"graph / {name}" for name in legacy_columns]
+            + [f"best / {name}" for name in legacy_columns])
+
+
+def loss_row_cells(median, pml_columns, legacy_columns):
+    """A losses row's times and ratios (ms) from the median seconds of each contestant; the
+    fastest PML column stands for PML, the faster of tfdml's graph and XLA steps for "best"."""
+    pml = min((median[c] for c in pml_columns if c in median), default=None)
+    best = min(median["graph"], median["xla"])
+    return ([cell(median["graph"]), cell(median["xla"])]
+            + [cell(median.get(c)) for c in pml_columns + legacy_columns]
+            + [ratio(median["graph"], pml), ratio(median["xla"], pml)]
+            + [ratio(median["graph"], median.get(c)) for c in legacy_columns]
+            + [ratio(best, median.get(c)) for c in legacy_columns])
+
+
 def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scratch, cases=LOSS_CASES, legacy=None):
     """The losses part; ``legacy``: the worker of TF Addons + TF Similarity, or None (issue 13's figures, cited)."""
     print(f"\n## Loss + miner, forward + backward (B × {dim}, m = {per_class}, margin {MARGIN}, ℓ2 distance)\n")
@@ -596,7 +616,7 @@ def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scr
     pml_columns = [f"PML, {thread_label(t)}" for t in threads] if peer else ["PML"]
     legacy_columns = list(LEGACY_PEERS) if legacy else []
     columns = pml_columns + legacy_columns
-    ratios = ["graph / PML", "XLA / PML"] + [f"graph / {name}" for name in legacy_columns]
+    ratios = loss_ratio_columns(legacy_columns)
     print(f"| loss + miner | B | tfdml graph | tfdml XLA | {' | '.join(columns)} | {' | '.join(ratios)} "
           "| PML triplets |")
     print("|---|" + "---:|" * (4 + len(columns) + len(ratios)))
@@ -620,10 +640,7 @@ def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scr
                     check = (batch, ours["value"], theirs["values"])
                 not_run += [f"{name}, {case}, B = {batch}: {why}" for name, why in theirs["skipped"].items()]
             median = interleaved(contestants, runs, warmup)
-            pml = min((median[c] for c in pml_columns if c in median), default=None)
-            cells = ([cell(median["graph"]), cell(median["xla"])] + [cell(median.get(c)) for c in columns]
-                     + [ratio(median["graph"], pml), ratio(median["xla"], pml)]
-                     + [ratio(median["graph"], median.get(c)) for c in legacy_columns] + [str(count)])
+            cells = loss_row_cells(median, pml_columns, legacy_columns) + [str(count)]
             print(f"| {case} | {batch} | {' | '.join(cells)} |", flush=True)
     for line in not_run:
         print(f"\nNot run: {line}.")

@@ -41,6 +41,24 @@ def test_calls_are_interleaved_and_each_side_gets_its_median():
     assert cp.ratio(0.3, 100.0) == "0.003" and cp.ratio(8.0, 100.0) == "0.08"  # not 0.00
 
 
+def test_a_losses_row_gives_graph_and_best_mode_ratios_against_the_legacy_peers():
+    """Goal 1 of issue 13 reads tfdml's best mode against TF Similarity: here XLA (2 ms) is the
+    best, so best / TF Similarity = 2 / 4 while graph / TF Similarity = 3 / 4."""
+    median = {"graph": 0.003, "xla": 0.002, "PML, 1 thread": 0.010, "PML, 2 threads": 0.008,
+              "TF Addons": 0.030, "TF Similarity": 0.004}
+    legacy = ["TF Addons", "TF Similarity"]
+    assert cp.loss_ratio_columns(legacy) == ["graph / PML", "XLA / PML", "graph / TF Addons",
+                                             "graph / TF Similarity", "best / TF Addons", "best / TF Similarity"]
+    cells = cp.loss_row_cells(median, ["PML, 1 thread", "PML, 2 threads"], legacy)
+    assert cells == ["3.00", "2.00", "10.00", "8.00", "30.00", "4.00",
+                     cp.ratio(0.003, 0.008), cp.ratio(0.002, 0.008),  # against the faster PML column
+                     cp.ratio(0.003, 0.030), cp.ratio(0.003, 0.004),
+                     cp.ratio(0.002, 0.030), "0.50"]
+    # a legacy cell left out (TF Addons' semi-hard at B = 1024) gives "–", not an error
+    del median["TF Addons"]
+    assert cp.loss_row_cells(median, ["PML, 1 thread"], legacy)[3] == "–"
+
+
 def test_main_runs_tfdml_alone_when_pytorch_and_the_legacy_venv_are_missing(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "torch", None)
     cp.main(["--parts", "losses", "--batch", "16", "--runs", "1", "--warmup", "0", "--cases", "batch-hard triplet",

@@ -857,6 +857,18 @@ def report(claim, out):
     return "\n".join(lines)
 
 
+def curve_styles(count):
+    """``count`` distinct (colour, line style) pairs: the 10 strong colours of matplotlib's
+    tab20 drawn solid, then their light shades dashed, then dotted and dash-dotted. The default
+    colour cycle has 10 colours, so with more arms (wu_batch_size has 15) two lines shared one."""
+    import matplotlib
+
+    palette = matplotlib.colormaps["tab20"].colors
+    colours = palette[0::2] + palette[1::2]
+    styles = ("-", "--", ":", "-.")
+    return [(colours[i % len(colours)], styles[(i // 10) % len(styles)]) for i in range(count)]
+
+
 def plot_curves(claim, out, highlight, metric):
     """Test-split ``metric`` after each evaluation for every arm of the claim:
     mean over seeds, a band of ± one std where there are several; the arms in
@@ -871,18 +883,17 @@ def plot_curves(claim, out, highlight, metric):
     scale = _scale(metric)[0]
     fig, ax = plt.subplots(figsize=(8, 5))
     drawn = 0
-    for arm in claim_arms(claim):
-        results = [r for r in load_results(out, arm) if r.get("history")]
-        if not results:
-            continue
+    arms = [(arm, results) for arm in claim_arms(claim)
+            for results in [[r for r in load_results(out, arm) if r.get("history")]] if results]
+    for (arm, results), (colour, style) in zip(arms, curve_styles(len(arms))):
         steps_per_epoch = results[0]["config"]["training"]["steps_per_epoch"]
         length = min(len(r["history"]) for r in results)
         ys = scale * np.array([[row.get(key) if row.get(key) is not None else np.nan
                               for row in r["history"][:length]] for r in results], dtype=float)
         xs = (np.arange(length) + 1) * steps_per_epoch
         thick = arm in highlight
-        line, = ax.plot(xs, np.nanmean(ys, axis=0), marker="o" if thick else None,
-                        linewidth=2.2 if thick else 1.0, alpha=1.0 if thick else 0.75,
+        line, = ax.plot(xs, np.nanmean(ys, axis=0), marker="o" if thick else None, color=colour,
+                        linestyle=style, linewidth=2.2 if thick else 1.0, alpha=1.0 if thick else 0.75,
                         label=f"{arm} (n={len(results)})")
         if len(results) > 1:
             std = np.nanstd(ys, axis=0, ddof=1)

@@ -266,3 +266,12 @@ def test_a_first_attempt_counts_from_its_start(tmp_path):
     ledger = str(tmp_path / "seed-0.attempts")
     rp.begin_attempt(ledger, str(tmp_path / "seed-0"), now=10.0)
     assert rp.attempts_seconds(ledger, now=70.5) == (1, 60.5)
+
+
+def test_every_curve_of_a_claim_has_its_own_colour_and_line_style():
+    """wu_batch_size draws 15 arms: with matplotlib's 10-colour cycle two of them shared a colour
+    (margin-random at batch 40 and 120, both green)."""
+    styles = rp.curve_styles(len(rp.claim_arms("wu_batch_size")))
+    assert len(styles) == 15 and len(set(styles)) == 15
+    assert len(set(rp.curve_styles(40))) == 40
+    assert len({colour for colour, _ in rp.curve_styles(10)}) == 10  # up to 10 arms: colours alone differ

@@ -23,7 +23,8 @@ def test_every_arm_of_every_claim_is_a_valid_config(tmp_path):
     for arm in sorted(arms):
         cfg = rp.arm_config(arm, 0, str(tmp_path / "view.npz"), budget, str(tmp_path / arm))
         tfdml_config.validate(cfg)  # raises ConfigError naming the key
-        assert cfg["training"]["epochs"] * cfg["training"]["steps_per_epoch"] == budget["steps"]
+        factor = rp.ARMS[arm].get(rp.STEPS_KEY, 1)  # the budget probes train longer on purpose
+        assert cfg["training"]["epochs"] * cfg["training"]["steps_per_epoch"] == budget["steps"] * factor
 
 
 def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
@@ -40,6 +41,11 @@ def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
     low, hong = cfg("balanced-group2x32-is-lam16"), cfg("balanced-group2x32-is")
     assert (low["loss"]["options"].pop("lam"), hong["loss"]["options"].pop("lam")) == (16.0, 256.0)
     assert low == hong
+    longer, plain = cfg("margin-dw-b80-x4"), cfg("margin-dw-b80")
+    assert (longer["training"].pop("steps_per_epoch"), plain["training"].pop("steps_per_epoch")) == (1000, 250)
+    assert longer == plain and rp.STEPS_KEY not in longer  # 8 evaluations each, nothing else differs
+    quick = rp.arm_config("margin-dw-b80-x4", 0, "v.npz", rp.BUDGETS["quick"], "out")["training"]
+    assert quick["epochs"] * quick["steps_per_epoch"] == 4 * rp.BUDGETS["quick"]["steps"]
     fig2, plain = cfg("balanced-group4x16-is-fig2"), cfg("balanced-group4x16-is")
     assert fig2["evaluation"].pop("objective_sample") == rp.OBJECTIVE_SAMPLE and fig2 == plain
     assert rp.config_key(cfg("margin-dw-b80")) != rp.config_key(rp.arm_config("margin-dw-b80", 1, "v.npz",

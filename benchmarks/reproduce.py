@@ -544,42 +544,45 @@ def _last_write(folder):
 
 
 def _read_ledger(path):
+    """``(key, attempts)`` of a ledger; ``(None, [])`` when there is none."""
     if not os.path.exists(path):
-        return []
+        return None, []
     with open(path) as f:
-        return json.load(f)["attempts"]
+        ledger = json.load(f)
+    return ledger.get("config_key"), ledger["attempts"]
 
 
-def begin_attempt(ledger, run_dir, now=None):
-    """Open a new attempt in the ledger of a run's attempts (``{"start", "end"}`` each).
+def begin_attempt(ledger, run_dir, key, now=None):
+    """Open a new attempt in the ledger of a run's attempts (``{"start", "end"}`` each),
+    which belongs to one config ``key``: the attempts of another config (a run folder the
+    user deleted to train another one) are dropped, not counted.
 
     An earlier attempt left open was killed (the machine stopped, say): it ends at the
     last write into the run folder, its last checkpoint, so the work it lost after
     that is not counted. Written atomically."""
     now = time.time() if now is None else now
-    attempts = _read_ledger(ledger)
-    for attempt in attempts:
-        if attempt["end"] is None:
-            last = _last_write(run_dir)
-            attempt["end"] = attempt["start"] if last is None else min(max(last, attempt["start"]), now)
+    owner, attempts = _read_ledger(ledger)
+    if owner != key:
+        attempts = []
+    if attempts and attempts[-1]["end"] is None:  # only the last can be open: each begin closes it
+        start, last = attempts[-1]["start"], _last_write(run_dir)
+        attempts[-1]["end"] = start if last is None else min(max(last, start), now)
     attempts.append({"start": now, "end": None})
-    _write_json(ledger, {"attempts": attempts})
+    _write_json(ledger, {"config_key": key, "attempts": attempts})
 
 
 def end_attempt(ledger, now=None):
-    """Close the open attempt of the ledger (a failed run: it ended now)."""
-    now = time.time() if now is None else now
-    attempts = _read_ledger(ledger)
-    for attempt in attempts:
-        if attempt["end"] is None:
-            attempt["end"] = now
-    _write_json(ledger, {"attempts": attempts})
+    """Close the open attempt of the ledger (it ended now: finished, or failed)."""
+    key, attempts = _read_ledger(ledger)
+    if attempts and attempts[-1]["end"] is None:
+        attempts[-1]["end"] = time.time() if now is None else now
+    _write_json(ledger, {"config_key": key, "attempts": attempts})
 
 
 def attempts_seconds(ledger, now=None):
     """``(attempts, seconds)``: the machine time of every attempt of a run, the open one until ``now``."""
     now = time.time() if now is None else now
-    attempts = _read_ledger(ledger)
+    _, attempts = _read_ledger(ledger)
     seconds = sum((now if a["end"] is None else a["end"]) - a["start"] for a in attempts)
     return len(attempts), round(seconds, 1)
 
@@ -619,7 +622,7 @@ def run_arm(arm, seed, out, data_dir, budget, quiet=True):
     load = os.getloadavg()[0]
     # every attempt at this run, so that a resumed run's cost counts its earlier attempts too
     ledger = os.path.join(arm_dir, f"seed-{seed}.attempts")
-    begin_attempt(ledger, run_dir)
+    begin_attempt(ledger, run_dir, key)
     if not os.path.exists(os.path.join(run_dir, "finished.json")):
         command = [sys.executable, os.path.join(ROOT, "train.py"), "--config", config_path]
         if quiet:

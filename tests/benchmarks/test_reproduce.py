@@ -254,23 +254,23 @@ def test_a_resumed_run_counts_the_time_of_its_earlier_attempts(tmp_path):
     run_dir = tmp_path / "seed-0"
     ledger = str(tmp_path / "seed-0.attempts")
     # first attempt: started at t = 1000, killed after writing its last checkpoint at t = 1100
-    rp.begin_attempt(ledger, str(run_dir), now=1000.0)
+    rp.begin_attempt(ledger, str(run_dir), "k", now=1000.0)
     run_dir.mkdir()
     checkpoint = run_dir / "backup" / "ckpt"
     checkpoint.parent.mkdir()
     checkpoint.write_text("x")
     os.utime(checkpoint, (1100.0, 1100.0))
     # second attempt at t = 5000 (the machine was away meanwhile): it fails at t = 5030
-    rp.begin_attempt(ledger, str(run_dir), now=5000.0)
+    rp.begin_attempt(ledger, str(run_dir), "k", now=5000.0)
     rp.end_attempt(ledger, now=5030.0)
     # third attempt at t = 6000 finishes at t = 6200
-    rp.begin_attempt(ledger, str(run_dir), now=6000.0)
+    rp.begin_attempt(ledger, str(run_dir), "k", now=6000.0)
     assert rp.attempts_seconds(ledger, now=6200.0) == (3, 100.0 + 30.0 + 200.0)
 
 
 def test_a_first_attempt_counts_from_its_start(tmp_path):
     ledger = str(tmp_path / "seed-0.attempts")
-    rp.begin_attempt(ledger, str(tmp_path / "seed-0"), now=10.0)
+    rp.begin_attempt(ledger, str(tmp_path / "seed-0"), "k", now=10.0)
     assert rp.attempts_seconds(ledger, now=70.5) == (1, 60.5)
 
 
@@ -281,3 +281,13 @@ def test_every_curve_of_a_claim_has_its_own_colour_and_line_style():
     assert len(styles) == 15 and len(set(styles)) == 15
     assert len(set(rp.curve_styles(40))) == 40
     assert len({colour for colour, _ in rp.curve_styles(10)}) == 10  # up to 10 arms: colours alone differ
+
+
+def test_attempts_of_another_config_are_not_counted(tmp_path):
+    """The refusal message tells the user to delete a run folder of another config (and its key);
+    the ledger beside it stayed, so the new run's cost included the old config's attempts."""
+    ledger = str(tmp_path / "seed-0.attempts")
+    rp.begin_attempt(ledger, str(tmp_path / "seed-0"), "old-config", now=0.0)
+    rp.end_attempt(ledger, now=500.0)
+    rp.begin_attempt(ledger, str(tmp_path / "seed-0"), "new-config", now=1000.0)
+    assert rp.attempts_seconds(ledger, now=1060.0) == (1, 60.0)

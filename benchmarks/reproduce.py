@@ -903,8 +903,8 @@ def plot_curves(claim, out, highlight, metric):
     scale = _scale(metric)[0]
     fig, ax = plt.subplots(figsize=(8, 5))
     drawn = 0
-    arms = [(arm, results) for arm in claim_arms(claim)
-            for results in [[r for r in load_results(out, arm) if r.get("history")]] if results]
+    with_history = {arm: [r for r in load_results(out, arm) if r.get("history")] for arm in claim_arms(claim)}
+    arms = [(arm, results) for arm, results in with_history.items() if results]
     for (arm, results), (colour, style) in zip(arms, curve_styles(len(arms))):
         steps_per_epoch = results[0]["config"]["training"]["steps_per_epoch"]
         length = min(len(r["history"]) for r in results)

@@ -17,8 +17,8 @@ after ``--warmup`` calls, milliseconds, and the ratios. The selections of
 before and after are checked to agree on every valid slot first.
 
 ``--crossover`` times the sampler alone, compare path against sort path
-(forced through ``semi_hard.SORT_ABOVE``), for larger classes, to place
-``SORT_ABOVE``. ``--profile`` lists the op types that take the most time
+(forced through ``semi_hard.SORT_ABOVE`` and ``SORT_ABOVE_XLA``), for larger
+classes, to place those thresholds. ``--profile`` lists the op types that take the most time
 in one graph-mode call of the sampler alone (TF step stats, no XLA).
 
 Usage::
@@ -136,11 +136,12 @@ def sampler_call(sampler, jit, sort_above=None):
 
     def call(d, y):
         if "f" not in traced:
-            saved, semi_hard.SORT_ABOVE = semi_hard.SORT_ABOVE, sort_above
+            saved = semi_hard.SORT_ABOVE, semi_hard.SORT_ABOVE_XLA
+            semi_hard.SORT_ABOVE = semi_hard.SORT_ABOVE_XLA = sort_above
             try:
                 traced["f"] = fn.get_concrete_function(d, y)
             finally:
-                semi_hard.SORT_ABOVE = saved
+                semi_hard.SORT_ABOVE, semi_hard.SORT_ABOVE_XLA = saved
         return traced["f"](d, y)
 
     return call
@@ -180,9 +181,9 @@ def table(args):
     for size in args.sizes:
         y, e = batch(size, args.per_class, args.dim)
         check_same(y, e)
-        branch = int(semi_hard.plan(y))
-        path = "sort" if branch == len(semi_hard.WIDTHS) else f"compare K={semi_hard.WIDTHS[branch]}"
         for jit in (False, True):
+            branch = int(semi_hard.plan(y, compiled=jit))
+            path = "sort" if branch == len(semi_hard.WIDTHS) else f"compare K={semi_hard.WIDTHS[branch]}"
             fns = [
                 loss_step(SortOnlySemiHard(), jit, before=True),
                 loss_step(samplers.SemiHardSampler(), jit),
@@ -205,7 +206,9 @@ def crossover(args):
     print("| B | m | P = m − 1 | mode | compare | sort | compare / sort |")
     print("|---:|---:|---:|---|---:|---:|---:|")
     for size in (256, 1024):
-        for per_class in (8, 16, 32, 48, 64, 128):
+        for per_class in (8, 16, 32, 48, 64, 128, 192, 256):
+            if per_class >= size:
+                continue
             y, e = batch(size, per_class, args.dim)
             dist = tf.norm(e[:, None] - e[None], axis=-1)
             for jit in (False, True):

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from tfdml import xla
 from tfdml.samplers import base
 
 FALLBACKS = ("hardest_inside", "drop")
@@ -11,30 +12,42 @@ FALLBACKS = ("hardest_inside", "drop")
 # step, K chosen from these widths by the largest class (the last width repeats).
 WIDTHS = (1, 2, 3, 4)
 # Above this many other members in the largest class the sort path is taken: about where it
-# becomes cheaper in graph mode (`python benchmarks/bench_semi_hard.py --crossover`).
+# becomes cheaper (`python benchmarks/bench_semi_hard.py --crossover`), in graph mode and
+# under XLA, whose CPU sort is slower than TensorFlow's kernel.
 SORT_ABOVE = 48
+SORT_ABOVE_XLA = 192
 
 
-def plan(labels):
+def plan(labels, compiled=None):
     """Which path :class:`SemiHardSampler` takes for these labels, as a scalar int32 tensor.
 
     ``i < len(WIDTHS)``: the compare path, ``WIDTHS[i]`` positives per step;
     ``len(WIDTHS)``: the sort path. Decided by P = (size of the largest class) − 1,
-    the most positives any anchor can have; labels that are not integers always sort.
+    the most positives any anchor can have, against :func:`sort_above` for the mode
+    (``compiled``: True for XLA; None: the mode being traced); labels that are not
+    integers always sort.
     """
     labels = _integer_labels(tf.reshape(tf.convert_to_tensor(labels), [-1]))
     if labels is None:
         return tf.constant(len(WIDTHS), tf.int32)
     _, _, _, count = _class_layout(labels)
-    return _branch(tf.reduce_max(count) - 1)
+    return _branch(tf.reduce_max(count) - 1, compiled)
 
 
-def _branch(others):
+def sort_above(compiled=None):
+    """The largest P the compare path takes: :data:`SORT_ABOVE_XLA` while tracing for XLA
+    (``compiled=None``: :func:`tfdml.xla.is_compiling`), else :data:`SORT_ABOVE`."""
+    if compiled is None:
+        compiled = xla.is_compiling()
+    return SORT_ABOVE_XLA if compiled else SORT_ABOVE
+
+
+def _branch(others, compiled=None):
     """The branch of :func:`plan` for P = ``others``: the smallest width holding P, or sort."""
     index = tf.constant(0, tf.int32)
     for k in WIDTHS[:-1]:
         index = index + tf.cast(others > k, tf.int32)
-    return tf.where(others > SORT_ABOVE, tf.constant(len(WIDTHS), tf.int32), index)
+    return tf.where(others > sort_above(compiled), tf.constant(len(WIDTHS), tf.int32), index)
 
 
 def _integer_labels(labels):
@@ -91,7 +104,8 @@ class SemiHardSampler(base.Sampler):
     choice (:func:`plan`, a ``tf.switch_case``) depends on P = (size of the
     largest class in the batch) − 1, the most positives an anchor can have:
 
-    * compare (P ≤ ``SORT_ABOVE`` = 48, integer labels; the usual batch of m
+    * compare (P ≤ ``SORT_ABOVE`` = 48 in graph mode, P ≤ ``SORT_ABOVE_XLA`` = 192
+      under XLA, integer labels; the usual batch of m
       examples per class): one sort of the B labels groups the classes
       (O(B log B)); each anchor's class mates are compared with all its
       negatives K at a time (K = 1, 2, 3 or 4, the smallest width holding P;
@@ -103,8 +117,10 @@ class SemiHardSampler(base.Sampler):
       equal distance) and a cumulative count, O(B² log B).
 
     ``SORT_ABOVE`` sits near the measured crossover in graph mode (compare
-    and sort cost the same at P ≈ 40 for B = 256, P ≈ 70 for B = 1024);
-    under XLA, whose CPU sort is slow, compare stays faster up to P ≈ 110.
+    and sort cost the same at P ≈ 40 for B = 256, P ≈ 70 for B = 1024).
+    Under XLA, whose CPU sort is slow, compare costs 0.8× the sort at
+    P = 191 (B = 256) and P = 255 (B = 1024), hence ``SORT_ABOVE_XLA``; the
+    threshold is chosen while tracing (:func:`tfdml.xla.is_compiling`).
     Both paths are vectorised with fixed shapes and compile under XLA; no
     [B, B, B] tensor. Distances must be finite.
     """
@@ -212,11 +228,9 @@ def _by_sorting(dist, neg):
     num_neg = tf.reduce_sum(is_neg, axis=1)
     # 1. Stable partition of each row: negatives first, then the other columns, each in
     #    index order. dest[a, j] = position of column j; part[a, q] = column at position q.
-    dest = tf.where(
-        neg,
-        tf.cumsum(is_neg, axis=1, exclusive=True),
-        num_neg[:, None] + tf.cumsum(1 - is_neg, axis=1, exclusive=True),
-    )
+    #    Negatives before column j: its running count minus itself; other columns: j minus those.
+    negs_before = base.running_count(is_neg) - is_neg
+    dest = tf.where(neg, negs_before, num_neg[:, None] + tf.range(size)[None, :] - negs_before)
     part = base.invert_permutation_rows(dest)
     # 2. One stable sort of the whole row by distance: ties keep the partition order, so
     #    columns are ordered by (D_aj, negatives first, index).
@@ -224,7 +238,7 @@ def _by_sorting(dist, neg):
     # 3. At the sorted position of each column, the number of negatives at or before it:
     #    for a positive p this is |{n : D_an <= D_ap}|, the rank of n*_ap among the negatives.
     sorted_neg = base.gather_rows(neg, order)
-    below = tf.cumsum(tf.cast(sorted_neg, tf.int32), axis=1)
+    below = base.running_count(tf.cast(sorted_neg, tf.int32))
     # 4. The negatives in increasing distance: by_rank[a, t] = column of the t-th negative.
     slot = tf.where(sorted_neg, below - 1, size)  # non-negatives go to a spare slot
     flat_slot = tf.reshape(slot + (tf.range(size) * (size + 1))[:, None], [-1])

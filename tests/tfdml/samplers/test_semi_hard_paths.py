@@ -22,15 +22,19 @@ _brute_semi_hard = _reference._brute_semi_hard
 
 SORT = len(semi_hard.WIDTHS)
 
-# (name, class sizes, the path plan() must pick)
+LOOP = len(semi_hard.WIDTHS) - 1
+
+# (name, class sizes, the path plan() must pick in graph mode, under XLA)
 LAYOUTS = [
-    ("singletons", [1] * 9, 0),  # no positives at all: P = 0
-    ("pairs", [2] * 6 + [1], 0),  # P = 1: width 1
-    ("threes", [3, 3, 3, 2, 1], 1),  # P = 2: width 2
-    ("fours", [4] * 5, 2),  # P = 3: width 3, the usual m = 4 batch
-    ("fives", [5, 5, 2, 4], 3),  # P = 4: the loop, one step
-    ("one_big", [12, 2, 3, 1, 4], 3),  # P = 11: the loop, three steps
-    ("many_positives", [semi_hard.SORT_ABOVE + 2, 3, 2, 4], SORT),  # P > SORT_ABOVE: sort
+    ("singletons", [1] * 9, 0, 0),  # no positives at all: P = 0
+    ("pairs", [2] * 6 + [1], 0, 0),  # P = 1: width 1
+    ("threes", [3, 3, 3, 2, 1], 1, 1),  # P = 2: width 2
+    ("fours", [4] * 5, 2, 2),  # P = 3: width 3, the usual m = 4 batch
+    ("fives", [5, 5, 2, 4], LOOP, LOOP),  # P = 4: the loop, one step
+    ("one_big", [12, 2, 3, 1, 4], LOOP, LOOP),  # P = 11: the loop, three steps
+    # SORT_ABOVE < P <= SORT_ABOVE_XLA: graph mode sorts, XLA (slow CPU sort) compares
+    ("many_positives", [semi_hard.SORT_ABOVE + 2, 3, 2, 4], SORT, LOOP),
+    ("very_many", [semi_hard.SORT_ABOVE_XLA + 2, 3, 2, 4], SORT, SORT),  # P > both: sort
 ]
 
 
@@ -81,14 +85,15 @@ def _check(sel, d, y, cand, fallback):
 
 #: Compiled variants run by default for one layout per path (each XLA compile of a new
 #: batch shape costs seconds); the others are marked slow (TFDML_SLOW=1 runs them).
-_DEFAULT_COMPILED = {"xla": ("threes", "fours", "one_big", "many_positives"),
+_DEFAULT_COMPILED = {"xla": ("threes", "fours", "one_big", "many_positives", "very_many"),
                      "unknown_batch": ("fours", "many_positives")}
 
 
 def _path_cases():
     for mode in ("graph", "xla", "unknown_batch"):
-        for name, sizes, path in LAYOUTS:
+        for name, sizes, graph_path, xla_path in LAYOUTS:
             slow = mode != "graph" and name not in _DEFAULT_COMPILED[mode]
+            path = xla_path if mode == "xla" else graph_path
             yield pytest.param(name, sizes, path, mode, id=f"{name}-{mode}",
                                marks=[pytest.mark.slow] if slow else [])
 
@@ -99,18 +104,28 @@ def test_each_path_matches_brute_force(name, sizes, path, mode):
     for seed, ties in ((0, True), (1, False)):  # the second batch also restricts pairs by pair_id
         d, y = _batch(sizes, seed, ties)
         cand = masks.candidate_mask(y, np.arange(len(y)) % 3 if seed else None).numpy()
-        assert int(semi_hard.plan(y)) == path
+        assert int(semi_hard.plan(y, compiled=mode == "xla")) == path
         for fallback, sel in zip(FALLBACKS, run(d, y, cand)):
             _check(sel, d, y, cand, fallback)
 
 
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_plan_follows_the_mode_being_traced(jit):
+    # P = SORT_ABOVE + 1: the sampler traced in graph mode sorts, traced for XLA compares.
+    _, y = _batch([semi_hard.SORT_ABOVE + 2, 3, 2, 4], 0, ties=True)
+    expected = LOOP if jit else SORT
+    assert int(tf.function(semi_hard.plan, jit_compile=jit)(y)) == expected
+    assert int(semi_hard.plan(y)) == SORT  # eagerly: graph mode's threshold
+
+
 def _forced(sort_above, fn, *args):
-    """``fn(*args)`` traced with the sort threshold at ``sort_above`` (-1: always sort)."""
-    saved, semi_hard.SORT_ABOVE = semi_hard.SORT_ABOVE, sort_above
+    """``fn(*args)`` traced with both sort thresholds at ``sort_above`` (-1: always sort)."""
+    saved = semi_hard.SORT_ABOVE, semi_hard.SORT_ABOVE_XLA
+    semi_hard.SORT_ABOVE = semi_hard.SORT_ABOVE_XLA = sort_above
     try:
         return fn(*args)
     finally:
-        semi_hard.SORT_ABOVE = saved
+        semi_hard.SORT_ABOVE, semi_hard.SORT_ABOVE_XLA = saved
 
 
 @pytest.mark.parametrize("mode", ["eager", "xla"])

@@ -31,8 +31,6 @@ Usage::
 
 import argparse
 import os
-import statistics
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -40,6 +38,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import machine  # noqa: E402  (benchmarks/machine.py)
+import timing  # noqa: E402  (benchmarks/timing.py)
 
 from tfdml import distances  # noqa: E402
 
@@ -143,20 +142,6 @@ def timed(fn, jit, backward):
     return tf.function(both if backward else forward, jit_compile=jit)
 
 
-def median_ms_interleaved(fns, x, runs, warmup):
-    """Median milliseconds per call of each function, timed round-robin."""
-    for fn in fns:
-        for _ in range(warmup):
-            fn(x).numpy()
-    times = [[] for _ in fns]
-    for _ in range(runs):
-        for fn, out in zip(fns, times):
-            start = time.perf_counter()
-            fn(x).numpy()
-            out.append(time.perf_counter() - start)
-    return [1000.0 * statistics.median(t) for t in times]
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=15)
@@ -190,7 +175,7 @@ def main():
             for jit in (False, True):
                 for backward in (False, True):
                     fns = [timed(fn, jit, backward) for fn in VARIANTS.values()]
-                    for name, ms in zip(VARIANTS, median_ms_interleaved(fns, x, args.runs, args.warmup)):
+                    for name, ms in zip(VARIANTS, timing.interleaved_ms(fns, (x,), args.runs, args.warmup)):
                         cells[name].append(ms)
             for name, (f, fb, xf, xfb) in cells.items():
                 print(f"| {size} | {kind} | {name} | {f:.2f} / {fb:.2f} | {xf:.2f} / {xfb:.2f} |", flush=True)

@@ -5,7 +5,8 @@ embeddings and the loss's own trainable parameters) on a batch of 256
 L2-normalised 128-d embeddings, 64 classes × 4 examples, with the
 batch-contract columns (class sizes, importance constants, example ids).
 Each pair runs as a ``tf.function`` with and without ``jit_compile``; the
-table gives the median wall time of ``--runs`` calls after ``--warmup`` calls.
+table gives the median wall time of ``--runs`` rounds after ``--warmup``
+calls, the two modes' calls interleaved in each round (``timing.py``).
 
 Usage::
 
@@ -15,9 +16,7 @@ Usage::
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # This checkout's tfdml first, not an installed one; machine.py beside this file.
@@ -28,6 +27,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import machine  # noqa: E402  (benchmarks/machine.py)
+import timing  # noqa: E402  (benchmarks/timing.py)
 
 from tfdml import losses, samplers  # noqa: E402
 
@@ -97,17 +97,6 @@ def step_fn(loss, jit):
     return tf.function(step, jit_compile=jit)
 
 
-def median_ms(fn, y, e, runs, warmup):
-    for _ in range(warmup):
-        tf.nest.map_structure(lambda t: t.numpy(), fn(y, e))
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        tf.nest.map_structure(lambda t: t.numpy(), fn(y, e))
-        times.append(time.perf_counter() - start)
-    return 1000.0 * statistics.median(times)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=30)
@@ -123,8 +112,8 @@ def main():
     print(f"Machine: {machine.describe()}")
     print(
         f"Forward + backward, batch {args.classes * args.per_class} ({args.classes} classes × "
-        f"{args.per_class}), {args.dim}-d unit embeddings; median of {args.runs} runs after "
-        f"{args.warmup} warm-up calls, milliseconds."
+        f"{args.per_class}), {args.dim}-d unit embeddings; median of {args.runs} rounds (graph and "
+        f"XLA calls interleaved) after {args.warmup} warm-up calls, milliseconds."
     )
     header = f"| {'loss':<36} | {'sampler':<20} | {'tf.function':>11} | {'+ jit_compile':>13} |"
     print(header)
@@ -132,9 +121,8 @@ def main():
     for name, sampler, factory in cases(args.classes):
         if args.only and not any(text in f"{name} | {sampler}" for text in args.only):
             continue
-        row = []
-        for jit in (False, True):
-            row.append(median_ms(step_fn(factory(), jit), y, e, args.runs, args.warmup))
+        fns = [step_fn(factory(), jit) for jit in (False, True)]
+        row = timing.interleaved_ms(fns, (y, e), args.runs, args.warmup)
         print(f"| {name:<36} | {sampler:<20} | {row[0]:>11.2f} | {row[1]:>13.2f} |", flush=True)
 
 

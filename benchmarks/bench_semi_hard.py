@@ -30,8 +30,6 @@ Usage::
 import argparse
 import collections
 import os
-import statistics
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -39,6 +37,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import machine  # noqa: E402  (benchmarks/machine.py)
+import timing  # noqa: E402  (benchmarks/timing.py)
 
 from tfdml import losses, samplers  # noqa: E402
 from tfdml.samplers import base, semi_hard  # noqa: E402
@@ -147,20 +146,6 @@ def sampler_call(sampler, jit, sort_above=None):
     return call
 
 
-def interleaved_ms(fns, args, runs, warmup):
-    """Median milliseconds of each function, the calls interleaved round by round."""
-    for fn in fns:
-        for _ in range(warmup):
-            tf.nest.map_structure(lambda t: t.numpy(), fn(*args))
-    times = [[] for _ in fns]
-    for _ in range(runs):
-        for i, fn in enumerate(fns):
-            start = time.perf_counter()
-            tf.nest.map_structure(lambda t: t.numpy(), fn(*args))
-            times[i].append(time.perf_counter() - start)
-    return [1000.0 * statistics.median(t) for t in times]
-
-
 def check_same(y, e):
     dist = tf.norm(e[:, None] - e[None], axis=-1)
     for jit in (False, True):
@@ -189,7 +174,7 @@ def table(args):
                 loss_step(samplers.SemiHardSampler(), jit),
                 loss_step(samplers.HardSampler(), jit),
             ]
-            before, after, hard = interleaved_ms(fns, (y, e), args.runs, args.warmup)
+            before, after, hard = timing.interleaved_ms(fns, (y, e), args.runs, args.warmup)
             print(
                 f"| {size} | {'XLA' if jit else 'graph'} | {path} | {before:.2f} | {after:.2f} | {hard:.2f} "
                 f"| {before / after:.1f}× | {after / hard:.2f}× |",
@@ -213,7 +198,7 @@ def crossover(args):
             dist = tf.norm(e[:, None] - e[None], axis=-1)
             for jit in (False, True):
                 fns = [sampler_call(samplers.SemiHardSampler(), jit, s) for s in (10**9, -1)]
-                compare, sort = interleaved_ms(fns, (dist, y), args.runs, args.warmup)
+                compare, sort = timing.interleaved_ms(fns, (dist, y), args.runs, args.warmup)
                 print(
                     f"| {size} | {per_class} | {per_class - 1} | {'XLA' if jit else 'graph'} | {compare:.2f} "
                     f"| {sort:.2f} | {compare / sort:.2f} |",

@@ -54,6 +54,7 @@ sys.path[:0] = [os.path.dirname(HERE), HERE]  # this checkout's tfdml; machine.p
 import numpy as np  # noqa: E402
 
 import bench_eval  # noqa: E402
+import timing  # noqa: E402  (benchmarks/timing.py)
 import bench_losses  # noqa: E402
 import machine  # noqa: E402
 
@@ -142,11 +143,10 @@ def time_point(fn, y, e, runs, budget):
     """(median wall ms, median CPU ms, calls timed, first-call s): one first call
     (tracing / compiling), one warm-up call, then ``runs`` calls, or fewer (at least 3)
     to stay near ``budget`` s. CPU time is the process's, all threads."""
-    import tensorflow as tf
 
     def call():
         start, cpu = time.perf_counter(), time.process_time()
-        tf.nest.map_structure(lambda t: t.numpy(), fn(y, e))  # as bench_losses.median_ms
+        timing.materialise(fn(y, e))
         return time.perf_counter() - start, time.process_time() - cpu
 
     first, _ = call()

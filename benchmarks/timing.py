@@ -11,7 +11,7 @@ import statistics
 import time
 
 
-def _materialise(out):
+def materialise(out):
     """Wait for the results: every tensor in ``out`` copied to NumPy."""
     import tensorflow as tf
 
@@ -26,11 +26,11 @@ def interleaved_ms(fns, args, runs, warmup):
     are on the host."""
     for fn in fns:
         for _ in range(warmup):
-            _materialise(fn(*args))
+            materialise(fn(*args))
     times = [[] for _ in fns]
     for _ in range(runs):
         for fn, out in zip(fns, times):
             start = time.perf_counter()
-            _materialise(fn(*args))
+            materialise(fn(*args))
             out.append(time.perf_counter() - start)
     return [1000.0 * statistics.median(t) for t in times]

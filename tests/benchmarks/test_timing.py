@@ -28,6 +28,6 @@ def test_calls_are_interleaved_after_each_functions_warmup():
 
 
 def test_every_tensor_of_a_nested_output_is_copied_to_the_host():
-    out = timing._materialise({"a": tf.ones([2]), "b": (tf.zeros([1]), 3)})
+    out = timing.materialise({"a": tf.ones([2]), "b": (tf.zeros([1]), 3)})
     assert isinstance(out["a"], np.ndarray) and isinstance(out["b"][0], np.ndarray)
     assert out["b"][1] == 3

@@ -129,3 +129,15 @@ def test_train_py_imports_a_module_that_registers_a_loss(tmp_path, monkeypatch, 
     finally:
         tfdml.losses.LOSSES.pop("squared_hinge_pairs", None)
         sys.modules.pop("my_losses", None)
+
+
+def test_the_xla_forms_paragraph_matches_the_library_and_names_what_exists():
+    # The README quotes the compacted width (16 slots an anchor, classes of more than 17 take
+    # the whole grid) and names semi-hard's thresholds; they must stay the library's.
+    from tfdml.samplers import base, semi_hard
+
+    text = " ".join(README.split())
+    assert f"on up to {base.GRID_WIDTH} valid triplets per anchor (B·{base.GRID_WIDTH} slots)" in text
+    assert f"when a class has more than {base.GRID_WIDTH + 1} examples" in text
+    for name in re.findall(r"`semi_hard\.(\w+)` against `(\w+)`", text)[0]:
+        assert hasattr(semi_hard, name), name

@@ -55,7 +55,12 @@ def _centre(a):
 _REFINE_FACTOR = 64.0
 
 
-def pairwise_squared_euclidean(a, b=None, *, centre=True):
+def squared_norms(x):
+    """``|x_i|²`` of every row: the one expression the expansion below uses."""
+    return tf.reduce_sum(tf.square(x), axis=-1)
+
+
+def pairwise_squared_euclidean(a, b=None, *, centre=True, b_squared_norms=None):
     """``D_ij² = ||a_i - b_j||²`` for all i, j (Wu et al. 2017 §3, D_ij squared).
 
     Computed as ``|u_i|² + |v_j|² - 2 u_i·v_j`` (one matmul), clipped at 0,
@@ -101,8 +106,11 @@ def pairwise_squared_euclidean(a, b=None, *, centre=True):
     a = _as_float(a)
     same = b is None
     b = a if same else tf.cast(b, a.dtype)
+    if b_squared_norms is not None and (centre or same):
+        raise ValueError("b_squared_norms is only used with centre=False and a separate b: "
+                         "centring moves the rows, so their norms would no longer apply.")
     c = _centre(a) if centre else None
-    d2, sq_u, sq_v = _expansion(a, b, c, same)
+    d2, sq_u, sq_v = _expansion(a, b, c, same, b_squared_norms)
     if centre and d2.dtype == tf.float32:
         dim = tf.cast(tf.shape(a)[-1], tf.float32)
         bound = (2.0 * dim + 3.0) * 2.0**-24 * (sq_u[:, None] + sq_v[None, :])
@@ -124,12 +132,16 @@ def pairwise_squared_euclidean(a, b=None, *, centre=True):
     return d2
 
 
-def _expansion(a, b, c, same):
-    """``(|u|² + |v|² - 2 u·v clipped at 0, |u|², |v|²)`` with ``u = a - c``, ``v = b - c``."""
+def _expansion(a, b, c, same, sq_v=None):
+    """``(|u|² + |v|² - 2 u·v clipped at 0, |u|², |v|²)`` with ``u = a - c``, ``v = b - c``
+    (``sq_v``: the norms of ``v`` when the caller has them)."""
     u = a if c is None else a - c
     v = u if same else (b if c is None else b - c)
-    sq_u = tf.reduce_sum(tf.square(u), axis=-1)
-    sq_v = sq_u if same else tf.reduce_sum(tf.square(v), axis=-1)
+    sq_u = squared_norms(u)
+    if sq_v is None:
+        sq_v = sq_u if same else squared_norms(v)
+    else:
+        sq_v = tf.cast(sq_v, u.dtype)
     d2 = sq_u[:, None] + sq_v[None, :] - 2.0 * tf.matmul(u, v, transpose_b=True)
     return tf.maximum(d2, 0.0), sq_u, sq_v
 

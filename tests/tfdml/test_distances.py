@@ -278,6 +278,32 @@ def test_centre_false_expands_around_the_origin_for_precentred_data():
     _assert_relative_error_within(np.sqrt(d2), d_ref, rel_bound)
 
 
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_precomputed_gallery_norms_give_the_same_distances(jit):
+    """A chunked search passes the gallery's norms, computed once: the distances
+    are those computed from the rows (same expression, so equal to rounding)."""
+    rng = np.random.default_rng(2)
+    a = rng.normal(size=(7, 16)).astype(np.float32)
+    b = rng.normal(size=(40, 16)).astype(np.float32)
+    norms = distances.squared_norms(tf.constant(b))
+    np.testing.assert_allclose(norms.numpy(), np.sum(b.astype(np.float64) ** 2, axis=1), rtol=1e-6)
+    fn = tf.function(lambda x, y, n: distances.pairwise_squared_euclidean(
+        x, y, centre=False, b_squared_norms=n), jit_compile=jit)
+    got = fn(a, b, norms).numpy()
+    ref = np.sum((a[:, None].astype(np.float64) - b[None]) ** 2, axis=-1)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-4)
+    wrong = fn(a, b, norms + 1.0).numpy()  # the norms given are the norms used
+    np.testing.assert_allclose(wrong - got, 1.0, rtol=1e-5)
+
+
+def test_precomputed_norms_need_an_uncentred_separate_gallery():
+    b = np.ones((3, 2), np.float32)
+    with pytest.raises(ValueError, match="centre=False"):
+        distances.pairwise_squared_euclidean(b, b, b_squared_norms=np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="centre=False"):
+        distances.pairwise_squared_euclidean(b, centre=False, b_squared_norms=np.ones(3, np.float32))
+
+
 def _spread_batch_with_near_duplicates(gap, dim=128, size=32, seed=0):
     """Random unit vectors (spread over the sphere) with pairs (0, 1), (2, 3)
     ``gap`` apart: close to each other, far from the batch mean."""

@@ -153,7 +153,7 @@ def frame_centre(gallery):
     return c.astype(gallery.dtype)
 
 
-def scores(query, gallery):
+def scores(query, gallery, gallery_squared_norms=None):
     """[Q, N] "larger is closer" scores: minus the squared euclidean distance.
 
     Pass ``query`` and ``gallery`` through :func:`ranking_frame` once
@@ -162,8 +162,13 @@ def scores(query, gallery):
     squared euclidean distance equals ranking by euclidean distance (Wu
     D_ij) and skips the square root over the whole matrix;
     :func:`exact_neighbours` then measures the few neighbours kept exactly.
+    A caller that scores many chunks of queries against one gallery passes
+    its ``gallery_squared_norms`` (:func:`tfdml.distances.squared_norms`,
+    computed once): otherwise every chunk reads the whole gallery once more
+    to compute them.
     """
-    return -_distances.pairwise_squared_euclidean(query, gallery, centre=False)
+    return -_distances.pairwise_squared_euclidean(
+        query, gallery, centre=False, b_squared_norms=gallery_squared_norms)
 
 
 def squared_to_distances(d2, distance="euclidean"):
@@ -214,8 +219,8 @@ def self_indices(start, size, leave_one_out):
 
 
 @tf.function(reduce_retracing=True)
-def _topk_chunk(query, gallery, self_index, k):
-    s = exclude_self(scores(query, gallery), self_index)
+def _topk_chunk(query, gallery, gallery_squared_norms, self_index, k):
+    s = exclude_self(scores(query, gallery, gallery_squared_norms), self_index)
     return tf.math.top_k(s, k=k, sorted=True)
 
 
@@ -266,12 +271,13 @@ def knn(query, gallery=None, k=1, distance="euclidean", chunk_size=None, query_i
     chunk = chunk_size_for(gallery.shape[0], chunk_size)
     query, gallery = ranking_frame(query, gallery, distance)
     g = tf.constant(gallery)
+    g_norms = _distances.squared_norms(g)
     out_i, out_v = [], []
     for start in range(0, num_q, chunk):
         q = tf.constant(query[start : start + chunk])
         self_index = (self_indices(start, q.shape[0], leave_one_out) if query_index is None
                       else query_index[start : start + chunk])
-        _, i = _topk_chunk(q, g, tf.constant(self_index), k_eff)
+        _, i = _topk_chunk(q, g, g_norms, tf.constant(self_index), k_eff)
         i, d2 = exact_neighbours(query[start : start + chunk], gallery, i.numpy())
         out_i.append(i)
         out_v.append(d2)

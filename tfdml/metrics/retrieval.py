@@ -47,6 +47,7 @@ Conventions:
 import numpy as np
 import tensorflow as tf
 
+from tfdml import distances as _distances
 from tfdml.metrics import knn as _knn
 
 #: Metric names this module computes ("recall" and "precision" take ks).
@@ -93,9 +94,9 @@ def _positive_thresholds(s, pos_idx):
     return tf.sort(tf.where(valid, pos_s, _INF), axis=1), num_pos
 
 
-def _scores_and_thresholds(query, gallery, pos_idx, self_index):
+def _scores_and_thresholds(query, gallery, gallery_norms, pos_idx, self_index):
     """Scores [c, N] (self: -inf), positive scores ascending [c, P] (+inf padded), R [c, 1]."""
-    s = _knn.exclude_self(_knn.scores(query, gallery), self_index)
+    s = _knn.exclude_self(_knn.scores(query, gallery, gallery_norms), self_index)
     thr, num_pos = _positive_thresholds(s, pos_idx)
     return s, thr, num_pos
 
@@ -127,7 +128,7 @@ def _packing(width):
 
 
 @tf.function(jit_compile=True)
-def _buckets_xla(query, gallery, pos_idx, self_index):
+def _buckets_xla(query, gallery, gallery_norms, pos_idx, self_index):
     """``(bucket, self_bucket, thr, num_pos)``.
 
     Each item's bucket is how many positive scores its score reaches (0 … P).
@@ -141,7 +142,7 @@ def _buckets_xla(query, gallery, pos_idx, self_index):
     column fell in (0 when there is none), for the caller to take out of the
     counts. The positive indices never hold the query itself
     (:func:`positive_ranks`)."""
-    s = _knn.scores(query, gallery)
+    s = _knn.scores(query, gallery, gallery_norms)
     thr, num_pos = _positive_thresholds(s, pos_idx)
     width = pos_idx.shape[1] + 1
     reached = _reached(s, thr)
@@ -160,7 +161,7 @@ def _buckets_xla(query, gallery, pos_idx, self_index):
 
 
 @tf.function
-def _at_least_by_buckets(query, gallery, pos_idx, self_index):
+def _at_least_by_buckets(query, gallery, gallery_norms, pos_idx, self_index):
     """``(at_least, thr, num_pos)``: at_least[i, j] = items scoring >= thr[i, j], the query excluded.
 
     One flat histogram of the offset buckets (the per-row ``axis=-1`` form
@@ -170,7 +171,7 @@ def _at_least_by_buckets(query, gallery, pos_idx, self_index):
     The raw ``DenseBincount`` is called directly: ``tf.math.bincount`` first
     reduces the whole array to its maximum to size the output, an extra pass
     over the buckets whose number is known here."""
-    bucket, self_bucket, thr, num_pos = _buckets_xla(query, gallery, pos_idx, self_index)
+    bucket, self_bucket, thr, num_pos = _buckets_xla(query, gallery, gallery_norms, pos_idx, self_index)
     width = pos_idx.shape[1] + 1
     pack = _packing(width)
     rows = tf.shape(bucket)[0]
@@ -185,8 +186,8 @@ def _at_least_by_buckets(query, gallery, pos_idx, self_index):
     return tf.cumsum(hist, axis=1, reverse=True)[:, 1:], thr, num_pos
 
 
-def _at_least_by_sorting(query, gallery, pos_idx, self_index):
-    s, thr, num_pos = _scores_and_thresholds_xla(query, gallery, pos_idx, self_index)
+def _at_least_by_sorting(query, gallery, gallery_norms, pos_idx, self_index):
+    s, thr, num_pos = _scores_and_thresholds_xla(query, gallery, gallery_norms, pos_idx, self_index)
     s, thr = s.numpy(), thr.numpy()
     s.sort(axis=1)
     at_least = np.empty(thr.shape, np.int64)
@@ -228,6 +229,7 @@ def positive_ranks(query, query_ids, gallery=None, gallery_ids=None, distance="e
     chunk = min(_knn.chunk_size_for(gallery.shape[0], chunk_size), query.shape[0])
     query, gallery = _knn.ranking_frame(query, gallery, distance)
     g = tf.constant(gallery)
+    g_norms = _distances.squared_norms(g)  # once, not once per chunk
     for start in range(0, query.shape[0], chunk):
         stop = min(start + chunk, query.shape[0])
         size = stop - start
@@ -247,7 +249,7 @@ def positive_ranks(query, query_ids, gallery=None, gallery_ids=None, distance="e
         counts = (_at_least_by_sorting if idx.shape[1] > MAX_COMPARE_POSITIVES
                   else _at_least_by_buckets)
         at_least, thr, r = counts(
-            tf.constant(q), g, tf.constant(idx, tf.int32), tf.constant(self_index))
+            tf.constant(q), g, g_norms, tf.constant(idx, tf.int32), tf.constant(self_index))
         yield start, _ranks(at_least, thr, r)[:size], num_pos
 
 

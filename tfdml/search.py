@@ -56,6 +56,7 @@ import zipfile
 import numpy as np
 
 from tfdml import distance_names
+from tfdml import distances as _distances
 from tfdml import files
 from tfdml.metrics import knn as _knn
 
@@ -791,6 +792,9 @@ def _lookup_module(model, index, k, threshold, input_signature):
             super().__init__(name="tfdml_lookup")
             self.model = model
             self.gallery = tf.Variable(centred, trainable=False, name="gallery")
+            # Computed once here: in the graph, every lookup would read the gallery again for them.
+            self.gallery_norms = tf.Variable(_distances.squared_norms(tf.constant(centred)),
+                                             trainable=False, name="gallery_norms")
             self.offset = tf.Variable(minus_c[0], trainable=False, name="offset")
             self.ids = tf.Variable(index.ids, trainable=False, name="ids")
             self.threshold = tf.Variable(limit, trainable=False, name="threshold")
@@ -804,7 +808,7 @@ def _lookup_module(model, index, k, threshold, input_signature):
             e = self._embed(inputs)
             if distance_names.is_similarity(distance):
                 e = _knn.to_sphere(e)
-            values, positions = tf.math.top_k(_knn.scores(e + self.offset, self.gallery),
+            values, positions = tf.math.top_k(_knn.scores(e + self.offset, self.gallery, self.gallery_norms),
                                               k=k_eff, sorted=True)
             if distance_names.is_similarity(distance):
                 dist = tf.maximum(-0.5 * values, 0.0)  # 1 - cos = d²/2 on the sphere

@@ -56,7 +56,6 @@ import zipfile
 import numpy as np
 
 from tfdml import distance_names
-from tfdml import distances as _distances
 from tfdml import files
 from tfdml.metrics import knn as _knn
 
@@ -290,6 +289,7 @@ class Index:
             _import_faiss()
         self.backend = backend
         self._faiss = None  # built on the first faiss search, dropped by add / remove
+        self._frame = None  # the TensorFlow backend's PreparedGallery: likewise
         self._embeddings = None
         self._ids = None
         self._labels = None
@@ -330,7 +330,18 @@ class Index:
 
     @property
     def embeddings(self):
-        return self._embeddings
+        """The [N, d] embeddings, read-only: the search structures are built from them
+        (change the index through :meth:`add` and :meth:`remove`)."""
+        if self._embeddings is None:
+            return None
+        view = self._embeddings.view()
+        view.flags.writeable = False
+        return view
+
+    def _drop_search_structures(self):
+        """Forget what the searches built from the embeddings (faiss index, prepared gallery)."""
+        self._faiss = None
+        self._frame = None
 
     @property
     def ids(self):
@@ -411,7 +422,7 @@ class Index:
             except TypeError as err:
                 raise ValueError(f"metadata must be JSON-serialisable: {err}.") from None
         new_meta = metadata if metadata is not None else [None] * x.shape[0]
-        self._faiss = None
+        self._drop_search_structures()
         if not len(self):
             self._embeddings, self._ids, self._labels = x.copy(), keys, labels
             self._metadata = list(new_meta) if metadata is not None else None
@@ -480,7 +491,7 @@ class Index:
         if not len(self):
             raise ValueError("The index is empty: there is nothing to remove.")
         positions = self._positions(ids)
-        self._faiss = None
+        self._drop_search_structures()
         keep = np.ones(len(self), bool)
         keep[positions] = False
         self._embeddings, self._ids = self._embeddings[keep], self._ids[keep]
@@ -506,7 +517,9 @@ class Index:
             return np.zeros((0, 0), np.int64), np.zeros((0, 0), np.float32)
         if self.backend == "faiss":
             return self._faiss_search(q, int(k))
-        pos, values = _knn.knn(q, self._embeddings, k=int(k), distance=self.distance,
+        if self._frame is None:  # once per content: centring the gallery costs more than a small search
+            self._frame = _knn.PreparedGallery(self._embeddings, self.distance)
+        pos, values = _knn.knn(q, self._frame, k=int(k), distance=self.distance,
                                chunk_size=self.chunk_size)
         if distance_names.is_similarity(self.distance):  # 1 - cos, clipped: identical vectors give 0, not -1e-7
             values = np.maximum(1.0 - values, 0.0).astype(np.float32)
@@ -773,17 +786,12 @@ def calibrate(index, queries, labels, target_precision=0.99):
 def _lookup_module(model, index, k, threshold, input_signature):
     import tensorflow as tf
 
-    gallery = index.embeddings
     distance = index.distance
     # The same frame as tfdml.metrics.knn.ranking_frame: on the sphere for
     # cosine (to_sphere, in the graph for queries), then centred on the
     # gallery (the query of zeros becomes minus the gallery's mean).
-    on_sphere = gallery
-    if distance_names.is_similarity(distance):
-        _knn.check_directions(gallery, "gallery")
-        on_sphere = _knn.to_sphere(gallery).numpy()
-    centre = _knn.frame_centre(on_sphere)
-    centred, minus_c = on_sphere - centre, -centre[None, :]
+    frame = _knn.PreparedGallery(index.embeddings, distance)
+    minus_c = -frame.centre[None, :]
     k_eff = min(int(k), len(index))
     limit = np.float32(np.inf if threshold is None else threshold)
 
@@ -791,10 +799,9 @@ def _lookup_module(model, index, k, threshold, input_signature):
         def __init__(self):
             super().__init__(name="tfdml_lookup")
             self.model = model
-            self.gallery = tf.Variable(centred, trainable=False, name="gallery")
+            self.gallery = tf.Variable(frame.rows, trainable=False, name="gallery")
             # Computed once here: in the graph, every lookup would read the gallery again for them.
-            self.gallery_norms = tf.Variable(_distances.squared_norms(tf.constant(centred)),
-                                             trainable=False, name="gallery_norms")
+            self.gallery_norms = tf.Variable(frame.squared_norms, trainable=False, name="gallery_norms")
             self.offset = tf.Variable(minus_c[0], trainable=False, name="offset")
             self.ids = tf.Variable(index.ids, trainable=False, name="ids")
             self.threshold = tf.Variable(limit, trainable=False, name="threshold")

@@ -93,6 +93,27 @@ def test_cosine_ties_between_duplicates_and_order_after_remove():
     assert len(index) == 30
 
 
+def test_add_and_remove_after_a_search_are_searched():
+    """The first search prepares the gallery (centred, norms) and keeps it; add and remove
+    must drop it, or a search would miss new entries or return removed ones."""
+    gallery, queries = _random(5, n=50)
+    index = Index().add(gallery, np.arange(50))
+    index.search(queries, k=1)  # prepares the gallery
+    index.add(queries[:3] + 1e-3, [100, 101, 102])  # new nearest neighbours of three queries
+    np.testing.assert_array_equal(index.search(queries[:3], k=1)[0][:, 0], [100, 101, 102])
+    index.remove([100, 101, 102])
+    order, _ = brute_topk(queries, gallery, 4, "euclidean")
+    np.testing.assert_array_equal(index.search(queries, k=4)[0], order)
+
+
+def test_embeddings_are_read_only_outside_add_and_remove():
+    index = Index().add(np.eye(3, dtype=np.float32), [1, 2, 3])
+    index.search(np.eye(3, dtype=np.float32), k=1)
+    with pytest.raises(ValueError, match="read-only"):
+        index.embeddings[0, 0] = 5.0  # would leave the prepared gallery stale
+    assert Index().embeddings is None
+
+
 def test_k_larger_than_index_returns_every_entry():
     gallery, queries = _random(5, n=4, q=3)
     ids, d = Index().add(gallery, [1, 2, 3, 4]).search(queries, k=10)

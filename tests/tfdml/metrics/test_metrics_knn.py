@@ -203,3 +203,31 @@ def test_unit_vectors_rank_the_same_by_cosine_and_euclidean_ties_by_index(loo):
         np.testing.assert_allclose(d[i, : len(dup)], 0.0, atol=1e-6)
     ref_i, ref_v = brute_knn(query, g, 12, "cosine", loo)
     np.testing.assert_allclose(cos, ref_v, atol=1e-6)  # the 12 nearest, not 12 others
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "squared_euclidean", "cosine"])
+def test_a_prepared_gallery_gives_exactly_the_array_results(distance):
+    """Index.search prepares its gallery once (knn.PreparedGallery): the same ops on the same
+    numbers, so indices and distances are equal bit for bit, with query_index and chunks too."""
+    rng = np.random.default_rng(7)
+    gallery = (rng.normal(size=(300, 16)) + 3.0).astype(np.float32)  # off-centre: the frame matters
+    gallery[150:160] = gallery[:10]  # duplicates: ties by lower index
+    query = rng.normal(size=(37, 16)).astype(np.float32) + 3.0
+    prepared = knn_mod.PreparedGallery(gallery, distance)
+    for kwargs in ({}, {"chunk_size": 5}, {"query_index": rng.integers(-1, 300, 37)}):
+        want_i, want_v = knn(query, gallery, k=12, distance=distance, **kwargs)
+        got_i, got_v = knn(query, prepared, k=12, distance=distance, **kwargs)
+        np.testing.assert_array_equal(got_i, want_i)
+        np.testing.assert_array_equal(got_v, want_v)
+    order, values = brute_knn(query, gallery, 12, distance, leave_one_out=False)
+    got_i, got_v = knn(query, prepared, k=12, distance=distance)
+    np.testing.assert_array_equal(got_i, order)
+    np.testing.assert_allclose(got_v, values, rtol=1e-5, atol=1e-5)
+
+
+def test_a_prepared_gallery_is_for_its_own_distance():
+    prepared = knn_mod.PreparedGallery(np.eye(3, dtype=np.float32), "cosine")
+    with pytest.raises(ValueError, match="prepared for 'cosine'.*distance='euclidean'"):
+        knn(np.eye(3, dtype=np.float32), prepared, k=1, distance="euclidean")
+    with pytest.raises(ValueError, match="dimensions differ"):
+        knn(np.ones((2, 4), np.float32), prepared, k=1, distance="cosine")

@@ -1,4 +1,5 @@
-"""Benchmark: the exported lookup (``tfdml.search.export_lookup``) as a server calls it.
+"""Benchmark: exact search as a server calls it, a few queries a call: the exported lookup
+(``tfdml.search.export_lookup``) and ``Index.search`` (TensorFlow backend).
 
     python benchmarks/bench_lookup.py                      # 100,000 × 128 gallery, batches 1 and 32
     python benchmarks/bench_lookup.py --size 1000000 --batches 1 8 64 --runs 50
@@ -6,9 +7,10 @@
 The gallery is ``--size`` random 128-d standard-normal vectors, the model an
 identity (so the figure is the search, not a network). The lookup is written as
 a SavedModel to a temporary folder and loaded back with
-``tf.saved_model.load``, as serving does; then ``lookup(queries)`` is timed for
-each batch size, the batch sizes interleaved round by round
-(``benchmarks/timing.py``), median milliseconds per call, results on the host.
+``tf.saved_model.load``, as serving does; then ``lookup(queries)`` and
+``index.search(queries, k)`` are timed for each batch size, all of them
+interleaved round by round (``benchmarks/timing.py``), median milliseconds
+per call, results on the host.
 
 To compare two commits, run this script from each checkout (it puts its own
 checkout first on ``sys.path``, so a ``git worktree`` measures its own tfdml),
@@ -29,7 +31,8 @@ import timing  # noqa: E402  (benchmarks/timing.py)
 
 
 def lookup_times(size, batches, k, runs, warmup, dim=128, seed=0):
-    """``{batch: median ms}`` of the loaded lookup over a random gallery of ``size`` rows."""
+    """``{(method, batch): median ms}`` over a random gallery of ``size`` rows, method
+    ``"lookup"`` (the loaded SavedModel) or ``"Index.search"``."""
     import keras
     import numpy as np
     import tensorflow as tf
@@ -44,8 +47,10 @@ def lookup_times(size, batches, k, runs, warmup, dim=128, seed=0):
                                     input_signature=[tf.TensorSpec([None, dim], tf.float32)])
         loaded = tf.saved_model.load(str(path))
         queries = [tf.constant(rng.standard_normal((b, dim)).astype(np.float32)) for b in batches]
-        calls = [lambda q=q: loaded.lookup(q) for q in queries]
-        return dict(zip(batches, timing.interleaved_ms(calls, (), runs, warmup)))
+        cases = [(("lookup", b), lambda q=q: loaded.lookup(q)) for b, q in zip(batches, queries)]
+        cases += [(("Index.search", b), lambda q=q: index.search(q.numpy(), k)) for b, q in zip(batches, queries)]
+        times = timing.interleaved_ms([call for _, call in cases], (), runs, warmup)
+        return {key: ms for (key, _), ms in zip(cases, times)}
 
 
 def main(argv=None):
@@ -58,8 +63,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     print(f"Machine: {machine.describe()}")
     times = lookup_times(args.size, args.batches, args.k, args.runs, args.warmup)
-    for batch, ms in times.items():
-        print(f"lookup  gallery={args.size:>9,}  batch={batch:>5}  k={args.k}  {ms:8.2f} ms"
+    for (method, batch), ms in times.items():
+        print(f"{method:<13} gallery={args.size:>9,}  batch={batch:>5}  k={args.k}  {ms:8.2f} ms"
               f"  ({1000.0 * batch / ms:,.0f} queries/s)")
     return times
 

@@ -174,7 +174,6 @@ class PreparedGallery:
         return tuple(self.rows.shape)
 
 
-
 def check_directions(x, name):
     """Raise a ValueError naming the all-zero rows of ``x``: cosine has no direction for them."""
     zero = np.flatnonzero(~np.any(x != 0, axis=1))

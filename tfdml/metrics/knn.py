@@ -148,6 +148,13 @@ def frame_queries(query, centre, distance="euclidean", checked=False):
     return query - centre
 
 
+def gallery_tensors(centred):
+    """``(rows, squared norms)`` of a gallery already in the frame, as tensors: computed
+    once for every chunk of queries scored against it (:func:`scores`)."""
+    rows = tf.constant(centred)
+    return rows, _distances.squared_norms(rows)
+
+
 class PreparedGallery:
     """A gallery put in the ranking frame once, for many :func:`knn` calls.
 
@@ -166,8 +173,7 @@ class PreparedGallery:
     def __init__(self, gallery, distance="euclidean"):
         self.distance = check_distance(distance)
         centred, self.centre = _centred_gallery(as_embeddings(gallery, "gallery"), distance)
-        self.rows = tf.constant(centred)
-        self.squared_norms = _distances.squared_norms(self.rows)
+        self.rows, self.squared_norms = gallery_tensors(centred)
 
     @property
     def shape(self):
@@ -320,8 +326,7 @@ def knn(query, gallery=None, k=1, distance="euclidean", chunk_size=None, query_i
     chunk = chunk_size_for(gallery.shape[0], chunk_size)
     if prepared is None:
         query, gallery = ranking_frame(query, gallery, distance)
-        g = tf.constant(gallery)
-        g_norms = _distances.squared_norms(g)
+        g, g_norms = gallery_tensors(gallery)
     else:
         query = frame_queries(query, prepared.centre, distance)
         gallery = g = prepared.rows

@@ -47,7 +47,6 @@ Conventions:
 import numpy as np
 import tensorflow as tf
 
-from tfdml import distances as _distances
 from tfdml.metrics import knn as _knn
 
 #: Metric names this module computes ("recall" and "precision" take ks).
@@ -228,8 +227,7 @@ def positive_ranks(query, query_ids, gallery=None, gallery_ids=None, distance="e
     table = _positive_table(gallery_ids, num_classes)
     chunk = min(_knn.chunk_size_for(gallery.shape[0], chunk_size), query.shape[0])
     query, gallery = _knn.ranking_frame(query, gallery, distance)
-    g = tf.constant(gallery)
-    g_norms = _distances.squared_norms(g)  # once, not once per chunk
+    g, g_norms = _knn.gallery_tensors(gallery)  # the norms once, not once per chunk
     for start in range(0, query.shape[0], chunk):
         stop = min(start + chunk, query.shape[0])
         size = stop - start

@@ -4,9 +4,13 @@ One forward + backward pass (loss and its gradient with respect to the
 embeddings and the loss's own trainable parameters) on a batch of 256
 L2-normalised 128-d embeddings, 64 classes × 4 examples, with the
 batch-contract columns (class sizes, importance constants, example ids).
-Each pair runs as a ``tf.function`` with and without ``jit_compile``; the
-table gives the median wall time of ``--runs`` rounds after ``--warmup``
-calls, the two modes' calls interleaved in each round (``timing.py``).
+Each pair runs as a ``tf.function`` without and with ``jit_compile``, and as
+``EmbeddingModel.compile(jit_compile="loss")`` runs it (the default on a
+CPU): a ``tf.function`` around :class:`tfdml.models.CompiledLoss`, which
+compiles the loss and its gradient unless the loss reports XLA slower for
+the batch. The table gives the median wall time of ``--runs`` rounds after
+``--warmup`` calls, the three modes' calls interleaved in each round
+(``timing.py``).
 
 Usage::
 
@@ -29,7 +33,7 @@ import tensorflow as tf  # noqa: E402
 import machine  # noqa: E402  (benchmarks/machine.py)
 import timing  # noqa: E402  (benchmarks/timing.py)
 
-from tfdml import losses, samplers  # noqa: E402
+from tfdml import losses, models, samplers  # noqa: E402
 
 
 def cases(num_classes):
@@ -84,17 +88,23 @@ def batch(num_classes, per_class, dim, seed=0):
     return y, tf.constant(e)
 
 
+#: The modes timed, as ``EmbeddingModel.compile(jit_compile=...)`` names them.
+MODES = (False, True, models.LOSS_ONLY)
+
+
 def step_fn(loss, jit):
+    """Forward + backward of ``loss`` as a ``tf.function`` in mode ``jit`` (one of MODES)."""
     params = [v for layer in loss.parameter_layers for v in layer.trainable_variables]
+    call = models.CompiledLoss(loss, lambda: params) if jit == models.LOSS_ONLY else loss
 
     def step(y, e):
         with tf.GradientTape() as tape:
             tape.watch(e)
-            value = loss(y, e)
+            value = call(y, e)
         grads = tape.gradient(value, [e] + params)
         return value, [tf.convert_to_tensor(g) for g in grads]  # β_class: IndexedSlices
 
-    return tf.function(step, jit_compile=jit)
+    return tf.function(step, jit_compile=jit is True)
 
 
 def main():
@@ -112,18 +122,20 @@ def main():
     print(f"Machine: {machine.describe()}")
     print(
         f"Forward + backward, batch {args.classes * args.per_class} ({args.classes} classes × "
-        f"{args.per_class}), {args.dim}-d unit embeddings; median of {args.runs} rounds (graph and "
-        f"XLA calls interleaved) after {args.warmup} warm-up calls, milliseconds."
+        f"{args.per_class}), {args.dim}-d unit embeddings; median of {args.runs} rounds (the modes' "
+        f"calls interleaved) after {args.warmup} warm-up calls, milliseconds."
     )
-    header = f"| {'loss':<36} | {'sampler':<20} | {'tf.function':>11} | {'+ jit_compile':>13} |"
+    header = (f"| {'loss':<36} | {'sampler':<20} | {'tf.function':>11} | {'+ jit_compile':>13} "
+              f"| {'jit_compile=loss':>16} |")
     print(header)
-    print(f"|{'-' * 38}|{'-' * 22}|{'-' * 12}:|{'-' * 14}:|")
+    print(f"|{'-' * 38}|{'-' * 22}|{'-' * 12}:|{'-' * 14}:|{'-' * 17}:|")
     for name, sampler, factory in cases(args.classes):
         if args.only and not any(text in f"{name} | {sampler}" for text in args.only):
             continue
-        fns = [step_fn(factory(), jit) for jit in (False, True)]
+        fns = [step_fn(factory(), jit) for jit in MODES]
         row = timing.interleaved_ms(fns, (y, e), args.runs, args.warmup)
-        print(f"| {name:<36} | {sampler:<20} | {row[0]:>11.2f} | {row[1]:>13.2f} |", flush=True)
+        print(f"| {name:<36} | {sampler:<20} | {row[0]:>11.2f} | {row[1]:>13.2f} | {row[2]:>16.2f} |",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -260,6 +260,13 @@ class CompiledLoss:
     compiled gradient. The loss must keep its trainable state in
     ``parameter_layers`` (as every tfdml loss does); a loss with no trainable
     state needs nothing.
+
+    Compiling only what gains: a loss may say, per batch, that its XLA form is
+    slower than its graph form (``loss.xla_is_slower(y)``, a scalar bool tensor,
+    e.g. :meth:`tfdml.samplers.SemiHardSampler.xla_is_slower`: a class so large
+    that XLA would sort, and XLA's CPU sort is slow). A ``tf.cond`` then runs that
+    batch's value and gradients as the same function without XLA; both forms give
+    the same loss. A loss without the method, or answering None, always runs compiled.
     """
 
     def __init__(self, loss, variables):
@@ -267,8 +274,30 @@ class CompiledLoss:
         self.variables = variables
         self._value_and_gradients = tf.function(self._value_and_gradients_fn, jit_compile=True,
                                                 reduce_retracing=True)
-        self._value = tf.function(lambda y, y_pred: self.loss(y, y_pred), jit_compile=True,
-                                  reduce_retracing=True)
+        self._value = tf.function(self._value_fn, jit_compile=True, reduce_retracing=True)
+        # The same functions without XLA, for the batches where the loss reports XLA slower.
+        self._graph_value_and_gradients = tf.function(self._value_and_gradients_fn,
+                                                      reduce_retracing=True)
+        self._graph_value = tf.function(self._value_fn, reduce_retracing=True)
+
+    def _value_fn(self, y, y_pred):
+        return self.loss(y, y_pred)
+
+    def _xla_is_slower(self, y):
+        """The loss's scalar bool answer for this batch, or None (always compile)."""
+        ask = getattr(self.loss, "xla_is_slower", None)
+        return None if ask is None else ask(y)
+
+    def _runner(self, compiled_fn, graph_fn, y, y_pred):
+        """A callable running ``compiled_fn(y, y_pred)``, or ``graph_fn`` where the loss
+        reports XLA slower. Both are traced here, before the caller stops recording:
+        traced while recording is stopped, their own tapes would record nothing."""
+        compiled = compiled_fn.get_concrete_function(y, y_pred)
+        slower = self._xla_is_slower(y)
+        if slower is None:
+            return lambda: compiled(y, y_pred)
+        graph = graph_fn.get_concrete_function(y, y_pred)
+        return lambda: tf.cond(slower, lambda: graph(y, y_pred), lambda: compiled(y, y_pred))
 
     def _value_and_gradients_fn(self, y, y_pred):
         variables = self.variables()
@@ -282,17 +311,16 @@ class CompiledLoss:
 
     def __call__(self, y, y_pred, training=True):
         if not training:
-            return self._value(y, y_pred)
+            return self._runner(self._value, self._graph_value, y, y_pred)()
         variables = self.variables()
         # Hidden from the train step's tape: a recorded call would be split into a
         # forward and a backward function, which is what XLA cannot compile (see
         # above). TensorFlow's own GradientTape.stop_recording does this for one
         # tape; here the tape is Keras', so the module function behind it is used
         # (private API; guarded by tests/tfdml/test_models.py::test_private_keras_api_we_rely_on).
-        # Traced first, outside: traced while recording is stopped, its own tape would record nothing.
-        compiled = self._value_and_gradients.get_concrete_function(y, y_pred)
+        run = self._runner(self._value_and_gradients, self._graph_value_and_gradients, y, y_pred)
         with _tf_record.stop_recording():
-            value, grads = compiled(y, y_pred)
+            value, grads = run()
         surrogate = value
         for tensor, grad in zip([y_pred] + variables, grads):
             tensor = tf.convert_to_tensor(tensor)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml import distances, losses, masks, models, targets
+from tfdml import distances, losses, masks, models, targets, xla
 
 
 @keras.saving.register_keras_serializable(package="tfdml_test")
@@ -298,3 +298,38 @@ def test_jit_compile_refuses_other_strings():
     model = models.EmbeddingModel(models.build_encoder(models.small_cnn((8, 8, 1), width=4), embedding_dim=8))
     with pytest.raises(ValueError, match=r"jit_compile='losses': use True .*'loss'"):
         model.compile(loss=losses.TripletLoss(), jit_compile="losses")
+
+
+class _ModeRevealingLoss:
+    """Σ y_pred, times 1 when traced for XLA and 2 in graph mode, so the value shows which
+    form ran; it reports XLA slower for batches of more than 4 rows."""
+
+    parameter_layers = []
+
+    def __call__(self, y, y_pred):
+        return (1.0 if xla.is_compiling() else 2.0) * tf.reduce_sum(y_pred)
+
+    def xla_is_slower(self, y):
+        return tf.shape(targets.unpack(y).label)[0] > 4
+
+
+@pytest.mark.parametrize("batch,factor", [(4, 1.0), (8, 2.0)])
+def test_compiled_loss_runs_without_xla_where_the_loss_says_xla_is_slower(batch, factor):
+    """jit_compile="loss": a batch for which the loss reports XLA slower (semi-hard with a
+    class of more than SORT_ABOVE_XLA + 1 examples) runs the loss in graph mode; the
+    others run compiled. One traced step serves both (the choice is made at run time)."""
+    compiled = models.CompiledLoss(_ModeRevealingLoss(), lambda: [])
+    spec = [{"label": tf.TensorSpec([None], tf.int32)}, tf.TensorSpec([None, 3], tf.float32)]
+
+    @tf.function(input_signature=spec)
+    def step(y, e):
+        with tf.GradientTape() as tape:
+            tape.watch(e)
+            value = compiled(y, e)
+        return value, tape.gradient(value, e), compiled(y, e, training=False)
+
+    e = np.arange(batch * 3, dtype=np.float32).reshape(batch, 3) / 10
+    value, grad, evaluated = step({"label": np.zeros(batch, np.int32)}, e)
+    np.testing.assert_allclose(value.numpy(), factor * e.sum(), rtol=1e-6)
+    np.testing.assert_array_equal(grad.numpy(), np.full_like(e, factor))
+    np.testing.assert_allclose(evaluated.numpy(), factor * e.sum(), rtol=1e-6)

@@ -359,6 +359,14 @@ class MetricLoss(keras.losses.Loss):
             selection = samplers.base.valid_triplets(selection)
         return selection
 
+    def xla_is_slower(self, y_true):
+        """The sampler's :meth:`~tfdml.samplers.base.Sampler.xla_is_slower` for this
+        batch's labels (None without a sampler): ``jit_compile="loss"`` then runs the
+        loss without XLA (:class:`tfdml.models.CompiledLoss`)."""
+        if self.sampler is None:
+            return None
+        return self.sampler.xla_is_slower(targets_lib.unpack(y_true).label)
+
     def over_triplets(self, selection, compute):
         """``compute(selection)``; under XLA, for a grid selection (B² slots), on its valid
         slots alone whenever every anchor has at most ``GRID_WIDTH`` of them.

@@ -373,6 +373,13 @@ class Sampler:
         """The selection from prepared inputs (stopped float matrix, flat labels, bool mask)."""
         raise NotImplementedError
 
+    def xla_is_slower(self, labels):
+        """Whether, for a batch with these labels, this sampler's XLA form is measured
+        slower than its graph form: a scalar bool tensor, or None (never). With
+        ``jit_compile="loss"`` a batch answered True runs its loss without XLA
+        (:class:`tfdml.models.CompiledLoss`); the selection is the same in both forms."""
+        return None
+
     def get_config(self):
         return {}
 

@@ -120,7 +120,9 @@ class SemiHardSampler(base.Sampler):
     and sort cost the same at P ≈ 40 for B = 256, P ≈ 70 for B = 1024).
     Under XLA, whose CPU sort is slow, compare costs 0.8× the sort at
     P = 191 (B = 256) and P = 255 (B = 1024), hence ``SORT_ABOVE_XLA``; the
-    threshold is chosen while tracing (:func:`tfdml.xla.is_compiling`).
+    threshold is chosen while tracing (:func:`tfdml.xla.is_compiling`). Above
+    it XLA sorts too, slower than graph mode, so :meth:`xla_is_slower` tells
+    ``jit_compile="loss"`` to run such a batch without XLA.
     Both paths are vectorised with fixed shapes and compile under XLA; no
     [B, B, B] tensor. Distances must be finite.
     """
@@ -166,6 +168,19 @@ class SemiHardSampler(base.Sampler):
         return base.GridTripletSelection(
             anchor, positive, tf.reshape(negative, [-1]), tf.reshape(valid, [-1])
         )
+
+    def xla_is_slower(self, labels):
+        """True where XLA would take the sort path (P > ``SORT_ABOVE_XLA``, or labels that
+        are not integers): XLA's CPU sort is slower than TensorFlow's kernel, so the graph
+        form, which sorts too, is the faster one there (``benchmarks/RESULTS.md``, semi-hard
+        sampler, "large classes under XLA")."""
+        # As plan(labels, compiled=True), but asked outside XLA (models.CompiledLoss), where
+        # a hash count of the classes costs a fifth of plan's sort-based layout.
+        labels = _integer_labels(tf.reshape(tf.convert_to_tensor(labels), [-1]))
+        if labels is None:
+            return tf.constant(True)
+        largest = tf.maximum(tf.reduce_max(tf.unique_with_counts(labels).count), 1)
+        return tf.equal(_branch(largest - 1, compiled=True), len(WIDTHS))
 
     def get_config(self):
         return {"fallback": self.fallback}

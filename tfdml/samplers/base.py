@@ -375,7 +375,8 @@ class Sampler:
 
     def xla_is_slower(self, labels):
         """Whether, for a batch with these labels, this sampler's XLA form is measured
-        slower than its graph form: a scalar bool tensor, or None (never). With
+        slower than its graph form: a scalar bool tensor, or None (never for such labels,
+        known while tracing, e.g. from a static batch size). With
         ``jit_compile="loss"`` a batch answered True runs its loss without XLA
         (:class:`tfdml.models.CompiledLoss`); the selection is the same in both forms."""
         return None

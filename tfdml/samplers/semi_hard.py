@@ -179,6 +179,8 @@ class SemiHardSampler(base.Sampler):
         labels = _integer_labels(tf.reshape(tf.convert_to_tensor(labels), [-1]))
         if labels is None:
             return tf.constant(True)
+        if labels.shape[0] is not None and labels.shape[0] - 1 <= SORT_ABOVE_XLA:
+            return None  # a batch this small never sorts under XLA: no run-time choice to make
         largest = tf.maximum(tf.reduce_max(tf.unique_with_counts(labels).count), 1)
         return tf.equal(_branch(largest - 1, compiled=True), len(WIDTHS))
 

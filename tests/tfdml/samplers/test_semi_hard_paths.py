@@ -237,6 +237,10 @@ def test_xla_is_slower_exactly_where_xla_would_sort(name, sizes, graph_path, xla
                       input_signature=[tf.TensorSpec([None], tf.int64)])  # unknown batch size
     assert bool(run(wide)) is expected
     assert not bool(run(np.zeros([0], np.int64)))  # an empty batch: nothing to sort
+    # A batch size known while tracing and too small for XLA to sort: no run-time choice.
+    small = np.zeros([semi_hard.SORT_ABOVE_XLA + 1], np.int32)
+    assert samplers.SemiHardSampler().xla_is_slower(small) is None
+    assert bool(samplers.SemiHardSampler().xla_is_slower(np.append(small, 0)))
 
 
 def test_xla_is_slower_for_labels_that_are_not_integers_and_never_for_other_samplers():

@@ -333,3 +333,33 @@ def test_compiled_loss_runs_without_xla_where_the_loss_says_xla_is_slower(batch,
     np.testing.assert_allclose(value.numpy(), factor * e.sum(), rtol=1e-6)
     np.testing.assert_array_equal(grad.numpy(), np.full_like(e, factor))
     np.testing.assert_allclose(evaluated.numpy(), factor * e.sum(), rtol=1e-6)
+
+
+def test_jit_compile_loss_fit_with_a_class_xla_would_sort_trains_as_graph_mode():
+    """A user's pipeline of unknown batch size whose batches alternate between small classes
+    (the loss runs compiled) and a class of more than SORT_ABOVE_XLA + 1 examples (the loss
+    runs without XLA, models.CompiledLoss): training follows graph mode."""
+    from tfdml.samplers import semi_hard
+
+    rng = np.random.default_rng(4)
+    big = semi_hard.SORT_ABOVE_XLA + 2
+    labels = [np.repeat(np.arange(50), 4), np.concatenate([np.zeros(big), np.repeat(np.arange(1, 4), 3)])]
+    batches = [(rng.random((len(y), 8, 8, 1)).astype("float32"), {"label": y.astype("int64")})
+               for y in labels]
+    spec = (tf.TensorSpec([None, 8, 8, 1], tf.float32), {"label": tf.TensorSpec([None], tf.int64)})
+
+    def fit(jit_compile):
+        keras.utils.set_random_seed(3)
+        model = _small_model()
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss=losses.TripletLoss(),
+                      jit_compile=jit_compile)
+        data = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
+        history = model.fit(data.repeat(), steps_per_epoch=4, epochs=1, verbose=0)
+        return model, history.history["loss"][0]
+
+    graph, graph_loss = fit(False)
+    loss_only, loss_only_loss = fit("loss")
+    assert loss_only.jit_compile_loss is True and graph_loss > 0
+    np.testing.assert_allclose(loss_only_loss, graph_loss, rtol=1e-4)
+    for a, b in zip(loss_only.trainable_variables, graph.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-3, atol=1e-5)

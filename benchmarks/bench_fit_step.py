@@ -7,7 +7,7 @@
 The network of issue 13, goal 4: 4 × [conv 3×3 – BN – ReLU – max-pool 2×2]
 with 32, 64, 128, 256 filters, global average pooling, Dense 128, L2
 normalisation, on 32×32×1 inputs, trained by ``EmbeddingModel.fit`` with
-Adam on m-per-class batches (m = 4) held in memory. Modes: ``graph``
+Adam on m-per-class batches (m = 4, or `--per-class`) held in memory. Modes: ``graph``
 (``jit_compile=False``), ``xla`` (``True``: the whole step, convolutions
 included) and ``loss`` (only the loss and its sampler, with their gradient).
 
@@ -87,14 +87,14 @@ def make_loss(name, sampler, num_classes):
     return losses.get(name, **options)
 
 
-def time_mode(mode, loss_name, sampler, batch_size, warmup, steps):
+def time_mode(mode, loss_name, sampler, batch_size, warmup, steps, per_class=4):
     keras.utils.set_random_seed(0)
     model = models.EmbeddingModel(network())
-    model.compile(optimizer="adam", loss=make_loss(loss_name, sampler, batch_size // 4),
+    model.compile(optimizer="adam", loss=make_loss(loss_name, sampler, batch_size // per_class),
                   jit_compile=MODES[mode])
     timer = StepTimer(warmup)
-    model.fit(batches(batch_size), steps_per_epoch=warmup + steps, epochs=1, verbose=0, callbacks=[timer],
-              shuffle=False)
+    model.fit(batches(batch_size, per_class), steps_per_epoch=warmup + steps, epochs=1, verbose=0,
+              callbacks=[timer], shuffle=False)
     return timer.times
 
 
@@ -103,6 +103,7 @@ def main():
     parser.add_argument("--loss", default="margin")
     parser.add_argument("--sampler", default="distance_weighted")
     parser.add_argument("--batch", type=int, nargs="+", default=[128])
+    parser.add_argument("--per-class", type=int, default=4, help="m, examples per class in a batch")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=5)
@@ -111,14 +112,15 @@ def main():
 
     print(f"Machine: {machine.describe()}")
     print(f"{args.loss} + {args.sampler}, 4 x [conv-BN-ReLU-pool] 32-64-128-256, GAP, Dense 128, L2; "
-          f"32x32x1, m = 4; {args.rounds} rounds x {args.steps} timed steps after {args.warmup}")
+          f"32x32x1, m = {args.per_class}; {args.rounds} rounds x {args.steps} timed steps after {args.warmup}")
     print("| B | mode | median step (ms) | steps/s | vs graph |")
     print("|---:|---|---:|---:|---:|")
     for batch_size in args.batch:
         times = {mode: [] for mode in args.modes}
         for _ in range(args.rounds):
             for mode in args.modes:
-                times[mode] += time_mode(mode, args.loss, args.sampler, batch_size, args.warmup, args.steps)
+                times[mode] += time_mode(mode, args.loss, args.sampler, batch_size, args.warmup, args.steps,
+                                         args.per_class)
         graph = statistics.median(times["graph"]) if "graph" in times else None
         for mode in args.modes:
             median = statistics.median(times[mode])

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from tfdml import xla
-from tfdml.samplers import base
+from tfdml.samplers import base, ordering
 
 FALLBACKS = ("hardest_inside", "drop")
 
@@ -241,17 +241,9 @@ def _first_beyond(neg_dist, d_ap):
 def _by_sorting(dist, neg):
     """Sort path: ``(n*, found)`` [B, B] for every column, from one stable row sort."""
     size = tf.shape(dist)[0]
-    is_neg = tf.cast(neg, tf.int32)
-    num_neg = tf.reduce_sum(is_neg, axis=1)
-    # 1. Stable partition of each row: negatives first, then the other columns, each in
-    #    index order. dest[a, j] = position of column j; part[a, q] = column at position q.
-    #    Negatives before column j: its running count minus itself; other columns: j minus those.
-    negs_before = base.running_count(is_neg) - is_neg
-    dest = tf.where(neg, negs_before, num_neg[:, None] + tf.range(size)[None, :] - negs_before)
-    part = base.invert_permutation_rows(dest)
-    # 2. One stable sort of the whole row by distance: ties keep the partition order, so
-    #    columns are ordered by (D_aj, negatives first, index).
-    order = base.gather_rows(part, tf.argsort(base.gather_rows(base.sort_key(dist), part), axis=1, stable=True))
+    num_neg = tf.reduce_sum(tf.cast(neg, tf.int32), axis=1)
+    # 1-2. Each row's columns ordered by (D_aj, negatives first, index).
+    order = ordering.stable_order(dist, first=neg)
     # 3. At the sorted position of each column, the number of negatives at or before it:
     #    for a positive p this is |{n : D_an <= D_ap}|, the rank of n*_ap among the negatives.
     sorted_neg = base.gather_rows(neg, order)

@@ -262,9 +262,10 @@ class CompiledLoss:
     state needs nothing.
 
     Compiling only what gains: a loss may say, per batch, that its XLA form is
-    slower than its graph form (``loss.xla_is_slower(y)``, a scalar bool tensor,
-    e.g. :meth:`tfdml.samplers.SemiHardSampler.xla_is_slower`: a class so large
-    that XLA would sort, and XLA's CPU sort is slow). A ``tf.cond`` then runs that
+    slower than its graph form (``loss.xla_is_slower(y)``, a scalar bool tensor;
+    a tfdml loss asks its sampler, :meth:`tfdml.samplers.base.Sampler.xla_is_slower`,
+    which a custom sampler may answer: say, one that sorts with XLA's slow CPU sort
+    above some class size; the built-in samplers never do). A ``tf.cond`` then runs that
     batch's value and gradients as the same function without XLA; both forms give
     the same loss. A loss without the method, or answering None, always runs compiled.
     """

@@ -315,9 +315,9 @@ class _ModeRevealingLoss:
 
 @pytest.mark.parametrize("batch,factor", [(4, 1.0), (8, 2.0)])
 def test_compiled_loss_runs_without_xla_where_the_loss_says_xla_is_slower(batch, factor):
-    """jit_compile="loss": a batch for which the loss reports XLA slower (semi-hard with a
-    class of more than SORT_ABOVE_XLA + 1 examples) runs the loss in graph mode; the
-    others run compiled. One traced step serves both (the choice is made at run time)."""
+    """jit_compile="loss": a batch for which the loss reports XLA slower (a custom sampler
+    may say so) runs the loss in graph mode; the others run compiled. One traced step
+    serves both (the choice is made at run time)."""
     compiled = models.CompiledLoss(_ModeRevealingLoss(), lambda: [])
     spec = [{"label": tf.TensorSpec([None], tf.int32)}, tf.TensorSpec([None, 3], tf.float32)]
 
@@ -338,10 +338,11 @@ def test_compiled_loss_runs_without_xla_where_the_loss_says_xla_is_slower(batch,
     np.testing.assert_array_equal(evaluated.numpy(), expected)
 
 
-def test_jit_compile_loss_fit_with_a_class_xla_would_sort_trains_as_graph_mode():
+def test_jit_compile_loss_fit_with_a_class_semi_hard_sorts_trains_as_graph_mode():
     """A user's pipeline of unknown batch size whose batches alternate between small classes
-    (the loss runs compiled) and a class of more than SORT_ABOVE_XLA + 1 examples (the loss
-    runs without XLA, models.CompiledLoss): training follows graph mode."""
+    (semi-hard's compare path) and a class of more than SORT_ABOVE_XLA + 1 examples (its
+    sort path, under XLA the sorting network of samplers.ordering): training follows graph
+    mode."""
     from tfdml.samplers import semi_hard
 
     rng = np.random.default_rng(4)

@@ -38,10 +38,12 @@ def stable_order(keys, first=None):
     columns ahead, then index order within each group. float64 keys take the graph form
     under XLA too (XLA's sort): their bits leave no room for the tie rank."""
     keys = base.sort_key(tf.convert_to_tensor(keys))
-    if first is None:
-        first = tf.ones(tf.shape(keys), tf.bool)
     if xla.is_compiling() and keys.dtype.size <= 4:  # float64 keys do not fit the packed form
+        if first is None:
+            first = tf.ones(tf.shape(keys), tf.bool)
         return _by_network(tf.cast(keys, tf.float32), first)  # float16 / bfloat16 widen exactly
+    if first is None:
+        return tf.argsort(keys, axis=1, stable=True)
     return _by_argsort(keys, first)
 
 

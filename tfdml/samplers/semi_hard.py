@@ -13,9 +13,9 @@ FALLBACKS = ("hardest_inside", "drop")
 WIDTHS = (1, 2, 3, 4)
 # Above this many other members in the largest class the sort path is taken: about where it
 # becomes cheaper (`python benchmarks/bench_semi_hard.py --crossover`), in graph mode and
-# under XLA, whose CPU sort is slower than TensorFlow's kernel.
+# under XLA (where the row sort is a sorting network, samplers.ordering).
 SORT_ABOVE = 48
-SORT_ABOVE_XLA = 192
+SORT_ABOVE_XLA = 64
 
 
 def plan(labels, compiled=None):
@@ -104,7 +104,7 @@ class SemiHardSampler(base.Sampler):
     choice (:func:`plan`, a ``tf.switch_case``) depends on P = (size of the
     largest class in the batch) − 1, the most positives an anchor can have:
 
-    * compare (P ≤ ``SORT_ABOVE`` = 48 in graph mode, P ≤ ``SORT_ABOVE_XLA`` = 192
+    * compare (P ≤ ``SORT_ABOVE`` = 48 in graph mode, P ≤ ``SORT_ABOVE_XLA`` = 64
       under XLA, integer labels; the usual batch of m
       examples per class): one sort of the B labels groups the classes
       (O(B log B)); each anchor's class mates are compared with all its
@@ -113,16 +113,16 @@ class SemiHardSampler(base.Sampler):
       [B, K, B] tensor (first minimum = lower index on ties), whose B·K
       answers are scattered to their columns. O(B²·P) work, no row sort;
     * sort (larger classes, or labels that are not integers): one stable
-      row-wise sort of the distances (negatives ranked before other columns at
-      equal distance) and a cumulative count, O(B² log B).
+      row-wise order of the distances (negatives ranked before other columns at
+      equal distance; :func:`~tfdml.samplers.ordering.stable_order`: TensorFlow's
+      sort in graph mode, a bitonic sorting network under XLA, whose own CPU sort
+      is 5–7× slower) and a cumulative count, O(B² log B).
 
     ``SORT_ABOVE`` sits near the measured crossover in graph mode (compare
-    and sort cost the same at P ≈ 40 for B = 256, P ≈ 70 for B = 1024).
-    Under XLA, whose CPU sort is slow, compare costs 0.8× the sort at
-    P = 191 (B = 256) and P = 255 (B = 1024), hence ``SORT_ABOVE_XLA``; the
-    threshold is chosen while tracing (:func:`tfdml.xla.is_compiling`). Above
-    it XLA sorts too, slower than graph mode, so :meth:`xla_is_slower` tells
-    ``jit_compile="loss"`` to run such a batch without XLA.
+    and sort cost the same at P ≈ 40 for B = 256, P ≈ 70 for B = 1024);
+    ``SORT_ABOVE_XLA`` near the one under XLA (compare 0.9× the sort at P = 63,
+    1.4× at P = 127, B = 256 and 1024). The threshold is chosen while tracing
+    (:func:`tfdml.xla.is_compiling`).
     Both paths are vectorised with fixed shapes and compile under XLA; no
     [B, B, B] tensor. Distances must be finite.
     """
@@ -168,21 +168,6 @@ class SemiHardSampler(base.Sampler):
         return base.GridTripletSelection(
             anchor, positive, tf.reshape(negative, [-1]), tf.reshape(valid, [-1])
         )
-
-    def xla_is_slower(self, labels):
-        """True where XLA would take the sort path (P > ``SORT_ABOVE_XLA``, or labels that
-        are not integers): XLA's CPU sort is slower than TensorFlow's kernel, so the graph
-        form, which sorts too, is the faster one there (``benchmarks/RESULTS.md``, semi-hard
-        sampler, "large classes under XLA")."""
-        # As plan(labels, compiled=True), but asked outside XLA (models.CompiledLoss), where
-        # a hash count of the classes costs a fifth of plan's sort-based layout.
-        labels = _integer_labels(tf.reshape(tf.convert_to_tensor(labels), [-1]))
-        if labels is None:
-            return tf.constant(True)
-        if labels.shape[0] is not None and labels.shape[0] - 1 <= SORT_ABOVE_XLA:
-            return None  # a batch this small never sorts under XLA: no run-time choice to make
-        largest = tf.maximum(tf.reduce_max(tf.unique_with_counts(labels).count), 1)
-        return tf.equal(_branch(largest - 1, compiled=True), len(WIDTHS))
 
     def get_config(self):
         return {"fallback": self.fallback}

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml.samplers import base
+from tfdml.samplers import base, ordering
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -129,7 +129,7 @@ def _by_prefixes(key, candidates, pos, neg, k):
 def _by_sorting(key, pos, neg, k):
     """The sets from one descending sort per row, O(B² log B)."""
     size = tf.shape(key)[0]
-    order = tf.math.top_k(base.sort_key(key), k=size, sorted=True).indices
+    order = ordering.stable_order(-key)  # decreasing key, ties: lower index first
     sorted_pos = base.gather_rows(pos, order)
     sorted_neg = base.gather_rows(neg, order)
     rank = tf.range(size, dtype=tf.int32)[None, :]  # 0-based position in the ranking

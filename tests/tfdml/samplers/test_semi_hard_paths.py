@@ -32,7 +32,7 @@ LAYOUTS = [
     ("fours", [4] * 5, 2, 2),  # P = 3: width 3, the usual m = 4 batch
     ("fives", [5, 5, 2, 4], LOOP, LOOP),  # P = 4: the loop, one step
     ("one_big", [12, 2, 3, 1, 4], LOOP, LOOP),  # P = 11: the loop, three steps
-    # SORT_ABOVE < P <= SORT_ABOVE_XLA: graph mode sorts, XLA (slow CPU sort) compares
+    # SORT_ABOVE < P <= SORT_ABOVE_XLA: graph mode sorts, XLA compares
     ("many_positives", [semi_hard.SORT_ABOVE + 2, 3, 2, 4], SORT, LOOP),
     ("very_many", [semi_hard.SORT_ABOVE_XLA + 2, 3, 2, 4], SORT, SORT),  # P > both: sort
 ]
@@ -221,56 +221,3 @@ def test_sort_path_ranks_minus_zero_and_zero_as_a_tie_under_xla():
     for mode in ("eager", "xla"):
         for fallback, sel in zip(FALLBACKS, _forced(-1, _runner(mode), d, y, cand)):
             _check(sel, d, y, cand, fallback)
-
-
-@pytest.mark.parametrize("name,sizes,graph_path,xla_path", LAYOUTS, ids=[c[0] for c in LAYOUTS])
-def test_xla_is_slower_exactly_where_xla_would_sort(name, sizes, graph_path, xla_path):
-    # jit_compile="loss" runs the loss without XLA for these batches (models.CompiledLoss):
-    # XLA's CPU sort is slower than TensorFlow's kernel.
-    _, y = _batch(sizes, 0, ties=True)
-    expected = xla_path == SORT
-    assert bool(samplers.SemiHardSampler().xla_is_slower(y)) is expected
-    assert bool(losses.TripletLoss().xla_is_slower({"label": y})) is expected
-    assert bool(losses.MarginLoss(num_classes=200, sampler="semi_hard").xla_is_slower(y)) is expected
-    wide = (y.astype(np.int64) - 50) * (1 << 40)  # int64 ids beyond int32, negative ones too
-    run = tf.function(samplers.SemiHardSampler().xla_is_slower,
-                      input_signature=[tf.TensorSpec([None], tf.int64)])  # unknown batch size
-    assert bool(run(wide)) is expected
-    assert not bool(run(np.zeros([0], np.int64)))  # an empty batch: nothing to sort
-    # A batch size known while tracing and too small for XLA to sort: no run-time choice.
-    small = np.zeros([semi_hard.SORT_ABOVE_XLA + 1], np.int32)
-    assert samplers.SemiHardSampler().xla_is_slower(small) is None
-    assert bool(samplers.SemiHardSampler().xla_is_slower(np.append(small, 0)))
-
-
-def test_xla_is_slower_for_labels_that_are_not_integers_and_never_for_other_samplers():
-    _, y = _batch([4] * 5, 0, ties=True)
-    assert bool(samplers.SemiHardSampler().xla_is_slower(y.astype(np.float32)))  # they sort
-    assert samplers.HardSampler().xla_is_slower(y) is None
-    assert losses.TripletLoss(sampler="hard").xla_is_slower(y) is None
-    assert losses.ContrastiveLoss().xla_is_slower(y) is None  # no sampler
-
-
-def test_compiled_loss_on_a_class_xla_would_sort_equals_graph_mode():
-    from tfdml import models
-
-    _, y = _batch([semi_hard.SORT_ABOVE_XLA + 2, 3, 2, 4], 7, ties=False)
-    rng = np.random.default_rng(7)
-    e = rng.normal(size=(len(y), 8)).astype(np.float32)
-    e /= np.linalg.norm(e, axis=1, keepdims=True)
-    loss = losses.TripletLoss()
-    compiled = models.CompiledLoss(loss, lambda: [])
-
-    def step(call):
-        def run(y, e):
-            with tf.GradientTape() as tape:
-                tape.watch(e)
-                value = call(y, e)
-            return value, tape.gradient(value, e)
-        return tf.function(run)
-
-    value, grad = step(compiled)(y, e)
-    ref_value, ref_grad = step(loss)(y, e)
-    assert ref_value.numpy() > 0
-    np.testing.assert_allclose(value.numpy(), ref_value.numpy(), rtol=1e-6)
-    np.testing.assert_allclose(grad.numpy(), ref_grad.numpy(), rtol=1e-5, atol=1e-7)

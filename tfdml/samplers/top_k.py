@@ -40,11 +40,12 @@ class TopKMisplacedSampler(base.Sampler):
     positives or of the negatives, so for k ≤ ``PREFIX_UP_TO`` the sampler
     finds those k first members by k passes of (max, lowest index among the
     maxima) per ranking and compares every column with the cut: O(k·B²), no
-    sort. Above it, one descending sort per row (``tf.math.top_k`` over the
-    row), O(B² log B), whose cost does not grow with k. XLA's CPU sort is
-    slow (ℓ_k at B = 256 with the sort: 7.50 ms under XLA, 3.06 ms in graph
-    mode; without it 1.13 / 2.90 ms; ``benchmarks/RESULTS.md``), which the
-    prefix path avoids.
+    sort. Above it, one descending order per row
+    (:func:`~tfdml.samplers.ordering.stable_order`: TensorFlow's sort in graph
+    mode, a sorting network under XLA), O(B² log B), whose cost does not grow
+    with k (ℓ_k, m = 4, forward + backward, sort / prefix path at k = 32:
+    6.8 / 15.1 ms in graph mode and 3.3 / 4.4 ms under XLA at B = 256,
+    57 / 82 and 40 / 36 ms at B = 1024; ``benchmarks/RESULTS.md``).
 
     Returns :class:`~tfdml.samplers.SetSelection`: [B, B] bool, row a = query,
     columns = members of P (``positive``) and N (``negative``). The loss of

@@ -69,7 +69,8 @@ def _packed(keys, first):
     monotone = tf.bitwise.bitwise_xor(bits, tf.bitwise.bitwise_and(tf.bitwise.right_shift(bits, 31), 0x7FFFFFFF))
     column = tf.range(size)[None, :]
     rank = tf.where(first, column, size + column)
-    return tf.bitwise.left_shift(tf.cast(monotone, tf.int64), 32) + tf.cast(rank, tf.int64)
+    # A product, not a left shift: shifting a negative signed value is not defined everywhere.
+    return tf.cast(monotone, tf.int64) * (1 << 32) + tf.cast(rank, tf.int64)
 
 
 def _columns(packed, size):

@@ -114,8 +114,8 @@ def _unrolled_network(packed, width):
         while j >= 1:
             pairs = tf.reshape(packed, tf.stack([rows, width // (2 * j), 2, j]))
             low, high = pairs[:, :, 0, :], pairs[:, :, 1, :]
-            i = np.arange(width // (2 * j))[:, None] * 2 * j + np.arange(j)[None, :]
-            descending = tf.constant((i & k) != 0)
+            i = tf.range(width // (2 * j))[:, None] * (2 * j) + tf.range(j)[None, :]
+            descending = tf.not_equal(tf.bitwise.bitwise_and(i, k), 0)
             smaller, larger = tf.minimum(low, high), tf.maximum(low, high)
             pairs = tf.stack([tf.where(descending, larger, smaller), tf.where(descending, smaller, larger)], axis=2)
             packed = tf.reshape(pairs, tf.stack([rows, width]))

@@ -17,10 +17,12 @@ Two forms, the same order (tested against NumPy's ``lexsort``, ties included):
   log₂N₂·(log₂N₂ + 1)/2 stages of elementwise compare-and-exchange, which XLA
   fuses into one vectorised loop each. XLA's own CPU sort calls a comparator
   per comparison and is 5–7× slower than TensorFlow's kernel on a 1024 × 1024
-  matrix (148 ms against 30); the network takes 21 ms there (40 ms when N is
-  unknown while tracing: the stages then run in a ``tf.while_loop``, partners
-  found by two dynamic slices). ``benchmarks/RESULTS.md``, semi-hard sampler,
-  "a sorting network under XLA".
+  matrix (147 ms against 30); the network takes 21 ms there (32–37 ms when N
+  is unknown while tracing: the stages then run in a ``tf.while_loop``,
+  partners found by two dynamic slices). Its O(N log² N) work overtakes
+  TensorFlow's sort from N ≈ 2048 (1.1× the graph form), still ~3× faster
+  than XLA's. ``python benchmarks/bench_ordering.py``; ``benchmarks/RESULTS.md``,
+  semi-hard sampler, "a sorting network under XLA".
 """
 
 import numpy as np

@@ -5,24 +5,27 @@ equal keys the columns where ``first`` is true come before the others, and
 each group keeps its index order. −0.0 and +0.0 are one key (:func:`~tfdml.
 samplers.base.sort_key`). Keys must not be NaN.
 
-Two forms, the same order (tested against NumPy's ``lexsort``, ties included):
+Every entry becomes one int64 whose plain integer order is that order: the
+key's bits made order-preserving in the high half, the tie rank (column, plus
+N for the columns not ``first``) in the low half. The int64 rows are then
+sorted (tested against NumPy's ``lexsort``, ties included):
 
-* graph mode and eagerly: a stable partition of each row (``first`` columns
-  ahead) and TensorFlow's stable ``tf.argsort`` of the partitioned keys;
-* under XLA: a bitonic sorting network (Batcher 1968) on one int64 per entry,
-  the key's bits made order-preserving in the high half and the tie rank
-  (column, plus N for the columns not ``first``) in the low half, so that a
-  plain ``min``/``max`` of two entries is the comparison the order needs. The
-  row is padded to a power of two N₂ with the largest int64; the network has
-  log₂N₂·(log₂N₂ + 1)/2 stages of elementwise compare-and-exchange, which XLA
-  fuses into one vectorised loop each. XLA's own CPU sort calls a comparator
-  per comparison and is 5–7× slower than TensorFlow's kernel on a 1024 × 1024
-  matrix (147 ms against 30); the network takes 21 ms there (32–37 ms when N
-  is unknown while tracing: the stages then run in a ``tf.while_loop``,
-  partners found by two dynamic slices). Its O(N log² N) work overtakes
-  TensorFlow's sort from N ≈ 2048 (1.1× the graph form), still ~3× faster
-  than XLA's. ``python benchmarks/bench_ordering.py``; ``benchmarks/RESULTS.md``,
-  semi-hard sampler, "a sorting network under XLA".
+* graph mode and eagerly: ``tf.sort`` (TensorFlow's kernel; 1.4–1.6× faster
+  than the stable partition + ``tf.argsort`` of the float keys it replaced);
+* under XLA: a bitonic sorting network (Batcher 1968): the row padded to a
+  power of two N₂ with the largest int64, log₂N₂·(log₂N₂ + 1)/2 stages of
+  elementwise min / max, which XLA fuses into one vectorised loop each. XLA's
+  own CPU sort calls a comparator per comparison and is 5–7× slower than
+  TensorFlow's kernel on a 1024 × 1024 matrix (147 ms against 30); the
+  network takes 21 ms there (32–37 ms when N is unknown while tracing: the
+  stages then run in a ``tf.while_loop``, partners found by two dynamic
+  slices). Its O(N log² N) work overtakes TensorFlow's sort from N ≈ 2048,
+  still ~3× faster than XLA's.
+
+float64 keys leave no room for the tie rank: they take a stable partition
+(``first`` columns ahead) and a stable ``tf.argsort`` in every mode.
+``python benchmarks/bench_ordering.py``; ``benchmarks/RESULTS.md``, semi-hard
+sampler, "a sorting network under XLA".
 """
 
 import numpy as np
@@ -36,21 +39,22 @@ _PAD = np.iinfo(np.int64).max  # sorts after every packed key: the padding colum
 
 def stable_order(keys, first=None):
     """[R, N] int32: ``order[r, i]`` = the column at position i of row r, by increasing
-    ``keys`` (float32 [R, N]); equal keys: ``first`` (bool [R, N], None = no column)
-    columns ahead, then index order within each group. float64 keys take the graph form
-    under XLA too (XLA's sort): their bits leave no room for the tie rank."""
+    ``keys`` (float [R, N]); equal keys: ``first`` (bool [R, N], None = no column)
+    columns ahead, then index order within each group."""
     keys = base.sort_key(tf.convert_to_tensor(keys))
-    if xla.is_compiling() and keys.dtype.size <= 4:  # float64 keys do not fit the packed form
-        if first is None:
-            first = tf.ones(tf.shape(keys), tf.bool)
-        return _by_network(tf.cast(keys, tf.float32), first)  # float16 / bfloat16 widen exactly
     if first is None:
-        return tf.argsort(keys, axis=1, stable=True)
-    return _by_argsort(keys, first)
+        first = tf.ones(tf.shape(keys), tf.bool)
+    if keys.dtype.size > 4:  # float64: no room for the tie rank beside the key's bits
+        return _by_argsort(keys, first)
+    size = tf.shape(keys)[1]
+    packed = _packed(tf.cast(keys, tf.float32), first)  # float16 / bfloat16 widen exactly
+    if xla.is_compiling():
+        return _columns(_by_network(packed), size)
+    return _columns(tf.sort(packed, axis=1), size)
 
 
 def _by_argsort(keys, first):
-    """Graph form: partition each row stably (``first`` columns ahead), then one stable sort."""
+    """float64 keys: partition each row stably (``first`` columns ahead), then one stable sort."""
     size = tf.shape(keys)[1]
     is_first = tf.cast(first, tf.int32)
     num_first = tf.reduce_sum(is_first, axis=1)
@@ -81,18 +85,17 @@ def _columns(packed, size):
     return tf.where(rank >= size, rank - size, rank)
 
 
-def _by_network(keys, first):
-    """XLA form: a bitonic network over the packed keys; unrolled when N is static."""
-    size = tf.shape(keys)[1]
-    packed = _packed(keys, first)
-    static = keys.shape[1]
+def _by_network(packed):
+    """Sorted rows of the packed keys by a bitonic network; unrolled when N is static."""
+    size = tf.shape(packed)[1]
+    static = packed.shape[1]
     if static is not None:
         width = _power_of_two_at_least(static)
         packed = tf.pad(packed, [[0, 0], [0, width - static]], constant_values=_PAD)
-        return _columns(_unrolled_network(packed, width)[:, :static], size)
+        return _unrolled_network(packed, width)[:, :static]
     width = _power_of_two_at_least(size)
     packed = tf.pad(packed, tf.stack([[0, 0], [0, width - size]]), constant_values=_PAD)
-    return _columns(_looped_network(packed, width)[:, :size], size)
+    return _looped_network(packed, width)[:, :size]
 
 
 def _power_of_two_at_least(n):

@@ -14,7 +14,7 @@ WIDTHS = (1, 2, 3, 4)
 # Above this many other members in the largest class the sort path is taken: about where it
 # becomes cheaper (`python benchmarks/bench_semi_hard.py --crossover`), in graph mode and
 # under XLA (where the row sort is a sorting network, samplers.ordering).
-SORT_ABOVE = 48
+SORT_ABOVE = 40
 SORT_ABOVE_XLA = 64
 
 
@@ -104,7 +104,7 @@ class SemiHardSampler(base.Sampler):
     choice (:func:`plan`, a ``tf.switch_case``) depends on P = (size of the
     largest class in the batch) − 1, the most positives an anchor can have:
 
-    * compare (P ≤ ``SORT_ABOVE`` = 48 in graph mode, P ≤ ``SORT_ABOVE_XLA`` = 64
+    * compare (P ≤ ``SORT_ABOVE`` = 40 in graph mode, P ≤ ``SORT_ABOVE_XLA`` = 64
       under XLA, integer labels; the usual batch of m
       examples per class): one sort of the B labels groups the classes
       (O(B log B)); each anchor's class mates are compared with all its
@@ -119,7 +119,7 @@ class SemiHardSampler(base.Sampler):
       is 5–7× slower) and a cumulative count, O(B² log B).
 
     ``SORT_ABOVE`` sits near the measured crossover in graph mode (compare
-    and sort cost the same at P ≈ 40 for B = 256, P ≈ 70 for B = 1024);
+    costs 0.7–0.9× the sort at P = 31, 1.05–1.14× at P = 47, B = 256 and 1024);
     ``SORT_ABOVE_XLA`` near the one under XLA (compare 0.9× the sort at P = 63,
     1.4× at P = 127, B = 256 and 1024). The threshold is chosen while tracing
     (:func:`tfdml.xla.is_compiling`).

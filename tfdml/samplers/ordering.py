@@ -86,16 +86,14 @@ def _columns(packed, size):
 
 
 def _by_network(packed):
-    """Sorted rows of the packed keys by a bitonic network; unrolled when N is static."""
-    size = tf.shape(packed)[1]
+    """Sorted rows of the packed keys by a bitonic network: unrolled when N is static while
+    tracing, else in a ``tf.while_loop``."""
     static = packed.shape[1]
-    if static is not None:
-        width = _power_of_two_at_least(static)
-        packed = tf.pad(packed, [[0, 0], [0, width - static]], constant_values=_PAD)
-        return _unrolled_network(packed, width)[:, :static]
+    size = tf.shape(packed)[1] if static is None else static
     width = _power_of_two_at_least(size)
-    packed = tf.pad(packed, tf.stack([[0, 0], [0, width - size]]), constant_values=_PAD)
-    return _looped_network(packed, width)[:, :size]
+    packed = tf.pad(packed, [[0, 0], [0, width - size]], constant_values=_PAD)
+    network = _looped_network if static is None else _unrolled_network
+    return network(packed, width)[:, :size]
 
 
 def _power_of_two_at_least(n):

@@ -120,8 +120,8 @@ class SemiHardSampler(base.Sampler):
 
     ``SORT_ABOVE`` sits near the measured crossover in graph mode (compare
     costs 0.7–0.9× the sort at P = 31, 1.05–1.14× at P = 47, B = 256 and 1024);
-    ``SORT_ABOVE_XLA`` near the one under XLA (compare 0.9× the sort at P = 63,
-    1.4× at P = 127, B = 256 and 1024). The threshold is chosen while tracing
+    ``SORT_ABOVE_XLA`` near the one under XLA (compare 0.85–1.16× the sort at
+    P = 63, 1.4–1.8× at P = 127, B = 256 and 1024, two runs). The threshold is chosen while tracing
     (:func:`tfdml.xla.is_compiling`).
     Both paths are vectorised with fixed shapes and compile under XLA; no
     [B, B, B] tensor. Distances must be finite.

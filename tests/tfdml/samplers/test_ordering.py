@@ -79,7 +79,7 @@ def test_other_precisions(mode, dtype):
     np.testing.assert_array_equal(got.numpy(), _reference(keys, first))
 
 
-def test_network_is_used_under_xla_and_argsort_outside():
+def test_network_under_xla_and_tensorflows_sort_outside():
     """The form depends on the mode (the XLA form has no Sort op in its graph)."""
 
     def ops(jit):

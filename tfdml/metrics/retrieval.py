@@ -18,11 +18,11 @@ Each is averaged over the queries that have at least one positive.
 How the ranks are found without sorting the gallery, per chunk of queries:
 one matmul gives the [chunk, N] scores (:func:`tfdml.metrics.knn.scores`),
 the R positives' scores are gathered and sorted (they are known by label),
-each gallery item is bucketed by how many positive scores it reaches (fused
-comparisons under XLA), and a histogram of the buckets gives, for every
-positive, how many items score at least as high. For very large classes
-(more than :data:`MAX_COMPARE_POSITIVES` positives) each score row is sorted
-instead (NumPy). Memory grows with ``chunk × N``; time does not depend on k, so
+and one pass over each score row counts, for every positive score at once,
+how many items score at least as high (:func:`tfdml.xla.count_at_least`, a
+variadic reduction under XLA). For very large classes (more than
+:data:`MAX_COMPARE_POSITIVES` positives) each score row is sorted instead
+(NumPy). Memory grows with ``chunk × N``; time does not depend on k, so
 Recall@1000 costs the same as Recall@1 (no ``top_k`` over 1000 columns).
 
 Conventions:
@@ -47,6 +47,7 @@ Conventions:
 import numpy as np
 import tensorflow as tf
 
+from tfdml import xla as _xla
 from tfdml.metrics import knn as _knn
 
 #: Metric names this module computes ("recall" and "precision" take ks).
@@ -78,11 +79,10 @@ def _positive_table(gallery_ids, num_classes):
     return table
 
 
-#: Positives per query up to which items are bucketed by fused comparisons
-#: under XLA (cost ∝ P per score); above it each score row is sorted with
-#: NumPy instead (cost ∝ log N per score; NumPy's SIMD sort beats tf.sort).
+#: Positives per query up to which each chunk is counted by comparisons under
+#: XLA (cost ∝ P per score, :func:`tfdml.xla.count_at_least`); above it each
+#: score row is sorted with NumPy instead (cost ∝ log N per score).
 MAX_COMPARE_POSITIVES = 64
-_GROUP = 32  # thresholds per fused comparison (XLA vectorises this width well)
 
 
 def _positive_thresholds(s, pos_idx):
@@ -103,86 +103,23 @@ def _scores_and_thresholds(query, gallery, gallery_norms, pos_idx, self_index):
 _scores_and_thresholds_xla = tf.function(_scores_and_thresholds, jit_compile=True)
 
 
-def _reached(score, thr):
-    """int32: how many of the ascending thresholds ``thr`` [c, P] each ``score`` [c, M] reaches.
-
-    Each comparison is fused with its sum under XLA: [c, M, P] is never stored."""
-    reached = tf.zeros(tf.shape(score), tf.int32)
-    for g in range(0, thr.shape[1], _GROUP):
-        reached += tf.reduce_sum(tf.cast(score[:, :, None] >= thr[:, None, g : g + _GROUP], tf.int32),
-                                 axis=2)
-    return reached
-
-
-#: Bins per query row up to which two items share one histogram entry (:func:`_packing`).
-PACK_MAX_BINS = 1024
-
-
-def _packing(width):
-    """Items per histogram entry for ``width`` = P + 1 buckets: 2 while a row's width²
-    bins stay within :data:`PACK_MAX_BINS` (P <= 31), else 1. Two items in one entry
-    halve the histogram's increments and the bucket array it reads; more bins per row
-    cost cache misses (three items, width³ bins, measured slower)."""
-    return 2 if width * width <= PACK_MAX_BINS else 1
-
-
 @tf.function(jit_compile=True)
-def _buckets_xla(query, gallery, gallery_norms, pos_idx, self_index):
-    """``(bucket, self_bucket, thr, num_pos)``.
+def _at_least_by_counting(query, gallery, gallery_norms, pos_idx, self_index):
+    """``(at_least, thr, num_pos)``: at_least[i, j] = items scoring >= thr[i, j], the query excluded.
 
-    Each item's bucket is how many positive scores its score reaches (0 … P).
-    ``bucket`` int32 [c, M] holds them for the histogram, offset by
-    ``row × bins`` (so that one flat histogram counts every row): with
-    :func:`_packing` = 2, entry j holds items j and j + ⌈N/2⌉ of the row as
-    ``b_j + (P + 1)·b_{j+⌈N/2⌉}`` (M = ⌈N/2⌉, bins = (P + 1)²; the padding item
-    of an odd N is in bucket 0, which is never read), else one item (M = N,
-    bins = P + 1). The query itself is *not* excluded here, which would take one
-    more pass over the [c, N] scores: ``self_bucket`` [c] is the bucket its own
-    column fell in (0 when there is none), for the caller to take out of the
-    counts. The positive indices never hold the query itself
+    The counts of all P thresholds of a row come from one pass over its scores
+    (:func:`tfdml.xla.count_at_least`: a variadic reduction into which XLA
+    fuses the comparisons and the scores' elementwise expansion), the same
+    shape of work as a row minimum of the distance matrix. The query itself
+    is not set to −∞ in the [c, N] scores (one more pass over them): its own
+    score is compared with the thresholds and taken out of the counts. The positive indices never hold the query itself
     (:func:`positive_ranks`)."""
     s = _knn.scores(query, gallery, gallery_norms)
     thr, num_pos = _positive_thresholds(s, pos_idx)
-    width = pos_idx.shape[1] + 1
-    reached = _reached(s, thr)
-    bins = width
-    if _packing(width) == 2:
-        n = tf.shape(reached)[1]
-        half = (n + 1) // 2
-        reached = tf.pad(reached, tf.stack([[0, 0], [0, 2 * half - n]]))
-        reached = reached[:, :half] + width * reached[:, half:]
-        bins = width * width
-    offset = tf.range(tf.shape(s)[0], dtype=tf.int32) * bins
-    bucket = offset[:, None] + reached
+    at_least = _xla.count_at_least(s, thr)
     self_s = tf.gather(s, tf.maximum(self_index, 0)[:, None], batch_dims=1)
-    self_bucket = tf.where(self_index >= 0, _reached(self_s, thr)[:, 0], 0)
-    return bucket, self_bucket, thr, num_pos
-
-
-@tf.function
-def _at_least_by_buckets(query, gallery, gallery_norms, pos_idx, self_index):
-    """``(at_least, thr, num_pos)``: at_least[i, j] = items scoring >= thr[i, j], the query excluded.
-
-    One flat histogram of the offset buckets (the per-row ``axis=-1`` form
-    took longer than the scores' matmul; bench_eval.py, RESULTS "Evaluation"),
-    summed over the other item of each packed entry, minus one count in the
-    query's own bucket (bucket 0, which no threshold reaches, is never counted).
-    The raw ``DenseBincount`` is called directly: ``tf.math.bincount`` first
-    reduces the whole array to its maximum to size the output, an extra pass
-    over the buckets whose number is known here."""
-    bucket, self_bucket, thr, num_pos = _buckets_xla(query, gallery, gallery_norms, pos_idx, self_index)
-    width = pos_idx.shape[1] + 1
-    pack = _packing(width)
-    rows = tf.shape(bucket)[0]
-    hist = tf.raw_ops.DenseBincount(input=tf.reshape(bucket, [-1]), size=rows * width**pack,
-                                    weights=tf.zeros([0], tf.int32), binary_output=False)
-    if pack == 2:  # entry b + width·b': b counts once in each row of the [width', width] grid, b' in each column
-        grid = tf.reshape(hist, [rows, width, width])
-        hist = tf.reduce_sum(grid, axis=1) + tf.reduce_sum(grid, axis=2)
-    else:
-        hist = tf.reshape(hist, [rows, width])
-    hist -= tf.one_hot(self_bucket, width, dtype=tf.int32) * tf.cast(self_index >= 0, tf.int32)[:, None]
-    return tf.cumsum(hist, axis=1, reverse=True)[:, 1:], thr, num_pos
+    self_counted = (self_s >= thr) & (self_index >= 0)[:, None]
+    return at_least - tf.cast(self_counted, tf.int32), thr, num_pos
 
 
 def _at_least_by_sorting(query, gallery, gallery_norms, pos_idx, self_index):
@@ -245,7 +182,7 @@ def positive_ranks(query, query_ids, gallery=None, gallery_ids=None, distance="e
             idx = np.concatenate([idx, np.full((pad, idx.shape[1]), -1, idx.dtype)])
             self_index = np.concatenate([self_index, np.full(pad, -1, np.int32)])
         counts = (_at_least_by_sorting if idx.shape[1] > MAX_COMPARE_POSITIVES
-                  else _at_least_by_buckets)
+                  else _at_least_by_counting)
         at_least, thr, r = counts(
             tf.constant(q), g, g_norms, tf.constant(idx, tf.int32), tf.constant(self_index))
         yield start, _ranks(at_least, thr, r)[:size], num_pos

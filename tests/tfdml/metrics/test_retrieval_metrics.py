@@ -188,7 +188,7 @@ def test_positive_table():
 @pytest.mark.parametrize("limit", [2, 64])
 def test_large_classes_sorting_path_equals_brute_force(monkeypatch, limit):
     # 40 positives per query: above the limit (2) the score rows are sorted,
-    # below it (64) items are bucketed by comparisons in two groups of 32.
+    # below it (64) they are counted by comparisons (tfdml.xla.count_at_least).
     monkeypatch.setattr(retrieval, "MAX_COMPARE_POSITIVES", limit)
     rng = np.random.default_rng(5)
     labels = np.repeat([0, 1], 41)
@@ -219,9 +219,9 @@ def test_unit_vectors_give_the_same_metrics_by_cosine_and_euclidean(loo):
 
 
 @pytest.mark.parametrize("loo", [True, False])
-def test_packed_histogram_on_an_odd_gallery_equals_brute_force(loo):
-    """Classes of at most 31 positives: two items share a histogram entry (retrieval._packing),
-    the second half of the row with the first; an odd gallery pads one item into bucket 0.
+def test_counting_path_with_a_padded_last_chunk_equals_brute_force(loo):
+    """The counting path (classes within MAX_COMPARE_POSITIVES), its query taken out of its own
+    counts in leave-one-out, and a last chunk padded with rows that have no positives.
     (Ties: test_ties_rank_negatives_first.)"""
     rng = np.random.default_rng(11)
     labels = rng.integers(0, 6, 61)
@@ -229,8 +229,8 @@ def test_packed_histogram_on_an_odd_gallery_equals_brute_force(loo):
     g_labels = rng.integers(0, 6, 43)
     g = rng.standard_normal((43, 3)).astype(np.float32)
     gallery, gallery_labels = (None, None) if loo else (g, g_labels)
-    width = 1 + np.bincount(labels if loo else g_labels).max()
-    assert retrieval._packing(width) == 2 and (61 if loo else 43) % 2 == 1
+    assert np.bincount(labels if loo else g_labels).max() <= retrieval.MAX_COMPARE_POSITIVES
+    assert 61 % 7 != 0
     ref, _ = brute_metrics(brute_rankings(x, labels, gallery, gallery_labels, "euclidean"), KS)
     got = retrieval_metrics(x, labels, gallery, gallery_labels, metrics=ALL, ks=KS, chunk_size=7)
     for key, value in ref.items():

@@ -4,6 +4,7 @@
     python benchmarks/bench_eval.py --sizes 20000 --methods tfdml faiss
     python benchmarks/bench_eval.py --methods tfdml matmul faiss --repeat 4   # warm medians, ratios
     python benchmarks/bench_eval.py --sizes 20000 --methods tfdml faiss pml --ks 1   # P@1, MAP@R, R-Precision
+    python benchmarks/bench_eval.py --sizes 8000 --classes 98 --methods tfdml_count tfdml_sort --repeat 3   # both paths, P ≈ 100
 
 Random 128-d Gaussian embeddings, uniform random labels (20,000 examples in
 2,000 classes; 60,000 in 11,000 classes, the size of the SOP test split),
@@ -11,6 +12,10 @@ leave-one-out retrieval with euclidean distance. Methods:
 
 * ``tfdml`` — :func:`tfdml.metrics.retrieval_metrics` (chunked matmul, ranks
   of the positives; time independent of k);
+* ``tfdml_count`` / ``tfdml_sort`` — the same with every chunk counted by
+  comparisons / every score row sorted, whatever the class sizes (the two
+  paths on either side of ``retrieval.MAX_COMPARE_POSITIVES``; with
+  ``--classes`` to set P);
 * ``sklearn`` — ``NearestNeighbors(algorithm="brute").kneighbors`` with
   k = 1001, then the metrics from the neighbour labels in NumPy;
 * ``faiss`` — ``faiss.IndexFlatL2`` search with k = 1001 (optional: skipped
@@ -151,9 +156,11 @@ def _neighbours_needed(labels, ks):
 
 def _compute(method, x, labels, dim, chunk_size, ks=KS):
     kmax = _neighbours_needed(labels, ks)
-    if method == "tfdml":
+    if method in ("tfdml", "tfdml_count", "tfdml_sort"):
         from tfdml.metrics import retrieval
 
+        if method != "tfdml":  # this child process only
+            retrieval.MAX_COMPARE_POSITIVES = 0 if method == "tfdml_sort" else 2**31
         res = retrieval.retrieval_metrics(x, labels, metrics=("recall", "map@r", "r_precision"),
                                           ks=ks, chunk_size=chunk_size)
         res.pop("num_excluded_queries")
@@ -261,7 +268,8 @@ def main(argv=None):
                    help="calls per process: the first is reported cold, the median of the rest warm")
     p.add_argument("--ks", type=int, nargs="+", default=list(KS), help="the k of Recall@k")
     p.add_argument("--child", nargs=2, metavar=("METHOD", "N"), help=argparse.SUPPRESS)
-    p.add_argument("--classes", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--classes", type=int, default=None,
+                   help="classes for every size (default: 2,000 at 20k, 11,000 at 60k, else n / 10)")
     args = p.parse_args(argv)
     if args.child:
         method, n = args.child[0], int(args.child[1])
@@ -272,8 +280,8 @@ def main(argv=None):
     for n in args.sizes:
         for method in args.methods:
             try:
-                row = run_in_child(method, n, dim=args.dim, repeat=args.repeat, chunk_size=args.chunk_size,
-                                   ks=tuple(args.ks))
+                row = run_in_child(method, n, classes=args.classes, dim=args.dim, repeat=args.repeat,
+                                   chunk_size=args.chunk_size, ks=tuple(args.ks))
             except ChildFailed as err:
                 print(f"{method:8s} n={n}: skipped ({err})", flush=True)
                 continue

@@ -80,9 +80,12 @@ def _positive_table(gallery_ids, num_classes):
 
 
 #: Positives per query up to which each chunk is counted by comparisons under
-#: XLA (cost ∝ P per score, :func:`tfdml.xla.count_at_least`); above it each
-#: score row is sorted with NumPy instead (cost ∝ log N per score).
-MAX_COMPARE_POSITIVES = 64
+#: XLA (:func:`tfdml.xla.count_at_least`: one pass over the scores per 64
+#: positives); above it each score row is sorted with NumPy instead (cost ∝
+#: log N per score). Measured (``bench_eval.py --classes``, RESULTS
+#: "Scaling"): counting is 2.7–4.1× faster warm at P = 98–234; the first call
+#: compiles for longer as P grows (≈ 2 s at P = 256, ≈ 6 s at 512).
+MAX_COMPARE_POSITIVES = 256
 
 
 def _positive_thresholds(s, pos_idx):

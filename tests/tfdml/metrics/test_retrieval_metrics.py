@@ -185,14 +185,15 @@ def test_positive_table():
     np.testing.assert_array_equal(table, [[1, -1, -1], [3, -1, -1], [0, 2, 4], [-1, -1, -1]])
 
 
-@pytest.mark.parametrize("limit", [2, 64])
+@pytest.mark.parametrize("limit", [2, 256])
 def test_large_classes_sorting_path_equals_brute_force(monkeypatch, limit):
-    # 40 positives per query: above the limit (2) the score rows are sorted,
-    # below it (64) they are counted by comparisons (tfdml.xla.count_at_least).
+    # 69 positives per query: above the limit (2) the score rows are sorted,
+    # below it (256) they are counted by comparisons (tfdml.xla.count_at_least),
+    # in two passes (64 + 5 positives).
     monkeypatch.setattr(retrieval, "MAX_COMPARE_POSITIVES", limit)
     rng = np.random.default_rng(5)
-    labels = np.repeat([0, 1], 41)
-    x = rng.standard_normal((82, 3)).astype(np.float32)
+    labels = np.repeat([0, 1], 70)
+    x = rng.standard_normal((140, 3)).astype(np.float32)
     ref, _ = brute_metrics(brute_rankings(x, labels, None, None, "euclidean"), (1, 10))
     got = retrieval_metrics(x, labels, metrics=ALL, ks=(1, 10), chunk_size=9)
     for key, value in ref.items():

@@ -1,5 +1,7 @@
 """tfdml.xla: is_compiling (the mode a sampler or loss is traced for) and count_at_least."""
 
+import numpy as np
+import pytest
 import tensorflow as tf
 
 from tfdml import xla
@@ -31,9 +33,6 @@ def test_true_under_jit_compile_also_nested():
 
 
 # count_at_least: counts per row of values >= each threshold, against NumPy's comparisons.
-
-import numpy as np
-import pytest
 
 MODES = {
     "eager": lambda f: f,

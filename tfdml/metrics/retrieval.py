@@ -115,8 +115,8 @@ def _at_least_by_counting(query, gallery, gallery_norms, pos_idx, self_index):
     fuses the comparisons and the scores' elementwise expansion), the same
     shape of work as a row minimum of the distance matrix. The query itself
     is not set to −∞ in the [c, N] scores (one more pass over them): its own
-    score is compared with the thresholds and taken out of the counts. The positive indices never hold the query itself
-    (:func:`positive_ranks`)."""
+    score is compared with the thresholds and taken out of the counts. The
+    positive indices never hold the query itself (:func:`positive_ranks`)."""
     s = _knn.scores(query, gallery, gallery_norms)
     thr, num_pos = _positive_thresholds(s, pos_idx)
     at_least = _xla.count_at_least(s, thr)

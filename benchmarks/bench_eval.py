@@ -14,7 +14,7 @@ leave-one-out retrieval with euclidean distance. Methods:
   of the positives; time independent of k);
 * ``tfdml_count`` / ``tfdml_sort`` — the same with every chunk counted by
   comparisons / every score row sorted, whatever the class sizes (the two
-  paths on either side of ``retrieval.MAX_COMPARE_POSITIVES``; with
+  paths ``retrieval.counts_by_comparison`` chooses between; with
   ``--classes`` to set P);
 * ``sklearn`` — ``NearestNeighbors(algorithm="brute").kneighbors`` with
   k = 1001, then the metrics from the neighbour labels in NumPy;
@@ -160,7 +160,8 @@ def _compute(method, x, labels, dim, chunk_size, ks=KS):
         from tfdml.metrics import retrieval
 
         if method != "tfdml":  # this child process only
-            retrieval.MAX_COMPARE_POSITIVES = 0 if method == "tfdml_sort" else 2**31
+            limit = 0 if method == "tfdml_sort" else 2**31
+            retrieval.MAX_COMPARE_POSITIVES = retrieval.MAX_COMPARE_POSITIVES_LARGE = limit
         res = retrieval.retrieval_metrics(x, labels, metrics=("recall", "map@r", "r_precision"),
                                           ks=ks, chunk_size=chunk_size)
         res.pop("num_excluded_queries")

@@ -21,9 +21,10 @@ the R positives' scores are gathered and sorted (they are known by label),
 and one pass over each score row counts, for every positive score at once,
 how many items score at least as high (:func:`tfdml.xla.count_at_least`, a
 variadic reduction under XLA). For very large classes (more than
-:data:`MAX_COMPARE_POSITIVES` positives) each score row is sorted instead
-(NumPy). Memory grows with ``chunk × N``; time does not depend on k, so
-Recall@1000 costs the same as Recall@1 (no ``top_k`` over 1000 columns).
+:data:`MAX_COMPARE_POSITIVES` positives, :func:`counts_by_comparison`) each
+score row is sorted instead (NumPy). Memory grows with ``chunk × N``; time
+does not depend on k, so Recall@1000 costs the same as Recall@1 (no
+``top_k`` over 1000 columns).
 
 Conventions:
 
@@ -81,11 +82,27 @@ def _positive_table(gallery_ids, num_classes):
 
 #: Positives per query up to which each chunk is counted by comparisons under
 #: XLA (:func:`tfdml.xla.count_at_least`: one pass over the scores per 64
-#: positives); above it each score row is sorted with NumPy instead (cost ∝
-#: log N per score). Measured (``bench_eval.py --classes``, RESULTS
-#: "Scaling"): counting is 2.7–4.1× faster warm at P = 98–234; the first call
-#: compiles for longer as P grows (≈ 2 s at P = 256, ≈ 6 s at 512).
-MAX_COMPARE_POSITIVES = 256
+#: positives); above it (see :func:`counts_by_comparison`) each score row is
+#: sorted with NumPy instead (cost ∝ log N per score).
+MAX_COMPARE_POSITIVES = 64
+
+#: Positives up to which an evaluation of at least :data:`COUNT_LARGE_FROM_PAIRS`
+#: query–gallery pairs is counted too. Counting is faster on every call once
+#: compiled (warm, RESULTS "Scaling": 2.7–4.1× at P = 98–234 on 8,000–20,000
+#: items), but its first call compiles for longer as P grows (≈ 1 s at
+#: P = 64, 2 s at 256, 6 s at 512), which a small evaluation does not earn back:
+#: 5,000 items at P = 220 took 2.2 s cold against 1.3 s sorted (0.27 against
+#: 0.55 s warm); 8,000 items at P = 98 took 2.0 s either way.
+MAX_COMPARE_POSITIVES_LARGE = 256
+COUNT_LARGE_FROM_PAIRS = 2**25
+
+
+def counts_by_comparison(num_positives, num_pairs):
+    """Whether an evaluation whose largest class gives ``num_positives`` positives per
+    query, scoring ``num_pairs`` query–gallery pairs, is counted (else sorted)."""
+    if num_positives <= MAX_COMPARE_POSITIVES:
+        return True
+    return num_positives <= MAX_COMPARE_POSITIVES_LARGE and num_pairs >= COUNT_LARGE_FROM_PAIRS
 
 
 def _positive_thresholds(s, pos_idx):
@@ -168,6 +185,7 @@ def positive_ranks(query, query_ids, gallery=None, gallery_ids=None, distance="e
     chunk = min(_knn.chunk_size_for(gallery.shape[0], chunk_size), query.shape[0])
     query, gallery = _knn.ranking_frame(query, gallery, distance)
     g, g_norms = _knn.gallery_tensors(gallery)  # the norms once, not once per chunk
+    by_comparison = counts_by_comparison(table.shape[1], query.shape[0] * gallery.shape[0])
     for start in range(0, query.shape[0], chunk):
         stop = min(start + chunk, query.shape[0])
         size = stop - start
@@ -184,8 +202,7 @@ def positive_ranks(query, query_ids, gallery=None, gallery_ids=None, distance="e
             q = np.concatenate([q, np.zeros((pad, q.shape[1]), q.dtype)])
             idx = np.concatenate([idx, np.full((pad, idx.shape[1]), -1, idx.dtype)])
             self_index = np.concatenate([self_index, np.full(pad, -1, np.int32)])
-        counts = (_at_least_by_sorting if idx.shape[1] > MAX_COMPARE_POSITIVES
-                  else _at_least_by_counting)
+        counts = _at_least_by_counting if by_comparison else _at_least_by_sorting
         at_least, thr, r = counts(
             tf.constant(q), g, g_norms, tf.constant(idx, tf.int32), tf.constant(self_index))
         yield start, _ranks(at_least, thr, r)[:size], num_pos

@@ -185,6 +185,14 @@ def test_positive_table():
     np.testing.assert_array_equal(table, [[1, -1, -1], [3, -1, -1], [0, 2, 4], [-1, -1, -1]])
 
 
+def test_counts_by_comparison_up_to_64_positives_or_256_on_large_evaluations():
+    large = retrieval.COUNT_LARGE_FROM_PAIRS
+    assert retrieval.counts_by_comparison(1, 1) and retrieval.counts_by_comparison(64, 1)
+    assert not retrieval.counts_by_comparison(65, large - 1)
+    assert retrieval.counts_by_comparison(65, large) and retrieval.counts_by_comparison(256, large)
+    assert not retrieval.counts_by_comparison(257, 2**40)
+
+
 @pytest.mark.parametrize("limit", [2, 256])
 def test_large_classes_sorting_path_equals_brute_force(monkeypatch, limit):
     # 69 positives per query: above the limit (2) the score rows are sorted,

@@ -1,0 +1,88 @@
+"""The docs in docs/: the config reference is the schema's rendering, links stay inside the
+repository, and the docs say what the code does, not how it went."""
+
+import importlib.util
+import os
+import re
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = os.path.join(ROOT, "docs")
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location(
+        "gen_config_reference", os.path.join(DOCS, "gen_config_reference.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _doc_files():
+    return sorted(os.path.join(DOCS, name) for name in os.listdir(DOCS) if name.endswith(".md"))
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def test_config_reference_is_the_rendering_of_the_schema():
+    expected = _generator().render()
+    current = _read(os.path.join(DOCS, "config.md"))
+    assert current == expected, (
+        "docs/config.md is stale (tfdml.config.SCHEMA changed): run python docs/gen_config_reference.py")
+
+
+def test_config_reference_lists_every_key_with_its_default():
+    from tfdml import config
+
+    text = _read(os.path.join(DOCS, "config.md"))
+
+    def keys(schema, path=""):
+        for key, field in schema.items():
+            where = f"{path}.{key}" if path else key
+            if isinstance(field, dict):
+                yield from keys(field, where)
+            else:
+                yield where
+
+    missing = [k for k in keys(config.SCHEMA) if f"| `{k}` |" not in text]
+    assert not missing, f"docs/config.md lacks {missing}"
+
+
+def test_a_loss_registered_by_a_user_does_not_change_the_reference(monkeypatch):
+    """The README's example registers a loss in the test process: the reference lists
+    tfdml's own losses, whatever else the process registered."""
+    from tfdml import losses
+
+    before = _generator().render()
+
+    class ALossOfTheUser(losses.MetricLoss):
+        def compute(self, targets, embeddings):
+            return 0.0
+
+    ALossOfTheUser.__module__ = "my_losses"
+    monkeypatch.setitem(losses.LOSSES, "a_loss_of_the_user", ALossOfTheUser)
+    assert "a_loss_of_the_user" in _generator().config.SCHEMA["loss"]["name"].choices
+    assert _generator().render() == before
+
+
+def test_docs_link_only_to_files_of_the_repository():
+    broken = []
+    for path in _doc_files():
+        for target in re.findall(r"\]\(([^)#\s]+)", _read(path)):
+            if re.match(r"[a-z]+://", target):
+                continue
+            if not os.path.exists(os.path.normpath(os.path.join(os.path.dirname(path), target))):
+                broken.append(f"{os.path.relpath(path, ROOT)} -> {target}")
+    assert not broken, f"links to files that are not in the repository: {broken}"
+
+
+def test_docs_and_results_name_no_design_page_outside_the_repository_nor_issues():
+    paths = _doc_files() + [os.path.join(ROOT, "benchmarks", "RESULTS.md")]
+    found = []
+    for path in paths:
+        for number, line in enumerate(_read(path).splitlines(), 1):
+            if "DESIGN.md" in line or re.search(r"\bissue\s+\d", line, re.I):
+                found.append(f"{os.path.relpath(path, ROOT)}:{number}: {line.strip()[:80]}")
+    assert not found, f"the docs point outside the repository or to the work log: {found}"

@@ -86,3 +86,35 @@ def test_docs_and_results_name_no_design_page_outside_the_repository_nor_issues(
             if "DESIGN.md" in line or re.search(r"\bissue\s+\d", line, re.I):
                 found.append(f"{os.path.relpath(path, ROOT)}:{number}: {line.strip()[:80]}")
     assert not found, f"the docs point outside the repository or to the work log: {found}"
+
+
+def _imported_packages(package):
+    """Top-level names imported by the modules of ``package`` (import statements only)."""
+    import ast
+
+    found = {}
+    for folder, _, names in os.walk(os.path.join(ROOT, package)):
+        for name in names:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            for node in ast.walk(ast.parse(_read(path))):
+                if isinstance(node, ast.Import):
+                    modules = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    modules = [node.module]
+                else:
+                    continue
+                for module in modules:
+                    found.setdefault(module.split(".")[0], []).append(
+                        f"{os.path.relpath(path, ROOT)}:{node.lineno}")
+    return found
+
+
+def test_the_data_side_and_the_model_side_do_not_import_each_other():
+    """docs/design.md: pipelines (tf.data only) never imports tfdml or Keras; tfdml never
+    imports pipelines. They meet at the batch contract, in experiment.py."""
+    data_side = _imported_packages("pipelines")
+    model_side = _imported_packages("tfdml")
+    assert not data_side.get("tfdml") and not data_side.get("keras"), data_side
+    assert not model_side.get("pipelines"), model_side["pipelines"]

@@ -118,3 +118,14 @@ def test_the_data_side_and_the_model_side_do_not_import_each_other():
     model_side = _imported_packages("tfdml")
     assert not data_side.get("tfdml") and not data_side.get("keras"), data_side
     assert not model_side.get("pipelines"), model_side["pipelines"]
+
+
+def test_the_guide_s_examples_are_python_and_name_configs_that_exist():
+    guide = _read(os.path.join(DOCS, "guide.md"))
+    blocks = re.findall(r"```python\n(.*?)```", guide, flags=re.S)
+    assert blocks
+    for number, block in enumerate(blocks):
+        compile(block, f"docs/guide.md, python block {number + 1}", "exec")
+    named = set(re.findall(r"configs/[\w.-]+\.yaml", guide))
+    missing = sorted(p for p in named if not os.path.exists(os.path.join(ROOT, p)))
+    assert named and not missing, f"docs/guide.md names configs that do not exist: {missing}"

@@ -3,9 +3,9 @@
 ``tfdml.distances.pairwise_euclidean`` expands ``D_ij² = |u_i|² + |v_j|² - 2 u_i·v_j``
 around the batch mean (Wu et al. 2017 §3, D_ij). This script compares it with
 
-* **old**: the same expansion around the origin (tfdml before issue 11 item 3);
+* **old**: the same expansion around the origin (tfdml's earlier form);
 * **centred only**: around the batch mean, without the float64 refinement of
-  the entries whose error bound is large (the first step of issue 11 item 3);
+  the entries whose error bound is large (an intermediate form);
 * two alternatives that were measured and not adopted, both also accurate for
   close pairs far from the batch mean: **+ exact 8-NN** (the centred
   expansion, then each row's 8 nearest entries recomputed from explicit

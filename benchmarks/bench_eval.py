@@ -23,7 +23,7 @@ leave-one-out retrieval with euclidean distance. Methods:
 * ``faiss_search`` — the same faiss search without the metrics: what faiss
   itself costs on this machine, next to ``matmul``;
 * ``matmul`` — the distance matrix alone, float32 BLAS by blocks of rows (the
-  floor goal 3 of issue 13 measures against): the last lines print each
+  floor the evaluation is measured against): the last lines print each
   method's time over it;
 * ``pml`` — pytorch-metric-learning's ``AccuracyCalculator`` with
   ``k="max_bin_count"`` (the k its MAP@R and R-Precision need; its default,
@@ -113,7 +113,7 @@ def _drop_self(idx, k):
 
 
 def _blocked_distance_matrix(x, chunk_size=None):
-    """The cost floor of goal 3 (issue 13): every squared distance, a float32
+    """The cost floor of an exact evaluation: every squared distance, a float32
     matmul by blocks of rows (the chunk tfdml uses, the last block padded so
     that XLA compiles once), each block reduced to its row minimum so that
     nothing is skipped. Returns the minima."""

@@ -1,10 +1,10 @@
-"""End-to-end training step: ``model.fit`` steps per second by XLA mode (issue 13, goals 2 and 4).
+"""End-to-end training step: ``model.fit`` steps per second by XLA mode.
 
     python benchmarks/bench_fit_step.py                       # margin + DW, B = 128, the three modes
     python benchmarks/bench_fit_step.py --loss triplet --sampler semi_hard --batch 64 256
     python benchmarks/bench_fit_step.py --rounds 5 --steps 40
 
-The network of issue 13, goal 4: 4 × [conv 3×3 – BN – ReLU – max-pool 2×2]
+The reference glyph CNN: 4 × [conv 3×3 – BN – ReLU – max-pool 2×2]
 with 32, 64, 128, 256 filters, global average pooling, Dense 128, L2
 normalisation, on 32×32×1 inputs, trained by ``EmbeddingModel.fit`` with
 Adam on m-per-class batches (m = 4, or `--per-class`) held in memory. Modes: ``graph``

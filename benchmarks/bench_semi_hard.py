@@ -1,4 +1,4 @@
-"""Speed of the semi-hard sampler, before / after issue 13 (not a test; nothing here asserts).
+"""Speed of the semi-hard sampler beside its earlier form (not a test; nothing here asserts).
 
 Forward + backward of the ℓ2² triplet loss (``losses.TripletLoss``, margin
 0.2) on L2-normalised ``--dim``-d embeddings, ``--per-class`` examples per
@@ -44,7 +44,7 @@ from tfdml.samplers import base, semi_hard  # noqa: E402
 
 
 class SortOnlySemiHard(base.Sampler):
-    """The semi-hard sampler before issue 13 (commit 0ae0a2c): one stable sort per row."""
+    """The earlier semi-hard sampler (commit 0ae0a2c): one stable sort per row."""
 
     kind = "triplets"
     needs_seed = False
@@ -87,7 +87,7 @@ class SortOnlySemiHard(base.Sampler):
 
 
 class GatherNdTripletLoss(losses.TripletLoss):
-    """The triplet loss before issue 13: ``tf.gather_nd`` for D_ap and D_an (same values and
+    """The earlier triplet loss: ``tf.gather_nd`` for D_ap and D_an (same values and
     gradient as today's flat gather, slower gradient in graph mode)."""
 
     def compute(self, targets, embeddings):

@@ -1,4 +1,4 @@
-"""tfdml next to its peers on this machine: PML, PyTorch, faiss, TF Addons, TF Similarity (issue 13).
+"""tfdml next to its peers on this machine: PML, PyTorch, faiss, TF Addons, TF Similarity.
 
     python benchmarks/compare_peers.py                                # all parts: B = 256, 1024; n = 20k; fit B = 128
     python benchmarks/compare_peers.py --parts losses --batch 256 --runs 5
@@ -27,7 +27,7 @@ message and tfdml's side runs alone. Three parts:
   ``AccuracyCalculator`` (k = max_bin_count, faiss search) and faiss +
   NumPy, each in a fresh process (``bench_eval.run_in_child``): a cold call and
   the median of the warm calls after it.
-* ``fit`` — issue 13's goal 4: ``model.fit`` step time of the network of
+* ``fit`` — ``model.fit`` step time of the network of
   ``bench_fit_step.py`` (modes graph, xla, loss) against the same network in
   PyTorch (Conv2d-BatchNorm2d-ReLU-MaxPool2d × 4, AdaptiveAvgPool2d, Linear
   128, F.normalize) with PML's MarginLoss + DistanceWeightedMiner and Adam,
@@ -54,7 +54,7 @@ interpreter (``--legacy-python``; by default ``~/.cache/tfdml/legacy-peers``'s
 if it exists), a venv that ``--make-legacy-venv [DIR]`` makes with Python
 3.9–3.11 (TF 2.15 has wheels for no other) and the pins of ``LEGACY_PINS``.
 That worker imports neither tfdml nor Keras 3. Without it the losses part
-says so in one line and prints issue 13's figures for them, cited, not
+says so in one line and prints the recorded figures for them, cited, not
 measured. The peers: TF Addons' ``TripletSemiHardLoss`` and
 ``TripletHardLoss`` (ℓ2, margin 0.2) and TF Similarity's ``TripletLoss``
 (distance ``"euclidean"``, margin 0.2, positive mining ``"hard"``, negative
@@ -110,7 +110,7 @@ LEGACY_DISTRIBUTIONS = {"TensorFlow": "tensorflow-cpu", "TF Addons": "tensorflow
 # B = 256 / 512 / 1024, measured (TF 2.15.1, 2-core development machine).
 TFA_SEMI_HARD_BYTES = 19
 
-# Issue 13's figures for the peers that need TF <= 2.15 / Keras 2 (forward + backward, ms).
+# Recorded figures for the peers that need TF <= 2.15 / Keras 2 (forward + backward, ms).
 CITED = [
     ("semi-hard triplet", 256, "TF Similarity", 1.5, "one positive per anchor"),
     ("semi-hard triplet", 256, "TF Addons", 58.0, ""),
@@ -578,7 +578,7 @@ def timed(worker, **request):
 def loss_ratio_columns(legacy_columns):
     """The ratio columns of the losses table: tfdml against PML in each mode; against TF Addons and
     TF Similarity, graph mode (the same kind of step as theirs) and tfdml's best mode (goal 1 of
-    issue 13 reads that one)."""
+    the comparison reads that one)."""
     return (["graph / PML", "XLA / PML"] + [f"graph / {name}" for name in legacy_columns]
             + [f"best / {name}" for name in legacy_columns])
 
@@ -596,7 +596,7 @@ def loss_row_cells(median, pml_columns, legacy_columns):
 
 
 def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scratch, cases=LOSS_CASES, legacy=None):
-    """The losses part; ``legacy``: the worker of TF Addons + TF Similarity, or None (issue 13's figures, cited)."""
+    """The losses part; ``legacy``: the worker of TF Addons + TF Similarity, or None (the recorded figures, cited)."""
     print(f"\n## Loss + miner, forward + backward (B × {dim}, m = {per_class}, margin {MARGIN}, ℓ2 distance)\n")
     print(f"Median of {runs} interleaved rounds after {warmup} warm-up calls, ms. Ratios: tfdml time / peer time "
           f"(below 1: tfdml faster){', against the faster PML column' if peer and len(threads) > 1 else ''}"
@@ -651,7 +651,7 @@ def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scr
               f"{values['TF Similarity']:.6f} (one positive per anchor: another loss).")
     if not legacy:
         print("\nTF Addons and TF Similarity (TF ≤ 2.15, Keras 2) cannot be installed next to TF 2.21: figures "
-              "**cited from issue 13**, measured there on 2026-11-23, **not in this run**, ms:\n")
+              "**cited from an earlier measurement** (2026-11-23), **not in this run**, ms:\n")
         print("| loss | B | peer | ms | note |")
         print("|---|---:|---|---:|---|")
         for case, batch, name, ms, note in CITED:
@@ -688,7 +688,7 @@ def part_eval(sizes, repeat, with_pml, with_faiss):
 
 
 def part_fit(tfdml, peer, batch, modes, rounds, warmup, steps, threads, scratch, per_class=4):
-    print("\n## Training step, issue 13 goal 4 (margin + distance weighted, Adam, 32×32×1, m = 4)\n")
+    print("\n## Training step (margin + distance weighted, Adam, 32×32×1, m = 4)\n")
     sides = list(modes) + ([f"torch, {thread_label(t)}" for t in threads] if peer else [])
     print(f"4 × [conv 3×3 – BN – ReLU – max-pool] 32-64-128-256, global average pool, Dense 128, L2; B = {batch}. "
           f"{rounds} rounds, each a fresh model per side in turn ({' → '.join(sides)}), {warmup} warm-up + "

@@ -1,4 +1,4 @@
-"""Kanji fonts: an offline deep-metric-learning benchmark rendered from installed fonts (issue 14).
+"""Kanji fonts: an offline deep-metric-learning benchmark rendered from installed fonts.
 
     apt-get install -y fonts-ipafont-gothic fonts-noto-cjk ...   # see README / RESULTS.md
     python benchmarks/kanji_fonts.py                  # build (or reuse) the 32×32 set of

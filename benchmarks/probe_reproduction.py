@@ -1,4 +1,4 @@
-"""Re-score a claim's finished runs on a harder view of the kanji set (issue 14, investigations).
+"""Re-score a claim's finished runs on a harder view of the kanji set (investigations).
 
     python benchmarks/probe_reproduction.py --claim lu_topk --test-classes 2000 --ks 1 5 10 20
 

@@ -1,4 +1,4 @@
-"""Reproduce the papers' claims on the kanji-fonts benchmark (issue 14).
+"""Reproduce the papers' claims on the kanji-fonts benchmark.
 
     python benchmarks/reproduce.py --list
     python benchmarks/reproduce.py --claim wu_sampling --seeds 0 1 2

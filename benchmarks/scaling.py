@@ -1,4 +1,4 @@
-"""Scaling curves (issue 13, goal 5): time against batch size for every sampler,
+"""Scaling curves: time against batch size for every sampler,
 time and memory against n for evaluation, and the measured order of growth.
 
 Not a test; nothing here asserts.

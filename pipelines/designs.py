@@ -5,7 +5,7 @@ A design turns a training split into an infinite stream of batches
     (x [B, ...], {"label", "class_size", "w_pos", "w_neg"[, "pair_id"], "example_id"
                   [, "w_triplet"]})
 
-following the batch contract of DESIGN.md. Every batch is drawn by stateless
+following the batch contract of docs/design.md. Every batch is drawn by stateless
 TensorFlow ops keyed by ``(seed, step)``: the same seed gives the same batches,
 with no Python code per batch.
 

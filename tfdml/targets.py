@@ -1,7 +1,7 @@
 """The batch contract, model side: what a loss receives as ``y_true``.
 
 A batch's targets are either plain integer labels (shape [B] or [B, 1]) or the
-dict of columns described in DESIGN.md:
+dict of columns described in docs/design.md:
 
 ======================  =========  =============================================
 column                  dtype      meaning

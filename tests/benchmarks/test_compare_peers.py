@@ -42,7 +42,7 @@ def test_calls_are_interleaved_and_each_side_gets_its_median():
 
 
 def test_a_losses_row_gives_graph_and_best_mode_ratios_against_the_legacy_peers():
-    """Goal 1 of issue 13 reads tfdml's best mode against TF Similarity: here XLA (2 ms) is the
+    """The comparison reads tfdml's best mode against TF Similarity: here XLA (2 ms) is the
     best, so best / TF Similarity = 2 / 4 while graph / TF Similarity = 3 / 4."""
     median = {"graph": 0.003, "xla": 0.002, "PML, 1 thread": 0.010, "PML, 2 threads": 0.008,
               "TF Addons": 0.030, "TF Similarity": 0.004}
@@ -73,7 +73,7 @@ def test_main_runs_tfdml_alone_when_pytorch_and_the_legacy_venv_are_missing(monk
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert float(cells[2]) > 0 and float(cells[3]) > 0  # tfdml graph and XLA ran
     assert cells[4:] == ["–", "–", "–", "–"]  # PML, both ratios, PML's triplets
-    assert "cited from issue 13" in out and "| batch-hard triplet | 1024 | TF Addons | 8.3 |" in out
+    assert "cited from an earlier measurement" in out and "| batch-hard triplet | 1024 | TF Addons | 8.3 |" in out
     assert "Load average at the end" in out
 
 

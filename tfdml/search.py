@@ -591,9 +591,15 @@ class Index:
         return self._ids[pos], values
 
     def match(self, queries, threshold, k=1):
-        """:meth:`search`, plus ``is_match`` [Q, k']: ``distances <= threshold``."""
+        """:meth:`search`, plus ``is_match`` [Q, k']: ``distances <= threshold``.
+
+        ``threshold``: a distance, a :class:`Calibration`, ``None`` (no
+        threshold was chosen: ``is_match`` is False everywhere) or
+        ``float("inf")`` (every neighbour matches).
+        """
+        limit = _match_limit(threshold)
         ids, values = self.search(queries, k)
-        return ids, values, values <= np.float32(threshold)
+        return ids, values, values <= limit
 
     # -- files ------------------------------------------------------------
     def _arrays(self):
@@ -783,6 +789,22 @@ def calibrate(index, queries, labels, target_precision=0.99):
                        float(thresholds[ok[-1]]), float(target_precision), index.distance)
 
 
+def _match_limit(threshold):
+    """The float32 distance limit of ``is_match``: ``None`` (no threshold) is
+    -inf, so that nothing matches; a NaN is refused."""
+    if isinstance(threshold, Calibration):
+        threshold = threshold.threshold
+    if threshold is None:
+        return np.float32(-np.inf)
+    try:
+        limit = np.float32(threshold)
+    except (TypeError, ValueError):
+        raise ValueError(f"threshold must be a distance, a Calibration or None, got {threshold!r}.") from None
+    if np.isnan(limit):
+        raise ValueError("threshold is NaN; pass a distance, a Calibration, or None (nothing matches).")
+    return limit
+
+
 def _lookup_module(model, index, k, threshold, input_signature):
     import tensorflow as tf
 
@@ -793,7 +815,7 @@ def _lookup_module(model, index, k, threshold, input_signature):
     frame = _knn.PreparedGallery(index.embeddings, distance)
     minus_c = -frame.centre[None, :]
     k_eff = min(int(k), len(index))
-    limit = np.float32(np.inf if threshold is None else threshold)
+    limit = _match_limit(threshold)
 
     class Lookup(tf.Module):
         def __init__(self):
@@ -840,7 +862,9 @@ def export_lookup(model, index, path, k=10, threshold=None, input_signature=None
 
     also registered as the serving signatures ``"lookup"`` (the default) and
     ``"embed"`` (output ``{"embeddings"}``). ``threshold``: a distance, a
-    :class:`Calibration`, or ``None`` (every neighbour is a match).
+    :class:`Calibration`, ``None`` (no threshold, e.g. a calibration that
+    failed: ``is_match`` is False for every neighbour, never True) or
+    ``float("inf")`` (every neighbour is a match).
     ``input_signature``: a list of one ``tf.TensorSpec``; default: from
     ``model.inputs``. The index is copied into the SavedModel as variables
     (searched whole per batch: memory ∝ batch × N); the directory is written
@@ -852,8 +876,7 @@ def export_lookup(model, index, path, k=10, threshold=None, input_signature=None
         raise ValueError("The index is empty: add embeddings before exporting a lookup.")
     if int(k) < 1:
         raise ValueError(f"k must be a positive integer, got {k}.")
-    if isinstance(threshold, Calibration):
-        threshold = threshold.threshold
+    _match_limit(threshold)  # a bad threshold fails before any tracing
     if input_signature is None:
         inputs = getattr(model, "inputs", None)
         if not inputs or len(inputs) != 1:

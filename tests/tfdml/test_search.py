@@ -385,7 +385,7 @@ def test_export_lookup_int_ids_cosine_and_bad_input(tmp_path):
     assert out["ids"].dtype == tf.int64 and out["ids"].shape == (5, 30)  # k capped at N
     np.testing.assert_array_equal(out["ids"].numpy(), want_ids)  # exact beyond 2**53
     np.testing.assert_allclose(out["distances"].numpy(), want_d, atol=1e-5)
-    assert out["is_match"].numpy().all()  # no threshold: every neighbour matches
+    assert not out["is_match"].numpy().any()  # no threshold: nothing is declared a match
     export_lookup(model, index, tmp_path / "m", k=1)  # replaces the old export
     loaded = tf.saved_model.load(str(tmp_path / "m"))
     assert loaded.lookup(tf.constant(queries, tf.float32))["ids"].shape == (5, 1)
@@ -395,6 +395,31 @@ def test_export_lookup_int_ids_cosine_and_bad_input(tmp_path):
     with pytest.raises(ValueError, match="index is empty"):
         export_lookup(model, Index(), tmp_path / "x")
     assert sorted(os.listdir(tmp_path)) == ["m"]
+
+
+def test_no_threshold_never_matches_and_inf_matches_every_neighbour(tmp_path):
+    """threshold=None (no threshold chosen, e.g. a failed calibration) makes
+    is_match False everywhere, in Index.match and in the exported lookup alike;
+    only an explicit float("inf") accepts every neighbour."""
+    import tensorflow as tf
+
+    from tfdml.search import export_lookup
+
+    model = _model(2)
+    rng = np.random.default_rng(11)
+    x, queries = rng.standard_normal((12, 6)), rng.standard_normal((3, 6)).astype(np.float32)
+    index = Index().add(model(x).numpy(), np.arange(12))
+    e = model(queries).numpy()
+    assert not index.match(e, None, k=4)[2].any()
+    assert index.match(e, float("inf"), k=4)[2].all()
+    with pytest.raises(ValueError, match="threshold.*NaN"):
+        index.match(e, float("nan"))
+    for threshold, want in ((None, False), (float("inf"), True)):
+        export_lookup(model, index, tmp_path / "m", k=4, threshold=threshold)
+        loaded = tf.saved_model.load(str(tmp_path / "m"))  # keep a reference
+        assert (loaded.lookup(tf.constant(queries))["is_match"].numpy() == want).all()
+    with pytest.raises(ValueError, match="threshold.*NaN"):
+        export_lookup(model, index, tmp_path / "m", threshold=float("nan"))
 
 
 def test_the_command_line_describes_an_index_and_flags_a_damaged_one(tmp_path, capsys):

@@ -849,6 +849,28 @@ def _lookup_module(model, index, k, threshold, input_signature):
     return Lookup()
 
 
+def _input_signature(model):
+    """``[tf.TensorSpec([None, ...])]`` of a one-input model, from its ``inputs``, else
+    those of its ``encoder`` (a :class:`tfdml.models.EmbeddingModel`, which has no
+    ``inputs`` once loaded from a ``.keras`` file), else the shape it was built with."""
+    import tensorflow as tf
+
+    for part in (model, getattr(model, "encoder", None)):
+        inputs = getattr(part, "inputs", None)
+        if inputs and len(inputs) == 1:
+            shape, dtype = inputs[0].shape, inputs[0].dtype or tf.float32
+        else:
+            built = part.get_build_config() if hasattr(part, "get_build_config") else None
+            shape, dtype = (built or {}).get("input_shape"), tf.float32
+        if isinstance(shape, (list, tuple)) and len(shape) > 1 and all(
+                d is None or isinstance(d, int) for d in shape):
+            return [tf.TensorSpec([None, *shape[1:]], dtype, name="inputs")]
+    raise ValueError(
+        "Cannot read the model's input shape (it needs exactly one input, and to have been "
+        "built or called once); pass input_signature=[tf.TensorSpec([None, ...], tf.float32)]."
+    )
+
+
 def export_lookup(model, index, path, k=10, threshold=None, input_signature=None):
     """Write a SavedModel at ``path`` that embeds, searches ``index`` and thresholds.
 
@@ -865,8 +887,9 @@ def export_lookup(model, index, path, k=10, threshold=None, input_signature=None
     :class:`Calibration`, ``None`` (no threshold, e.g. a calibration that
     failed: ``is_match`` is False for every neighbour, never True) or
     ``float("inf")`` (every neighbour is a match).
-    ``input_signature``: a list of one ``tf.TensorSpec``; default: from
-    ``model.inputs``. The index is copied into the SavedModel as variables
+    ``input_signature``: a list of one ``tf.TensorSpec``; default: the
+    model's input shape (``model.inputs``, its encoder's for a loaded
+    :class:`tfdml.models.EmbeddingModel`, or the shape it was built with). The index is copied into the SavedModel as variables
     (searched whole per batch: memory ∝ batch × N); the directory is written
     atomically (:func:`tfdml.files.atomic_directory`).
     """
@@ -878,15 +901,7 @@ def export_lookup(model, index, path, k=10, threshold=None, input_signature=None
         raise ValueError(f"k must be a positive integer, got {k}.")
     _match_limit(threshold)  # a bad threshold fails before any tracing
     if input_signature is None:
-        inputs = getattr(model, "inputs", None)
-        if not inputs or len(inputs) != 1:
-            raise ValueError(
-                "Cannot read the model's input shape (it needs exactly one input); pass "
-                "input_signature=[tf.TensorSpec([None, ...], tf.float32)]."
-            )
-        spec = inputs[0]
-        input_signature = [tf.TensorSpec([None, *spec.shape[1:]], spec.dtype or tf.float32,
-                                         name="inputs")]
+        input_signature = _input_signature(model)
     module = _lookup_module(model, index, k, threshold, input_signature)
     probe = module.embed.get_concrete_function()
     if probe.structured_outputs.shape[-1] != index.dim:

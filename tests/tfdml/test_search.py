@@ -397,6 +397,36 @@ def test_export_lookup_int_ids_cosine_and_bad_input(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["m"]
 
 
+@pytest.mark.parametrize("with_input", [True, False])
+def test_export_lookup_of_a_reloaded_embedding_model_infers_its_input(tmp_path, with_input):
+    """A model.keras of an EmbeddingModel, loaded back, has no ``inputs``: the
+    lookup's input signature comes from its encoder (or its build shape)."""
+    import keras
+    import tensorflow as tf
+
+    import tfdml
+    from tfdml.search import export_lookup
+
+    keras.utils.set_random_seed(3)
+    layers = [keras.layers.Dense(4)]
+    encoder = keras.Sequential(([keras.Input((6,))] if with_input else []) + layers)
+    model = tfdml.models.EmbeddingModel(encoder)
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((10, 6)).astype(np.float32)
+    model(x[:2])
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    assert getattr(loaded, "inputs", None) is None
+    index = Index().add(loaded(x).numpy(), np.arange(10))
+    export_lookup(loaded, index, tmp_path / "lookup", k=3, threshold=float("inf"))
+    served = tf.saved_model.load(str(tmp_path / "lookup"))  # keep a reference
+    assert served.signatures["lookup"].structured_input_signature[1]["inputs"].shape.as_list() == [None, 6]
+    got = served.lookup(tf.constant(x[:4]))
+    np.testing.assert_array_equal(got["ids"].numpy(), index.search(loaded(x[:4]).numpy(), k=3)[0])
+    with pytest.raises(ValueError, match="input_signature="):
+        export_lookup(tfdml.models.EmbeddingModel(keras.Sequential(layers)), index, tmp_path / "x")
+
+
 def test_no_threshold_never_matches_and_inf_matches_every_neighbour(tmp_path):
     """threshold=None (no threshold chosen, e.g. a failed calibration) makes
     is_match False everywhere, in Index.match and in the exported lookup alike;

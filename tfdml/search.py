@@ -940,23 +940,60 @@ def describe(path):
             "checksum ok")
 
 
-def main(argv=None):
-    """``python -m tfdml.search INDEX.npz ...``: describe index files (exit 2 if damaged)."""
-    import argparse
+def describe_all(paths):
+    """Describe every index file of ``paths`` (a folder: the ``.npz`` files under it),
+    going on past damaged ones. Yields ``(path, description, None)`` or ``(path,
+    None, error message)``, then ``(None, summary line, None)``; see :func:`describe`."""
+    ok = bad = 0
+    for given in paths:
+        given = os.fspath(given)
+        found = [given]
+        if os.path.isdir(given):
+            found = sorted(os.path.join(d, f) for d, _, names in os.walk(given)
+                           for f in names if f.endswith(".npz"))
+            if not found:
+                bad += 1
+                yield given, None, f"{given} holds no .npz index files."
+                continue
+        for path in found:
+            try:
+                text = describe(path)
+            except (ValueError, OSError) as err:
+                bad += 1
+                yield path, None, str(err) if path in str(err) else f"{path}: {err}"
+            else:
+                ok += 1
+                yield path, text, None
+    total = ok + bad
+    yield None, (f"{total} index file{'s' if total != 1 else ''}: {ok} ok"
+                 + (f", {bad} bad" if bad else "")), None
+
+
+def report_all(paths, prog):
+    """Print :func:`describe_all` (errors on stderr, prefixed with ``prog``); the exit
+    status: 0 if every file is a sound index, else 2."""
     import sys
+
+    code = 0
+    for path, text, error in describe_all(paths):
+        if error is not None:
+            print(f"{prog}: error: {error}", file=sys.stderr)
+            code = 2
+        else:
+            print(text)
+    return code
+
+
+def main(argv=None):
+    """``python -m tfdml.search INDEX.npz|FOLDER ...``: describe index files (exit 2 if
+    one is damaged)."""
+    import argparse
 
     parser = argparse.ArgumentParser(prog="python -m tfdml.search",
                                      description="Check and describe tfdml.search index files.")
-    parser.add_argument("paths", nargs="+", metavar="INDEX.npz")
+    parser.add_argument("paths", nargs="+", metavar="INDEX.npz|FOLDER")
     args = parser.parse_args(argv)
-    code = 0
-    for path in args.paths:
-        try:
-            print(describe(path))
-        except (ValueError, OSError) as err:
-            print(f"python -m tfdml.search: error: {err}", file=sys.stderr)
-            code = 2
-    return code
+    return report_all(args.paths, "python -m tfdml.search")
 
 
 if __name__ == "__main__":

@@ -106,3 +106,19 @@ def test_clear_errors(folder_and_model, tmp_path, capsys):
     assert search_cli.main(["build", "--model", model, "--images", str(tmp_path / "empty"),
                             "--out", str(tmp_path / "i.npz")]) == 2
     assert "holds no images" in capsys.readouterr().err
+
+
+def test_describe_prints_no_tensorflow_start_up_lines(tmp_path):
+    """search.py imports TensorFlow through evaluate.quiet_tensorflow_import: a
+    sound file gives its description on stdout and nothing on stderr."""
+    import subprocess
+    import sys
+
+    from tfdml.search import Index
+
+    path = Index().add(np.eye(2), [1, 2]).save(str(tmp_path / "i.npz"))
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "search.py"), "describe", path],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.splitlines()[-1] == "1 index file: 1 ok"

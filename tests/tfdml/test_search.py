@@ -464,6 +464,24 @@ def test_the_command_line_describes_an_index_and_flags_a_damaged_one(tmp_path, c
     assert "cut.npz" in capsys.readouterr().err
 
 
+def test_python_dash_m_imports_the_module_once(tmp_path):
+    """``python -m tfdml.search``: the package does not import tfdml.search
+    itself, so runpy runs it once, without its "found in sys.modules" warning;
+    ``tfdml.search`` still resolves on first use."""
+    import subprocess
+    import sys
+
+    path = Index().add(np.eye(2), [1, 2]).save(str(tmp_path / "i.npz"))
+    env = dict(os.environ, PYTHONWARNINGS="error::RuntimeWarning")
+    done = subprocess.run([sys.executable, "-m", "tfdml.search", path], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "sys.modules" not in done.stderr and "1 index file: 1 ok" in done.stdout
+    import tfdml
+
+    assert tfdml.search.Index is Index
+
+
 @pytest.mark.parametrize("distance", ["euclidean", "cosine"])
 def test_faiss_backend_gives_the_same_top_k(distance):
     _faiss()

@@ -23,8 +23,10 @@ Conventions:
 * ``k`` larger than the index returns ``len(index)`` columns.
 
 Calibration (:func:`calibrate`) turns held-out queries with known classes
-into a match threshold: a query "matches" when its nearest entry is within
-the threshold, and the match is right when that entry has the query's label.
+into a match threshold (for a precision or recall target, or the best F1): a
+query "matches" when its nearest entry is within the threshold, and the match
+is right when that entry has the query's label. No threshold (``None``)
+matches nothing.
 
 File format (:meth:`Index.save`, :meth:`Index.load`): one ``.npz`` file,
 written atomically through :mod:`tfdml.files`, holding the arrays
@@ -39,8 +41,8 @@ the checksum of the other arrays (SHA-256 over, in name order, each array's
 parameters; files without it load as exact TensorFlow search). The file never
 holds a faiss structure: it is rebuilt from the embeddings. Nothing is pickled.
 
-Approximate search (``Index(backend="faiss", approximate="hnsw" | "ivf")``,
-issue 15) trades recall for speed on large indexes: see :class:`Index`.
+Approximate search (``Index(backend="faiss", approximate="hnsw" | "ivf")``)
+trades recall for speed on large indexes: see :class:`Index`.
 
 Serving (:func:`export_lookup`) writes a SavedModel whose ``lookup`` embeds,
 searches a copy of the index and thresholds, with TensorFlow alone.
@@ -601,6 +603,56 @@ class Index:
         ids, values = self.search(queries, k)
         return ids, values, values <= limit
 
+    def match_labels(self, queries, threshold, no_match_label=None):
+        """The class of each query: its nearest entry's label where that entry is
+        within ``threshold`` (as in :meth:`match`), else ``no_match_label``.
+
+        Returns [Q] labels (int64 or str, as the index's). ``no_match_label``:
+        default -1 for int64 labels, ``""`` for strings; it must not be a class
+        of the index, or a match and a no-match would read alike.
+        """
+        if self._labels is None:
+            raise ValueError("The index has no labels: add its entries with "
+                             "Index.add(..., labels=...) to match queries to classes.")
+        kind = _kind(self._labels)
+        if no_match_label is None:
+            no_match_label = -1 if kind == "int64" else ""
+        if (kind == "str") != isinstance(no_match_label, str) or isinstance(no_match_label, bool):
+            raise ValueError(f"The index has {kind} labels; pass a no_match_label of that kind "
+                             f"(got {no_match_label!r}).")
+        if np.any(self._labels == no_match_label):
+            raise ValueError(f"no_match_label {no_match_label!r} is a class of the index; pass "
+                             "another (e.g. a value no entry has).")
+        limit = _match_limit(threshold)
+        pos, values = self._search_positions(queries, 1)
+        if not pos.size:
+            return self._labels[:0]
+        return np.where(values[:, 0] <= limit, self._labels[pos[:, 0]],
+                        np.asarray(no_match_label, self._labels.dtype if kind == "int64" else str))
+
+    def single_lookup(self, query, k=1, model=None):
+        """The ``k`` nearest entries of one query, as a list of dicts ``{"rank",
+        "id", "distance", "label", "metadata"}``, nearest first (``label`` and
+        ``metadata`` None when the index has none).
+
+        ``query``: one embedding [d], or with ``model`` one model input without
+        the batch axis (e.g. an image [H, W, C]), embedded by ``model``.
+        """
+        query = np.asarray(query.numpy() if hasattr(query, "numpy") else query)
+        if model is not None:
+            query = np.asarray(model(query[None].astype(np.float32), training=False))
+        elif query.ndim == 1:
+            query = query[None]
+        if query.ndim != 2 or query.shape[0] != 1:
+            raise ValueError(f"single_lookup takes one query (an embedding [d], or one model "
+                             f"input with model=), got shape {query.shape}; use Index.search "
+                             "for a batch.")
+        pos, values = self._search_positions(query, k)
+        meta = self._metadata or [None] * len(self)
+        return [{"rank": r + 1, "id": self._ids[p].item(), "distance": float(values[0, r]),
+                 "label": None if self._labels is None else self._labels[p].item(),
+                 "metadata": meta[p]} for r, p in enumerate(pos[0].tolist())]
+
     # -- files ------------------------------------------------------------
     def _arrays(self):
         arrays = {"embeddings": self._embeddings if len(self) else np.zeros((0, 0), np.float32),
@@ -708,7 +760,9 @@ class Calibration:
     those with nearest distance ``<= t``. A *true positive* is an accepted
     query whose nearest entry has its label; ``precision = TP / accepted``,
     ``recall = TP / (queries whose nearest entry has their label)``.
-    ``threshold`` is the largest one with ``precision >= target_precision``.
+    ``threshold`` is the one :func:`calibrate` chose for ``metric`` and
+    ``target`` (``target_precision``: the target when ``metric`` is
+    ``"precision"``, else None).
     """
 
     thresholds: np.ndarray
@@ -718,6 +772,8 @@ class Calibration:
     threshold: float
     target_precision: float
     distance: str
+    metric: str = "precision"
+    target: float = None
 
     def at(self, threshold):
         """``{"threshold", "precision", "recall", "f1"}`` at the largest tabulated
@@ -738,18 +794,55 @@ class Calibration:
                                      target_precision=self.target_precision)
 
 
-def calibrate(index, queries, labels, target_precision=0.99):
+#: What :func:`calibrate` can choose a threshold for.
+CALIBRATION_METRICS = ("precision", "recall", "f1")
+
+
+def _calibration_target(metric, target, target_precision):
+    if metric not in CALIBRATION_METRICS:
+        raise ValueError(f"Unknown calibration metric {metric!r}; choose one of "
+                         f"{', '.join(CALIBRATION_METRICS)}.")
+    if target_precision is not None:
+        if metric != "precision":
+            raise ValueError(f"target_precision applies to metric='precision'; for "
+                             f"metric={metric!r} pass target=.")
+        if target is not None and float(target) != float(target_precision):
+            raise ValueError(f"Got target_precision={target_precision} and target={target}; "
+                             "pass one.")
+        target = target_precision
+    if metric == "f1":
+        if target is not None:
+            raise ValueError("metric='f1' takes no target: it chooses the threshold of the "
+                             "highest F1.")
+        return None
+    if target is None:
+        if metric == "recall":
+            raise ValueError("metric='recall' needs a target, e.g. target=0.9.")
+        target = 0.99
+    if not 0.0 < float(target) <= 1.0:
+        raise ValueError(f"target must be in (0, 1], got {target}.")
+    return float(target)
+
+
+def calibrate(index, queries, labels, target_precision=None, *, metric="precision", target=None):
     """Choose a match threshold for ``index`` from held-out ``queries`` and their ``labels``.
 
     The index must have labels (``Index.add(..., labels=)``), of the same kind
-    (int64 or strings) as ``labels``. Returns a :class:`Calibration` whose
-    ``threshold`` is the largest nearest-neighbour distance at which the
-    precision of "nearest entry has the query's class" is still at least
-    ``target_precision``; pass it to :meth:`Index.match`. If no threshold
-    reaches the target, a ValueError says the best precision found.
+    (int64 or strings) as ``labels``. A query is accepted at threshold ``t``
+    when its nearest entry is within ``t``, and right when that entry has its
+    label (see :class:`Calibration`). The threshold, by ``metric``:
+
+    * ``"precision"`` (default): the largest ``t`` whose precision is at least
+      ``target`` (default 0.99; ``target_precision`` is the same argument);
+    * ``"recall"``: the smallest ``t`` whose recall is at least ``target``
+      (required);
+    * ``"f1"``: the ``t`` of the highest F1 (the smallest of equal ones); no
+      target.
+
+    Returns a :class:`Calibration`; pass it to :meth:`Index.match`. If no
+    threshold reaches the target, a ValueError says the best value found.
     """
-    if not 0.0 < float(target_precision) <= 1.0:
-        raise ValueError(f"target_precision must be in (0, 1], got {target_precision}.")
+    target = _calibration_target(metric, target, target_precision)
     if len(index) and index.labels is None:
         raise ValueError(
             "The index has no labels: add its entries with Index.add(..., labels=...) "
@@ -778,15 +871,27 @@ def calibrate(index, queries, labels, target_precision=0.99):
     recall = tp / max(int(correct.sum()), 1)
     denom = precision + recall
     f1 = np.where(denom > 0, 2 * precision * recall / np.where(denom > 0, denom, 1), 0.0)
-    ok = np.flatnonzero(precision >= target_precision)
-    if not ok.size:
+    if not correct.any() and metric != "precision":
         raise ValueError(
-            f"No threshold reaches precision {target_precision}: the best is "
-            f"{precision.max():.4f} (at distance {thresholds[np.argmax(precision)]:.4g}); "
-            "lower target_precision, or train the model further."
+            f"No threshold reaches {metric} {target if target is not None else 'above 0'}: no "
+            "query's nearest entry has its class; train the model further, or check the labels."
         )
+    if metric == "f1":
+        chosen = int(np.argmax(f1))
+    elif metric == "recall":
+        chosen = int(np.flatnonzero(recall >= target)[0])
+    else:
+        ok = np.flatnonzero(precision >= target)
+        if not ok.size:
+            raise ValueError(
+                f"No threshold reaches precision {target}: the best is "
+                f"{precision.max():.4f} (at distance {thresholds[np.argmax(precision)]:.4g}); "
+                "lower target_precision, or train the model further."
+            )
+        chosen = int(ok[-1])
     return Calibration(thresholds.astype(np.float32), precision, recall, f1,
-                       float(thresholds[ok[-1]]), float(target_precision), index.distance)
+                       float(thresholds[chosen]), target if metric == "precision" else None,
+                       index.distance, metric, target)
 
 
 def _match_limit(threshold):

@@ -304,6 +304,107 @@ def test_calibrate_refuses_what_it_cannot_do():
         calibrate(index, queries, labels.astype(str))
 
 
+def _five_queries():
+    """Nearest distances 1..5 to the class-0 entry (class 1 is 100 away); the
+    queries at 2 and 5 carry class 1, so they are wrong. By hand, at t = 1..5:
+    precision 1, 1/2, 2/3, 3/4, 3/5; recall 1/3, 1/3, 2/3, 1, 1;
+    F1 1/2, 2/5, 2/3, 6/7, 3/4."""
+    index = Index().add(np.array([[0.0, 0.0], [100.0, 0.0]]), ["a", "b"], labels=[0, 1])
+    queries = np.array([[d, 0.0] for d in (1, 2, 3, 4, 5)], np.float32)
+    return index, queries, np.array([0, 1, 0, 0, 1])
+
+
+@pytest.mark.parametrize("args, kwargs, want", [
+    ((), {}, 1),  # the default: precision 0.99, reached at t = 1 only
+    ((), {"target_precision": 0.7}, 4), ((0.7,), {}, 4), ((), {"target": 0.8}, 1),
+    ((), {"metric": "precision", "target": 0.6}, 5),
+    ((), {"metric": "recall", "target": 0.6}, 3), ((), {"metric": "recall", "target": 1.0}, 4),
+    ((), {"metric": "recall", "target": 0.3}, 1), ((), {"metric": "f1"}, 4),
+])
+def test_calibrate_for_precision_recall_or_f1_on_a_hand_computed_case(args, kwargs, want):
+    from tfdml.search import calibrate
+
+    index, queries, labels = _five_queries()
+    cal = calibrate(index, queries, labels, *args, **kwargs)
+    assert cal.threshold == pytest.approx(want, abs=1e-3)
+    np.testing.assert_allclose(cal.precision, [1, 1 / 2, 2 / 3, 3 / 4, 3 / 5])
+    np.testing.assert_allclose(cal.recall, [1 / 3, 1 / 3, 2 / 3, 1, 1])
+    np.testing.assert_allclose(cal.f1, [1 / 2, 2 / 5, 2 / 3, 6 / 7, 3 / 4])
+    assert cal.metric == kwargs.get("metric", "precision")
+
+
+def test_calibrate_targets_agree_with_a_numpy_search():
+    from tfdml.search import calibrate
+
+    gallery, queries, labels, _ = _calibration_data(seed=4, right=50, wrong=30)
+    rng = np.random.default_rng(4)
+    labels = np.where(rng.random(len(labels)) < 0.2, (labels + 2) % 8, labels)  # interleave errors
+    index = Index().add(gallery, np.arange(8), labels=np.arange(8))
+    d = index.search(queries, 1)[1][:, 0].astype(np.float64)
+    correct = index.search(queries, 1)[0][:, 0] == labels
+    t = np.unique(d)
+    precision, recall, f1 = numpy_sweep(d, correct, t)
+    for target in (0.6, 0.8, 0.95):
+        got = calibrate(index, queries, labels, metric="recall", target=target).threshold
+        assert got == np.float32(t[np.flatnonzero(recall >= target)[0]])
+        ok = np.flatnonzero(precision >= target)
+        if ok.size:
+            assert calibrate(index, queries, labels, target=target).threshold == np.float32(t[ok[-1]])
+        else:
+            with pytest.raises(ValueError, match="No threshold reaches precision"):
+                calibrate(index, queries, labels, target=target)
+    assert calibrate(index, queries, labels, metric="f1").threshold == np.float32(t[np.argmax(f1)])
+
+
+def test_calibrate_names_a_wrong_metric_or_target():
+    from tfdml.search import calibrate
+
+    index, queries, labels = _five_queries()
+    with pytest.raises(ValueError, match="metric.*precision, recall, f1"):
+        calibrate(index, queries, labels, metric="accuracy")
+    with pytest.raises(ValueError, match="target_precision.*metric='precision'.*target="):
+        calibrate(index, queries, labels, target_precision=0.9, metric="recall")
+    with pytest.raises(ValueError, match="metric='recall' needs a target"):
+        calibrate(index, queries, labels, metric="recall")
+    with pytest.raises(ValueError, match="metric='f1' takes no target"):
+        calibrate(index, queries, labels, metric="f1", target=0.5)
+    with pytest.raises(ValueError, match="target must be in"):
+        calibrate(index, queries, labels, metric="recall", target=1.5)
+    with pytest.raises(ValueError, match="No threshold reaches recall 0.5.*no query"):
+        calibrate(index, queries, np.ones(5, int), metric="recall", target=0.5)
+
+
+def test_match_labels_gives_the_nearest_class_or_the_no_match_label():
+    index, queries, labels = _five_queries()
+    np.testing.assert_array_equal(index.match_labels(queries, 3.5), [0, 0, 0, -1, -1])
+    np.testing.assert_array_equal(index.match_labels(queries, None), [-1] * 5)
+    np.testing.assert_array_equal(index.match_labels(queries, 3.5, no_match_label=7), [0, 0, 0, 7, 7])
+    with pytest.raises(ValueError, match="no_match_label 1 is a class of the index"):
+        index.match_labels(queries, 3.5, no_match_label=1)
+    named = Index().add(np.eye(2), [1, 2], labels=["cat", "dog"])
+    assert named.match_labels(np.array([[1.0, 0.1], [5.0, 5.0]]), 0.5).tolist() == ["cat", ""]
+    with pytest.raises(ValueError, match="str labels.*no_match_label"):
+        named.match_labels(np.eye(2), 0.5, no_match_label=-1)
+    with pytest.raises(ValueError, match="no labels"):
+        Index().add(np.eye(2), [1, 2]).match_labels(np.eye(2), 1.0)
+
+
+def test_single_lookup_takes_one_embedding_or_one_model_input():
+    import keras
+
+    index = Index().add(np.eye(3), ["a", "b", "c"], labels=[5, 6, 7],
+                        metadata=[{"f": 1}, None, {"f": 3}])
+    got = index.single_lookup([0.9, 0.0, 0.1], k=2)
+    assert [r["id"] for r in got] == ["a", "c"] and [r["rank"] for r in got] == [1, 2]
+    assert [r["label"] for r in got] == [5, 7] and got[1]["metadata"] == {"f": 3}
+    assert got[0]["distance"] == pytest.approx(np.sqrt(0.01 + 0.01), abs=1e-4)
+    double = keras.Sequential([keras.Input((3,)), keras.layers.Rescaling(2.0)])
+    by_model = index.single_lookup(np.array([0.0, 0.5, 0.0], np.float32), k=1, model=double)
+    assert by_model[0]["id"] == "b" and by_model[0]["distance"] == pytest.approx(0.0, abs=1e-3)
+    with pytest.raises(ValueError, match="one query"):
+        index.single_lookup(np.eye(3))
+
+
 _TF_ONLY = r"""
 import sys
 sys.path.append(sys.argv[1])  # site-packages only: no .pth files, so no editable tfdml

@@ -948,6 +948,22 @@ def test_export_lookup_answers_like_an_index_of_the_test_split(tmp_path):
         small_cfg(out, **{"export.lookup_precision": 1.5})
 
 
+def test_export_lookup_of_a_runs_model_keras_needs_no_input_signature(finished_run, tmp_path):
+    """Serving a train.py run from Python: the loaded model.keras (an EmbeddingModel,
+    whose ``inputs`` are None) gives export_lookup its input shape itself."""
+    from pipelines import sources
+    from tfdml import search
+
+    _, _, out = finished_run
+    model = keras.saving.load_model(os.path.join(out, "model.keras"))
+    x = sources.get_source("digits").split("test").images[:30].astype("float32")
+    index = search.Index("cosine").add(model.predict(x, verbose=0), np.arange(30))
+    search.export_lookup(model, index, tmp_path / "lookup", k=2, threshold=float("inf"))
+    loaded = tf.saved_model.load(str(tmp_path / "lookup"))  # keep a reference
+    got = loaded.lookup(tf.constant(x[:5]))["ids"].numpy()
+    np.testing.assert_array_equal(got, index.search(model.predict(x[:5], verbose=0), k=2)[0])
+
+
 def test_a_failed_lookup_calibration_exports_a_lookup_that_matches_nothing(finished_run, tmp_path, capsys):
     """An unreachable export.lookup_precision never yields a lookup that says yes
     to everything: is_match is False for every neighbour, and lookup.json and the

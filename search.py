@@ -157,7 +157,7 @@ def query(args):
                              result_labels=[[f"{d:.3f}" for d in row] for row in distances],
                              title=f"{len(files)} queries, {args.k} nearest of {len(index)}"
                              + ("" if len(known) == len(files) else
-                                f"; class known for {len(known)} queries (the others: no red)"))
+                                f"; class known for {len(known)} of {len(files)} queries (the others: no red)"))
         print(f"Wrote {args.grid}")
 
 

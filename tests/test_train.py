@@ -982,7 +982,8 @@ def test_a_failed_lookup_calibration_exports_a_lookup_that_matches_nothing(finis
     record = experiment.export_lookup(cfg, constant, split, str(out), shape)
     assert "Warning:" in capsys.readouterr().err
     saved = json.load(open(out / "lookup.json"))
-    assert saved["threshold"] is None and "No threshold reaches precision 0.99" in saved["calibration"]["error"]
+    assert saved["threshold"] is None
+    assert "No threshold reaches precision 0.99" in saved["calibration"]["error"]
     assert saved["is_match"].startswith("never") and saved == json.loads(json.dumps(record))
     loaded = tf.saved_model.load(str(out / "lookup"))  # keep a reference
     got = loaded.lookup(tf.constant(split.images[:5].astype("float32")))

@@ -994,9 +994,10 @@ def export_lookup(model, index, path, k=10, threshold=None, input_signature=None
     ``float("inf")`` (every neighbour is a match).
     ``input_signature``: a list of one ``tf.TensorSpec``; default: the
     model's input shape (``model.inputs``, its encoder's for a loaded
-    :class:`tfdml.models.EmbeddingModel`, or the shape it was built with). The index is copied into the SavedModel as variables
-    (searched whole per batch: memory ∝ batch × N); the directory is written
-    atomically (:func:`tfdml.files.atomic_directory`).
+    :class:`tfdml.models.EmbeddingModel`, or the shape it was built with).
+    The index is copied into the SavedModel as variables (searched whole per
+    batch: memory ∝ batch × N); the directory is written atomically
+    (:func:`tfdml.files.atomic_directory`).
     """
     import tensorflow as tf
 

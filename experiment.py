@@ -741,7 +741,10 @@ def export_lookup(cfg, model, test_split, out, input_shape):
     The index holds every test example under its position in the split (int64
     ids) with its label; the threshold is calibrated to
     ``export.lookup_precision`` on a seeded half/half split of the same
-    embeddings (:func:`evaluate.calibration_report`). Like ``saved_model/``, the
+    embeddings (:func:`evaluate.calibration_report`). Without a threshold (the
+    target is unreachable, or ``lookup_precision`` is null) ``is_match`` is
+    False for every neighbour, never True; ``lookup.json``'s ``is_match`` says
+    which rule holds, and :func:`summary` prints it. Like ``saved_model/``, the
     lookup takes model inputs (after the run's image transform).
     """
     import evaluate
@@ -768,14 +771,22 @@ def export_lookup(cfg, model, test_split, out, input_shape):
         calibration = evaluate.calibration_report(embeddings, labels, distance,
                                                   ex["lookup_precision"], seed=cfg["seed"])
     threshold = (calibration or {}).get("threshold")
-    if calibration is not None and threshold is None:
-        print(f"Note: the lookup has no threshold: {calibration['error']}", file=sys.stderr)
+    never = "never: is_match is False for every neighbour, "
+    if threshold is not None:
+        rule = (f"distances <= {threshold:.6g} (precision {calibration['precision']:.4f} on "
+                f"{calibration['num_queries']} held-out queries)")
+    elif calibration is not None:  # a failed calibration never becomes "everything matches"
+        rule = never + f"the calibration failed: {calibration['error']}"
+        print(f"Warning: lookup/ has no threshold, is_match is False for every neighbour: "
+              f"{calibration['error']}", file=sys.stderr)
+    else:
+        rule = never + "export.lookup_precision is null (no threshold); use the distances"
     search.export_lookup(model, index, os.path.join(out, "lookup"), k=ex["lookup_k"],
                          threshold=threshold,
                          input_signature=[tf.TensorSpec([None, *input_shape], tf.float32,
                                                         name="inputs")])
     record = {"k": ex["lookup_k"], "distance": distance, "threshold": threshold,
-              "ids": what, "num_entries": len(index),
+              "is_match": rule, "ids": what, "num_entries": len(index),
               "calibration": calibration}
     files.write_json(os.path.join(out, "lookup.json"), record)
     return record
@@ -833,5 +844,8 @@ def summary(cfg, result):
             if baseline and key in baseline["metrics"]:
                 row += f"  {baseline['metrics'][key]:>10.4f}"
             lines.append(row)
+    if "lookup" in result:
+        lines.append(f"lookup: {os.path.join(result['output_dir'], 'lookup')}; "
+                     f"is_match: {result['lookup']['is_match']}")
     lines.append("=" * 60)
     return "\n".join(lines)

@@ -3,15 +3,19 @@
 
     python search.py build --model runs/default/model.keras --images FOLDER --out index.npz
     python search.py query --index index.npz --model runs/default/model.keras IMAGE_OR_FOLDER [-k 10] [--grid out.png]
-    python search.py describe index.npz
+    python search.py describe index.npz [MORE.npz | FOLDER ...]
 
 ``build`` embeds every image under FOLDER (jpg, png, bmp, gif, recursively);
 an image's id is its path relative to FOLDER and, when the images sit in
 class sub-folders (FOLDER/<class>/<image>), its label is the class folder's
 name, so that ``query`` can say whether a neighbour has the query's class.
-``query`` prints the k nearest ids with their distances for each query image
-and, with ``--grid``, draws each query next to its neighbours (green border:
-same class, red: another class, when both classes are known). The index file
+``query`` prints the k nearest ids with their distances for each query image,
+each marked "same class" or "other class: C" when both classes are known (a
+query's class: its class sub-folder, as in ``build``, or the folder holding it
+when that is a class of the index), and, with ``--grid``, draws each query next
+to its neighbours (green border: same class, red: another class). ``describe``
+checks every index file given (a folder: the ``.npz`` files under it), reports
+each damaged one and goes on, then prints a summary line. The index file
 is a :class:`tfdml.search.Index` (``Index.load``); the model is a ``.keras``
 file or a SavedModel, as for ``evaluate.py``. Images are resized to the
 model's input size (or ``--image-size``) and converted to its channels.
@@ -66,6 +70,17 @@ def _class_of(root, path):
     return parts[0] if len(parts) > 1 else None
 
 
+def _query_class(root, path, classes):
+    """The class of a query image: its class sub-folder under ``root`` (as in
+    ``build``), else the folder holding it when that is one of the index's
+    ``classes``; None if unknown."""
+    found = _class_of(root, path)
+    if found is None:
+        found = os.path.basename(os.path.dirname(os.path.abspath(path)))
+        return found if found in classes else None
+    return found
+
+
 def build(args):
     from tfdml.search import Index
 
@@ -102,10 +117,28 @@ def query(args):
     files = _image_files(args.images)
     images = load_images(files, size, channels)
     ids, distances = index.search(_embed(embedder, images, args.batch_size), k=args.k)
-    for f, row_ids, row_d in zip(files, ids, distances):
-        print(f)
+    base = args.images if os.path.isdir(args.images) else os.path.dirname(args.images)
+    result_classes = query_classes = None
+    if index.labels is not None:  # the index's labels of the results, as strings
+        label_of = dict(zip(index.ids.tolist(), [str(c) for c in index.labels.tolist()]))
+        result_classes = np.asarray([label_of[i] for i in ids.ravel().tolist()]).reshape(ids.shape)
+        query_classes = [_query_class(base, f, set(label_of.values())) for f in files]
+    width = max(len(str(i)) for i in ids.ravel().tolist())
+    for q, (f, row_ids, row_d) in enumerate(zip(files, ids, distances)):
+        known = query_classes is not None and query_classes[q] is not None
+        if known:
+            same = int(np.sum(result_classes[q] == query_classes[q]))
+            print(f"{f}  [class {query_classes[q]}: {same} of {len(row_ids)} neighbours share it]")
+        else:
+            print(f)
         for rank, (i, d) in enumerate(zip(row_ids, row_d), start=1):
-            print(f"  {rank:>3}  {d:.4f}  {i}")
+            mark = ""
+            if known:
+                c = result_classes[q, rank - 1]
+                mark = "  same class" if c == query_classes[q] else f"  other class: {c}"
+            elif result_classes is not None:
+                mark = f"  class {result_classes[q, rank - 1]}"
+            print(f"  {rank:>3}  {d:.4f}  {str(i):<{width}}{mark}".rstrip())
     if args.grid:
         stored = index.metadata_for(ids.ravel())
         if not all(isinstance(m, dict) and "file" in m for m in stored):
@@ -113,29 +146,25 @@ def query(args):
                 "--grid needs an index that records its image files (one built by 'search.py build').")
         results = load_images([m["file"] for m in stored], size, channels)
         results = results.reshape(ids.shape + results.shape[1:])
-        base = args.images if os.path.isdir(args.images) else os.path.dirname(args.images)
-        query_classes = [_class_of(base, f) for f in files]
-        known = all(c is not None for c in query_classes) and index.labels is not None
-        if known:  # the index's labels of the results, as strings
-            label_of = dict(zip(index.ids.tolist(), index.labels.tolist()))
-            result_classes = np.asarray([str(label_of[i]) for i in ids.ravel().tolist()]).reshape(ids.shape)
-            correct = result_classes == np.asarray(query_classes)[:, None]
-        else:
-            correct = np.ones(ids.shape, bool)
+        correct = np.ones(ids.shape, bool)  # a query of unknown class: no red
+        known = [q for q, c in enumerate(query_classes or []) if c is not None]
+        for q in known:
+            correct[q] = result_classes[q] == query_classes[q]
         from tfdml import plots
 
         plots.retrieval_grid(images, results, correct, args.grid,
                              query_labels=[os.path.basename(f) for f in files],
                              result_labels=[[f"{d:.3f}" for d in row] for row in distances],
-                             title=f"{len(files)} queries, {args.k} nearest of {len(index)}")
+                             title=f"{len(files)} queries, {args.k} nearest of {len(index)}"
+                             + ("" if len(known) == len(files) else
+                                f"; class known for {len(known)} of {len(files)} queries (the others: no red)"))
         print(f"Wrote {args.grid}")
 
 
 def describe(args):
     from tfdml import search as search_lib
 
-    for path in args.paths:
-        print(search_lib.describe(path))
+    return search_lib.report_all(args.paths, "search.py")
 
 
 def build_parser():
@@ -156,8 +185,9 @@ def build_parser():
         p.add_argument("--image-size", type=int, default=None, help="resize to N×N (default: the model's)")
         p.add_argument("--channels", type=int, choices=(1, 3), default=None)
         p.add_argument("--batch-size", type=int, default=256)
-    d = sub.add_parser("describe", help="check and describe index files")
-    d.add_argument("paths", nargs="+", metavar="INDEX.npz")
+    d = sub.add_parser("describe", help="check and describe index files (all of them: a damaged one "
+                                        "is reported and the others still checked)")
+    d.add_argument("paths", nargs="+", metavar="INDEX.npz|FOLDER", help="index files, or folders of them")
     return parser
 
 
@@ -167,10 +197,10 @@ def main(argv=None):
     from tfdml import errors
 
     try:
-        {"build": build, "query": query, "describe": describe}[args.command](args)
+        code = {"build": build, "query": query, "describe": describe}[args.command](args)
     except (evaluate.EvaluationError, *errors.USER_ERROR_TYPES) as err:
         return errors.report(err, "search.py: error: ")
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

@@ -932,6 +932,7 @@ def test_export_lookup_answers_like_an_index_of_the_test_split(tmp_path):
     assert record["k"] == 3 and record["distance"] == "cosine"
     assert record["threshold"] == record["calibration"]["threshold"]
     assert record["calibration"]["precision"] >= 0.5
+    assert record["is_match"].startswith(f"distances <= {record['threshold']:.6g}")
     split = sources.get_source("digits").split("test")
     x = split.images.astype("float32")
     model = keras.saving.load_model(os.path.join(out, "model.keras"))
@@ -945,6 +946,50 @@ def test_export_lookup_answers_like_an_index_of_the_test_split(tmp_path):
                                   got["distances"].numpy() <= np.float32(record["threshold"]))
     with pytest.raises(config.ConfigError, match="lookup_precision.*precision in"):
         small_cfg(out, **{"export.lookup_precision": 1.5})
+
+
+def test_export_lookup_of_a_runs_model_keras_needs_no_input_signature(finished_run, tmp_path):
+    """Serving a train.py run from Python: the loaded model.keras (an EmbeddingModel,
+    whose ``inputs`` are None) gives export_lookup its input shape itself."""
+    from pipelines import sources
+    from tfdml import search
+
+    _, _, out = finished_run
+    model = keras.saving.load_model(os.path.join(out, "model.keras"))
+    x = sources.get_source("digits").split("test").images[:30].astype("float32")
+    index = search.Index("cosine").add(model.predict(x, verbose=0), np.arange(30))
+    search.export_lookup(model, index, tmp_path / "lookup", k=2, threshold=float("inf"))
+    loaded = tf.saved_model.load(str(tmp_path / "lookup"))  # keep a reference
+    got = loaded.lookup(tf.constant(x[:5]))["ids"].numpy()
+    np.testing.assert_array_equal(got, index.search(model.predict(x[:5], verbose=0), k=2)[0])
+
+
+def test_a_failed_lookup_calibration_exports_a_lookup_that_matches_nothing(finished_run, tmp_path, capsys):
+    """An unreachable export.lookup_precision never yields a lookup that says yes
+    to everything: is_match is False for every neighbour, and lookup.json and the
+    summary say why. The model's embedding is its bias (zero kernel): every test
+    example sits at distance 0 from every other, so precision is the share of the
+    majority class among the nearest entries, far below 0.99 on 10 classes."""
+    cfg, result, _ = finished_run
+    out = tmp_path / "run"
+    out.mkdir()
+    cfg = small_cfg(out, **{"export.lookup": True, "export.lookup_k": 4})
+    split = experiment.build_source(cfg).split("test")
+    shape = split.image_shape
+    constant = keras.Sequential([keras.Input(shape), keras.layers.Flatten(),
+                                 keras.layers.Dense(3, kernel_initializer="zeros",
+                                                    bias_initializer="ones")])
+    record = experiment.export_lookup(cfg, constant, split, str(out), shape)
+    assert "Warning:" in capsys.readouterr().err
+    saved = json.load(open(out / "lookup.json"))
+    assert saved["threshold"] is None
+    assert "No threshold reaches precision 0.99" in saved["calibration"]["error"]
+    assert saved["is_match"].startswith("never") and saved == json.loads(json.dumps(record))
+    loaded = tf.saved_model.load(str(out / "lookup"))  # keep a reference
+    got = loaded.lookup(tf.constant(split.images[:5].astype("float32")))
+    assert got["is_match"].shape == (5, 4) and not got["is_match"].numpy().any()
+    text = experiment.summary(cfg, {**result, "lookup": record})
+    assert "lookup:" in text and "is_match is False for every neighbour" in text
 
 
 # -- the folder template (issue 17 §4) ------------------------------------------------

@@ -27,8 +27,9 @@ _SUBMODULES = (
     "config",
     "backbones",
     "plots",
-    "search",
 )
+# Imported on first use (tfdml.search): `python -m tfdml.search` runs it once.
+_LAZY = ("search",)
 
 for _name in _SUBMODULES:
     try:
@@ -37,3 +38,9 @@ for _name in _SUBMODULES:
         if _err.name != f"tfdml.{_name}":
             raise
 del _name
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return _importlib.import_module(f"tfdml.{name}")
+    raise AttributeError(f"module 'tfdml' has no attribute {name!r}")

@@ -23,8 +23,10 @@ Conventions:
 * ``k`` larger than the index returns ``len(index)`` columns.
 
 Calibration (:func:`calibrate`) turns held-out queries with known classes
-into a match threshold: a query "matches" when its nearest entry is within
-the threshold, and the match is right when that entry has the query's label.
+into a match threshold (for a precision or recall target, or the best F1): a
+query "matches" when its nearest entry is within the threshold, and the match
+is right when that entry has the query's label. No threshold (``None``)
+matches nothing.
 
 File format (:meth:`Index.save`, :meth:`Index.load`): one ``.npz`` file,
 written atomically through :mod:`tfdml.files`, holding the arrays
@@ -39,8 +41,8 @@ the checksum of the other arrays (SHA-256 over, in name order, each array's
 parameters; files without it load as exact TensorFlow search). The file never
 holds a faiss structure: it is rebuilt from the embeddings. Nothing is pickled.
 
-Approximate search (``Index(backend="faiss", approximate="hnsw" | "ivf")``,
-issue 15) trades recall for speed on large indexes: see :class:`Index`.
+Approximate search (``Index(backend="faiss", approximate="hnsw" | "ivf")``)
+trades recall for speed on large indexes: see :class:`Index`.
 
 Serving (:func:`export_lookup`) writes a SavedModel whose ``lookup`` embeds,
 searches a copy of the index and thresholds, with TensorFlow alone.
@@ -591,9 +593,65 @@ class Index:
         return self._ids[pos], values
 
     def match(self, queries, threshold, k=1):
-        """:meth:`search`, plus ``is_match`` [Q, k']: ``distances <= threshold``."""
+        """:meth:`search`, plus ``is_match`` [Q, k']: ``distances <= threshold``.
+
+        ``threshold``: a distance, a :class:`Calibration`, ``None`` (no
+        threshold was chosen: ``is_match`` is False everywhere) or
+        ``float("inf")`` (every neighbour matches).
+        """
+        limit = _match_limit(threshold)
         ids, values = self.search(queries, k)
-        return ids, values, values <= np.float32(threshold)
+        return ids, values, values <= limit
+
+    def match_labels(self, queries, threshold, no_match_label=None):
+        """The class of each query: its nearest entry's label where that entry is
+        within ``threshold`` (as in :meth:`match`), else ``no_match_label``.
+
+        Returns [Q] labels (int64 or str, as the index's). ``no_match_label``:
+        default -1 for int64 labels, ``""`` for strings; it must not be a class
+        of the index, or a match and a no-match would read alike.
+        """
+        if self._labels is None:
+            raise ValueError("The index has no labels: add its entries with "
+                             "Index.add(..., labels=...) to match queries to classes.")
+        kind = _kind(self._labels)
+        if no_match_label is None:
+            no_match_label = -1 if kind == "int64" else ""
+        if (kind == "str") != isinstance(no_match_label, str) or isinstance(no_match_label, bool):
+            raise ValueError(f"The index has {kind} labels; pass a no_match_label of that kind "
+                             f"(got {no_match_label!r}).")
+        if np.any(self._labels == no_match_label):
+            raise ValueError(f"no_match_label {no_match_label!r} is a class of the index; pass "
+                             "another (e.g. a value no entry has).")
+        limit = _match_limit(threshold)
+        pos, values = self._search_positions(queries, 1)
+        if not pos.size:
+            return self._labels[:0]
+        return np.where(values[:, 0] <= limit, self._labels[pos[:, 0]],
+                        np.asarray(no_match_label, self._labels.dtype if kind == "int64" else str))
+
+    def single_lookup(self, query, k=1, model=None):
+        """The ``k`` nearest entries of one query, as a list of dicts ``{"rank",
+        "id", "distance", "label", "metadata"}``, nearest first (``label`` and
+        ``metadata`` None when the index has none).
+
+        ``query``: one embedding [d], or with ``model`` one model input without
+        the batch axis (e.g. an image [H, W, C]), embedded by ``model``.
+        """
+        query = np.asarray(query.numpy() if hasattr(query, "numpy") else query)
+        if model is not None:
+            query = np.asarray(model(query[None].astype(np.float32), training=False))
+        elif query.ndim == 1:
+            query = query[None]
+        if query.ndim != 2 or query.shape[0] != 1:
+            raise ValueError(f"single_lookup takes one query (an embedding [d], or one model "
+                             f"input with model=), got shape {query.shape}; use Index.search "
+                             "for a batch.")
+        pos, values = self._search_positions(query, k)
+        meta = self._metadata or [None] * len(self)
+        return [{"rank": r + 1, "id": self._ids[p].item(), "distance": float(values[0, r]),
+                 "label": None if self._labels is None else self._labels[p].item(),
+                 "metadata": meta[p]} for r, p in enumerate(pos[0].tolist())]
 
     # -- files ------------------------------------------------------------
     def _arrays(self):
@@ -702,7 +760,9 @@ class Calibration:
     those with nearest distance ``<= t``. A *true positive* is an accepted
     query whose nearest entry has its label; ``precision = TP / accepted``,
     ``recall = TP / (queries whose nearest entry has their label)``.
-    ``threshold`` is the largest one with ``precision >= target_precision``.
+    ``threshold`` is the one :func:`calibrate` chose for ``metric`` and
+    ``target`` (``target_precision``: the target when ``metric`` is
+    ``"precision"``, else None).
     """
 
     thresholds: np.ndarray
@@ -712,6 +772,8 @@ class Calibration:
     threshold: float
     target_precision: float
     distance: str
+    metric: str = "precision"
+    target: float = None
 
     def at(self, threshold):
         """``{"threshold", "precision", "recall", "f1"}`` at the largest tabulated
@@ -732,18 +794,55 @@ class Calibration:
                                      target_precision=self.target_precision)
 
 
-def calibrate(index, queries, labels, target_precision=0.99):
+#: What :func:`calibrate` can choose a threshold for.
+CALIBRATION_METRICS = ("precision", "recall", "f1")
+
+
+def _calibration_target(metric, target, target_precision):
+    if metric not in CALIBRATION_METRICS:
+        raise ValueError(f"Unknown calibration metric {metric!r}; choose one of "
+                         f"{', '.join(CALIBRATION_METRICS)}.")
+    if target_precision is not None:
+        if metric != "precision":
+            raise ValueError(f"target_precision applies to metric='precision'; for "
+                             f"metric={metric!r} pass target=.")
+        if target is not None and float(target) != float(target_precision):
+            raise ValueError(f"Got target_precision={target_precision} and target={target}; "
+                             "pass one.")
+        target = target_precision
+    if metric == "f1":
+        if target is not None:
+            raise ValueError("metric='f1' takes no target: it chooses the threshold of the "
+                             "highest F1.")
+        return None
+    if target is None:
+        if metric == "recall":
+            raise ValueError("metric='recall' needs a target, e.g. target=0.9.")
+        target = 0.99
+    if not 0.0 < float(target) <= 1.0:
+        raise ValueError(f"target must be in (0, 1], got {target}.")
+    return float(target)
+
+
+def calibrate(index, queries, labels, target_precision=None, *, metric="precision", target=None):
     """Choose a match threshold for ``index`` from held-out ``queries`` and their ``labels``.
 
     The index must have labels (``Index.add(..., labels=)``), of the same kind
-    (int64 or strings) as ``labels``. Returns a :class:`Calibration` whose
-    ``threshold`` is the largest nearest-neighbour distance at which the
-    precision of "nearest entry has the query's class" is still at least
-    ``target_precision``; pass it to :meth:`Index.match`. If no threshold
-    reaches the target, a ValueError says the best precision found.
+    (int64 or strings) as ``labels``. A query is accepted at threshold ``t``
+    when its nearest entry is within ``t``, and right when that entry has its
+    label (see :class:`Calibration`). The threshold, by ``metric``:
+
+    * ``"precision"`` (default): the largest ``t`` whose precision is at least
+      ``target`` (default 0.99; ``target_precision`` is the same argument);
+    * ``"recall"``: the smallest ``t`` whose recall is at least ``target``
+      (required);
+    * ``"f1"``: the ``t`` of the highest F1 (the smallest of equal ones); no
+      target.
+
+    Returns a :class:`Calibration`; pass it to :meth:`Index.match`. If no
+    threshold reaches the target, a ValueError says the best value found.
     """
-    if not 0.0 < float(target_precision) <= 1.0:
-        raise ValueError(f"target_precision must be in (0, 1], got {target_precision}.")
+    target = _calibration_target(metric, target, target_precision)
     if len(index) and index.labels is None:
         raise ValueError(
             "The index has no labels: add its entries with Index.add(..., labels=...) "
@@ -772,15 +871,43 @@ def calibrate(index, queries, labels, target_precision=0.99):
     recall = tp / max(int(correct.sum()), 1)
     denom = precision + recall
     f1 = np.where(denom > 0, 2 * precision * recall / np.where(denom > 0, denom, 1), 0.0)
-    ok = np.flatnonzero(precision >= target_precision)
-    if not ok.size:
+    if not correct.any() and metric != "precision":
         raise ValueError(
-            f"No threshold reaches precision {target_precision}: the best is "
-            f"{precision.max():.4f} (at distance {thresholds[np.argmax(precision)]:.4g}); "
-            "lower target_precision, or train the model further."
+            f"No threshold reaches {metric} {target if target is not None else 'above 0'}: no "
+            "query's nearest entry has its class; train the model further, or check the labels."
         )
+    if metric == "f1":
+        chosen = int(np.argmax(f1))
+    elif metric == "recall":
+        chosen = int(np.flatnonzero(recall >= target)[0])
+    else:
+        ok = np.flatnonzero(precision >= target)
+        if not ok.size:
+            raise ValueError(
+                f"No threshold reaches precision {target}: the best is "
+                f"{precision.max():.4f} (at distance {thresholds[np.argmax(precision)]:.4g}); "
+                "lower target_precision, or train the model further."
+            )
+        chosen = int(ok[-1])
     return Calibration(thresholds.astype(np.float32), precision, recall, f1,
-                       float(thresholds[ok[-1]]), float(target_precision), index.distance)
+                       float(thresholds[chosen]), target if metric == "precision" else None,
+                       index.distance, metric, target)
+
+
+def _match_limit(threshold):
+    """The float32 distance limit of ``is_match``: ``None`` (no threshold) is
+    -inf, so that nothing matches; a NaN is refused."""
+    if isinstance(threshold, Calibration):
+        threshold = threshold.threshold
+    if threshold is None:
+        return np.float32(-np.inf)
+    try:
+        limit = np.float32(threshold)
+    except (TypeError, ValueError):
+        raise ValueError(f"threshold must be a distance, a Calibration or None, got {threshold!r}.") from None
+    if np.isnan(limit):
+        raise ValueError("threshold is NaN; pass a distance, a Calibration, or None (nothing matches).")
+    return limit
 
 
 def _lookup_module(model, index, k, threshold, input_signature):
@@ -793,7 +920,7 @@ def _lookup_module(model, index, k, threshold, input_signature):
     frame = _knn.PreparedGallery(index.embeddings, distance)
     minus_c = -frame.centre[None, :]
     k_eff = min(int(k), len(index))
-    limit = np.float32(np.inf if threshold is None else threshold)
+    limit = _match_limit(threshold)
 
     class Lookup(tf.Module):
         def __init__(self):
@@ -827,6 +954,28 @@ def _lookup_module(model, index, k, threshold, input_signature):
     return Lookup()
 
 
+def _input_signature(model):
+    """``[tf.TensorSpec([None, ...])]`` of a one-input model, from its ``inputs``, else
+    those of its ``encoder`` (a :class:`tfdml.models.EmbeddingModel`, which has no
+    ``inputs`` once loaded from a ``.keras`` file), else the shape it was built with."""
+    import tensorflow as tf
+
+    for part in (model, getattr(model, "encoder", None)):
+        inputs = getattr(part, "inputs", None)
+        if inputs and len(inputs) == 1:
+            shape, dtype = inputs[0].shape, inputs[0].dtype or tf.float32
+        else:
+            built = part.get_build_config() if hasattr(part, "get_build_config") else None
+            shape, dtype = (built or {}).get("input_shape"), tf.float32
+        if isinstance(shape, (list, tuple)) and len(shape) > 1 and all(
+                d is None or isinstance(d, int) for d in shape):
+            return [tf.TensorSpec([None, *shape[1:]], dtype, name="inputs")]
+    raise ValueError(
+        "Cannot read the model's input shape (it needs exactly one input, and to have been "
+        "built or called once); pass input_signature=[tf.TensorSpec([None, ...], tf.float32)]."
+    )
+
+
 def export_lookup(model, index, path, k=10, threshold=None, input_signature=None):
     """Write a SavedModel at ``path`` that embeds, searches ``index`` and thresholds.
 
@@ -840,11 +989,15 @@ def export_lookup(model, index, path, k=10, threshold=None, input_signature=None
 
     also registered as the serving signatures ``"lookup"`` (the default) and
     ``"embed"`` (output ``{"embeddings"}``). ``threshold``: a distance, a
-    :class:`Calibration`, or ``None`` (every neighbour is a match).
-    ``input_signature``: a list of one ``tf.TensorSpec``; default: from
-    ``model.inputs``. The index is copied into the SavedModel as variables
-    (searched whole per batch: memory ∝ batch × N); the directory is written
-    atomically (:func:`tfdml.files.atomic_directory`).
+    :class:`Calibration`, ``None`` (no threshold, e.g. a calibration that
+    failed: ``is_match`` is False for every neighbour, never True) or
+    ``float("inf")`` (every neighbour is a match).
+    ``input_signature``: a list of one ``tf.TensorSpec``; default: the
+    model's input shape (``model.inputs``, its encoder's for a loaded
+    :class:`tfdml.models.EmbeddingModel`, or the shape it was built with).
+    The index is copied into the SavedModel as variables (searched whole per
+    batch: memory ∝ batch × N); the directory is written atomically
+    (:func:`tfdml.files.atomic_directory`).
     """
     import tensorflow as tf
 
@@ -852,18 +1005,9 @@ def export_lookup(model, index, path, k=10, threshold=None, input_signature=None
         raise ValueError("The index is empty: add embeddings before exporting a lookup.")
     if int(k) < 1:
         raise ValueError(f"k must be a positive integer, got {k}.")
-    if isinstance(threshold, Calibration):
-        threshold = threshold.threshold
+    _match_limit(threshold)  # a bad threshold fails before any tracing
     if input_signature is None:
-        inputs = getattr(model, "inputs", None)
-        if not inputs or len(inputs) != 1:
-            raise ValueError(
-                "Cannot read the model's input shape (it needs exactly one input); pass "
-                "input_signature=[tf.TensorSpec([None, ...], tf.float32)]."
-            )
-        spec = inputs[0]
-        input_signature = [tf.TensorSpec([None, *spec.shape[1:]], spec.dtype or tf.float32,
-                                         name="inputs")]
+        input_signature = _input_signature(model)
     module = _lookup_module(model, index, k, threshold, input_signature)
     probe = module.embed.get_concrete_function()
     if probe.structured_outputs.shape[-1] != index.dim:
@@ -902,23 +1046,60 @@ def describe(path):
             "checksum ok")
 
 
-def main(argv=None):
-    """``python -m tfdml.search INDEX.npz ...``: describe index files (exit 2 if damaged)."""
-    import argparse
+def describe_all(paths):
+    """Describe every index file of ``paths`` (a folder: the ``.npz`` files under it),
+    going on past damaged ones. Yields ``(path, description, None)`` or ``(path,
+    None, error message)``, then ``(None, summary line, None)``; see :func:`describe`."""
+    ok = bad = 0
+    for given in paths:
+        given = os.fspath(given)
+        found = [given]
+        if os.path.isdir(given):
+            found = sorted(os.path.join(d, f) for d, _, names in os.walk(given)
+                           for f in names if f.endswith(".npz"))
+            if not found:
+                bad += 1
+                yield given, None, f"{given} holds no .npz index files."
+                continue
+        for path in found:
+            try:
+                text = describe(path)
+            except (ValueError, OSError) as err:
+                bad += 1
+                yield path, None, str(err) if path in str(err) else f"{path}: {err}"
+            else:
+                ok += 1
+                yield path, text, None
+    total = ok + bad
+    yield None, (f"{total} index file{'s' if total != 1 else ''}: {ok} ok"
+                 + (f", {bad} bad" if bad else "")), None
+
+
+def report_all(paths, prog):
+    """Print :func:`describe_all` (errors on stderr, prefixed with ``prog``); the exit
+    status: 0 if every file is a sound index, else 2."""
     import sys
+
+    code = 0
+    for path, text, error in describe_all(paths):
+        if error is not None:
+            print(f"{prog}: error: {error}", file=sys.stderr)
+            code = 2
+        else:
+            print(text)
+    return code
+
+
+def main(argv=None):
+    """``python -m tfdml.search INDEX.npz|FOLDER ...``: describe index files (exit 2 if
+    one is damaged)."""
+    import argparse
 
     parser = argparse.ArgumentParser(prog="python -m tfdml.search",
                                      description="Check and describe tfdml.search index files.")
-    parser.add_argument("paths", nargs="+", metavar="INDEX.npz")
+    parser.add_argument("paths", nargs="+", metavar="INDEX.npz|FOLDER")
     args = parser.parse_args(argv)
-    code = 0
-    for path in args.paths:
-        try:
-            print(describe(path))
-        except (ValueError, OSError) as err:
-            print(f"python -m tfdml.search: error: {err}", file=sys.stderr)
-            code = 2
-    return code
+    return report_all(args.paths, "python -m tfdml.search")
 
 
 if __name__ == "__main__":

@@ -304,6 +304,107 @@ def test_calibrate_refuses_what_it_cannot_do():
         calibrate(index, queries, labels.astype(str))
 
 
+def _five_queries():
+    """Nearest distances 1..5 to the class-0 entry (class 1 is 100 away); the
+    queries at 2 and 5 carry class 1, so they are wrong. By hand, at t = 1..5:
+    precision 1, 1/2, 2/3, 3/4, 3/5; recall 1/3, 1/3, 2/3, 1, 1;
+    F1 1/2, 2/5, 2/3, 6/7, 3/4."""
+    index = Index().add(np.array([[0.0, 0.0], [100.0, 0.0]]), ["a", "b"], labels=[0, 1])
+    queries = np.array([[d, 0.0] for d in (1, 2, 3, 4, 5)], np.float32)
+    return index, queries, np.array([0, 1, 0, 0, 1])
+
+
+@pytest.mark.parametrize("args, kwargs, want", [
+    ((), {}, 1),  # the default: precision 0.99, reached at t = 1 only
+    ((), {"target_precision": 0.7}, 4), ((0.7,), {}, 4), ((), {"target": 0.8}, 1),
+    ((), {"metric": "precision", "target": 0.6}, 5),
+    ((), {"metric": "recall", "target": 0.6}, 3), ((), {"metric": "recall", "target": 1.0}, 4),
+    ((), {"metric": "recall", "target": 0.3}, 1), ((), {"metric": "f1"}, 4),
+])
+def test_calibrate_for_precision_recall_or_f1_on_a_hand_computed_case(args, kwargs, want):
+    from tfdml.search import calibrate
+
+    index, queries, labels = _five_queries()
+    cal = calibrate(index, queries, labels, *args, **kwargs)
+    assert cal.threshold == pytest.approx(want, abs=1e-3)
+    np.testing.assert_allclose(cal.precision, [1, 1 / 2, 2 / 3, 3 / 4, 3 / 5])
+    np.testing.assert_allclose(cal.recall, [1 / 3, 1 / 3, 2 / 3, 1, 1])
+    np.testing.assert_allclose(cal.f1, [1 / 2, 2 / 5, 2 / 3, 6 / 7, 3 / 4])
+    assert cal.metric == kwargs.get("metric", "precision")
+
+
+def test_calibrate_targets_agree_with_a_numpy_search():
+    from tfdml.search import calibrate
+
+    gallery, queries, labels, _ = _calibration_data(seed=4, right=50, wrong=30)
+    rng = np.random.default_rng(4)
+    labels = np.where(rng.random(len(labels)) < 0.2, (labels + 2) % 8, labels)  # interleave errors
+    index = Index().add(gallery, np.arange(8), labels=np.arange(8))
+    d = index.search(queries, 1)[1][:, 0].astype(np.float64)
+    correct = index.search(queries, 1)[0][:, 0] == labels
+    t = np.unique(d)
+    precision, recall, f1 = numpy_sweep(d, correct, t)
+    for target in (0.6, 0.8, 0.95):
+        got = calibrate(index, queries, labels, metric="recall", target=target).threshold
+        assert got == np.float32(t[np.flatnonzero(recall >= target)[0]])
+        ok = np.flatnonzero(precision >= target)
+        if ok.size:
+            assert calibrate(index, queries, labels, target=target).threshold == np.float32(t[ok[-1]])
+        else:
+            with pytest.raises(ValueError, match="No threshold reaches precision"):
+                calibrate(index, queries, labels, target=target)
+    assert calibrate(index, queries, labels, metric="f1").threshold == np.float32(t[np.argmax(f1)])
+
+
+def test_calibrate_names_a_wrong_metric_or_target():
+    from tfdml.search import calibrate
+
+    index, queries, labels = _five_queries()
+    with pytest.raises(ValueError, match="metric.*precision, recall, f1"):
+        calibrate(index, queries, labels, metric="accuracy")
+    with pytest.raises(ValueError, match="target_precision.*metric='precision'.*target="):
+        calibrate(index, queries, labels, target_precision=0.9, metric="recall")
+    with pytest.raises(ValueError, match="metric='recall' needs a target"):
+        calibrate(index, queries, labels, metric="recall")
+    with pytest.raises(ValueError, match="metric='f1' takes no target"):
+        calibrate(index, queries, labels, metric="f1", target=0.5)
+    with pytest.raises(ValueError, match="target must be in"):
+        calibrate(index, queries, labels, metric="recall", target=1.5)
+    with pytest.raises(ValueError, match="No threshold reaches recall 0.5.*no query"):
+        calibrate(index, queries, np.ones(5, int), metric="recall", target=0.5)
+
+
+def test_match_labels_gives_the_nearest_class_or_the_no_match_label():
+    index, queries, labels = _five_queries()
+    np.testing.assert_array_equal(index.match_labels(queries, 3.5), [0, 0, 0, -1, -1])
+    np.testing.assert_array_equal(index.match_labels(queries, None), [-1] * 5)
+    np.testing.assert_array_equal(index.match_labels(queries, 3.5, no_match_label=7), [0, 0, 0, 7, 7])
+    with pytest.raises(ValueError, match="no_match_label 1 is a class of the index"):
+        index.match_labels(queries, 3.5, no_match_label=1)
+    named = Index().add(np.eye(2), [1, 2], labels=["cat", "dog"])
+    assert named.match_labels(np.array([[1.0, 0.1], [5.0, 5.0]]), 0.5).tolist() == ["cat", ""]
+    with pytest.raises(ValueError, match="str labels.*no_match_label"):
+        named.match_labels(np.eye(2), 0.5, no_match_label=-1)
+    with pytest.raises(ValueError, match="no labels"):
+        Index().add(np.eye(2), [1, 2]).match_labels(np.eye(2), 1.0)
+
+
+def test_single_lookup_takes_one_embedding_or_one_model_input():
+    import keras
+
+    index = Index().add(np.eye(3), ["a", "b", "c"], labels=[5, 6, 7],
+                        metadata=[{"f": 1}, None, {"f": 3}])
+    got = index.single_lookup([0.9, 0.0, 0.1], k=2)
+    assert [r["id"] for r in got] == ["a", "c"] and [r["rank"] for r in got] == [1, 2]
+    assert [r["label"] for r in got] == [5, 7] and got[1]["metadata"] == {"f": 3}
+    assert got[0]["distance"] == pytest.approx(np.sqrt(0.01 + 0.01), abs=1e-4)
+    double = keras.Sequential([keras.Input((3,)), keras.layers.Rescaling(2.0)])
+    by_model = index.single_lookup(np.array([0.0, 0.5, 0.0], np.float32), k=1, model=double)
+    assert by_model[0]["id"] == "b" and by_model[0]["distance"] == pytest.approx(0.0, abs=1e-3)
+    with pytest.raises(ValueError, match="one query"):
+        index.single_lookup(np.eye(3))
+
+
 _TF_ONLY = r"""
 import sys
 sys.path.append(sys.argv[1])  # site-packages only: no .pth files, so no editable tfdml
@@ -385,7 +486,7 @@ def test_export_lookup_int_ids_cosine_and_bad_input(tmp_path):
     assert out["ids"].dtype == tf.int64 and out["ids"].shape == (5, 30)  # k capped at N
     np.testing.assert_array_equal(out["ids"].numpy(), want_ids)  # exact beyond 2**53
     np.testing.assert_allclose(out["distances"].numpy(), want_d, atol=1e-5)
-    assert out["is_match"].numpy().all()  # no threshold: every neighbour matches
+    assert not out["is_match"].numpy().any()  # no threshold: nothing is declared a match
     export_lookup(model, index, tmp_path / "m", k=1)  # replaces the old export
     loaded = tf.saved_model.load(str(tmp_path / "m"))
     assert loaded.lookup(tf.constant(queries, tf.float32))["ids"].shape == (5, 1)
@@ -395,6 +496,61 @@ def test_export_lookup_int_ids_cosine_and_bad_input(tmp_path):
     with pytest.raises(ValueError, match="index is empty"):
         export_lookup(model, Index(), tmp_path / "x")
     assert sorted(os.listdir(tmp_path)) == ["m"]
+
+
+@pytest.mark.parametrize("with_input", [True, False])
+def test_export_lookup_of_a_reloaded_embedding_model_infers_its_input(tmp_path, with_input):
+    """A model.keras of an EmbeddingModel, loaded back, has no ``inputs``: the
+    lookup's input signature comes from its encoder (or its build shape)."""
+    import keras
+    import tensorflow as tf
+
+    import tfdml
+    from tfdml.search import export_lookup
+
+    keras.utils.set_random_seed(3)
+    layers = [keras.layers.Dense(4)]
+    encoder = keras.Sequential(([keras.Input((6,))] if with_input else []) + layers)
+    model = tfdml.models.EmbeddingModel(encoder)
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((10, 6)).astype(np.float32)
+    model(x[:2])
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    assert getattr(loaded, "inputs", None) is None
+    index = Index().add(loaded(x).numpy(), np.arange(10))
+    export_lookup(loaded, index, tmp_path / "lookup", k=3, threshold=float("inf"))
+    served = tf.saved_model.load(str(tmp_path / "lookup"))  # keep a reference
+    assert served.signatures["lookup"].structured_input_signature[1]["inputs"].shape.as_list() == [None, 6]
+    got = served.lookup(tf.constant(x[:4]))
+    np.testing.assert_array_equal(got["ids"].numpy(), index.search(loaded(x[:4]).numpy(), k=3)[0])
+    with pytest.raises(ValueError, match="input_signature="):
+        export_lookup(tfdml.models.EmbeddingModel(keras.Sequential(layers)), index, tmp_path / "x")
+
+
+def test_no_threshold_never_matches_and_inf_matches_every_neighbour(tmp_path):
+    """threshold=None (no threshold chosen, e.g. a failed calibration) makes
+    is_match False everywhere, in Index.match and in the exported lookup alike;
+    only an explicit float("inf") accepts every neighbour."""
+    import tensorflow as tf
+
+    from tfdml.search import export_lookup
+
+    model = _model(2)
+    rng = np.random.default_rng(11)
+    x, queries = rng.standard_normal((12, 6)), rng.standard_normal((3, 6)).astype(np.float32)
+    index = Index().add(model(x).numpy(), np.arange(12))
+    e = model(queries).numpy()
+    assert not index.match(e, None, k=4)[2].any()
+    assert index.match(e, float("inf"), k=4)[2].all()
+    with pytest.raises(ValueError, match="threshold.*NaN"):
+        index.match(e, float("nan"))
+    for threshold, want in ((None, False), (float("inf"), True)):
+        export_lookup(model, index, tmp_path / "m", k=4, threshold=threshold)
+        loaded = tf.saved_model.load(str(tmp_path / "m"))  # keep a reference
+        assert (loaded.lookup(tf.constant(queries))["is_match"].numpy() == want).all()
+    with pytest.raises(ValueError, match="threshold.*NaN"):
+        export_lookup(model, index, tmp_path / "m", threshold=float("nan"))
 
 
 def test_the_command_line_describes_an_index_and_flags_a_damaged_one(tmp_path, capsys):
@@ -407,6 +563,24 @@ def test_the_command_line_describes_an_index_and_flags_a_damaged_one(tmp_path, c
     open(tmp_path / "cut.npz", "wb").write(open(path, "rb").read()[:100])
     assert search.main([path, str(tmp_path / "cut.npz")]) == 2
     assert "cut.npz" in capsys.readouterr().err
+
+
+def test_python_dash_m_imports_the_module_once(tmp_path):
+    """``python -m tfdml.search``: the package does not import tfdml.search
+    itself, so runpy runs it once, without its "found in sys.modules" warning;
+    ``tfdml.search`` still resolves on first use."""
+    import subprocess
+    import sys
+
+    path = Index().add(np.eye(2), [1, 2]).save(str(tmp_path / "i.npz"))
+    env = dict(os.environ, PYTHONWARNINGS="error::RuntimeWarning")
+    done = subprocess.run([sys.executable, "-m", "tfdml.search", path], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "sys.modules" not in done.stderr and "1 index file: 1 ok" in done.stdout
+    import tfdml
+
+    assert tfdml.search.Index is Index
 
 
 @pytest.mark.parametrize("distance", ["euclidean", "cosine"])

@@ -560,7 +560,7 @@ def image_files(path):
         raise ValueError(f"{path!r}: no such image file or folder.")
     found = []
     for root, dirs, names in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if not is_hidden_or_system(d))
         found += [os.path.join(root, n) for n in sorted(names)
                   if not n.startswith(".") and n.lower().endswith(IMAGE_EXTENSIONS)]
     if not found:
@@ -651,8 +651,38 @@ def _native_settings(shapes, image_size, channels, where):
     return image_size, channels
 
 
+#: Folders that operating systems, archivers and NAS boxes add, never classes:
+#: macOS zip resource forks, Synology / QNAP thumbnails and recycle bins,
+#: Windows' recycle bin and volume data, ext4's lost+found (compared
+#: case-insensitively). Names starting with "." are hidden and skipped too.
+SYSTEM_FOLDERS = ("__MACOSX", "@eaDir", "@Recycle", "#recycle", "$RECYCLE.BIN",
+                  "System Volume Information", "lost+found")
+_SYSTEM_FOLDERS = {name.lower() for name in SYSTEM_FOLDERS}
+
+
+def is_hidden_or_system(name):
+    """True for a hidden file or folder (".DS_Store", "._x.jpg" AppleDouble files,
+    ".git") or a system folder (:data:`SYSTEM_FOLDERS`): never a class nor an image."""
+    return name.startswith(".") or name.lower() in _SYSTEM_FOLDERS
+
+
 def _class_dirs(root):
-    return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    return sorted(e.name for e in os.scandir(root) if e.is_dir() and not is_hidden_or_system(e.name))
+
+
+def _note_skipped(root):
+    """One warning line naming the hidden / system folders of ``root`` and the count of
+    hidden image-named files in its class folders, when there are any."""
+    folders = sorted(e.name for e in os.scandir(root) if e.is_dir() and is_hidden_or_system(e.name))
+    hidden = [f for c in _class_dirs(root) for f in os.listdir(os.path.join(root, c))
+              if f.startswith(".") and f.lower().endswith(IMAGE_EXTENSIONS)]
+    parts = []
+    if folders:
+        parts.append(f"hidden / system folders {folders} (not classes)")
+    if hidden:
+        parts.append(f"{len(hidden)} hidden file(s) such as {hidden[0]!r} (macOS metadata, not images)")
+    if parts:
+        log.warning("Skipped under %s: %s.", root, "; ".join(parts))
 
 
 def _split_layout(root):
@@ -671,6 +701,7 @@ def _list_images(root, on_error, verify):
     if not os.path.isdir(root):
         raise ValueError(f"Image folder {root!r} does not exist; expected root/<class>/<image>.")
     class_dirs = _class_dirs(root)
+    _note_skipped(root)
     if not class_dirs:
         raise ValueError(
             f"Image folder {root!r} has no class sub-directories; expected root/<class>/<image> "
@@ -745,7 +776,9 @@ def folder(root=None, image_size=None, channels=None, resize="pad", train_classe
     parallel in tf.data) so that a corrupt or unreadable image is reported
     up front, naming the file: ``on_error="raise"`` raises a ValueError,
     ``on_error="skip"`` leaves it out and records it in
-    ``source.skipped_files``. Files with other extensions are ignored.
+    ``source.skipped_files``. Files with other extensions are ignored, and so
+    are hidden files and folders (".DS_Store", "._x.jpg") and system folders
+    (:data:`SYSTEM_FOLDERS`, e.g. ``__MACOSX``), with one warning line naming them.
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}.")

@@ -65,3 +65,16 @@ def test_npz_source_accepts_class_names_with_and_without_its_split(tmp_path):
 def test_bad_label_arrays_are_clear_errors(labels, match):
     with pytest.raises(ValueError, match=match):
         sources.get_source("arrays", features=_features(20), labels=labels)
+
+
+@pytest.mark.parametrize("mode", ["classes", "examples"])
+def test_a_held_out_validation_split_keeps_the_names(mode):
+    train = sources.get_source("arrays", features=_features(20), labels=NAMES,
+                               train_classes=4).split("train")
+    kept, validation = sources.hold_out(train, 0.5, mode=mode)
+    for split in (kept, validation):
+        assert sorted(split.class_names.values()) == sorted(split.class_ids.tolist())
+        rows = (split.images[:, 0] / 3).astype(int)  # _features: row i starts with 3 i
+        np.testing.assert_array_equal(split.class_ids[split.labels], NAMES[rows])
+    names = set(kept.class_ids) | set(validation.class_ids)
+    assert names == {"ant", "bee", "cat", "dog"}

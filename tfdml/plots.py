@@ -120,7 +120,8 @@ def retrieval_grid(query_images, result_images, correct, path, query_labels=None
     Args:
       query_images: [Q, H, W(, C)] in [0, 1].
       result_images: [Q, k, H, W(, C)] in [0, 1], nearest first.
-      correct: bool [Q, k], result has the query's class (green) or not (red).
+      correct: bool [Q, k], result has the query's class (green) or not (red);
+        ``None`` when the classes are unknown (grey frames).
       path: PNG file to write.
       query_labels, result_labels: optional [Q] / [Q, k] labels printed above
         (cut with "…" to the width of an image).
@@ -133,26 +134,32 @@ def retrieval_grid(query_images, result_images, correct, path, query_labels=None
     """
     query_images = np.asarray(query_images)
     result_images = np.asarray(result_images)
-    correct = np.asarray(correct, bool)
-    num_q, k = correct.shape
-    if result_images.shape[:2] != (num_q, k) or query_images.shape[0] != num_q:
+    known = correct is not None
+    correct = np.asarray(correct, bool) if known else np.ones(result_images.shape[:2], bool)
+    if correct.ndim != 2 or result_images.shape[:2] != correct.shape or \
+            query_images.shape[0] != correct.shape[0]:
         raise ValueError(
             f"retrieval_grid: {query_images.shape[0]} queries, results of shape "
             f"{result_images.shape[:2]} and correct of shape {correct.shape} disagree."
         )
+    num_q, k = correct.shape
     shown_q = num_q if max_rows is None else min(num_q, int(max_rows))
     shown_k = k if max_results is None else min(k, int(max_results))
     if shown_q < 1 or shown_k < 1:
         raise ValueError("retrieval_grid needs at least one query and one result "
                          f"(max_rows={max_rows}, max_results={max_results}).")
     lines = [title] if title else []
-    lines.append(rows or f"{num_q} queries and their {k} nearest results")
-    cut = []
+    if rows or not title:
+        lines.append(rows or f"{num_q} queries and their {k} nearest results")
+    notes = []
     if shown_q < num_q:
-        cut.append(f"first {shown_q} of {num_q} queries shown")
+        notes.append(f"first {shown_q} of {num_q} queries shown")
     if shown_k < k:
-        cut.append(f"first {shown_k} of {k} results shown")
-    lines.append("; ".join(cut + ["frame: green = same class as the query, red = another"]))
+        notes.append(f"first {shown_k} of {k} results shown")
+    if known:
+        notes.append("frame: green = same class as the query, red = another")
+    if notes:
+        lines.append("; ".join(notes))
     cell = 1.2
     width = cell * (shown_k + 1)
     fontsize = 9
@@ -173,7 +180,7 @@ def retrieval_grid(query_images, result_images, correct, path, query_labels=None
         for j in range(shown_k):
             ax = axes[i, j + 1]
             _show(ax, result_images[i, j])
-            _frame(ax, _RIGHT if correct[i, j] else _WRONG)
+            _frame(ax, (_RIGHT if correct[i, j] else _WRONG) if known else "grey")
             label = f"#{j + 1}" if result_labels is None else f"#{j + 1} ({result_labels[i][j]})"
             ax.set_title(_short(label, label_width, 7), fontsize=7)
     fig.suptitle(text, fontsize=fontsize, y=1 - 0.08 / height, va="top")

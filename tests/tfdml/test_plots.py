@@ -196,6 +196,13 @@ def test_grid_caps_its_rows_and_says_so_and_keeps_the_old_call(tmp_path, figures
     plots.retrieval_grid(q[:3], r[:3], correct[:3], str(tmp_path / "all.png"), max_rows=None)
     assert len(figures["all.png"].axes) == 3 * 6
     assert "shown" not in figures["all.png"]._suptitle.get_text()
+    assert "3 queries and their 5 nearest results" in figures["all.png"]._suptitle.get_text()
+    # Classes unknown (a folder of unlabelled queries): grey frames, no colour key.
+    plots.retrieval_grid(q[:2], r[:2], None, str(tmp_path / "unknown.png"), title="2 queries")
+    fig = figures["unknown.png"]
+    assert "green" not in fig._suptitle.get_text()
+    assert {matplotlib.colors.to_hex(ax.spines["top"].get_edgecolor()) for ax in fig.axes[1:6]} == {
+        matplotlib.colors.to_hex("grey")}
 
 
 def test_grid_from_write_all_says_failures_come_first(tmp_path, figures):
@@ -223,9 +230,7 @@ def test_grid_from_write_all_says_failures_come_first(tmp_path, figures):
     assert_readable(fig)
 
 
-@pytest.mark.parametrize("name", ["distance_histogram.png", "roc.png", "pr_curve.png",
-                                  "retrieval_grid.png"])
-def test_long_subtitles_wrap_inside_the_figure(tmp_path, figures, name):
+def test_long_subtitles_wrap_inside_the_figure(tmp_path, figures):
     """76 classes named in the subtitle were clipped on both sides and ran into the grid's
     top row."""
     rng = np.random.default_rng(0)
@@ -233,12 +238,13 @@ def test_long_subtitles_wrap_inside_the_figure(tmp_path, figures, name):
     emb = (rng.standard_normal((4, 3))[labels] * 3 + rng.standard_normal((24, 3))).astype(np.float32)
     plots.write_all(emb, labels, str(tmp_path), images=rng.random((24, 5, 5, 1)), num_pairs=40,
                     grid=(2, 2), title=LONG_TITLE)
-    fig = figures[name]
-    assert_readable(fig)
-    # Cut in the middle: the first names and the number of classes stay.
-    text = " ".join([fig._suptitle.get_text() if fig._suptitle else ""] +
-                    [ax.get_title() for ax in fig.axes]).replace("\n", " ")
-    assert "classes Acura Integra Type R 2000" in text and "(76 classes)" in text, text
+    assert set(figures) == {"distance_histogram.png", "roc.png", "pr_curve.png", "retrieval_grid.png"}
+    for name, fig in figures.items():
+        assert_readable(fig)
+        # Cut in the middle: the first names and the number of classes stay.
+        text = " ".join([fig._suptitle.get_text() if fig._suptitle else ""] +
+                        [ax.get_title() for ax in fig.axes]).replace("\n", " ")
+        assert "classes Acura Integra Type R 2000" in text and "(76 classes)" in text, (name, text)
 
 
 def test_legends_name_the_models_curve(tmp_path, figures):

@@ -178,8 +178,9 @@ def assert_readable(fig):
 
 
 def test_grid_caps_its_rows_and_says_so_and_keeps_the_old_call(tmp_path, figures):
-    """42 queries made one 648 × 5139 px image: rows are capped (max_rows), and the title says
-    how many are shown. search.py's call (positional correct, keyword labels and title) works."""
+    """Rows are capped (max_rows) so that many queries give a bounded image, and the title
+    says how many are shown. search.py's call (positional correct, keyword labels and title)
+    keeps working."""
     rng = np.random.default_rng(0)
     q, r = rng.random((42, 6, 6, 3)), rng.random((42, 5, 6, 6, 3))
     correct = rng.random((42, 5)) < 0.5
@@ -231,8 +232,8 @@ def test_grid_from_write_all_says_failures_come_first(tmp_path, figures):
 
 
 def test_long_subtitles_wrap_inside_the_figure(tmp_path, figures):
-    """76 classes named in the subtitle were clipped on both sides and ran into the grid's
-    top row."""
+    """A subtitle naming many classes wraps inside the figure, clear of the plots and the
+    grid's first row, and keeps the number of classes."""
     rng = np.random.default_rng(0)
     labels = np.repeat(np.arange(4), 6)
     emb = (rng.standard_normal((4, 3))[labels] * 3 + rng.standard_normal((24, 3))).astype(np.float32)
@@ -248,7 +249,7 @@ def test_long_subtitles_wrap_inside_the_figure(tmp_path, figures):
 
 
 def test_legends_name_the_models_curve(tmp_path, figures):
-    """With a baseline drawn, the model's own PR curve and ROC were unlabelled."""
+    """The model's own PR curve and ROC are labelled, next to a baseline's."""
     base = (np.linspace(0, 1, 11), np.linspace(0.9, 0.1, 11), "raw pixels")
     plots.pr_curve(np.linspace(0, 1, 11), np.linspace(1, 0.2, 11), str(tmp_path / "pr.png"),
                    baseline=base)

@@ -76,6 +76,10 @@ def test_ami_and_mrr_are_metric_names(blobs):
     x, labels = blobs
     assert metrics.parse_metrics(["AMI", "mrr", "nmi"]) == (("ami", "mrr", "nmi"), (1,))
     assert "ami" in metrics.METRICS and "mrr" in metrics.METRICS
+    from tfdml import config  # validates evaluation.metrics with parse_metrics: no copied list
+
+    assert config.validate({"evaluation": {"metrics": ["mrr", "ami"]}})["evaluation"]["metrics"] == [
+        "mrr", "ami"]
     out = metrics.evaluate_embeddings(x, labels, ["mrr", "ami"])
     assert list(out)[:2] == ["mrr", "ami"]
     assert out["mrr"] == pytest.approx(1.0) and out["ami"] == pytest.approx(1.0)

@@ -80,6 +80,11 @@ def _short(text, width_inches, fontsize):
     return text if len(text) <= chars else text[:chars - 1] + "…"
 
 
+def _count(n, noun):
+    """'1 failure', '3 failures', '2 successes'."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith('s') else 's'}"
+
+
 def _save(fig, path):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     FigureCanvasAgg(fig)
@@ -395,9 +400,13 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
         order = np.concatenate([np.flatnonzero(wrong), np.flatnonzero(~wrong)])[:num_queries]
         picked, idx = pool[order], pool_idx[order]
         failures = int(min(wrong.sum(), order.size))
-        rows = (f"{failures} failures first (nearest result of another class), then "
-                f"{order.size - failures} successes, of {pool.size:,} random queries of "
-                f"{labels.size:,} (R@1 {1 - wrong.mean():.3f} on them)")
+        successes = order.size - failures
+        rows = (f"{_count(failures, 'failure')} first (nearest result of another class), then "
+                f"{_count(successes, 'success')}" if failures and successes else
+                f"{_count(failures, 'failure')} (nearest result of another class)" if failures else
+                f"{_count(successes, 'success')}, no failure")
+        rows += (f", of {pool.size:,} random queries of {labels.size:,} "
+                 f"(R@1 {1 - wrong.mean():.3f} on them)")
         query_images = np.asarray(load(picked))
         if is_image_batch(query_images):
             result_images = np.asarray(load(idx.reshape(-1)))
@@ -407,6 +416,5 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
             written.append(retrieval_grid(
                 query_images, result_images, labels[idx] == labels[picked][:, None],
                 os.path.join(out_dir, "retrieval_grid.png"),
-                query_labels=shown[picked], result_labels=shown[idx], title=title, rows=rows,
-                max_rows=None, max_results=None))
+                query_labels=shown[picked], result_labels=shown[idx], title=title, rows=rows))
     return written

@@ -31,7 +31,8 @@ name                what
 ==================  ==========================================================
 
 Class ids. The user's class ids (any int64, negative or beyond int32, or
-names: a folder's class directories, LFW's identities) are mapped once, per
+names: ``str`` / UTF-8 ``bytes`` labels of ``arrays`` and ``npz``, a folder's
+class directories, LFW's identities; checked by :func:`class_labels`) are mapped once, per
 split, to contiguous indices: ``split.labels`` holds 0..L−1 (int32, the
 batch contract's ``label``) and ``split.class_ids[i]`` the user's id of index
 i, ``split.class_names[i]`` its display name (plots and reports show these).
@@ -54,7 +55,7 @@ import zipfile
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["Split", "Source", "get_source", "hold_out", "SOURCES", "SPLITS", "IMAGE_EXTENSIONS",
+__all__ = ["Split", "Source", "class_labels", "get_source", "hold_out", "SOURCES", "SPLITS", "IMAGE_EXTENSIONS",
            "VALIDATION_MODES"]
 
 log = logging.getLogger(__name__)
@@ -315,6 +316,8 @@ def _class_split(classes, names, train_classes, test_classes, default_train):
         ids = []
         for entry in _read_class_list(spec):
             key = entry.item() if isinstance(entry, np.generic) else entry
+            if isinstance(key, bytes):
+                key = key.decode("utf-8", "replace")
             if key not in lookup and str(key) not in lookup:
                 raise ValueError(
                     f"{what} names class {entry!r}, which is not in the data; "
@@ -374,6 +377,58 @@ class Source:
         return f"Source({self.name!r})"
 
 
+def class_labels(labels, what="labels"):
+    """The user's class of every example as int64 ids or ``str`` names (a NumPy array [N]).
+
+    The one place where labels are checked, for every source: integers (any
+    int64; integral floats up to 2**53) or class names (``str``, or UTF-8
+    ``bytes``, which become ``str``). :class:`Split` maps either to contiguous
+    indices in sorted order and keeps the names for display. Booleans, other
+    floats, empty names, and arrays that mix names with numbers or ``None``
+    are refused with a ValueError.
+    """
+    labels = np.asarray(labels).reshape(-1)
+    kind = labels.dtype.kind
+    if kind == "O":
+        if all(isinstance(v, (str, bytes)) for v in labels):
+            kind = "U"
+        elif all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                 for v in labels):
+            return labels.astype(np.int64)
+        else:
+            types = sorted({type(v).__name__ for v in labels})
+            raise ValueError(
+                f"{what} mix class names and numbers (or None): types {types}; give every label "
+                "as an integer class id, or every label as a class name (str)."
+            )
+    if kind in "US":
+        try:
+            names = np.asarray([v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in labels],
+                               dtype=str)
+        except UnicodeDecodeError:
+            raise ValueError(f"{what} hold bytes that are not UTF-8 text; give class names as str "
+                             "(or UTF-8 bytes).") from None
+        blank = np.flatnonzero(np.char.strip(names) == "")
+        if blank.size:
+            raise ValueError(f"{what} hold an empty class name (e.g. row {blank[0]}); give every "
+                             "example a non-empty class name.")
+        return names
+    if kind == "b":
+        raise ValueError(f"{what} must be integer class ids or class names, got booleans; "
+                         "give them as integers (e.g. labels.astype(int)) if they are classes.")
+    if kind == "f" and np.all(labels == np.round(labels)):
+        if np.abs(labels).max() > 2**53:
+            raise ValueError(
+                f"{what} are floats beyond 2**53, where a float64 no longer holds every integer; "
+                "give them as int64."
+            )
+        return labels.astype(np.int64)
+    if kind not in "iu":
+        raise ValueError(f"{what} must be integer class ids or class names (str), got dtype "
+                         f"{labels.dtype}.")
+    return labels.astype(np.int64)
+
+
 def _array_source(name, pixels, labels, scale, image_shape, train_classes, test_classes,
                   default_train=None, class_names=None):
     labels = np.asarray(labels).reshape(-1)
@@ -383,26 +438,16 @@ def _array_source(name, pixels, labels, scale, image_shape, train_classes, test_
         )
     if len(labels) == 0:
         raise ValueError(f"The {name!r} source has no examples; give at least one (feature, label) row.")
-    if not np.issubdtype(labels.dtype, np.integer):
-        if np.issubdtype(labels.dtype, np.floating) and np.all(labels == np.round(labels)):
-            if np.abs(labels).max() > 2**53:
-                raise ValueError(
-                    "labels are floats beyond 2**53, where a float64 no longer holds every integer; "
-                    "give them as int64."
-                )
-            labels = labels.astype(np.int64)
-        else:
-            raise ValueError(f"labels must be integer class ids, got dtype {labels.dtype}.")
-    labels = labels.astype(np.int64)
+    labels = class_labels(labels)
     check_finite(pixels)
-    classes = [int(c) for c in np.unique(labels)]
+    classes = [_key(c) for c in np.unique(labels)]
     names = [str(c) for c in classes] if class_names is None else [class_names[c] for c in classes]
     default = math.ceil(len(classes) / 2) if default_train is None else default_train
     train, test = _class_split(classes, names, train_classes, test_classes, default)
 
     def build(ids, split_name):
         def make():
-            keep = np.isin(labels, np.asarray(ids, dtype=np.int64))
+            keep = np.isin(labels, np.asarray(ids, dtype=labels.dtype))
             return Split(split_name, labels[keep], image_shape, _ArrayLoader(pixels[keep], scale),
                          names=class_names)
         return make
@@ -491,7 +536,7 @@ def npz(path=None, images="images", labels="labels", test=None, train_classes=No
         if train_classes is not None or test_classes is not None:
             raise ValueError(f"the {test!r} array of {path} is the split; leave out train_classes / test_classes.")
         marks = np.asarray(marks).reshape(-1).astype(bool)
-        ids = np.asarray(ids).reshape(-1)
+        ids = class_labels(ids, f"{path}: {labels!r}")
         if len(marks) != len(ids):
             raise ValueError(f"{path}: {test!r} has {len(marks)} entries for {len(ids)} labels; give one per example.")
         both = np.intersect1d(ids[marks], ids[~marks])
@@ -515,7 +560,7 @@ def image_files(path):
         raise ValueError(f"{path!r}: no such image file or folder.")
     found = []
     for root, dirs, names in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if not is_hidden_or_system(d))
         found += [os.path.join(root, n) for n in sorted(names)
                   if not n.startswith(".") and n.lower().endswith(IMAGE_EXTENSIONS)]
     if not found:
@@ -606,8 +651,38 @@ def _native_settings(shapes, image_size, channels, where):
     return image_size, channels
 
 
+#: Folders that operating systems, archivers and NAS boxes add, never classes:
+#: macOS zip resource forks, Synology / QNAP thumbnails and recycle bins,
+#: Windows' recycle bin and volume data, ext4's lost+found (compared
+#: case-insensitively). Names starting with "." are hidden and skipped too.
+SYSTEM_FOLDERS = ("__MACOSX", "@eaDir", "@Recycle", "#recycle", "$RECYCLE.BIN",
+                  "System Volume Information", "lost+found")
+_SYSTEM_FOLDERS = {name.lower() for name in SYSTEM_FOLDERS}
+
+
+def is_hidden_or_system(name):
+    """True for a hidden file or folder (".DS_Store", "._x.jpg" AppleDouble files,
+    ".git") or a system folder (:data:`SYSTEM_FOLDERS`): never a class nor an image."""
+    return name.startswith(".") or name.lower() in _SYSTEM_FOLDERS
+
+
 def _class_dirs(root):
-    return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    return sorted(e.name for e in os.scandir(root) if e.is_dir() and not is_hidden_or_system(e.name))
+
+
+def _note_skipped(root):
+    """One warning line naming the hidden / system folders of ``root`` and the count of
+    hidden image-named files in its class folders, when there are any."""
+    folders = sorted(e.name for e in os.scandir(root) if e.is_dir() and is_hidden_or_system(e.name))
+    hidden = [f for c in _class_dirs(root) for f in os.listdir(os.path.join(root, c))
+              if f.startswith(".") and f.lower().endswith(IMAGE_EXTENSIONS)]
+    parts = []
+    if folders:
+        parts.append(f"hidden / system folders {folders} (not classes)")
+    if hidden:
+        parts.append(f"{len(hidden)} hidden file(s) such as {hidden[0]!r} (macOS metadata, not images)")
+    if parts:
+        log.warning("Skipped under %s: %s.", root, "; ".join(parts))
 
 
 def _split_layout(root):
@@ -626,6 +701,7 @@ def _list_images(root, on_error, verify):
     if not os.path.isdir(root):
         raise ValueError(f"Image folder {root!r} does not exist; expected root/<class>/<image>.")
     class_dirs = _class_dirs(root)
+    _note_skipped(root)
     if not class_dirs:
         raise ValueError(
             f"Image folder {root!r} has no class sub-directories; expected root/<class>/<image> "
@@ -700,7 +776,9 @@ def folder(root=None, image_size=None, channels=None, resize="pad", train_classe
     parallel in tf.data) so that a corrupt or unreadable image is reported
     up front, naming the file: ``on_error="raise"`` raises a ValueError,
     ``on_error="skip"`` leaves it out and records it in
-    ``source.skipped_files``. Files with other extensions are ignored.
+    ``source.skipped_files``. Files with other extensions are ignored, and so
+    are hidden files and folders (".DS_Store", "._x.jpg") and system folders
+    (:data:`SYSTEM_FOLDERS`, e.g. ``__MACOSX``), with one warning line naming them.
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}.")
@@ -856,9 +934,9 @@ def tfds(dataset, image_size=256, channels=3, resize="pad", data_dir=None, downl
         raise ValueError(f"TFDS dataset {dataset!r} returned no examples.")
     blobs = np.asarray(blobs, dtype=object)
     if label_key == "label" and dataset == "lfw":
-        names = sorted({r.decode() if isinstance(r, bytes) else str(r) for r in raw})
-        index = {n: i for i, n in enumerate(names)}
-        labels = np.asarray([index[r.decode() if isinstance(r, bytes) else str(r)] for r in raw], np.int32)
+        raw = class_labels(np.asarray(raw, dtype=object), "lfw identities")
+        names = np.unique(raw).tolist()
+        labels = np.searchsorted(np.asarray(names), raw).astype(np.int32)
         class_names = dict(enumerate(names))
         classes = list(range(len(names)))
         default_train = math.ceil(len(names) / 2)

@@ -1,7 +1,8 @@
 """PNG plots of an evaluation (matplotlib, Agg canvas; no display, no pyplot state).
 
 * :func:`retrieval_grid` — queries and their top-k results, right answers
-  framed green and wrong ones red (Lu et al. 2019 Fig. 5).
+  framed green and wrong ones red (Lu et al. 2019 Fig. 5); at most
+  :data:`MAX_GRID_ROWS` queries by default, its title says which are shown.
 * :func:`distance_histograms` — distributions of positive- and negative-pair
   distances (Wu et al. 2017 Fig. 7 shows the negative one).
 * :func:`pr_curve` — mean interpolated precision against recall (Lu Fig. 4c).
@@ -10,12 +11,15 @@
 * :func:`threshold_curve` — precision, recall and F1 of a match threshold
   against the threshold (:func:`tfdml.search.calibrate`), the chosen one marked.
 
+Long titles are wrapped to the figure's width (a long class list is cut in
+the middle, keeping its count); the model's curves are labelled "model".
 Each function writes one PNG and returns its path. The figures are drawn on a
 ``matplotlib.figure.Figure`` with an Agg canvas, so importing this module
 never changes the user's matplotlib backend.
 """
 
 import os
+import textwrap
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -24,6 +28,61 @@ from matplotlib.figure import Figure
 from tfdml import distance_names
 
 _RIGHT, _WRONG = "#1a9850", "#d73027"
+
+#: Rows (queries) and result columns a retrieval grid shows by default; the
+#: title says how many were left out. 16 × 12 cells at 90 dpi: about 1.4k × 2k px.
+MAX_GRID_ROWS = 16
+MAX_GRID_RESULTS = 12
+#: Legend label of the model's own curves (next to a baseline's).
+MODEL_LABEL = "model"
+
+# Average width of a character of the default font (DejaVu Sans), in ems, with
+# a margin: text is wrapped so that its lines fit the figure's width.
+_CHAR_EM = 0.62
+
+
+def _fit(text, width_inches, fontsize, max_lines=3):
+    """``text`` wrapped to lines that fit ``width_inches`` at ``fontsize`` points; at most
+    ``max_lines`` lines per paragraph, the last one cut with "…" when it had to be."""
+    chars = max(8, int(width_inches * 72 / (_CHAR_EM * fontsize)))
+    lines = []
+    for paragraph in str(text).split("\n"):
+        lines += _cut(paragraph, chars, max_lines)
+    return "\n".join(lines)
+
+
+def _cut(paragraph, chars, max_lines):
+    """``paragraph`` wrapped to ``chars`` per line; beyond ``max_lines`` lines it is cut in the
+    middle at a comma, keeping its last item (a list's "... (76 classes)")."""
+    wrapped = textwrap.wrap(paragraph, chars) or [""]
+    if len(wrapped) <= max_lines:
+        return wrapped
+    tail = paragraph.rsplit(", ", 1)[-1] if ", " in paragraph else ""
+    if len(tail) > chars // 2:
+        tail = ""
+    joint = ", " if tail.startswith(("...", "…")) else ", …, "
+    budget = chars * max_lines
+    while budget > 0:
+        head = paragraph[:budget]
+        head = head[:head.rfind(", ")] if ", " in head else head[:-1]
+        cut = head + (joint + tail if tail else "…")
+        wrapped = textwrap.wrap(cut, chars)
+        if len(wrapped) <= max_lines:
+            return wrapped
+        budget -= max(1, chars // 4)
+    return [paragraph[:chars - 1] + "…"]
+
+
+def _short(text, width_inches, fontsize):
+    """``text`` on one line, cut with "…" to fit ``width_inches``."""
+    chars = max(4, int(width_inches * 72 / (_CHAR_EM * fontsize)))
+    text = str(text)
+    return text if len(text) <= chars else text[:chars - 1] + "…"
+
+
+def _count(n, noun):
+    """'1 failure', '3 failures', '2 successes'."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith('s') else 's'}"
 
 
 def _save(fig, path):
@@ -59,48 +118,86 @@ def _frame(ax, color, width=3):
 
 
 def retrieval_grid(query_images, result_images, correct, path, query_labels=None,
-                   result_labels=None, title=None):
+                   result_labels=None, title=None, rows=None, max_rows=MAX_GRID_ROWS,
+                   max_results=MAX_GRID_RESULTS):
     """One row per query: the query, then its k nearest results (Lu Fig. 5).
 
     Args:
       query_images: [Q, H, W(, C)] in [0, 1].
       result_images: [Q, k, H, W(, C)] in [0, 1], nearest first.
-      correct: bool [Q, k], result has the query's class (green) or not (red).
+      correct: bool [Q, k], result has the query's class (green) or not (red);
+        ``None`` when the classes are unknown (grey frames).
       path: PNG file to write.
-      query_labels, result_labels: optional [Q] / [Q, k] labels printed above.
+      query_labels, result_labels: optional [Q] / [Q, k] labels printed above
+        (cut with "…" to the width of an image).
+      title: what the grid shows (e.g. the split), first line of the title.
+      rows: how the rows were chosen (e.g. "3 failures first, then 5
+        successes, ..."); default: the number of queries and results.
+      max_rows, max_results: the first ``max_rows`` queries and
+        ``max_results`` results are drawn (``None``: all); the title says
+        how many were left out.
     """
     query_images = np.asarray(query_images)
     result_images = np.asarray(result_images)
-    correct = np.asarray(correct, bool)
-    num_q, k = correct.shape
-    if result_images.shape[:2] != (num_q, k) or query_images.shape[0] != num_q:
+    known = correct is not None
+    correct = np.asarray(correct, bool) if known else np.ones(result_images.shape[:2], bool)
+    if correct.ndim != 2 or result_images.shape[:2] != correct.shape or \
+            query_images.shape[0] != correct.shape[0]:
         raise ValueError(
             f"retrieval_grid: {query_images.shape[0]} queries, results of shape "
             f"{result_images.shape[:2]} and correct of shape {correct.shape} disagree."
         )
-    fig = Figure(figsize=(1.2 * (k + 1), 1.35 * num_q + 0.4))
-    axes = fig.subplots(num_q, k + 1, squeeze=False)
-    fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=1 - 0.45 / (1.35 * num_q + 0.4),
+    num_q, k = correct.shape
+    shown_q = num_q if max_rows is None else min(num_q, int(max_rows))
+    shown_k = k if max_results is None else min(k, int(max_results))
+    if shown_q < 1 or shown_k < 1:
+        raise ValueError("retrieval_grid needs at least one query and one result "
+                         f"(max_rows={max_rows}, max_results={max_results}).")
+    lines = [title] if title else []
+    if rows or not title:
+        lines.append(rows or f"{num_q} queries and their {k} nearest results")
+    notes = []
+    if shown_q < num_q:
+        notes.append(f"first {shown_q} of {num_q} queries shown")
+    if shown_k < k:
+        notes.append(f"first {shown_k} of {k} results shown")
+    if known:
+        notes.append("frame: green = same class as the query, red = another")
+    if notes:
+        lines.append("; ".join(notes))
+    cell = 1.2
+    width = cell * (shown_k + 1)
+    fontsize = 9
+    text = _fit("\n".join(lines), width - 0.2, fontsize)
+    # Title block: its lines, then room for the first row's labels above the images.
+    header = 0.12 + text.count("\n") * fontsize * 1.3 / 72 + fontsize * 1.3 / 72 + 0.3
+    height = 1.35 * shown_q + header + 0.1
+    fig = Figure(figsize=(width, height))
+    axes = fig.subplots(shown_q, shown_k + 1, squeeze=False)
+    fig.subplots_adjust(left=0.02, right=0.98, bottom=0.1 / height, top=1 - header / height,
                         wspace=0.1, hspace=0.35)
-    for i in range(num_q):
+    label_width = cell * 0.95
+    for i in range(shown_q):
         _show(axes[i, 0], query_images[i])
         _frame(axes[i, 0], "black")
-        axes[i, 0].set_title("query" if query_labels is None else f"query ({query_labels[i]})",
-                             fontsize=7)
-        for j in range(k):
+        label = "query" if query_labels is None else f"query ({query_labels[i]})"
+        axes[i, 0].set_title(_short(label, label_width, 7), fontsize=7)
+        for j in range(shown_k):
             ax = axes[i, j + 1]
             _show(ax, result_images[i, j])
-            _frame(ax, _RIGHT if correct[i, j] else _WRONG)
+            _frame(ax, (_RIGHT if correct[i, j] else _WRONG) if known else "grey")
             label = f"#{j + 1}" if result_labels is None else f"#{j + 1} ({result_labels[i][j]})"
-            ax.set_title(label, fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=9)
+            ax.set_title(_short(label, label_width, 7), fontsize=7)
+    fig.suptitle(text, fontsize=fontsize, y=1 - 0.08 / height, va="top")
     return _save(fig, path)
 
 
 def _set_title(ax, name, title=None, fontsize=9):
-    """The plot's name, and on a second line what it shows (split, classes)."""
-    ax.set_title(name if not title else f"{name}\n{title}", fontsize=fontsize)
+    """The plot's name, and under it what it shows (split, classes), wrapped to the
+    figure's width (a constrained layout keeps it clear of the plot)."""
+    width = ax.figure.get_figwidth() - 0.3
+    ax.set_title(_fit(name if not title else f"{name}\n{title}", width, fontsize),
+                 fontsize=fontsize)
 
 
 def distance_histograms(positive, negative, path, xlabel="distance", bins=50, title=None):
@@ -133,12 +230,14 @@ def _baseline_line(ax, x, y, label):
     ax.plot(x, y, color="grey", linestyle="--", linewidth=1.2, label=label)
 
 
-def pr_curve(recall, precision, path, label=None, title=None, baseline=None):
+def pr_curve(recall, precision, path, label=MODEL_LABEL, title=None, baseline=None):
     """Precision against recall (Lu Fig. 4c).
 
+    ``label``: the legend of the curve (default "model").
     ``baseline``: ``(recall, precision, label)`` of a reference (e.g. raw
     pixels), drawn dashed grey under the model's curve.
     """
+    label = label or MODEL_LABEL
     fig = Figure(figsize=(4.5, 4), layout="constrained")
     ax = fig.subplots()
     if baseline is not None:
@@ -150,24 +249,24 @@ def pr_curve(recall, precision, path, label=None, title=None, baseline=None):
     ax.set_ylabel("precision")
     _set_title(ax, "Precision-recall (mean over queries, interpolated)", title)
     ax.grid(alpha=0.3)
-    if label or baseline is not None:
-        ax.legend(fontsize=8)
+    ax.legend(fontsize=8)
     return _save(fig, path)
 
 
 def roc_curve(fpr, tpr, path, auc=None, eer=None, title=None, baseline=None):
     """ROC of verification pairs (Lu Fig. 4f) with the chance diagonal.
 
+    The model's curve is labelled "model" and its AUC and EER.
     ``baseline``: ``(fpr, tpr, label)`` of a reference on the same pairs,
     drawn dashed grey.
     """
     fig = Figure(figsize=(4.5, 4), layout="constrained")
     ax = fig.subplots()
-    parts = [f"AUC {auc:.4f}" if auc is not None else None,
+    parts = [MODEL_LABEL, f"AUC {auc:.4f}" if auc is not None else None,
              f"EER {eer:.4f}" if eer is not None else None]
     if baseline is not None:
         _baseline_line(ax, *baseline)
-    ax.plot(fpr, tpr, color="#4575b4", label=", ".join(p for p in parts if p) or None)
+    ax.plot(fpr, tpr, color="#4575b4", label=", ".join(p for p in parts if p))
     ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
     if eer is not None:
         ax.plot([eer], [1 - eer], "o", color=_WRONG, markersize=4)
@@ -177,8 +276,7 @@ def roc_curve(fpr, tpr, path, auc=None, eer=None, title=None, baseline=None):
     ax.set_ylabel("true positive rate")
     _set_title(ax, "ROC of verification pairs", title)
     ax.grid(alpha=0.3)
-    if auc is not None or eer is not None or baseline is not None:
-        ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="lower right")
     return _save(fig, path)
 
 
@@ -233,7 +331,8 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
 
     The grid shows failures first: among a random sample of queries, those
     whose nearest result has another class lead (a grid of correct results
-    teaches little), then correct ones.
+    teaches little), then correct ones; its title says so, with the sample's
+    R@1. ``pr_label`` defaults to "model" (and its mAP when computed here).
 
     Files: ``distance_histogram.png``, ``roc.png``, ``pr_curve.png`` and, with
     images, ``retrieval_grid.png``. A plot that the data cannot support (one
@@ -282,7 +381,7 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
                                  chunk_size=chunk_size, pr_levels=np.linspace(0.0, 1.0, 101))
         if r["num_queries"]:
             curve = r["pr_curve"]
-            label = label or f"mAP {r['map']:.4f}"
+            label = label or f"{MODEL_LABEL}, mAP {r['map']:.4f}"
     if curve is not None and np.all(np.isfinite(curve[1])):
         base_curve = base_details.get("pr_curve")
         reference = None
@@ -300,6 +399,14 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
         wrong = labels[pool_idx[:, 0]] != labels[pool]
         order = np.concatenate([np.flatnonzero(wrong), np.flatnonzero(~wrong)])[:num_queries]
         picked, idx = pool[order], pool_idx[order]
+        failures = int(min(wrong.sum(), order.size))
+        successes = order.size - failures
+        rows = (f"{_count(failures, 'failure')} first (nearest result of another class), then "
+                f"{_count(successes, 'success')}" if failures and successes else
+                f"{_count(failures, 'failure')} (nearest result of another class)" if failures else
+                f"{_count(successes, 'success')}, no failure")
+        rows += (f", of {pool.size:,} random queries of {labels.size:,} "
+                 f"(R@1 {1 - wrong.mean():.3f} on them)")
         query_images = np.asarray(load(picked))
         if is_image_batch(query_images):
             result_images = np.asarray(load(idx.reshape(-1)))
@@ -309,5 +416,5 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
             written.append(retrieval_grid(
                 query_images, result_images, labels[idx] == labels[picked][:, None],
                 os.path.join(out_dir, "retrieval_grid.png"),
-                query_labels=shown[picked], result_labels=shown[idx], title=title))
+                query_labels=shown[picked], result_labels=shown[idx], title=title, rows=rows))
     return written

@@ -280,3 +280,32 @@ def test_npz_source_names_what_is_wrong(tmp_path):
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
     with pytest.raises(ValueError, match="not a readable .npz"):
         sources.get_source("npz", path=str(tmp_path / "bad.npz"))
+
+
+def test_folder_skips_hidden_and_system_folders_and_files(tmp_path, caplog):
+    """An unzipped archive or a NAS share adds __MACOSX/, @eaDir/, .DS_Store and ._x.png
+    AppleDouble files: none of them is a class or an image; one note says what was skipped."""
+    rng = np.random.default_rng(0)
+    root = tmp_path / "imgs"
+    for cname in ("ant", "bee"):
+        (root / cname).mkdir(parents=True)
+        for k in range(2):
+            _write_png(root / cname / f"{k}.png", rng.integers(0, 256, (6, 5, 3), dtype=np.uint8))
+        (root / cname / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+        (root / cname / "._0.png").write_bytes(b"\0\5\26\7 AppleDouble")  # not a PNG
+    for system in ("__MACOSX", ".hidden", "@eaDir", "$RECYCLE.BIN", "System Volume Information"):
+        (root / system).mkdir()
+    (root / "__MACOSX" / "ant").mkdir()
+    (root / "__MACOSX" / "ant" / "._0.png").write_bytes(b"\0\5\26\7")
+    (root / "@eaDir" / "0.png").write_bytes(b"thumbnail, not a PNG either")
+    with caplog.at_level("WARNING", logger="pipelines.sources"):
+        src = sources.get_source("folder", root=str(root), train_classes=["ant"])
+    assert list(src.split("train").class_ids) == ["ant"]
+    assert list(src.split("test").class_ids) == ["bee"]
+    assert src.split("train").num_examples == 2 and src.num_skipped == 0
+    notes = [r.getMessage() for r in caplog.records if "system" in r.getMessage()]
+    assert len(notes) == 1 and "\n" not in notes[0]
+    for name in ("$RECYCLE.BIN", ".hidden", "@eaDir", "System Volume Information", "__MACOSX"):
+        assert name in notes[0]
+    # The same rule for search's image listing.
+    assert [os.path.basename(f) for f in sources.image_files(str(root))] == ["0.png", "1.png"] * 2

@@ -129,3 +129,138 @@ def test_every_plot_names_its_split_and_draws_the_baseline(tmp_path, monkeypatch
     plots.write_all(emb, labels, str(tmp_path), seed=3, details=details, title=title)
     assert not any(ln.get_label().startswith("raw pixels")
                    for ln in figures["roc.png"].axes[0].get_lines())
+
+
+# --- layout: what each figure says, and that its text stays readable ------------------------
+
+LONG_TITLE = "test split, classes " + ", ".join(f"Acura Integra Type R {2000 + i}" for i in range(12)) + \
+    ", ... (76 classes)"
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plots draw, by file name (drawn, so that their layout is final)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    drawn = {}
+
+    def keep(fig, path):
+        FigureCanvasAgg(fig).draw()
+        drawn[os.path.basename(path)] = fig
+        return path
+
+    monkeypatch.setattr(plots, "_save", keep)
+    return drawn
+
+
+def assert_readable(fig):
+    """Everything drawn lies inside the figure, and no title overlaps an image, a plot area
+    or another title."""
+    renderer = fig.canvas.get_renderer()
+    tight = fig.get_tightbbox(renderer)  # inches: every drawn artist, tick labels included
+    width, height = fig.get_size_inches()
+    eps = 0.02
+    assert tight.x0 >= -eps and tight.y0 >= -eps and tight.x1 <= width + eps and \
+        tight.y1 <= height + eps, f"drawn outside the figure: {tight} vs {width} x {height} in"
+    titles = [t for t in [fig._suptitle] + [ax.title for ax in fig.axes]
+              if t is not None and t.get_text().strip()]
+    boxes = [t.get_window_extent(renderer) for t in titles]
+    inside = fig.bbox
+    areas = [ax.get_window_extent(renderer) for ax in fig.axes]
+    for text, box in zip(titles, boxes):
+        assert box.x0 >= inside.x0 - 1 and box.x1 <= inside.x1 + 1 and box.y1 <= inside.y1 + 1, \
+            f"{text.get_text()!r} is clipped"
+        for area in areas:
+            assert not box.overlaps(area), f"{text.get_text()!r} overlaps a plot area"
+        for other, other_box in zip(titles, boxes):
+            if other is not text:
+                assert not box.overlaps(other_box), f"{text.get_text()!r} overlaps {other.get_text()!r}"
+
+
+def test_grid_caps_its_rows_and_says_so_and_keeps_the_old_call(tmp_path, figures):
+    """Rows are capped (max_rows) so that many queries give a bounded image, and the title
+    says how many are shown. search.py's call (positional correct, keyword labels and title)
+    keeps working."""
+    rng = np.random.default_rng(0)
+    q, r = rng.random((42, 6, 6, 3)), rng.random((42, 5, 6, 6, 3))
+    correct = rng.random((42, 5)) < 0.5
+    plots.retrieval_grid(q, r, correct, str(tmp_path / "g.png"),
+                         query_labels=[f"query_file_with_a_long_name_{i}.jpg" for i in range(42)],
+                         result_labels=[[f"{d:.3f}" for d in row] for row in rng.random((42, 5))],
+                         title="42 queries, 5 nearest of 1234")
+    fig = figures["g.png"]
+    assert len(fig.axes) == plots.MAX_GRID_ROWS * 6
+    assert f"first {plots.MAX_GRID_ROWS} of 42 queries shown" in fig._suptitle.get_text()
+    assert "42 queries, 5 nearest of 1234" in fig._suptitle.get_text()
+    assert fig.get_figheight() < 1.5 * plots.MAX_GRID_ROWS + 1
+    assert_readable(fig)
+    plots.retrieval_grid(q[:3], r[:3], correct[:3], str(tmp_path / "all.png"), max_rows=None)
+    assert len(figures["all.png"].axes) == 3 * 6
+    assert "shown" not in figures["all.png"]._suptitle.get_text()
+    assert "3 queries and their 5 nearest results" in figures["all.png"]._suptitle.get_text()
+    # Classes unknown (a folder of unlabelled queries): grey frames, no colour key.
+    plots.retrieval_grid(q[:2], r[:2], None, str(tmp_path / "unknown.png"), title="2 queries")
+    fig = figures["unknown.png"]
+    assert "green" not in fig._suptitle.get_text()
+    assert {matplotlib.colors.to_hex(ax.spines["top"].get_edgecolor()) for ax in fig.axes[1:6]} == {
+        matplotlib.colors.to_hex("grey")}
+
+
+def test_grid_from_write_all_says_failures_come_first(tmp_path, figures):
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(4), 25)
+    embeddings = np.eye(4)[labels] + 0.01 * rng.normal(size=(100, 4))
+    embeddings[[3, 17, 40]] = np.eye(4)[[2, 0, 3]]  # three examples that sit in another class
+    plots.write_all(embeddings.astype("float32"), labels, str(tmp_path), images=rng.random((100, 5, 5)),
+                    grid=(8, 4), title=LONG_TITLE)
+    fig = figures["retrieval_grid.png"]
+    import re
+
+    text = fig._suptitle.get_text().replace("\n", " ")
+    found = re.search(r"(\d+) failures first \(nearest result of another class\), then (\d+) "
+                      r"successes, of 80 random queries of 100 \(R@1 ([\d.]+) on them\)", text)
+    assert found, text
+    failures, successes, recall = int(found[1]), int(found[2]), float(found[3])
+    assert failures >= 3 and failures + successes == 8
+    assert recall <= 1 - failures / 80 + 1e-9
+    # The rows are as announced: the first `failures` queries' nearest results are red.
+    nearest = [fig.axes[i * 5 + 1].spines["top"].get_edgecolor() for i in range(8)]
+    red = [matplotlib.colors.to_hex(c) == plots._WRONG for c in nearest]
+    assert red == [True] * failures + [False] * successes
+    assert "green = same class" in text
+    assert_readable(fig)
+
+
+def test_long_subtitles_wrap_inside_the_figure(tmp_path, figures):
+    """A subtitle naming many classes wraps inside the figure, clear of the plots and the
+    grid's first row, and keeps the number of classes."""
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(4), 6)
+    emb = (rng.standard_normal((4, 3))[labels] * 3 + rng.standard_normal((24, 3))).astype(np.float32)
+    plots.write_all(emb, labels, str(tmp_path), images=rng.random((24, 5, 5, 1)), num_pairs=40,
+                    grid=(2, 2), title=LONG_TITLE)
+    assert set(figures) == {"distance_histogram.png", "roc.png", "pr_curve.png", "retrieval_grid.png"}
+    for name, fig in figures.items():
+        assert_readable(fig)
+        # Cut in the middle: the first names and the number of classes stay.
+        text = " ".join([fig._suptitle.get_text() if fig._suptitle else ""] +
+                        [ax.get_title() for ax in fig.axes]).replace("\n", " ")
+        assert "classes Acura Integra Type R 2000" in text and "(76 classes)" in text, (name, text)
+
+
+def test_legends_name_the_models_curve(tmp_path, figures):
+    """The model's own PR curve and ROC are labelled, next to a baseline's."""
+    base = (np.linspace(0, 1, 11), np.linspace(0.9, 0.1, 11), "raw pixels")
+    plots.pr_curve(np.linspace(0, 1, 11), np.linspace(1, 0.2, 11), str(tmp_path / "pr.png"),
+                   baseline=base)
+    plots.roc_curve([0, 0.2, 1], [0, 0.7, 1], str(tmp_path / "roc.png"),
+                    baseline=([0, 0.5, 1], [0, 0.5, 1], "raw pixels"))
+    plots.distance_histograms(np.ones(5), np.zeros(5), str(tmp_path / "h.png"))
+    for name in ("pr.png", "roc.png"):
+        legend = [t.get_text() for t in figures[name].axes[0].get_legend().get_texts()]
+        assert legend == ["raw pixels", "model"], (name, legend)
+    legend = [t.get_text() for t in figures["h.png"].axes[0].get_legend().get_texts()]
+    assert legend == ["positive pairs (n=5)", "negative pairs (n=5)"]
+    plots.roc_curve([0, 0.2, 1], [0, 0.7, 1], str(tmp_path / "roc.png"), auc=0.8, eer=0.25)
+    assert [t.get_text() for t in figures["roc.png"].axes[0].get_legend().get_texts()] == [
+        "model, AUC 0.8000, EER 0.2500"]

@@ -13,8 +13,12 @@ name               key(s) in the result                        source
 ``map@r``          ``map@r``                                   Musgrave et al. 2020
 ``r_precision``    ``r_precision``                             Musgrave et al. 2020
 ``map``            ``map`` (mean AP over the full ranking)     Lu §4.3
+``mrr``            ``mrr`` (mean 1 / rank of the first         Voorhees 1999
+                   correct neighbour)
 ``nmi``            ``nmi`` (k-means, as many clusters as       Wu §5; Duan §4
                    classes)
+``ami``            ``ami`` (NMI adjusted for chance, same      Vinh et al. 2010
+                   k-means)
 ``f1``             ``f1`` (pairwise, same k-means)             Song et al.; Duan §4
 ``verification``   ``verification_accuracy`` (10-fold),        Wu §5 (LFW); draft
                    ``verification_accuracy_std``, ``roc_auc``,  Table 2
@@ -25,7 +29,9 @@ name               key(s) in the result                        source
 Retrieval results also carry ``num_queries`` (queries scored) and
 ``num_excluded_queries`` (queries whose class has no other example in the
 gallery: excluded, see :mod:`tfdml.metrics.retrieval`). Every metric is
-"larger is better" except ``eer``.
+"larger is better" except ``eer``. Per-class retrieval figures:
+``evaluate_embeddings(..., per_class=True, return_details=True)`` puts them in
+``details["per_class"]``, and :func:`per_class_csv` writes them.
 
 Ranking and ties: every distance ranks on one score
 (:func:`tfdml.metrics.knn.ranking_frame`: cosine puts the embeddings on the
@@ -38,7 +44,7 @@ negative tied with a positive *before* it (pessimistic); neighbour lists
 import numpy as np
 
 from tfdml.metrics import clustering, knn, retrieval, verification
-from tfdml.metrics.clustering import clustering_metrics, kmeans, nmi, pairwise_f1
+from tfdml.metrics.clustering import ami, clustering_metrics, kmeans, nmi, pairwise_f1
 from tfdml.metrics.knn import knn as nearest_neighbors
 from tfdml.metrics.retrieval import retrieval_metrics
 from tfdml.metrics.verification import (
@@ -50,7 +56,8 @@ from tfdml.metrics.verification import (
     verification_metrics,
 )
 
-METRICS = ("recall", "precision", "map@r", "r_precision", "map", "nmi", "f1", "verification")
+METRICS = ("recall", "precision", "map@r", "r_precision", "map", "mrr", "nmi", "ami", "f1",
+           "verification")
 DEFAULT_METRICS = ("recall", "map@r", "r_precision", "nmi")
 DEFAULT_KS = (1,)
 VERIFICATION_KEYS = ("verification_accuracy", "verification_accuracy_std", "roc_auc", "eer")
@@ -59,7 +66,8 @@ LOWER_IS_BETTER = ("eer",)
 
 _ALIASES = {"mapr": "map@r", "map_at_r": "map@r", "rprecision": "r_precision",
             "r-precision": "r_precision", "auc": "verification", "roc_auc": "verification",
-            "eer": "verification", "verification_accuracy": "verification"}
+            "eer": "verification", "verification_accuracy": "verification",
+            "mean_reciprocal_rank": "mrr", "adjusted_mutual_info": "ami"}
 
 
 def parse_metrics(metrics=DEFAULT_METRICS, ks=DEFAULT_KS):
@@ -121,7 +129,8 @@ def metric_keys(metrics=DEFAULT_METRICS, ks=DEFAULT_KS):
 def evaluate_embeddings(embeddings, labels, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, *,
                         gallery=None, gallery_labels=None, distance="euclidean",
                         chunk_size=None, seed=0, nmi_average="arithmetic", num_clusters=None,
-                        num_pairs=6000, n_folds=10, pr_levels=None, return_details=False):
+                        num_pairs=6000, n_folds=10, pr_levels=None, per_class=False,
+                        return_details=False):
     """Evaluate embeddings with the named metrics.
 
     Args:
@@ -139,6 +148,10 @@ def evaluate_embeddings(embeddings, labels, metrics=DEFAULT_METRICS, ks=DEFAULT_
         (:func:`~tfdml.metrics.verification.sample_pairs`) and folds.
       pr_levels: recall levels for the mean interpolated precision-recall
         curve (only in the details).
+      per_class: with ``return_details``, also put the retrieval metrics of
+        each query class in the details as ``per_class``
+        (:func:`tfdml.metrics.retrieval.retrieval_metrics`; written by
+        :func:`per_class_csv`).
       return_details: also return a dict with ``pr_curve`` (levels,
         precision), ``pairs`` (first, second, issame, folds, scores, values)
         and ``roc`` (fpr, tpr) where computed.
@@ -157,15 +170,17 @@ def evaluate_embeddings(embeddings, labels, metrics=DEFAULT_METRICS, ks=DEFAULT_
         )
     results, details = {}, {}
     rank_names = [n for n in names if n in retrieval.RANK_METRICS]
+    per_class = bool(per_class and return_details and rank_names)
     if rank_names or pr_levels is not None:
         r = retrieval.retrieval_metrics(
             embeddings, labels, gallery, gallery_labels, metrics=rank_names, ks=ks,
-            distance=distance, chunk_size=chunk_size, pr_levels=pr_levels,
+            distance=distance, chunk_size=chunk_size, pr_levels=pr_levels, per_class=per_class,
         )
-        if "pr_curve" in r:
-            details["pr_curve"] = r.pop("pr_curve")
+        for key in ("pr_curve", "per_class"):
+            if key in r:
+                details[key] = r.pop(key)
         results.update(r)
-    cluster_names = [n for n in names if n in ("nmi", "f1")]
+    cluster_names = [n for n in names if n in clustering.CLUSTER_METRICS]
     if cluster_names:
         results.update(clustering.clustering_metrics(
             embeddings, labels, cluster_names, num_clusters=num_clusters, seed=seed,
@@ -185,10 +200,44 @@ def evaluate_embeddings(embeddings, labels, metrics=DEFAULT_METRICS, ks=DEFAULT_
     return (ordered, details) if return_details else ordered
 
 
+def per_class_csv(per_class, path=None, class_names=None):
+    """The per-class retrieval figures (``details["per_class"]``) as CSV text, one row per class.
+
+    Columns: ``class`` (the label), ``name`` (with ``class_names``, a dict
+    label → display name, e.g. ``split.class_names``), ``num_queries``,
+    ``num_excluded_queries``, then each metric (empty where NaN). With
+    ``path``, the text is also written there atomically. Returns the text.
+    """
+    import csv
+    import io
+
+    columns = [c for c in per_class if c != "class"]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["class"] + (["name"] if class_names is not None else []) + columns)
+    for i, label in enumerate(per_class["class"]):
+        label = label.item() if isinstance(label, np.generic) else label
+        row = [label] + ([class_names.get(label, str(label))] if class_names is not None else [])
+        for column in columns:
+            value = per_class[column][i]
+            if column.startswith("num_"):
+                row.append(int(value))
+            else:
+                row.append("" if np.isnan(value) else repr(float(value)))
+        writer.writerow(row)
+    text = buffer.getvalue()
+    if path is not None:
+        from tfdml import files
+
+        files.write_text(path, text)
+    return text
+
+
 __all__ = [
-    "DEFAULT_KS", "DEFAULT_METRICS", "LOWER_IS_BETTER", "METRICS", "clustering",
+    "DEFAULT_KS", "DEFAULT_METRICS", "LOWER_IS_BETTER", "METRICS", "ami", "clustering",
     "clustering_metrics", "eer", "evaluate_embeddings", "kfold_accuracy", "kmeans", "knn",
     "metric_keys", "nearest_neighbors", "nmi", "pair_scores", "pairwise_f1", "parse_metrics",
+    "per_class_csv",
     "retrieval", "retrieval_metrics", "roc_auc", "sample_pairs", "verification",
     "verification_metrics",
 ]

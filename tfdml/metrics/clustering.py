@@ -1,4 +1,4 @@
-"""Clustering quality of embeddings: k-means, then NMI and pairwise F1.
+"""Clustering quality of embeddings: k-means, then NMI, AMI and pairwise F1.
 
 Protocol of Wu et al. 2017 §5, Lu et al. 2019 §4.3 and Duan et al. 2019 §4:
 cluster the test embeddings with k-means into as many clusters as there are
@@ -8,6 +8,10 @@ classes, and compare the clusters Ω with the ground-truth classes C.
   Duan §4 writes ``2 I(Ω; C) / (H(Ω) + H(C))`` (arithmetic mean, also
   scikit-learn's default). ``average="arithmetic"`` (default) or
   ``"geometric"`` picks one; the two differ when H(Ω) != H(C).
+* **AMI**, adjusted mutual information (Vinh et al. 2010, JMLR 11, Eq. 24):
+  ``(I - E[I]) / (avg(H(Ω), H(C)) - E[I])``, NMI corrected for chance (about
+  0 for random clusters, where NMI stays above 0 with many clusters);
+  the same ``average`` as NMI.
 * **F1** (Song et al. 2016, cited by Lu [29] and Duan): over pairs of
   examples, precision = same-cluster pairs that are same-class / same-cluster
   pairs, recall = same-cluster pairs that are same-class / same-class pairs,
@@ -43,6 +47,17 @@ def nmi(labels, clusters, average="arithmetic"):
     return float(_skm.normalized_mutual_info_score(labels, clusters, average_method=average))
 
 
+def ami(labels, clusters, average="arithmetic"):
+    """Adjusted mutual information between classes and clusters (see module doc)."""
+    if average not in NMI_AVERAGES:
+        raise ValueError(f"Unknown NMI average {average!r}; choose one of {NMI_AVERAGES}.")
+    return float(_skm.adjusted_mutual_info_score(labels, clusters, average_method=average))
+
+
+#: Metric names computed from one k-means clustering.
+CLUSTER_METRICS = ("nmi", "ami", "f1")
+
+
 def pairwise_f1(labels, clusters):
     """Pair-counting F1 of a clustering (Song et al. 2016; Duan §4 ``F1 = 2PR/(P+R)``)."""
     _, y = np.unique(np.asarray(labels).reshape(-1), return_inverse=True)
@@ -66,7 +81,8 @@ def pairwise_f1(labels, clusters):
 
 def clustering_metrics(embeddings, labels, metrics=("nmi", "f1"), num_clusters=None, seed=0,
                        nmi_average="arithmetic", n_init=1):
-    """``{"nmi": ..., "f1": ...}`` of k-means with ``num_clusters`` (default: number of classes)."""
+    """``{"nmi": ..., "ami": ..., "f1": ...}`` (as requested) of one k-means clustering with
+    ``num_clusters`` (default: number of classes); ``nmi_average`` serves NMI and AMI."""
     labels = np.asarray(labels).reshape(-1)
     if num_clusters is None:
         num_clusters = np.unique(labels).size
@@ -74,6 +90,8 @@ def clustering_metrics(embeddings, labels, metrics=("nmi", "f1"), num_clusters=N
     out = {}
     if "nmi" in metrics:
         out["nmi"] = nmi(labels, clusters, nmi_average)
+    if "ami" in metrics:
+        out["ami"] = ami(labels, clusters, nmi_average)
     if "f1" in metrics:
         out["f1"] = pairwise_f1(labels, clusters)
     return out

@@ -12,6 +12,8 @@ is a function of these ranks, for all k at once:
 * **MAP@R** (Musgrave et al. 2020): ``(1/R) Σ_{i<=R} P(i)·rel(i)``, and since
   ``P(r_m) = m / r_m``: ``(1/R) Σ_{m : r_m <= R} m / r_m``.
 * **mAP** over the full ranking (Lu et al. 2019 §4.3): ``(1/R) Σ_m m / r_m``.
+* **MRR**, mean reciprocal rank (Voorhees 1999, TREC-8 QA): ``1 / r_1``, the
+  rank of the first correct neighbour.
 
 Each is averaged over the queries that have at least one positive.
 
@@ -52,7 +54,7 @@ from tfdml import xla as _xla
 from tfdml.metrics import knn as _knn
 
 #: Metric names this module computes ("recall" and "precision" take ks).
-RANK_METRICS = ("recall", "precision", "map@r", "r_precision", "map")
+RANK_METRICS = ("recall", "precision", "map@r", "r_precision", "map", "mrr")
 
 _INF = np.float32(np.inf)
 
@@ -228,6 +230,10 @@ def per_query(ranks, num_pos, metrics, ks, num_gallery_eff, pr_levels=None):
         out["map@r"] = np.sum(np.where(in_r, prec_at_pos, 0.0), axis=1) / R[:, 0]
     if "map" in metrics:
         out["map"] = np.sum(prec_at_pos, axis=1) / R[:, 0]
+    if "mrr" in metrics:
+        # r_1, the best positive's rank, is in column R - 1 (positives by ascending score).
+        first = np.take_along_axis(ranks, num_pos.astype(np.int64)[:, None] - 1, axis=1)[:, 0]
+        out["mrr"] = 1.0 / first
     if pr_levels is not None:
         out["pr_curve"] = _interpolated_pr(prec_at_pos, num_pos, pr_levels)
     return out
@@ -249,7 +255,7 @@ def _interpolated_pr(prec_at_pos, num_pos, levels):
 
 def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None,
                       metrics=("recall", "map@r", "r_precision"), ks=(1,),
-                      distance="euclidean", chunk_size=None, pr_levels=None):
+                      distance="euclidean", chunk_size=None, pr_levels=None, per_class=False):
     """Retrieval metrics averaged over queries that have positives.
 
     Args:
@@ -262,10 +268,15 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None,
       chunk_size: queries per chunk (memory ∝ chunk_size × N).
       pr_levels: optional recall levels in [0, 1]; adds ``"pr_curve"``, the
         mean interpolated precision at each level (Lu Fig. 4c).
+      per_class: also return ``"per_class"``, a dict of arrays over the query
+        classes in sorted order: ``class`` (the label), ``num_queries``,
+        ``num_excluded_queries`` and each metric key (the mean over that
+        class's scored queries; NaN for a class none of whose queries has a
+        positive). :func:`tfdml.metrics.per_class_csv` writes it as CSV.
 
     Returns:
-      dict: ``recall@k``, ``precision@k``, ``map@r``, ``r_precision``, ``map``
-      (as requested), ``num_queries`` (queries scored) and
+      dict: ``recall@k``, ``precision@k``, ``map@r``, ``r_precision``, ``map``,
+      ``mrr`` (as requested), ``num_queries`` (queries scored) and
       ``num_excluded_queries`` (queries without any positive).
     """
     unknown = [m for m in metrics if m not in RANK_METRICS]
@@ -290,8 +301,10 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None,
                 f"query and gallery dimensions differ ({query.shape[1]} vs {gallery.shape[1]})."
             )
     n_eff = query.shape[0] - 1 if gallery is None else gallery.shape[0]
+    num_ids = int(max(q_ids.max(), -1 if g_ids is None else g_ids.max())) + 1
+    class_sums, class_scored = {}, np.zeros(num_ids, np.int64)
     sums, count, excluded = {}, 0, 0
-    for _, ranks, num_pos in positive_ranks(query, q_ids, gallery, g_ids, distance, chunk_size):
+    for start, ranks, num_pos in positive_ranks(query, q_ids, gallery, g_ids, distance, chunk_size):
         keep = num_pos > 0
         excluded += int(np.sum(~keep))
         if not keep.any():
@@ -300,15 +313,39 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None,
         for name, v in values.items():
             sums[name] = sums.get(name, 0.0) + np.sum(v, axis=0)
         count += int(np.sum(keep))
+        if per_class:
+            kept_ids = q_ids[start:start + keep.size][keep]
+            np.add.at(class_scored, kept_ids, 1)
+            for name, v in values.items():
+                if name != "pr_curve":
+                    np.add.at(class_sums.setdefault(name, np.zeros(num_ids)), kept_ids, v)
     out = {}
     names = [f"recall@{k}" for k in ks if "recall" in metrics]
     names += [f"precision@{k}" for k in ks if "precision" in metrics]
-    names += [m for m in ("map@r", "r_precision", "map") if m in metrics]
+    names += [m for m in ("map@r", "r_precision", "map", "mrr") if m in metrics]
     for name in names:
         out[name] = float(sums[name] / count) if count else float("nan")
+    if per_class:
+        out["per_class"] = _per_class_table(query_labels, q_ids, names, class_sums, class_scored)
     if pr_levels is not None:
         out["pr_curve"] = (np.asarray(pr_levels, np.float64),
                            sums["pr_curve"] / count if count else np.full(len(pr_levels), np.nan))
     out["num_queries"] = count
     out["num_excluded_queries"] = excluded
     return out
+
+
+def _per_class_table(query_labels, q_ids, names, class_sums, class_scored):
+    """The per-class dict of :func:`retrieval_metrics` (query classes, sorted)."""
+    labels = np.asarray(query_labels).reshape(-1)
+    present = np.unique(q_ids)
+    first = np.unique(q_ids, return_index=True)[1]  # one query of each class, for its label
+    scored = class_scored[present]
+    table = {"class": labels[first],
+             "num_queries": scored,
+             "num_excluded_queries": np.bincount(q_ids)[present] - scored}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for name in names:
+            sums = class_sums.get(name, np.zeros(class_scored.size))[present]
+            table[name] = np.where(scored > 0, sums / np.maximum(scored, 1), np.nan)
+    return table

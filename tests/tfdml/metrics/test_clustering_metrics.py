@@ -75,3 +75,26 @@ def test_bad_arguments():
         clustering.nmi([0, 1], [0, 1], "max-ish")
     with pytest.raises(ValueError, match="num_clusters"):
         clustering.kmeans(np.zeros((3, 2)), 5)
+
+
+@pytest.mark.parametrize("average", ["arithmetic", "geometric"])
+def test_ami_equals_sklearn_on_the_same_kmeans_clusters_computed_once(monkeypatch, average):
+    """AMI (Vinh et al. 2010) corrects NMI for chance; NMI, AMI and F1 share one k-means."""
+    from sklearn.metrics import adjusted_mutual_info_score
+
+    rng = np.random.default_rng(4)
+    labels = rng.integers(0, 6, 90)
+    x = (rng.standard_normal((6, 3))[labels] * 1.5 + rng.standard_normal((90, 3))).astype(np.float32)
+    clusters = clustering.kmeans(x, 6, seed=2)
+    calls = []
+    kmeans = clustering.kmeans
+    monkeypatch.setattr(clustering, "kmeans", lambda *a, **k: calls.append(1) or kmeans(*a, **k))
+    out = clustering.clustering_metrics(x, labels, ("nmi", "ami", "f1"), seed=2, nmi_average=average)
+    assert len(calls) == 1
+    assert out["ami"] == pytest.approx(
+        adjusted_mutual_info_score(labels, clusters, average_method=average), abs=1e-12)
+    assert out["nmi"] == clustering.nmi(labels, clusters, average)
+    assert out["ami"] < out["nmi"]  # the chance correction lowers it on a partial clustering
+    # Random clusters: NMI stays above 0, AMI is near 0.
+    random = rng.integers(0, 6, 90)
+    assert abs(clustering.ami(labels, random)) < 0.05 < clustering.nmi(labels, random)

@@ -70,3 +70,47 @@ def test_bad_inputs(blobs):
         metrics.evaluate_embeddings(x, labels, distance="hamming")
     with pytest.raises(ValueError, match="rank-2"):
         metrics.evaluate_embeddings(x[:, :, None], labels)
+
+
+def test_ami_and_mrr_are_metric_names(blobs):
+    x, labels = blobs
+    assert metrics.parse_metrics(["AMI", "mrr", "nmi"]) == (("ami", "mrr", "nmi"), (1,))
+    assert "ami" in metrics.METRICS and "mrr" in metrics.METRICS
+    from tfdml import config  # validates evaluation.metrics with parse_metrics: no copied list
+
+    assert config.validate({"evaluation": {"metrics": ["mrr", "ami"]}})["evaluation"]["metrics"] == [
+        "mrr", "ami"]
+    out = metrics.evaluate_embeddings(x, labels, ["mrr", "ami"])
+    assert list(out)[:2] == ["mrr", "ami"]
+    assert out["mrr"] == pytest.approx(1.0) and out["ami"] == pytest.approx(1.0)
+
+
+def test_per_class_figures_in_the_details_and_as_csv(blobs, tmp_path):
+    import csv
+
+    x, labels = blobs
+    rng = np.random.default_rng(2)
+    noisy = x + rng.standard_normal(x.shape).astype(np.float32) * 6
+    labels = labels.copy()
+    labels[0] = 9  # a class of one example: no query of it can be scored
+    out, details = metrics.evaluate_embeddings(noisy, labels, ["recall", "map@r", "mrr", "nmi"],
+                                               per_class=True, return_details=True)
+    table = details["per_class"]
+    assert list(table["class"]) == [0, 1, 2, 3, 4, 9]
+    assert list(table["num_queries"]) == [11, 12, 12, 12, 12, 0]
+    scored = table["num_queries"] > 0
+    for key in ("recall@1", "map@r", "mrr"):
+        assert np.isnan(table[key][-1])
+        assert np.sum(table[key][scored] * table["num_queries"][scored]) / 59 == pytest.approx(out[key])
+    names = {c: f"class {c}" for c in range(10)}
+    path = tmp_path / "per_class.csv"
+    text = metrics.per_class_csv(table, str(path), class_names=names)
+    assert path.read_text() == text
+    rows = list(csv.DictReader(text.splitlines()))
+    assert list(rows[0]) == ["class", "name", "num_queries", "num_excluded_queries", "recall@1",
+                             "map@r", "mrr"]
+    assert rows[-1]["name"] == "class 9" and rows[-1]["mrr"] == "" and rows[-1]["num_excluded_queries"] == "1"
+    assert float(rows[2]["map@r"]) == table["map@r"][2]
+    # Without return_details (or without a retrieval metric) nothing per class is computed.
+    assert "per_class" not in metrics.evaluate_embeddings(noisy, labels, ["nmi"], per_class=True,
+                                                          return_details=True)[1]

@@ -7,7 +7,7 @@ from sklearn.metrics import average_precision_score
 from tfdml.metrics import retrieval
 from tfdml.metrics.retrieval import retrieval_metrics
 
-ALL = ("recall", "precision", "map@r", "r_precision", "map")
+ALL = ("recall", "precision", "map@r", "r_precision", "map", "mrr")
 
 
 def brute_rankings(query, q_labels, gallery, g_labels, distance):
@@ -35,7 +35,7 @@ def brute_metrics(rows, ks):
     """Metrics from the relevance vector of each ranking, written from the definitions."""
     vals = {f"recall@{k}": [] for k in ks}
     vals.update({f"precision@{k}": [] for k in ks})
-    vals.update({"map@r": [], "r_precision": [], "map": []})
+    vals.update({"map@r": [], "r_precision": [], "map": [], "mrr": []})
     excluded = 0
     for rel, _ in rows:
         R = int(rel.sum())
@@ -50,6 +50,7 @@ def brute_metrics(rows, ks):
         vals["r_precision"].append(rel[:R].sum() / R)
         vals["map@r"].append(np.sum(P[:R] * rel[:R]) / R)  # MAP@R, Musgrave et al.
         vals["map"].append(np.sum(P * rel) / R)
+        vals["mrr"].append(1.0 / (np.argmax(rel) + 1))  # first correct neighbour
     out = {k: float(np.mean(v)) for k, v in vals.items()}
     return out, excluded
 
@@ -125,6 +126,11 @@ def test_hand_computed_map_at_r():
     assert got["map"] == pytest.approx(34 / 45)
     assert got["precision@2"] == pytest.approx(1 / 2)
     assert got["recall@1"] == 1.0
+    assert got["mrr"] == 1.0
+    # From 3.5 the nearest are 3 (A) and 4 (B), both at 0.5: the tied negative goes first,
+    # so the first positive is second: MRR = 1/2.
+    got = retrieval_metrics(np.full((1, 1), 3.5, np.float32), [0], g, gl, metrics=("mrr",))
+    assert got["mrr"] == 1 / 2
 
 
 def test_ties_rank_negatives_first():
@@ -135,6 +141,7 @@ def test_ties_rank_negatives_first():
     got = retrieval_metrics(q, [0], g, [0, 1], metrics=ALL, ks=(1, 2))
     assert got["recall@1"] == 0.0 and got["recall@2"] == 1.0
     assert got["map@r"] == 0.0 and got["map"] == pytest.approx(0.5)
+    assert got["mrr"] == 0.5
 
 
 def test_single_example_classes_are_excluded_and_counted():
@@ -244,3 +251,65 @@ def test_counting_path_with_a_padded_last_chunk_equals_brute_force(loo):
     got = retrieval_metrics(x, labels, gallery, gallery_labels, metrics=ALL, ks=KS, chunk_size=7)
     for key, value in ref.items():
         assert got[key] == pytest.approx(value, abs=1e-12), key
+
+
+def tied_data():
+    """Small-integer points and their negations: the gallery's mean is exactly 0 and every
+    score is an exact float32 integer, so the many equal distances are exact ties."""
+    rng = np.random.default_rng(7)
+    half = rng.integers(-2, 3, size=(40, 2)).astype(np.float32)
+    x = np.concatenate([half, -half])
+    labels = rng.integers(0, 5, 80)
+    return x, labels
+
+
+@pytest.mark.parametrize("limit", [0, 256], ids=["sorting", "counting"])
+@pytest.mark.parametrize("loo", [True, False])
+def test_mrr_with_exact_ties_equals_brute_force_on_both_paths(monkeypatch, limit, loo):
+    """MRR = mean of 1 / r_1, r_1 the rank of the first positive, negatives tied with it
+    first (as every retrieval metric here); the counting and the sorting path give the
+    same integer ranks, hence the same MRR."""
+    monkeypatch.setattr(retrieval, "MAX_COMPARE_POSITIVES", limit)
+    x, labels = tied_data()
+    # A separate gallery of symmetric pairs too (its mean is exactly 0).
+    in_gallery = np.tile(np.arange(40) >= 15, 2)
+    query, q_labels, gallery, g_labels = (
+        (x, labels, None, None) if loo
+        else (x[~in_gallery], labels[~in_gallery], x[in_gallery], labels[in_gallery]))
+    rows = brute_rankings(query, q_labels, gallery, g_labels, "euclidean")
+    ref, excluded = brute_metrics(rows, (1,))
+    got = retrieval_metrics(query, q_labels, gallery, g_labels, metrics=("recall", "mrr"),
+                            ks=(1,), chunk_size=7)
+    assert got["mrr"] == pytest.approx(ref["mrr"], abs=1e-12)
+    assert got["recall@1"] == pytest.approx(ref["recall@1"], abs=1e-12)
+    # Ties do occur, and the brute force counts them pessimistically.
+    scores = np.concatenate([s for _, s in rows])
+    assert np.unique(scores).size < scores.size / 10
+    assert ref["recall@1"] < ref["mrr"] < 1.0
+
+
+@pytest.mark.parametrize("loo", [True, False])
+def test_per_class_figures_are_the_means_over_each_class_queries(data, loo):
+    x, labels, g, gl = data
+    gallery, gallery_labels = (None, None) if loo else (g, gl)
+    rows = brute_rankings(x, labels, gallery, gallery_labels, "euclidean")
+    got = retrieval_metrics(x, labels, gallery, gallery_labels, metrics=("recall", "map@r", "mrr"),
+                            ks=(1, 5), chunk_size=11, per_class=True)
+    table = got["per_class"]
+    classes = np.unique(labels)
+    np.testing.assert_array_equal(table["class"], classes)
+    for c, cls in enumerate(classes):
+        members = [rows[i] for i in np.flatnonzero(labels == cls)]
+        ref, excluded = brute_metrics(members, (1, 5))
+        assert table["num_queries"][c] == len(members) - excluded
+        assert table["num_excluded_queries"][c] == excluded
+        for key in ("recall@1", "recall@5", "map@r", "mrr"):
+            if excluded == len(members):  # a single-example class: nothing to score
+                assert np.isnan(table[key][c])
+            else:
+                assert table[key][c] == pytest.approx(ref[key], abs=1e-12), (cls, key)
+    # Weighted by their query counts, the classes give the overall figures.
+    scored = table["num_queries"] > 0
+    for key in ("recall@1", "map@r", "mrr"):
+        overall = np.sum(table[key][scored] * table["num_queries"][scored]) / got["num_queries"]
+        assert overall == pytest.approx(got[key], abs=1e-12)

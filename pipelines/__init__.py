@@ -10,7 +10,7 @@
 * :mod:`pipelines.augment` — ``TrainTransform``, ``EvalTransform``,
   ``to_model_input``.
 
-Batches follow the batch contract in DESIGN.md: ``(x, {"label", "class_size",
+Batches follow the batch contract in docs/design.md: ``(x, {"label", "class_size",
 "w_pos", "w_neg"[, "pair_id"], "example_id"})``. This package never imports
 the model side.
 """

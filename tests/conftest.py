@@ -48,7 +48,7 @@ class NonFiniteAfter(keras.layers.Layer):
 
     NaN is written into the output directly, so the tests of the NaN guard do
     not depend on whether the CPU's kernels propagate a NaN input through the
-    network (oneDNN's max and ReLU may not; issue 11).
+    network (oneDNN's max and ReLU may not).
     """
 
     def __init__(self, after=0, value=float("nan"), **kwargs):

@@ -4,7 +4,7 @@ Whether a NaN survives a network depends on the CPU's kernels: TensorFlow's
 oneDNN kernels (``TF_ENABLE_ONEDNN_OPTS``, on by default on x86) may turn a
 NaN into a finite number in a max or a ReLU, the plain Eigen kernels do not.
 Main once went red on a fresh machine because a test passed with one setting
-only (issue 11). The suite runs with whatever the machine sets; this test
+only. The suite runs with whatever the machine sets; this test
 reruns the tests of non-finite inputs, embeddings and the guard in a
 subprocess with the other setting, so that both are covered on every run.
 """

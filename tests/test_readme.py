@@ -48,7 +48,7 @@ def _readme_figures():
 
 
 def test_main_job_table_is_the_rendering_of_its_runs():
-    """Issue 16: the README's main-job figures come from one command. Rendering the
+    """The README's main-job figures come from one command. Rendering the
     README's own per-seed numbers must reproduce its block (table, mean row, sentence)."""
     figures = _readme_figures()
     block = README.split(figures.BEGIN)[1].split(figures.END)[0].strip()
@@ -83,7 +83,7 @@ def _own_loss_example():
 
 
 def test_add_your_own_loss_example_runs_and_configs_find_it(capsys):
-    """Issue 12: the README's "Add your own loss" example, as written."""
+    """The README's "Add your own loss" example, as written."""
     import tfdml
 
     try:

@@ -1,10 +1,10 @@
-"""``model.fit(..., jit_compile=True)`` on the paths a user takes (issue 11, item 4).
+"""``model.fit(..., jit_compile=True)`` on the paths a user takes.
 
 Two ways a batch reaches the loss:
 
 * a batch design (``MPerClassDesign(...).batches`` and the README's
-  ``GroupDesign`` snippet), whose batches have static shapes (DESIGN.md: "A
-  design knows its batch size");
+  ``GroupDesign`` snippet), whose batches have static shapes (docs/design.md: a
+  design knows its batch size);
 * a user's own pipeline, ``Dataset.from_tensor_slices((x, y)).batch(B)``
   without ``drop_remainder``: the batch dimension is unknown when Keras traces
   the step (``element_spec`` ``(None, ...)``) and the last batch of the epoch is
@@ -17,7 +17,7 @@ kind it accepts (``sampler_kinds``), the samplers rotated so that every
 registered sampler is used at least once; a tiny MLP, 2–3 steps, on a user's
 pipeline. The same matrix on designs' batches is ``slow`` (TFDML_SLOW=1):
 their shapes are static, and by default the README's snippet (group design,
-``jit_compile=True`` and ``"auto"``), the issue's snippet (m-per-class) with
+``jit_compile=True`` and ``"auto"``), a reported snippet (m-per-class) with
 user-built CNNs and the DSN model cover designs under XLA.
 """
 
@@ -218,8 +218,8 @@ def test_readme_batch_designs_snippet(jit_compile):
     assert any(not np.array_equal(b, w.numpy()) for b, w in zip(before, model.trainable_weights))
 
 
-def test_issue_snippet_user_cnn_on_m_per_class_design():
-    """Issue 11 item 4, as reported: a functional CNN (Conv-BN-ReLU-pool ×4, Dense,
+def test_user_cnn_on_m_per_class_design_under_xla():
+    """A user's report, as written: a functional CNN (Conv-BN-ReLU-pool ×4, Dense,
     UnitNormalization) on 32×32×1 images from MPerClassDesign(m=4, batch_size=128),
     ContrastiveLoss(squared=False), jit_compile=True (failed at the gradient of the
     distance's diagonal)."""

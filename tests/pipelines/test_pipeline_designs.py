@@ -320,7 +320,7 @@ def _transforms():
 )
 @pytest.mark.parametrize("transform", list(_transforms()))
 def test_batches_have_static_shapes(design, transform):
-    """A design knows its batch size (DESIGN.md): every element_spec is fully defined,
+    """A design knows its batch size (docs/design.md): every element_spec is fully defined,
     with and without augmentation, and the batches have those shapes."""
     split = _static_shape_split()
     t = _transforms()[transform]

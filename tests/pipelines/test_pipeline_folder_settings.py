@@ -1,4 +1,4 @@
-"""Image folders (issue 17): the files' own size and channels by default, warnings
+"""Image folders: the files' own size and channels by default, warnings
 for a large resize or mismatched channels, and image.size / image.channels as
 the one place of the image settings."""
 

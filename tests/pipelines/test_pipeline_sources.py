@@ -96,8 +96,8 @@ def test_arrays_source_and_class_lists(tmp_path):
     [2, 2 + 2**32, 7, 7 + 2**32],    # equal modulo 2**32: four classes, not two
 ], ids=["large_and_negative", "equal_mod_2_32"])
 def test_arrays_source_maps_any_int64_ids_to_contiguous_labels(ids):
-    """Issue 11: labels were stored as int32 (2 and 2 + 2**32 merged) and large
-    sparse ids sized the margin loss's β_class by max(label) + 1."""
+    """Guards against labels stored as int32 (2 and 2 + 2**32 merged) and large
+    sparse ids sizing the margin loss's β_class by max(label) + 1."""
     ids = np.asarray(ids, np.int64)
     labels = np.repeat(ids, 3)
     feats = np.arange(len(labels) * 2, dtype=np.float32).reshape(-1, 2)
@@ -219,7 +219,7 @@ def test_folder_class_whose_only_image_is_corrupt(tmp_path):
 
 @pytest.mark.parametrize("channels", [1, 3])
 def test_folder_decodes_gif_bmp_png_jpeg_to_the_requested_channels(tmp_path, channels):
-    """Issue 11: with channels=1, valid GIF and BMP files were reported as
+    """With channels=1, valid GIF and BMP files must not be reported as
     "cannot be read or decoded" (their decoders refuse a 1-channel request)."""
     from PIL import Image
 

@@ -125,7 +125,7 @@ def problem():
 )
 @pytest.mark.parametrize("eta_name", ["contrastive", "balanced", "contrastive_l2", "margin"])
 def test_weighted_minibatch_loss_is_unbiased_for_full_loss(problem, design, block, eta_name):
-    """Hong Eq. 23 vs Eq. 10 for every pair term that takes importance=True (issue 12):
+    """Hong Eq. 23 vs Eq. 10 for every pair term that takes importance=True:
     contrastive ℓ2² and its balanced η, contrastive ℓ2 (draft Eq. 18), margin (Wu §4).
     tests/tfdml/losses/test_hong_contrastive_losses.py checks that each loss class computes
     exactly Σ W_ij ℓ_ij / #pairs on a batch, with W from the same columns."""
@@ -160,7 +160,7 @@ def test_mean_weight_is_one(problem):
         assert abs(mean - 1.0) < 4 * se
 
 
-# -- triplets (issue 12): W_apn = w_triplet·N_a(N_a−1)·N_n, derived in tfdml.importance ------
+# -- triplets: W_apn = w_triplet·N_a(N_a−1)·N_n, derived in tfdml.importance ------
 
 
 def triplet_losses(emb, labels, margin=0.4):

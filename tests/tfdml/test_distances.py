@@ -86,7 +86,7 @@ def test_nan_embeddings_give_nan_distances_not_zero():
     assert np.isnan(d[0, 1]) and np.isnan(d[1, 0])
 
 
-# --- Accuracy of small distances (issue 11 item 3) -------------------------------
+# --- Accuracy of small distances -------------------------------
 #
 # The bounds below are the first-order worst-case rounding bounds stated in the
 # docstring of distances.pairwise_squared_euclidean, written with the float32
@@ -144,7 +144,7 @@ def _assert_relative_error_within(got, d_ref, rel_bound):
 
 @pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
 def test_unit_vectors_1e4_apart_are_not_at_distance_zero(jit):
-    """The issue's case: |a|² + |b|² - 2a·b around the origin gives exactly 0 here."""
+    """The reported case: |a|² + |b|² - 2a·b around the origin gives exactly 0 here."""
     a = _near_duplicates(1e-4, 128, size=2)
     d_ref, _, _, rel_bound = _reference(a)
     got = _distance_fn(jit)(tf.constant(a)).numpy()
@@ -323,7 +323,7 @@ def _spread_batch_with_near_duplicates(gap, dim=128, size=32, seed=0):
 @pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
 @pytest.mark.parametrize("gap", [1e-4, 1e-3, 1e-2])
 def test_near_duplicate_pairs_in_a_spread_batch_match_float64(gap, jit):
-    """Issue 11 item 3, the case centring cannot help: a close pair far from
+    """The case centring cannot help: a close pair far from
     the batch mean. Its entries are recomputed in float64; the value (1 %)
     and the gradient, d D_01 / d a_0 = (a_0 - a_1) / D_01, match float64."""
     a = _spread_batch_with_near_duplicates(gap)

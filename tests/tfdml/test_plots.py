@@ -59,7 +59,7 @@ def test_write_all(tmp_path):
 
 
 def test_retrieval_grid_shows_failures_first(tmp_path, monkeypatch):
-    """Issue 16: a grid of 64 green borders teaches nothing; queries whose
+    """A grid of 64 green borders teaches nothing; queries whose
     nearest result has another class come first."""
     from tfdml import plots as plots_lib
 
@@ -84,7 +84,7 @@ def test_retrieval_grid_shows_failures_first(tmp_path, monkeypatch):
 
 
 def test_every_plot_names_its_split_and_draws_the_baseline(tmp_path, monkeypatch):
-    """Issue 16: each plot says which split and classes it shows; where a baseline was
+    """Each plot says which split and classes it shows; where a baseline was
     scored, its PR curve and ROC (same pairs) are drawn next to the model's."""
     from tfdml import metrics
 

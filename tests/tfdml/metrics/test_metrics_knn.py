@@ -184,7 +184,7 @@ def _unit_with_duplicates(n=300, dim=16, seed=0):
 
 @pytest.mark.parametrize("loo", [True, False])
 def test_unit_vectors_rank_the_same_by_cosine_and_euclidean_ties_by_index(loo):
-    """Issue 17 §5: on unit vectors cos = 1 - d²/2, so the neighbour order must not depend
+    """On unit vectors cos = 1 - d²/2, so the neighbour order must not depend
     on which one is named, exact duplicates included; equal scores come lower index first."""
     x = _unit_with_duplicates()
     query, gallery = (x, None) if loo else (x[:100], x[100:])

@@ -217,7 +217,7 @@ def test_large_classes_sorting_path_equals_brute_force(monkeypatch, limit):
 
 @pytest.mark.parametrize("loo", [True, False])
 def test_unit_vectors_give_the_same_metrics_by_cosine_and_euclidean(loo):
-    """Issue 17 §5: exact duplicates across classes are ties; both distances rank on the
+    """Exact duplicates across classes are ties; both distances rank on the
     same scores, so the metrics are equal, and equal the pessimistic-tie reference."""
     rng = np.random.default_rng(5)
     x = rng.normal(size=(240, 8)).astype(np.float32)

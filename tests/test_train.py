@@ -74,7 +74,9 @@ def test_run_writes_everything(finished_run):
     assert len(history) == 3 and "test_map@r" in history[0].split(",")
     text = experiment.summary(cfg, result)
     assert "recall@1" in text and "map@r" in text
-    assert "best checkpoint: none: there is no validation split" in text
+    assert "model.keras and saved_model/: epoch 2 of 2, the last epoch's: there is no validation split" in text
+    assert json.load(open(os.path.join(out, "metrics.json")))["info"]["model"]["epoch"] == 2
+    assert not os.path.exists(os.path.join(out, "checkpoints"))  # nothing is selected, nothing kept
 
 
 def test_exported_models_give_the_same_embeddings(finished_run, tmp_path):
@@ -165,13 +167,10 @@ def test_resume_after_kill_reaches_the_same_weights(tmp_path):
         np.testing.assert_allclose(a[key], b[key], atol=1e-6, err_msg=key)
     history = open(os.path.join(resumed["output_dir"], "history.csv")).read().splitlines()
     assert len(history) == 5  # header + 4 epochs, across the two runs
-    # Not only the final weights: the best checkpoint and the history equal the
-    # uninterrupted run's (the best value survives the resume).
-    for name in ("best.weights.h5",):
-        a = _weights(os.path.join(straight["output_dir"], "checkpoints", name))
-        b = _weights(os.path.join(resumed["output_dir"], "checkpoints", name))
-        for key in a:
-            np.testing.assert_allclose(a[key], b[key], atol=1e-6, err_msg=f"{name}: {key}")
+    # Not only the kept weights (the best epoch's): the history equals the
+    # uninterrupted run's, and so does the epoch selected.
+    assert (json.load(open(os.path.join(straight["output_dir"], "metrics.json")))["info"]["model"]
+            == json.load(open(os.path.join(resumed["output_dir"], "metrics.json")))["info"]["model"])
     straight_history = open(os.path.join(straight["output_dir"], "history.csv")).read().splitlines()
     assert straight_history[0] == history[0]
     for x, y in zip(straight_history[1:], history[1:]):
@@ -603,7 +602,7 @@ def test_best_checkpoint_is_selected_on_validation_only(tmp_path):
     improving = [e for e in range(3) if all(values[e] > v for v in values[:e])]
     assert files_seen.changed_at == improving
     assert "best val_map@r on the validation split" in result["best_checkpoint"]
-    assert "best checkpoint: checkpoints/best.weights.h5" in experiment.summary(cfg, result)
+    assert "model.keras and saved_model/: epoch " in experiment.summary(cfg, result)
     # The final figures are the test split's, scored once after fit (outside the spy).
     report = json.load(open(tmp_path / "metrics.json"))
     assert report["metrics"]["recall@1"] == pytest.approx(result["metrics"]["recall@1"])
@@ -911,7 +910,9 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
     assert len(epochs_at_kill) >= 3 and max(epochs_at_kill) >= 1, epochs_at_kill
     kills = len(epochs_at_kill)
     print(f"soak: {kills} kills, backed-up epoch at each kill: {epochs_at_kill}")
-    for name in ("model.keras", os.path.join("checkpoints", "best.weights.h5")):
+    assert (json.load(open(os.path.join(straight["output_dir"], "metrics.json")))["info"]["model"]
+            == json.load(open(os.path.join(cfg["output_dir"], "metrics.json")))["info"]["model"])
+    for name in ("model.keras",):  # the selected model
         a = _weights(os.path.join(straight["output_dir"], name))
         b = _weights(os.path.join(cfg["output_dir"], name))
         assert a.keys() == b.keys()
@@ -968,7 +969,7 @@ def test_folder_template_trains_a_few_steps_on_a_generated_folder(tmp_path):
     result = experiment.run(cfg, verbose=0)
     # The files' own size and channels; validation: round(0.2 × 6) = 1 of the 6 training classes.
     assert "1 classes, 5 examples" in result["best_checkpoint"]
-    assert os.path.exists(tmp_path / "run" / "checkpoints" / "best.weights.h5")
+    assert json.load(open(tmp_path / "run" / "metrics.json"))["info"]["model"]["epoch"] == 1
     assert np.isfinite(result["history"]["loss"]).all() and "val_map@r" in result["history"]
     assert 0.0 <= result["metrics"]["recall@1"] <= 1.0
     # image.size / channels are null: the files' own 16×16×1, no resize.
@@ -1028,3 +1029,108 @@ def test_objective_sample_logs_the_loss_without_importance_on_one_fixed_training
     column = history[0].split(",").index("train_objective")
     values = [float(row.split(",")[column]) for row in history[1:]]
     assert len(values) == cfg["training"]["epochs"] and all(np.isfinite(values)) and values[0] > 0
+
+
+# -- the model kept is the model scored --------------------------------------------
+
+#: val_map@r by epoch, forced: the best epoch is the second of three.
+_SCRIPTED_VAL = {0: 0.5, 1: 0.9, 2: 0.7}
+
+
+@pytest.fixture
+def scripted_validation(monkeypatch):
+    """The validation figure of each epoch is :data:`_SCRIPTED_VAL` (the
+    selection no longer depends on how training went)."""
+    from tfdml import callbacks as callbacks_lib
+
+    original = callbacks_lib.RetrievalEvaluation.on_epoch_end
+
+    def on_epoch_end(self, epoch, logs=None):
+        original(self, epoch, logs)
+        if logs is not None and "val_map@r" in logs:
+            logs["val_map@r"] = _SCRIPTED_VAL[epoch]
+
+    monkeypatch.setattr(callbacks_lib.RetrievalEvaluation, "on_epoch_end", on_epoch_end)
+
+
+class _WeightsAfterEachEpoch(keras.callbacks.Callback):
+    """Saves the whole training state after each epoch to ``folder/epoch-N.weights.h5``."""
+
+    def __init__(self, folder):
+        super().__init__()
+        self.folder = folder
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.save_weights(os.path.join(self.folder, f"epoch-{epoch + 1}.weights.h5"))
+
+
+def _arrays_cfg(out, **overrides):
+    rng = np.random.default_rng(1)
+    labels = np.repeat(np.arange(8), 12)  # classes 0-3 train (2 of them validate), 4-7 test
+    features = (rng.normal(size=(labels.size, 4)) + 0.3 * labels[:, None]).astype("float32")
+    return small_cfg(out, **{"data.source": "arrays",
+                             "data.options": {"features": features, "labels": labels},
+                             "data.validation": {"fraction": 0.5, "seed": 1},
+                             "design.n": 2, "model.backbone": "mlp",
+                             "model.backbone_options": {"width": 8}, "training.epochs": 3,
+                             "evaluation.baseline": "raw_pixels", **overrides})
+
+
+def test_the_test_split_is_scored_with_the_selected_model(tmp_path, scripted_validation):
+    """With a validation split the test figures, model.keras and saved_model/
+    are the best epoch's model (epoch 2 of 3 here), metrics.json says so, and
+    also gives the last epoch's figures; a run killed after epoch 2 and again
+    during the final evaluation, then resumed, keeps the same model."""
+    import evaluate
+
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir()
+    cfg = _arrays_cfg(tmp_path / "straight")
+    result = experiment.run(cfg, verbose=0, callbacks=[_WeightsAfterEachEpoch(str(snapshots))])
+    out = tmp_path / "straight"
+    report = json.load(open(out / "metrics.json"))
+    assert report["info"]["model"]["epoch"] == 2 and report["info"]["model"]["epochs"] == 3
+    assert "best val_map@r" in report["info"]["model"]["selected_by"]
+    assert report["last_epoch"]["epoch"] == 3 and "recall@1" in report["last_epoch"]["metrics"]
+    kept, best = _weights(str(out / "model.keras")), _weights(str(snapshots / "epoch-2.weights.h5"))
+    assert kept.keys() == best.keys()
+    for key in kept:
+        np.testing.assert_allclose(kept[key], best[key], atol=0, err_msg=key)
+    # The figures are the kept model's: model.keras scored again gives them.
+    split = experiment.build_source(cfg).split("test")
+    served = tf.saved_model.load(str(out / "saved_model"))
+    again = evaluate.run(lambda x: served.serve(x), split, str(tmp_path / "again"),
+                         metrics=cfg["evaluation"]["metrics"], ks=cfg["evaluation"]["ks"],
+                         verbose=0, make_plots=False)
+    for key, value in result["metrics"].items():
+        assert again[key] == pytest.approx(value, abs=1e-6), key
+    text = experiment.summary(cfg, result)
+    assert "epoch 2 of 3" in text and "last epoch" in text
+    # No weights stored twice: model.keras is the selected model.
+    assert not (out / "checkpoints").exists() and not (out / "backup").exists()
+
+    resumed = _arrays_cfg(tmp_path / "resumed")
+    with pytest.raises(KeyboardInterrupt):
+        experiment.run(resumed, verbose=0, callbacks=[_KillAfterEpoch(2)])
+    original_run = evaluate.run
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed during the final evaluation")
+
+    evaluate.run = killed
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            experiment.run(resumed, verbose=0)
+    finally:
+        evaluate.run = original_run
+    # A kill during a write leaves a temporary file; the resumed run removes it.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / "resumed" / "checkpoints" / f".best.weights.h5.{dead.pid}.abcd1234.tmp.weights.h5"
+    stale.write_bytes(b"\0" * 1024)
+    assert experiment.run(resumed, verbose=0)["resumed_from_epoch"] == 3
+    assert not stale.exists()
+    again = _weights(str(tmp_path / "resumed" / "model.keras"))
+    for key in kept:
+        np.testing.assert_allclose(again[key], kept[key], atol=1e-6, err_msg=key)
+    assert json.load(open(tmp_path / "resumed" / "metrics.json"))["info"]["model"]["epoch"] == 2

@@ -68,12 +68,25 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    import importlib
+
+    # The config's keys, types and fixed choices are checked before TensorFlow
+    # is imported (which can take minutes on a busy machine); the names the
+    # library registers, after it (and after --import).
+    from tfdml import config as config_lib
+
+    if args.config is None:
+        args.config = os.path.join(ROOT, DEFAULT_CONFIG)
+        print(f"No --config given: training {DEFAULT_CONFIG} (the main job).", file=sys.stderr)
+    try:
+        raw = config_lib.read(args.config, args.set)
+        config_lib.check_structure(raw)
+    except config_lib.ConfigError as err:
+        print(f"Config error: {err}", file=sys.stderr)
+        return 2
     from evaluate import quiet_tensorflow_import
 
     quiet_tensorflow_import()
-    from tfdml import config as config_lib
-
-    import importlib
 
     if args.imports and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # modules in the working directory, as `python -m` finds them
@@ -84,11 +97,8 @@ def main(argv=None):
             print(f"Error: --import {module}: {err}; put the module on PYTHONPATH or in the "
                   "working directory.", file=sys.stderr)
             return 2
-    if args.config is None:
-        args.config = os.path.join(ROOT, DEFAULT_CONFIG)
-        print(f"No --config given: training {DEFAULT_CONFIG} (the main job).", file=sys.stderr)
     try:
-        cfg = config_lib.load(args.config, args.set)
+        cfg = config_lib.validate(raw)
     except config_lib.ConfigError as err:
         print(f"Config error: {err}", file=sys.stderr)
         return 2

@@ -277,6 +277,32 @@ def test_bad_config_exits_2_with_a_message(tmp_path, capsys):
     assert "loss.name = 'margn'" in err and "did you mean 'margin'" in err
 
 
+_MAIN_WITHOUT_TENSORFLOW = """
+import sys
+sys.path.insert(0, {root!r})
+import train
+code = train.main(sys.argv[1:])
+print("exit", code, "tensorflow imported:", "tensorflow" in sys.modules)
+"""
+
+
+def test_a_config_typo_is_reported_before_tensorflow_is_imported(tmp_path):
+    """A fresh interpreter: train.py reads and checks the YAML's keys, types and
+    fixed choices first, and stops on a typo without importing TensorFlow."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainig: {epochs: 2}\n")
+    proc = subprocess.run([sys.executable, "-c", _MAIN_WITHOUT_TENSORFLOW.format(root=ROOT),
+                           "--config", str(bad), "--set", "optimizer.name=adma"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert "exit 2 tensorflow imported: False" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "Unknown config key 'trainig' (did you mean 'training'?)" in proc.stderr
+    bad.write_text("training: {epochs: two}\n")
+    proc = subprocess.run([sys.executable, "-c", _MAIN_WITHOUT_TENSORFLOW.format(root=ROOT),
+                           "--config", str(bad)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert "exit 2 tensorflow imported: False" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "training.epochs must be int, got 'two'" in proc.stderr
+
+
 def test_loss_the_library_refuses_stops_before_any_work(tmp_path, capsys):
     """Issue 11: stable_contrast + random passed validation, created the output
     dir, loaded the data and only then failed on loss.options."""

@@ -264,7 +264,7 @@ def _type_names(types):
     return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
 
-def _validate(config, schema, path):
+def _validate(config, schema, path, library=True):
     if not isinstance(config, dict):
         raise ConfigError(f"{path or 'config'} must be a mapping of keys to values, got {config!r}.")
     for key in config:
@@ -278,7 +278,7 @@ def _validate(config, schema, path):
     for key, field in schema.items():
         where = f"{path}.{key}" if path else key
         if isinstance(field, dict):
-            out[key] = _validate(config.get(key, {}) or {}, field, where)
+            out[key] = _validate(config.get(key, {}) or {}, field, where, library)
             continue
         value = config.get(key, copy.deepcopy(field.default))
         if isinstance(value, bool) and bool not in field.types:
@@ -289,7 +289,7 @@ def _validate(config, schema, path):
             raise ConfigError(
                 f"{where} must be {_type_names(field.types)}, got {value!r} ({type(value).__name__})."
             )
-        choices = field.choices
+        choices = field.choices if library or not callable(field._choices) else None
         if choices is not None and value not in choices:
             shown = [c for c in choices if c is not None]
             raise ConfigError(
@@ -593,6 +593,14 @@ def validate(config):
     return cfg
 
 
+def check_structure(config):
+    """Check a config dict without the library (and without TensorFlow): its
+    keys, types, fixed choices and value ranges; the names the library
+    registers (losses, samplers, metrics, distances) and the combinations are
+    checked by :func:`validate`. Raises :class:`ConfigError`."""
+    _validate(config or {}, SCHEMA, "", library=False)
+
+
 def parse_override(text):
     """``"a.b=value"`` -> (["a", "b"], parsed value); the value is read as YAML."""
     if "=" not in text:
@@ -620,6 +628,13 @@ def apply_overrides(config, overrides):
 
 def load(path=None, overrides=()):
     """Read a YAML config (or start from defaults), apply overrides, validate."""
+    return validate(read(path, overrides))
+
+
+def read(path=None, overrides=()):
+    """The config dict of a YAML file (or ``{}``: the defaults) with ``--set``
+    overrides applied, not yet validated (:func:`check_structure`,
+    :func:`validate`); a file that cannot be read raises :class:`ConfigError`."""
     raw = {}
     if path is not None:
         try:
@@ -643,7 +658,7 @@ def load(path=None, overrides=()):
             raise ConfigError(f"Config file {path!r} must be a mapping of sections (data:, loss:, ...), "
                               f"got a {type(raw).__name__}.")
     apply_overrides(raw, overrides)
-    return validate(raw)
+    return raw
 
 
 def plain(value):

@@ -475,6 +475,9 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
     except ValueError as err:
         raise ExperimentError(f"data: {err}") from None
     train_split, val_split = split_validation(cfg, train_split)
+    data = describe_data(cfg, train_split, val_split, test_split)
+    if verbose:
+        print(data_summary(data))
     design = build_design(cfg)
     try:
         design.validate(train_split)
@@ -493,6 +496,9 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
     for note in notes:
         print(f"Note: {note}", file=sys.stderr)
     done = int(state["epoch"]) if state else 0
+    if done:  # also with verbose=0 (train.py --quiet)
+        print(f"Resuming from the backup after epoch {done} of {cfg['training']['epochs']} in "
+              f"{backup.directory} (--fresh starts over).", file=sys.stderr)
     steps = cfg["training"]["steps_per_epoch"]
     train_ds = train_dataset(cfg, design, train_split, skip_batches=done * steps)
     pretrain = cfg["loss"]["sampler_options"].get("pretrain_steps", 0)
@@ -530,7 +536,8 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
                 f"best {best.monitor} on the validation split ({best.monitor} {best.best:.4f})"))
         result["model"] = kept
         result["best_checkpoint"] = best_checkpoint_note(cfg, val_split, kept)
-        result.update(final_evaluation(cfg, model, test_split, out, verbose, kept=kept,
+        result["data"] = data
+        result.update(final_evaluation(cfg, model, test_split, out, verbose, kept=kept, data=data,
                                        last_epoch=last_figures and {"epoch": last_epoch,
                                                                     "metrics": last_figures}))
         if last_figures:
@@ -540,7 +547,7 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
             result["lookup"] = export_lookup(cfg, model, test_split, out, input_shape)
     runs.mark_finished(out, {"finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
                              "epochs": cfg["training"]["epochs"],
-                             "model": result.get("model"),
+                             "model": result.get("model"), "data": data,
                              "metrics": result.get("metrics", {})})
     # As keras.callbacks.BackupAndRestore does: a finished run leaves no backup behind,
     # and model.keras is the selected model: its checkpoint is not kept twice.
@@ -586,6 +593,45 @@ def split_validation(cfg, train_split):
         return sources.hold_out(train_split, v["fraction"], mode=v["mode"], seed=v["seed"])
     except ValueError as err:
         raise ExperimentError(f"data.validation: {err}") from None
+
+
+def describe_data(cfg, train_split, val_split, test_split):
+    """What the run trains and evaluates on, as a JSON-able dict (metrics.json's
+    ``info.data``, finished.json, the summary before training): classes and
+    images of each split, the validation split's classes by name, and the
+    images' shape as read and as the model takes them."""
+    def split(s):
+        return {"classes": int(s.num_classes), "images": int(s.num_examples)}
+
+    out = {"source": cfg["data"]["source"], "image_shape": list(train_split.image_shape),
+           "model_input": list(input_shape_for(cfg, train_split.image_shape)),
+           "train": split(train_split), "validation": None, "test": split(test_split)}
+    if val_split is not None:
+        v = cfg["data"]["validation"]
+        out["validation"] = {**split(val_split),
+                             "class_names": [str(n) for n in val_split.class_names.values()],
+                             "mode": v["mode"], "fraction": v["fraction"], "seed": v["seed"]}
+    return out
+
+
+def data_summary(data):
+    """Two lines for the terminal before training (:func:`describe_data`)."""
+    def shape(dims):
+        return "×".join(str(d) for d in dims)
+
+    images = f"images {shape(data['image_shape'])}"
+    if data["model_input"] != data["image_shape"]:
+        images += f" (model input {shape(data['model_input'])})"
+    parts = [f"train {data['train']['classes']} classes, {data['train']['images']} images"]
+    v = data["validation"]
+    if v is not None:
+        names = v["class_names"]
+        shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+        what = "held out of" if v["mode"] == "classes" else "examples of each class held out of"
+        parts.append(f"validation {v['classes']} classes ({shown}), {v['images']} images "
+                     f"({what} the training split: fraction {v['fraction']}, seed {v['seed']})")
+    parts.append(f"test {data['test']['classes']} classes, {data['test']['images']} images")
+    return f"data: {data['source']}, {images}\n  " + "; ".join(parts)
 
 
 #: Prefix of the per-epoch evaluation's keys in the logs and history.csv.
@@ -750,13 +796,14 @@ def _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup, state,
     return {"loss": losses}
 
 
-def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epoch=None):
+def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epoch=None, data=None):
     """Held-out metrics, metrics.json and the plots: the same code as evaluate.py.
 
     ``kept``: which model this is (``{"epoch", "epochs", "selected_by"}``),
     written to metrics.json as ``info.model``; ``last_epoch``: the last
     epoch's figures (``{"epoch", "metrics"}``) when another epoch was kept,
-    written as ``last_epoch``."""
+    written as ``last_epoch``; ``data``: :func:`describe_data`, written as
+    ``info.data``."""
     import evaluate
 
     ev = cfg["evaluation"]
@@ -776,7 +823,8 @@ def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epo
             batch_size=ev["batch_size"],
             verbose=verbose,
             extra_info={"config": os.path.join(out, "config.yaml"),
-                        **({"model": kept} if kept is not None else {})},
+                        **({"model": kept} if kept is not None else {}),
+                        **({"data": data} if data is not None else {})},
             baseline=ev["baseline"],
             show_table=False,
         )
@@ -916,5 +964,24 @@ def summary(cfg, result):
             lines.append(f"  {key:<{width}} " + "  ".join(cells))
     if last:
         lines.append(f"  (epoch {last['epoch']}: the last epoch's model, not kept)")
+    if baseline:
+        lines += baseline_warnings(result["metrics"], baseline)
     lines.append("=" * 60)
     return "\n".join(lines)
+
+
+def baseline_warnings(metrics, baseline):
+    """One line per figure on which the model-free baseline beats the model."""
+    from tfdml.metrics import LOWER_IS_BETTER
+
+    out = []
+    for key, value in metrics.items():
+        other = baseline["metrics"].get(key)
+        if (key.startswith("num_") or key.endswith("_std") or not isinstance(value, float)
+                or not isinstance(other, float)):
+            continue
+        lower = key in LOWER_IS_BETTER
+        if (other < value) if lower else (other > value):
+            out.append(f"warning: {baseline['name']} beat the model on {key} ({other:.4f} against "
+                       f"{value:.4f}{'; lower is better' if lower else ''})")
+    return out

@@ -350,6 +350,44 @@ def test_loss_gets_the_number_of_training_classes(tmp_path, monkeypatch):
     np.testing.assert_allclose(eta, np.full((3, 3), 4.0 / 4.0 * 499.0 / 500.0), rtol=1e-6)
 
 
+def test_the_data_is_described_before_training(tmp_path, monkeypatch, capsys):
+    """Classes and images of each split, the held-out validation classes and the
+    image size, printed before the model is built (not with verbose=0)."""
+    cfg = small_cfg(tmp_path, **{"data.validation": {"fraction": 0.4, "mode": "classes", "seed": 2},
+                                 "design.n": 3})
+
+    def build_model(*args, **kwargs):
+        raise _Built
+
+    monkeypatch.setattr(experiment, "build_model", build_model)
+    with pytest.raises(_Built):
+        experiment.run(cfg, verbose=1)
+    out = capsys.readouterr().out
+    from pipelines import sources
+
+    train_split = sources.get_source("digits").split("train")
+    kept, held_out = sources.hold_out(train_split, 0.4, mode="classes", seed=2)
+    names = ", ".join(held_out.class_names.values())
+    assert (f"train {kept.num_classes} classes, {kept.num_examples} images; validation "
+            f"{held_out.num_classes} classes ({names}), {held_out.num_examples} images") in out, out
+    assert "test 5 classes, 896 images" in out and "images 8×8×1" in out
+    with pytest.raises(_Built):
+        experiment.run(cfg, verbose=0, fresh=True)
+    assert "validation" not in capsys.readouterr().out
+
+
+def test_the_summary_warns_where_raw_pixels_win(tmp_path):
+    cfg = small_cfg(tmp_path)
+    result = {"output_dir": str(tmp_path), "seconds": 1.0, "resumed_from_epoch": 0,
+              "metrics": {"recall@1": 0.63, "map@r": 0.40, "eer": 0.30, "num_queries": 10},
+              "baseline": {"name": "raw_pixels", "metrics": {"recall@1": 0.70, "map@r": 0.35, "eer": 0.20}}}
+    text = experiment.summary(cfg, result)
+    warnings = [line for line in text.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: raw_pixels beat the model on recall@1 (0.7000 against 0.6300)",
+        "warning: raw_pixels beat the model on eer (0.2000 against 0.3000; lower is better)"]
+
+
 def test_impossible_design_is_a_clear_error(tmp_path):
     cfg = small_cfg(tmp_path, **{"design.m": 400})
     with pytest.raises(experiment.ExperimentError, match="design"):
@@ -1103,7 +1141,7 @@ def _arrays_cfg(out, **overrides):
                              "evaluation.baseline": "raw_pixels", **overrides})
 
 
-def test_the_test_split_is_scored_with_the_selected_model(tmp_path, scripted_validation):
+def test_the_test_split_is_scored_with_the_selected_model(tmp_path, scripted_validation, capsys):
     """With a validation split the test figures, model.keras and saved_model/
     are the best epoch's model (epoch 2 of 3 here), metrics.json says so, and
     also gives the last epoch's figures; a run killed after epoch 2 and again
@@ -1135,6 +1173,17 @@ def test_the_test_split_is_scored_with_the_selected_model(tmp_path, scripted_val
     assert "epoch 2 of 3" in text and "last epoch" in text
     # No weights stored twice: model.keras is the selected model.
     assert not (out / "checkpoints").exists() and not (out / "backup").exists()
+    # The held-out validation classes are recorded (the arrays' classes 0-3 train).
+    from pipelines import sources
+
+    options = cfg["data"]["options"]
+    _, held_out = sources.hold_out(sources.arrays(options["features"], options["labels"]).split("train"),
+                                   0.5, mode="classes", seed=1)
+    validation = report["info"]["data"]["validation"]
+    assert validation["class_names"] == list(held_out.class_names.values()) and validation["classes"] == 2
+    assert validation["images"] == held_out.num_examples == 24 and validation["mode"] == "classes"
+    assert report["info"]["data"]["test"] == {"classes": 4, "images": 48}
+    capsys.readouterr()
 
     resumed = _arrays_cfg(tmp_path / "resumed")
     with pytest.raises(KeyboardInterrupt):
@@ -1155,8 +1204,11 @@ def test_the_test_split_is_scored_with_the_selected_model(tmp_path, scripted_val
     dead.wait()
     stale = tmp_path / "resumed" / "checkpoints" / f".best.weights.h5.{dead.pid}.abcd1234.tmp.weights.h5"
     stale.write_bytes(b"\0" * 1024)
+    capsys.readouterr()
     assert experiment.run(resumed, verbose=0)["resumed_from_epoch"] == 3
     assert not stale.exists()
+    # verbose=0 (train.py --quiet) still says that the run resumes.
+    assert "Resuming from the backup after epoch 3 of 3" in capsys.readouterr().err
     again = _weights(str(tmp_path / "resumed" / "model.keras"))
     for key in kept:
         np.testing.assert_allclose(again[key], kept[key], atol=1e-6, err_msg=key)

@@ -1031,6 +1031,13 @@ def test_folder_template_trains_a_few_steps_on_a_generated_folder(tmp_path):
     cfg = config.load(template, [f"data.options.root={root}", f"output_dir={tmp_path / 'run'}",
                                  "training.epochs=1", "training.steps_per_epoch=2", "design.n=4"])
     assert cfg["image"]["flip"] is False  # glyphs: mirroring changes the class
+    # It starts from the main job's best known settings (the README's three choices).
+    main_job = config.load(os.path.join(ROOT, "configs", "default.yaml"))
+    for section, key in (("model", "backbone"), ("model", "backbone_options"), ("model", "embedding_dim"),
+                         ("optimizer", "head_lr_multiplier"), ("loss", "name"), ("loss", "sampler"),
+                         ("loss", "options")):
+        assert cfg[section][key] == main_job[section][key], (section, key)
+    assert cfg["model"]["backbone_options"]["pooling"] == "flatten"
     result = experiment.run(cfg, verbose=0)
     # The files' own size and channels; validation: round(0.2 × 6) = 1 of the 6 training classes.
     assert "1 classes, 5 examples" in result["best_checkpoint"]

@@ -4,7 +4,8 @@
     python train.py --config configs/default.yaml [--set key=value ...]
 
 The config (see :mod:`tfdml.config` for every key) is validated before any
-work starts. The run writes into ``output_dir``:
+work starts: its keys, types and fixed choices before TensorFlow is imported,
+the names the library registers after. The run writes into ``output_dir``:
 
     config.yaml          the resolved config
     history.csv          per-epoch loss and the validation split's metrics (val_*), or,
@@ -12,12 +13,20 @@ work starts. The run writes into ``output_dir``:
     logs/                TensorBoard logs
     backup/              the last completed epoch (a rerun resumes from it); removed
                          when the run finishes
-    checkpoints/         best.weights.h5 (best validation MAP@R), only with a
-                         data.validation split: none is selected on test data
-    metrics.json         final held-out metrics (the test split, scored once at the end)
-    plots/               retrieval grid, distance histograms, PR curve
-    model.keras          the trained model (the last epoch's; the only copy of its weights)
-    saved_model/         SavedModel with a serving signature images -> embeddings
+    checkpoints/         while training with a data.validation split only:
+                         best.weights.h5 (best validation MAP@R); removed when the run
+                         finishes, as model.keras is then that model
+    metrics.json         final held-out metrics (the test split, scored once at the end
+                         with the kept model; info.model says which epoch, info.data
+                         the splits and validation classes; last_epoch the last
+                         epoch's figures when another epoch was kept)
+    retrieval_grid.png, distance_histogram.png, pr_curve.png, roc.png
+                         plots of the test split (the raw-pixel baseline drawn with
+                         evaluation.baseline)
+    model.keras          the kept model: the best validation epoch's with a validation
+                         split, else the last epoch's (the only copy of its weights)
+    saved_model/         the same model as a SavedModel (serving signature images ->
+                         embeddings)
     finished.json        written last: the run is complete
 
 Every file is written atomically (a kill never leaves half a file). The

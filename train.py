@@ -88,8 +88,7 @@ def main(argv=None):
         args.config = os.path.join(ROOT, DEFAULT_CONFIG)
         print(f"No --config given: training {DEFAULT_CONFIG} (the main job).", file=sys.stderr)
     try:
-        raw = config_lib.read(args.config, args.set)
-        config_lib.check_structure(raw)
+        config_lib.check_structure(config_lib.read(args.config, args.set))
     except config_lib.ConfigError as err:
         print(f"Config error: {err}", file=sys.stderr)
         return 2
@@ -107,7 +106,7 @@ def main(argv=None):
                   "working directory.", file=sys.stderr)
             return 2
     try:
-        cfg = config_lib.validate(raw)
+        cfg = config_lib.load(args.config, args.set)
     except config_lib.ConfigError as err:
         print(f"Config error: {err}", file=sys.stderr)
         return 2

@@ -105,7 +105,7 @@ class RunLock:
         me = {"pid": os.getpid(), "host": socket.gethostname()}
         for _ in range(2):
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
             except FileExistsError:
                 holder = self._holder()
                 if holder and holder.get("pid") == me["pid"] and holder.get("host") == me["host"]:

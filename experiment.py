@@ -514,9 +514,9 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
         history = _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup, state, verbose)
         best = None
     else:
-        history, best = _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, callbacks,
-                             validation=val_split is not None,
-                             objective=objective_on_sample(cfg, train_split, num_classes))
+        history, best = _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose,
+                                   callbacks, validation=val_split is not None,
+                                   objective=objective_on_sample(cfg, train_split, num_classes))
 
     if not chief:
         # The chief's final model is model.keras; a worker keeps its weights to compare.

@@ -74,7 +74,8 @@ def test_run_writes_everything(finished_run):
     assert len(history) == 3 and "test_map@r" in history[0].split(",")
     text = experiment.summary(cfg, result)
     assert "recall@1" in text and "map@r" in text
-    assert "model.keras and saved_model/: epoch 2 of 2, the last epoch's: there is no validation split" in text
+    assert ("model.keras and saved_model/: epoch 2 of 2, the last epoch's: there is no validation split"
+            in text)
     assert json.load(open(os.path.join(out, "metrics.json")))["info"]["model"]["epoch"] == 2
     assert not os.path.exists(os.path.join(out, "checkpoints"))  # nothing is selected, nothing kept
 

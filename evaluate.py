@@ -34,12 +34,14 @@ DEFAULT_KS = (1, 2, 4, 8)
 
 
 def quiet_tensorflow_import():
-    """Import TensorFlow without its C++ start-up lines in the terminal.
+    """Import TensorFlow without its C++ start-up lines in the terminal (the
+    one implementation for train.py and evaluate.py).
 
-    absl writes INFO lines such as "oneDNN custom operations are on" to the
-    process's stderr before its logging is initialised, whatever
-    ``TF_CPP_MIN_LOG_LEVEL`` says. The file descriptor of stderr is pointed
-    at /dev/null for the import only; Python exceptions raised by the import
+    ``TF_CPP_MIN_LOG_LEVEL`` is set to 2 unless the user set it (TensorFlow
+    reads it once). absl writes INFO lines such as "oneDNN custom operations
+    are on" to the process's stderr before its logging is initialised,
+    whatever that level says: the file descriptor of stderr is pointed at
+    /dev/null for the import only; Python exceptions raised by the import
     still reach the user (they are printed after stderr is restored).
     """
     if "tensorflow" in sys.modules:
@@ -376,9 +378,15 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
 
     baseline_results = baseline_details = None
     if baseline is not None:
-        baseline_results, baseline_details = baseline_metrics(
-            baseline, split, names, ks, distance, batch_size, chunk_size, seed, num_pairs,
-            verbose, return_details=True, pr_levels=np.linspace(0.0, 1.0, 101) if make_plots else None)
+        vectors, _ = baseline_vectors(baseline, split, batch_size, verbose)
+        baseline_results, baseline_details = tm.evaluate_embeddings(
+            vectors, labels, names, ks, distance=distance, chunk_size=chunk_size, seed=seed,
+            num_pairs=num_pairs, pr_levels=np.linspace(0.0, 1.0, 101) if make_plots else None,
+            return_details=True)
+        if make_plots and "pairs" not in details:
+            # The ROC shows the baseline whatever the metrics: the same pairs for both.
+            details["pairs"] = verification_pairs(embeddings, labels, distance, seed, num_pairs)
+            baseline_details["pairs"] = verification_pairs(vectors, labels, distance, seed, num_pairs)
 
     os.makedirs(out_dir, exist_ok=True)
     written = []
@@ -484,6 +492,38 @@ def _jsonable(results):
 BASELINES = ("raw_pixels",)
 
 
+def verification_pairs(embeddings, labels, distance, seed, num_pairs):
+    """The verification pairs of ``labels`` (:func:`tfdml.metrics.sample_pairs`,
+    the pairs of the ``verification`` metrics and of the plots) with their
+    scores, as ``evaluate_embeddings``'s ``details["pairs"]``; None when the
+    labels give no pairs."""
+    from tfdml import metrics as tm
+
+    try:
+        first, second, issame, _ = tm.sample_pairs(labels, num_pairs=num_pairs, seed=seed)
+    except ValueError:
+        return None
+    scores, values = tm.pair_scores(embeddings, first, second, distance)
+    return dict(issame=issame, scores=scores, values=values)
+
+
+def baseline_vectors(name, split, batch_size=256, verbose=0):
+    """``(vectors, labels)`` of a model-free baseline on ``split``
+    (``"raw_pixels"``: each image flattened and L2-normalised)."""
+    import tensorflow as tf
+
+    if name not in BASELINES:
+        raise EvaluationError(f"Unknown baseline {name!r}; choose one of {', '.join(BASELINES)}.")
+
+    def raw_pixels(x):
+        flat = tf.reshape(tf.cast(x, tf.float32), [tf.shape(x)[0], -1])
+        return tf.math.l2_normalize(flat, axis=1)
+
+    if verbose:
+        print("Scoring the raw-pixel baseline ...")
+    return embed(raw_pixels, split.dataset(), int(len(split.labels)), batch_size, verbose=0)
+
+
 def baseline_metrics(name, split, metrics, ks, distance="euclidean", batch_size=256,
                      chunk_size=None, seed=0, num_pairs=6000, verbose=0, return_details=False,
                      pr_levels=None):
@@ -495,20 +535,9 @@ def baseline_metrics(name, split, metrics, ks, distance="euclidean", batch_size=
     :func:`tfdml.metrics.evaluate_embeddings` (for the plots, which draw the
     baseline's PR curve and ROC next to the model's).
     """
-    import tensorflow as tf
-
     from tfdml import metrics as tm
 
-    if name not in BASELINES:
-        raise EvaluationError(f"Unknown baseline {name!r}; choose one of {', '.join(BASELINES)}.")
-
-    def raw_pixels(x):
-        flat = tf.reshape(tf.cast(x, tf.float32), [tf.shape(x)[0], -1])
-        return tf.math.l2_normalize(flat, axis=1)
-
-    if verbose:
-        print("Scoring the raw-pixel baseline ...")
-    vectors, labels = embed(raw_pixels, split.dataset(), int(len(split.labels)), batch_size, verbose=0)
+    vectors, labels = baseline_vectors(name, split, batch_size, verbose)
     return tm.evaluate_embeddings(vectors, labels, metrics, ks, distance=distance,
                                   chunk_size=chunk_size, seed=seed, num_pairs=num_pairs,
                                   pr_levels=pr_levels, return_details=return_details)
@@ -519,15 +548,19 @@ def _cell(value):
 
 
 def format_table(results, baseline=None, baseline_name="baseline"):
-    """Text table of the results, with a column for a baseline's when given."""
-    width = max(len(k) for k in results)
-    if baseline is None:
-        lines = [f"{'metric':<{width}}  value", f"{'-' * width}  ------"]
-        lines += [f"{k:<{width}}  {_cell(v)}" for k, v in results.items()]
-    else:
-        lines = [f"{'metric':<{width}}  model   {baseline_name}", f"{'-' * width}  ------  ------"]
-        lines += [f"{k:<{width}}  {_cell(v)}  {_cell(baseline[k]) if k in baseline else '-'}"
-                  for k, v in results.items()]
+    """Text table of the results, with a column for a baseline's when given
+    (figures right-aligned under their column's name)."""
+    width = max([len("metric")] + [len(k) for k in results])
+    columns = [("value" if baseline is None else "model", results)]
+    if baseline is not None:
+        columns.append((baseline_name, baseline))
+    widths = [max([len(name)] + [len(_cell(v)) for v in figures.values()]) for name, figures in columns]
+    lines = [f"{'metric':<{width}}" + "".join(f"  {name:>{w}}" for (name, _), w in zip(columns, widths)),
+             "-" * width + "".join(f"  {'-' * w}" for w in widths)]
+    for key in results:
+        lines.append(f"{key:<{width}}" + "".join(
+            f"  {_cell(figures[key]) if key in figures else '-':>{w}}"
+            for (_, figures), w in zip(columns, widths)))
     return "\n".join(lines)
 
 
@@ -617,5 +650,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.exit(main())

@@ -417,7 +417,7 @@ def run(cfg, fresh=False, verbose=1, callbacks=(), overwrite=False):
     if not chief:
         out = os.path.join(out, "workers", str(strategy.cluster_resolver.task_id))
     try:
-        os.makedirs(os.path.join(out, "checkpoints"), exist_ok=True)
+        os.makedirs(out, exist_ok=True)
     except (FileExistsError, NotADirectoryError, PermissionError) as err:
         raise ExperimentError(
             f"output_dir {out!r} cannot be used as a directory ({err.strerror}); set output_dir to a "
@@ -426,11 +426,22 @@ def run(cfg, fresh=False, verbose=1, callbacks=(), overwrite=False):
     try:
         with runs.RunLock(out):
             runs.check_not_finished(out, overwrite=fresh or overwrite)
+            remove_stale_temporaries(out)
             result = _run(cfg, strategy, chief, out, fresh, verbose, callbacks)
+            remove_stale_temporaries(out)
     except runs.RunError as err:
         raise ExperimentError(str(err)) from None
     result["seconds"] = time.time() - started
     return result
+
+
+def remove_stale_temporaries(out):
+    """Remove the temporary files that writes of a killed run left in ``out``
+    (:func:`tfdml.files.remove_stale_temporaries`; the caller holds the run lock)."""
+    removed = files.remove_stale_temporaries(out)
+    if removed:
+        print(f"Note: removed {len(removed)} temporary file(s) left by a write that was cut short "
+              f"(e.g. {os.path.relpath(removed[0], out)}).", file=sys.stderr)
 
 
 def _check_resume(cfg, backup):
@@ -464,6 +475,9 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
     except ValueError as err:
         raise ExperimentError(f"data: {err}") from None
     train_split, val_split = split_validation(cfg, train_split)
+    data = describe_data(cfg, train_split, val_split, test_split)
+    if verbose:
+        print(data_summary(data))
     design = build_design(cfg)
     try:
         design.validate(train_split)
@@ -482,6 +496,9 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
     for note in notes:
         print(f"Note: {note}", file=sys.stderr)
     done = int(state["epoch"]) if state else 0
+    if done:  # also with verbose=0 (train.py --quiet)
+        print(f"Resuming from the backup after epoch {done} of {cfg['training']['epochs']} in "
+              f"{backup.directory} (--fresh starts over).", file=sys.stderr)
     steps = cfg["training"]["steps_per_epoch"]
     train_ds = train_dataset(cfg, design, train_split, skip_batches=done * steps)
     pretrain = cfg["loss"]["sampler_options"].get("pretrain_steps", 0)
@@ -495,27 +512,73 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
 
     if cfg["strategy"] == "multi_worker":
         history = _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup, state, verbose)
+        best = None
     else:
-        history = _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, callbacks,
-                             validation=val_split is not None,
-                             objective=objective_on_sample(cfg, train_split, num_classes))
+        history, best = _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose,
+                                   callbacks, validation=val_split is not None,
+                                   objective=objective_on_sample(cfg, train_split, num_classes))
 
     if not chief:
         # The chief's final model is model.keras; a worker keeps its weights to compare.
         files.save_weights(model, os.path.join(out, "final.weights.h5"))
-    result = {"resumed_from_epoch": done, "history": history, "output_dir": out,
-              "best_checkpoint": best_checkpoint_note(cfg, val_split)}
+    last_epoch = done + len(history.get("loss", []))
+    result = {"resumed_from_epoch": done, "history": history, "output_dir": out}
     if chief:
-        result.update(final_evaluation(cfg, model, test_split, out, verbose))
+        last_figures = None
+        kept = {"epoch": last_epoch, "epochs": cfg["training"]["epochs"],
+                "selected_by": "the last epoch's model"}
+        if best is not None and best.best_epoch is not None and os.path.exists(best.path):
+            if best.best_epoch != last_epoch:
+                # The last epoch's figures too, before the selected weights replace it.
+                last_figures = score_test_split(cfg, model, test_split)
+                runs.load_training_state(model, best.path)
+            kept.update(epoch=int(best.best_epoch), selected_by=(
+                f"best {best.monitor} on the validation split ({best.monitor} {best.best:.4f})"))
+        result["model"] = kept
+        result["best_checkpoint"] = best_checkpoint_note(cfg, val_split, kept)
+        result["data"] = data
+        result.update(final_evaluation(cfg, model, test_split, out, verbose, kept=kept, data=data,
+                                       last_epoch=last_figures and {"epoch": last_epoch,
+                                                                    "metrics": last_figures}))
+        if last_figures:
+            result["last_epoch"] = {"epoch": last_epoch, "metrics": last_figures}
         export(model, out, input_shape)
         if cfg["export"]["lookup"]:
             result["lookup"] = export_lookup(cfg, model, test_split, out, input_shape)
     runs.mark_finished(out, {"finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
                              "epochs": cfg["training"]["epochs"],
+                             "model": result.get("model"), "data": data,
                              "metrics": result.get("metrics", {})})
-    # As keras.callbacks.BackupAndRestore does: a finished run leaves no backup behind.
+    # As keras.callbacks.BackupAndRestore does: a finished run leaves no backup behind,
+    # and model.keras is the selected model: its checkpoint is not kept twice.
     backup.remove()
+    if best is not None:
+        remove_checkpoints(best.path)
     return result
+
+
+def remove_checkpoints(path):
+    """Remove the best checkpoint ``path`` and its folder when that is left empty."""
+    if os.path.exists(path):
+        os.remove(path)
+    folder = os.path.dirname(path)
+    if os.path.isdir(folder) and not os.listdir(folder):
+        os.rmdir(folder)
+
+
+def score_test_split(cfg, model, test_split):
+    """The figures of ``model`` on the test split (metrics only: no files)."""
+    import evaluate
+    from tfdml import metrics as metrics_lib
+
+    ev = cfg["evaluation"]
+    to_input = model_input(cfg)
+    embeddings, labels = evaluate.embed(lambda x: model(to_input(x), training=False),
+                                        test_split.dataset(), int(len(test_split.labels)),
+                                        ev["batch_size"], verbose=0)
+    values = metrics_lib.evaluate_embeddings(embeddings, labels, ev["metrics"], ev["ks"],
+                                             distance=ev["distance"])
+    return {k: float(v) for k, v in values.items() if np.isscalar(v)}
 
 
 def split_validation(cfg, train_split):
@@ -532,22 +595,66 @@ def split_validation(cfg, train_split):
         raise ExperimentError(f"data.validation: {err}") from None
 
 
+def describe_data(cfg, train_split, val_split, test_split):
+    """What the run trains and evaluates on, as a JSON-able dict (metrics.json's
+    ``info.data``, finished.json, the summary before training): classes and
+    images of each split, the validation split's classes by name, and the
+    images' shape as read and as the model takes them."""
+    def split(s):
+        return {"classes": int(s.num_classes), "images": int(s.num_examples)}
+
+    out = {"source": cfg["data"]["source"], "image_shape": list(train_split.image_shape),
+           "model_input": list(input_shape_for(cfg, train_split.image_shape)),
+           "train": split(train_split), "validation": None, "test": split(test_split)}
+    if val_split is not None:
+        v = cfg["data"]["validation"]
+        out["validation"] = {**split(val_split),
+                             "class_names": [str(n) for n in val_split.class_names.values()],
+                             "mode": v["mode"], "fraction": v["fraction"], "seed": v["seed"]}
+    return out
+
+
+def data_summary(data):
+    """Two lines for the terminal before training (:func:`describe_data`)."""
+    def shape(dims):
+        return "×".join(str(d) for d in dims)
+
+    images = f"images {shape(data['image_shape'])}"
+    if data["model_input"] != data["image_shape"]:
+        images += f" (model input {shape(data['model_input'])})"
+    parts = [f"train {data['train']['classes']} classes, {data['train']['images']} images"]
+    v = data["validation"]
+    if v is not None:
+        names = v["class_names"]
+        shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+        what = "held out of" if v["mode"] == "classes" else "examples of each class held out of"
+        parts.append(f"validation {v['classes']} classes ({shown}), {v['images']} images "
+                     f"({what} the training split: fraction {v['fraction']}, seed {v['seed']})")
+    parts.append(f"test {data['test']['classes']} classes, {data['test']['images']} images")
+    return f"data: {data['source']}, {images}\n  " + "; ".join(parts)
+
+
 #: Prefix of the per-epoch evaluation's keys in the logs and history.csv.
 VALIDATION_PREFIX, TEST_PREFIX = "val_", "test_"
 
 
-def best_checkpoint_note(cfg, val_split):
-    """One line for the summary: on what the best checkpoint was selected."""
+def best_checkpoint_note(cfg, val_split, kept=None):
+    """One line for the summary: which model model.keras / saved_model/ are
+    (``kept``: the ``model`` record of the run) and on what it was selected."""
+    epoch = "" if kept is None else f"epoch {kept['epoch']} of {kept['epochs']}, "
     if cfg["strategy"] == "multi_worker":
-        return "none: multi-worker training evaluates nothing per epoch (model.keras is the last epoch's)"
+        return (f"{epoch}the last epoch's: multi-worker training evaluates nothing per epoch, "
+                "so no checkpoint is selected")
     if val_split is None:
-        return ("none: there is no validation split, and no checkpoint is selected on test data "
-                "(set data.validation.fraction to get checkpoints/best.weights.h5)")
+        return (f"{epoch}the last epoch's: there is no validation split, and no checkpoint is "
+                "selected on test data (set data.validation.fraction to select the best epoch)")
+    where = (f"on the validation split ({val_split.num_classes} classes, {val_split.num_examples} "
+             f"examples, mode {cfg['data']['validation']['mode']})")
+    if kept is not None and not kept["selected_by"].startswith("best"):
+        return f"{epoch}the last epoch's: no epoch was evaluated {where}"
     ev = cfg["evaluation"]
     monitor = best_checkpoint_monitor(ev["metrics"], ev["ks"], prefix=VALIDATION_PREFIX)["monitor"]
-    return (f"checkpoints/best.weights.h5, best {monitor} on the validation split "
-            f"({val_split.num_classes} classes, {val_split.num_examples} examples, "
-            f"mode {cfg['data']['validation']['mode']})")
+    return f"{epoch}best {monitor} {where}"
 
 
 def best_checkpoint_monitor(metrics, ks, prefix=""):
@@ -601,7 +708,11 @@ def _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, 
     """``model.fit`` with the per-epoch evaluation of ``monitored_ds``: the
     validation split (``validation``; keys ``val_*``, and the best checkpoint
     follows them) or the test split (keys ``test_*``, history only); with
-    ``objective`` (a :class:`tfdml.callbacks.LossOnSample`), its value too."""
+    ``objective`` (a :class:`tfdml.callbacks.LossOnSample`), its value too.
+
+    Returns ``(history, best)``: the per-epoch logs of this session and the
+    :class:`tfdml.runs.AtomicCheckpoint` of the best checkpoint (None without
+    a validation split), which knows its epoch also after a resume."""
     from tfdml import callbacks as callbacks_lib
 
     ev = cfg["evaluation"]
@@ -612,7 +723,7 @@ def _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, 
         best = runs.AtomicCheckpoint(
             os.path.join(out, "checkpoints", "best.weights.h5"),
             **best_checkpoint_monitor(ev["metrics"], ev["ks"], prefix=prefix),
-            best=state.get("best"),
+            best=state.get("best"), best_epoch=state.get("best_epoch"),
         )
     stopper = None
     if best is not None and cfg["training"]["early_stopping_patience"] is not None:
@@ -633,7 +744,8 @@ def _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, 
         callbacks_lib.HeldOutTensorBoard(os.path.join(out, "logs"), write_graph=False),
         # Last of the built-in ones: the epoch is complete once its backup is.
         runs.BackupCallback(backup, extra=lambda epoch: {
-            "best": best.best if best is not None else None, "history": history_csv.rows,
+            "best": best.best if best is not None else None,
+            "best_epoch": best.best_epoch if best is not None else None, "history": history_csv.rows,
             "early_stopping_wait": stopper.wait if stopper is not None else 0, "config": resolved}),
         *extra_callbacks,
     ]
@@ -647,7 +759,7 @@ def _fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, 
         shuffle=False,  # the design already draws the batches at random
         verbose=verbose,
     )
-    return {k: [float(v) for v in vals] for k, vals in history.history.items()}
+    return {k: [float(v) for v in vals] for k, vals in history.history.items()}, best
 
 
 def _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup, state, verbose):
@@ -684,8 +796,14 @@ def _fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup, state,
     return {"loss": losses}
 
 
-def final_evaluation(cfg, model, test_split, out, verbose=1):
-    """Held-out metrics, metrics.json and the plots: the same code as evaluate.py."""
+def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epoch=None, data=None):
+    """Held-out metrics, metrics.json and the plots: the same code as evaluate.py.
+
+    ``kept``: which model this is (``{"epoch", "epochs", "selected_by"}``),
+    written to metrics.json as ``info.model``; ``last_epoch``: the last
+    epoch's figures (``{"epoch", "metrics"}``) when another epoch was kept,
+    written as ``last_epoch``; ``data``: :func:`describe_data`, written as
+    ``info.data``."""
     import evaluate
 
     ev = cfg["evaluation"]
@@ -704,18 +822,24 @@ def final_evaluation(cfg, model, test_split, out, verbose=1):
             distance=ev["distance"],
             batch_size=ev["batch_size"],
             verbose=verbose,
-            extra_info={"config": os.path.join(out, "config.yaml")},
+            extra_info={"config": os.path.join(out, "config.yaml"),
+                        **({"model": kept} if kept is not None else {}),
+                        **({"data": data} if data is not None else {})},
             baseline=ev["baseline"],
             show_table=False,
         )
     except ValueError as err:
         raise ExperimentError(f"final evaluation on the '{test_split.name}' split: {err}") from None
     result = {"metrics": {k: float(v) for k, v in values.items() if np.isscalar(v)}}
+    path = os.path.join(out, "metrics.json")
+    with open(path) as f:
+        record = json.load(f)
     if ev["baseline"]:
-        with open(os.path.join(out, "metrics.json")) as f:
-            baseline = json.load(f)["baseline"]
+        baseline = record["baseline"]
         result["baseline"] = {"name": baseline["name"], "metrics": {
             k: v for k, v in baseline["metrics"].items() if isinstance(v, float)}}
+    if last_epoch is not None:
+        files.write_json(path, {**record, "last_epoch": last_epoch})
     return result
 
 
@@ -829,23 +953,49 @@ def summary(cfg, result):
         f"{cfg['data']['source']} data",
         f"output: {result['output_dir']}   time: {result['seconds']:.0f}s"
         + (f"   (resumed after epoch {result['resumed_from_epoch']})" if result["resumed_from_epoch"] else ""),
-        f"best checkpoint: {result.get('best_checkpoint', 'none')}",
-        "held-out metrics (the test split, scored once after training):",
+        f"model.keras and saved_model/: {result.get('best_checkpoint', 'the last epoch')}",
+        "held-out metrics (the test split, scored once after training, with that model):",
     ]
-    baseline = result.get("baseline")
+    baseline, last = result.get("baseline"), result.get("last_epoch")
     width = max([16] + [len(k) for k in result["metrics"]])
+    columns = [("model", None, 7)]
+    if last:
+        columns.append((f"epoch {last['epoch']}", last["metrics"], 8))
     if baseline:
-        lines.append(f"  {'':<{width}} {'model':>7}  {baseline['name']:>10}")
+        columns.append((baseline["name"], baseline["metrics"], max(10, len(baseline["name"]))))
+    if len(columns) > 1:
+        lines.append(f"  {'':<{width}} " + "  ".join(f"{name:>{w}}" for name, _, w in columns))
     for key, value in result["metrics"].items():
         if key.startswith("num_"):  # counts (num_queries, ...), not figures
             lines.append(f"  {key:<{width}} {int(value):>7d}")
         elif isinstance(value, float):
-            row = f"  {key:<{width}} {value:>7.4f}"
-            if baseline and key in baseline["metrics"]:
-                row += f"  {baseline['metrics'][key]:>10.4f}"
-            lines.append(row)
+            cells = [f"{value:>7.4f}"] + [
+                f"{figures[key]:>{w}.4f}" if key in figures else f"{'-':>{w}}"
+                for _, figures, w in columns[1:]]
+            lines.append(f"  {key:<{width}} " + "  ".join(cells))
+    if last:
+        lines.append(f"  (epoch {last['epoch']}: the last epoch's model, not kept)")
+    if baseline:
+        lines += baseline_warnings(result["metrics"], baseline)
     if "lookup" in result:
         lines.append(f"lookup: {os.path.join(result['output_dir'], 'lookup')}; "
                      f"is_match: {result['lookup']['is_match']}")
     lines.append("=" * 60)
     return "\n".join(lines)
+
+
+def baseline_warnings(metrics, baseline):
+    """One line per figure on which the model-free baseline beats the model."""
+    from tfdml.metrics import LOWER_IS_BETTER
+
+    out = []
+    for key, value in metrics.items():
+        other = baseline["metrics"].get(key)
+        if (key.startswith("num_") or key.endswith("_std") or not isinstance(value, float)
+                or not isinstance(other, float)):
+            continue
+        lower = key in LOWER_IS_BETTER
+        if (other < value) if lower else (other > value):
+            out.append(f"warning: {baseline['name']} beat the model on {key} ({other:.4f} against "
+                       f"{value:.4f}{'; lower is better' if lower else ''})")
+    return out

@@ -4,7 +4,8 @@
     python train.py --config configs/default.yaml [--set key=value ...]
 
 The config (see :mod:`tfdml.config` for every key) is validated before any
-work starts. The run writes into ``output_dir``:
+work starts: its keys, types and fixed choices before TensorFlow is imported,
+the names the library registers after. The run writes into ``output_dir``:
 
     config.yaml          the resolved config
     history.csv          per-epoch loss and the validation split's metrics (val_*), or,
@@ -12,12 +13,20 @@ work starts. The run writes into ``output_dir``:
     logs/                TensorBoard logs
     backup/              the last completed epoch (a rerun resumes from it); removed
                          when the run finishes
-    checkpoints/         best.weights.h5 (best validation MAP@R), only with a
-                         data.validation split: none is selected on test data
-    metrics.json         final held-out metrics (the test split, scored once at the end)
-    plots/               retrieval grid, distance histograms, PR curve
-    model.keras          the trained model (the last epoch's; the only copy of its weights)
-    saved_model/         SavedModel with a serving signature images -> embeddings
+    checkpoints/         while training with a data.validation split only:
+                         best.weights.h5 (best validation MAP@R); removed when the run
+                         finishes, as model.keras is then that model
+    metrics.json         final held-out metrics (the test split, scored once at the end
+                         with the kept model; info.model says which epoch, info.data
+                         the splits and validation classes; last_epoch the last
+                         epoch's figures when another epoch was kept)
+    retrieval_grid.png, distance_histogram.png, pr_curve.png, roc.png
+                         plots of the test split (the raw-pixel baseline drawn with
+                         evaluation.baseline)
+    model.keras          the kept model: the best validation epoch's with a validation
+                         split, else the last epoch's (the only copy of its weights)
+    saved_model/         the same model as a SavedModel (serving signature images ->
+                         embeddings)
     finished.json        written last: the run is complete
 
 Every file is written atomically (a kill never leaves half a file). The
@@ -68,12 +77,24 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    import importlib
+
+    # The config's keys, types and fixed choices are checked before TensorFlow
+    # is imported (which can take minutes on a busy machine); the names the
+    # library registers, after it (and after --import).
+    from tfdml import config as config_lib
+
+    if args.config is None:
+        args.config = os.path.join(ROOT, DEFAULT_CONFIG)
+        print(f"No --config given: training {DEFAULT_CONFIG} (the main job).", file=sys.stderr)
+    try:
+        config_lib.check_structure(config_lib.read(args.config, args.set))
+    except config_lib.ConfigError as err:
+        print(f"Config error: {err}", file=sys.stderr)
+        return 2
     from evaluate import quiet_tensorflow_import
 
     quiet_tensorflow_import()
-    from tfdml import config as config_lib
-
-    import importlib
 
     if args.imports and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # modules in the working directory, as `python -m` finds them
@@ -84,9 +105,6 @@ def main(argv=None):
             print(f"Error: --import {module}: {err}; put the module on PYTHONPATH or in the "
                   "working directory.", file=sys.stderr)
             return 2
-    if args.config is None:
-        args.config = os.path.join(ROOT, DEFAULT_CONFIG)
-        print(f"No --config given: training {DEFAULT_CONFIG} (the main job).", file=sys.stderr)
     try:
         cfg = config_lib.load(args.config, args.set)
     except config_lib.ConfigError as err:

@@ -151,10 +151,14 @@ def test_clear_errors(models, tmp_path, capsys, case, match):
     assert match in err and "Traceback" not in err
 
 
+#: The environment of a user who never heard of TF_CPP_MIN_LOG_LEVEL.
+_ENV_WITHOUT_LOG_LEVEL = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+
+
 def test_cli_bad_path_fails_fast_without_traceback(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), "--model",
                            str(tmp_path / "missing.keras")], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env=_ENV_WITHOUT_LOG_LEVEL)
     assert proc.returncode == 2
     assert "no such file" in proc.stderr and "Traceback" not in proc.stderr
     assert "absl::InitializeLog" not in proc.stderr and "oneDNN custom operations" not in proc.stderr
@@ -293,3 +297,40 @@ def test_help_states_the_ranking_and_tie_rule():
     assert "same neighbours and the same metrics by cosine and by euclidean" in text
     assert "negative tied with a positive before it" in text
     assert "lower index first" in text
+
+
+def test_the_roc_shows_the_baseline_whatever_the_metrics(tmp_path, monkeypatch):
+    """The raw-pixel ROC is drawn next to the model's also when 'verification'
+    is not among the metrics, and is the same curve as when it is."""
+    import tensorflow as tf
+
+    from pipelines import sources
+    from tfdml import plots
+
+    split = sources.get_source("digits").split("test")
+    drawn = []
+    original = plots.roc_curve
+
+    def record(fpr, tpr, path, baseline=None, **kwargs):
+        drawn.append(baseline)
+        return original(fpr, tpr, path, baseline=baseline, **kwargs)
+
+    monkeypatch.setattr(plots, "roc_curve", record)
+    embedder = lambda x: tf.reshape(x, [tf.shape(x)[0], -1])[:, :20]  # noqa: E731
+    for metrics in (["recall"], ["recall", "verification"]):
+        evaluate.run(embedder, split, str(tmp_path / metrics[-1]), metrics=metrics, ks=[1], verbose=0,
+                     num_pairs=300, grid_queries=0, baseline="raw_pixels")
+    assert len(drawn) == 2 and drawn[0] is not None and drawn[1] is not None
+    for a, b in zip(drawn[0][:2], drawn[1][:2]):
+        np.testing.assert_array_equal(a, b)
+    assert drawn[0][2] == drawn[1][2] and drawn[0][2].startswith("raw pixels, AUC")
+
+
+def test_table_columns_line_up():
+    results = {"recall@1": 0.5, "map@r": 0.25, "num_queries": 896}
+    lines = evaluate.format_table(results, {"recall@1": 0.75, "num_queries": 896}, "raw_pixels").splitlines()
+    ends = {line.rstrip().__len__() for line in lines}
+    assert len(ends) == 1, lines  # every column right-aligned to the same edge
+    last = len("  raw_pixels")
+    assert {len(line[:-last].rstrip()) for line in lines} == {len(lines[0]) - last}, lines
+    assert lines[3].rstrip().endswith("-")  # a figure the baseline lacks

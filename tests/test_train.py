@@ -74,7 +74,10 @@ def test_run_writes_everything(finished_run):
     assert len(history) == 3 and "test_map@r" in history[0].split(",")
     text = experiment.summary(cfg, result)
     assert "recall@1" in text and "map@r" in text
-    assert "best checkpoint: none: there is no validation split" in text
+    assert ("model.keras and saved_model/: epoch 2 of 2, the last epoch's: there is no validation split"
+            in text)
+    assert json.load(open(os.path.join(out, "metrics.json")))["info"]["model"]["epoch"] == 2
+    assert not os.path.exists(os.path.join(out, "checkpoints"))  # nothing is selected, nothing kept
 
 
 def test_exported_models_give_the_same_embeddings(finished_run, tmp_path):
@@ -165,13 +168,10 @@ def test_resume_after_kill_reaches_the_same_weights(tmp_path):
         np.testing.assert_allclose(a[key], b[key], atol=1e-6, err_msg=key)
     history = open(os.path.join(resumed["output_dir"], "history.csv")).read().splitlines()
     assert len(history) == 5  # header + 4 epochs, across the two runs
-    # Not only the final weights: the best checkpoint and the history equal the
-    # uninterrupted run's (the best value survives the resume).
-    for name in ("best.weights.h5",):
-        a = _weights(os.path.join(straight["output_dir"], "checkpoints", name))
-        b = _weights(os.path.join(resumed["output_dir"], "checkpoints", name))
-        for key in a:
-            np.testing.assert_allclose(a[key], b[key], atol=1e-6, err_msg=f"{name}: {key}")
+    # Not only the kept weights (the best epoch's): the history equals the
+    # uninterrupted run's, and so does the epoch selected.
+    assert (json.load(open(os.path.join(straight["output_dir"], "metrics.json")))["info"]["model"]
+            == json.load(open(os.path.join(resumed["output_dir"], "metrics.json")))["info"]["model"])
     straight_history = open(os.path.join(straight["output_dir"], "history.csv")).read().splitlines()
     assert straight_history[0] == history[0]
     for x, y in zip(straight_history[1:], history[1:]):
@@ -278,6 +278,32 @@ def test_bad_config_exits_2_with_a_message(tmp_path, capsys):
     assert "loss.name = 'margn'" in err and "did you mean 'margin'" in err
 
 
+_MAIN_WITHOUT_TENSORFLOW = """
+import sys
+sys.path.insert(0, {root!r})
+import train
+code = train.main(sys.argv[1:])
+print("exit", code, "tensorflow imported:", "tensorflow" in sys.modules)
+"""
+
+
+def test_a_config_typo_is_reported_before_tensorflow_is_imported(tmp_path):
+    """A fresh interpreter: train.py reads and checks the YAML's keys, types and
+    fixed choices first, and stops on a typo without importing TensorFlow."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainig: {epochs: 2}\n")
+    proc = subprocess.run([sys.executable, "-c", _MAIN_WITHOUT_TENSORFLOW.format(root=ROOT),
+                           "--config", str(bad), "--set", "optimizer.name=adma"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert "exit 2 tensorflow imported: False" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "Unknown config key 'trainig' (did you mean 'training'?)" in proc.stderr
+    bad.write_text("training: {epochs: two}\n")
+    proc = subprocess.run([sys.executable, "-c", _MAIN_WITHOUT_TENSORFLOW.format(root=ROOT),
+                           "--config", str(bad)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert "exit 2 tensorflow imported: False" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "training.epochs must be int, got 'two'" in proc.stderr
+
+
 def test_loss_the_library_refuses_stops_before_any_work(tmp_path, capsys):
     """Issue 11: stable_contrast + random passed validation, created the output
     dir, loaded the data and only then failed on loss.options."""
@@ -325,6 +351,44 @@ def test_loss_gets_the_number_of_training_classes(tmp_path, monkeypatch):
     np.testing.assert_allclose(eta, np.full((3, 3), 4.0 / 4.0 * 499.0 / 500.0), rtol=1e-6)
 
 
+def test_the_data_is_described_before_training(tmp_path, monkeypatch, capsys):
+    """Classes and images of each split, the held-out validation classes and the
+    image size, printed before the model is built (not with verbose=0)."""
+    cfg = small_cfg(tmp_path, **{"data.validation": {"fraction": 0.4, "mode": "classes", "seed": 2},
+                                 "design.n": 3})
+
+    def build_model(*args, **kwargs):
+        raise _Built
+
+    monkeypatch.setattr(experiment, "build_model", build_model)
+    with pytest.raises(_Built):
+        experiment.run(cfg, verbose=1)
+    out = capsys.readouterr().out
+    from pipelines import sources
+
+    train_split = sources.get_source("digits").split("train")
+    kept, held_out = sources.hold_out(train_split, 0.4, mode="classes", seed=2)
+    names = ", ".join(held_out.class_names.values())
+    assert (f"train {kept.num_classes} classes, {kept.num_examples} images; validation "
+            f"{held_out.num_classes} classes ({names}), {held_out.num_examples} images") in out, out
+    assert "test 5 classes, 896 images" in out and "images 8×8×1" in out
+    with pytest.raises(_Built):
+        experiment.run(cfg, verbose=0, fresh=True)
+    assert "validation" not in capsys.readouterr().out
+
+
+def test_the_summary_warns_where_raw_pixels_win(tmp_path):
+    cfg = small_cfg(tmp_path)
+    result = {"output_dir": str(tmp_path), "seconds": 1.0, "resumed_from_epoch": 0,
+              "metrics": {"recall@1": 0.63, "map@r": 0.40, "eer": 0.30, "num_queries": 10},
+              "baseline": {"name": "raw_pixels", "metrics": {"recall@1": 0.70, "map@r": 0.35, "eer": 0.20}}}
+    text = experiment.summary(cfg, result)
+    warnings = [line for line in text.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: raw_pixels beat the model on recall@1 (0.7000 against 0.6300)",
+        "warning: raw_pixels beat the model on eer (0.2000 against 0.3000; lower is better)"]
+
+
 def test_impossible_design_is_a_clear_error(tmp_path):
     cfg = small_cfg(tmp_path, **{"design.m": 400})
     with pytest.raises(experiment.ExperimentError, match="design"):
@@ -338,8 +402,9 @@ def test_cli_smoke(tmp_path):
            "--set", "training.epochs=1", "--set", "training.steps_per_epoch=2",
            "--set", "model.backbone_options={width: 4}", "--set", "evaluation.metrics=[recall]",
            "--set", "evaluation.baseline=raw_pixels"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    # The environment of a user who never heard of TF_CPP_MIN_LOG_LEVEL.
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "held-out metrics" in proc.stdout and "recall@1" in proc.stdout
     # --quiet keeps one line per epoch with the held-out figure (issue 17 §6).
@@ -603,7 +668,7 @@ def test_best_checkpoint_is_selected_on_validation_only(tmp_path):
     improving = [e for e in range(3) if all(values[e] > v for v in values[:e])]
     assert files_seen.changed_at == improving
     assert "best val_map@r on the validation split" in result["best_checkpoint"]
-    assert "best checkpoint: checkpoints/best.weights.h5" in experiment.summary(cfg, result)
+    assert "model.keras and saved_model/: epoch " in experiment.summary(cfg, result)
     # The final figures are the test split's, scored once after fit (outside the spy).
     report = json.load(open(tmp_path / "metrics.json"))
     assert report["metrics"]["recall@1"] == pytest.approx(result["metrics"]["recall@1"])
@@ -911,7 +976,9 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
     assert len(epochs_at_kill) >= 3 and max(epochs_at_kill) >= 1, epochs_at_kill
     kills = len(epochs_at_kill)
     print(f"soak: {kills} kills, backed-up epoch at each kill: {epochs_at_kill}")
-    for name in ("model.keras", os.path.join("checkpoints", "best.weights.h5")):
+    assert (json.load(open(os.path.join(straight["output_dir"], "metrics.json")))["info"]["model"]
+            == json.load(open(os.path.join(cfg["output_dir"], "metrics.json")))["info"]["model"])
+    for name in ("model.keras",):  # the selected model
         a = _weights(os.path.join(straight["output_dir"], name))
         b = _weights(os.path.join(cfg["output_dir"], name))
         assert a.keys() == b.keys()
@@ -1010,10 +1077,17 @@ def test_folder_template_trains_a_few_steps_on_a_generated_folder(tmp_path):
     cfg = config.load(template, [f"data.options.root={root}", f"output_dir={tmp_path / 'run'}",
                                  "training.epochs=1", "training.steps_per_epoch=2", "design.n=4"])
     assert cfg["image"]["flip"] is False  # glyphs: mirroring changes the class
+    # It starts from the main job's best known settings (the README's three choices).
+    main_job = config.load(os.path.join(ROOT, "configs", "default.yaml"))
+    for section, key in (("model", "backbone"), ("model", "backbone_options"), ("model", "embedding_dim"),
+                         ("optimizer", "head_lr_multiplier"), ("loss", "name"), ("loss", "sampler"),
+                         ("loss", "options")):
+        assert cfg[section][key] == main_job[section][key], (section, key)
+    assert cfg["model"]["backbone_options"]["pooling"] == "flatten"
     result = experiment.run(cfg, verbose=0)
     # The files' own size and channels; validation: round(0.2 × 6) = 1 of the 6 training classes.
     assert "1 classes, 5 examples" in result["best_checkpoint"]
-    assert os.path.exists(tmp_path / "run" / "checkpoints" / "best.weights.h5")
+    assert json.load(open(tmp_path / "run" / "metrics.json"))["info"]["model"]["epoch"] == 1
     assert np.isfinite(result["history"]["loss"]).all() and "val_map@r" in result["history"]
     assert 0.0 <= result["metrics"]["recall@1"] <= 1.0
     # image.size / channels are null: the files' own 16×16×1, no resize.
@@ -1073,3 +1147,122 @@ def test_objective_sample_logs_the_loss_without_importance_on_one_fixed_training
     column = history[0].split(",").index("train_objective")
     values = [float(row.split(",")[column]) for row in history[1:]]
     assert len(values) == cfg["training"]["epochs"] and all(np.isfinite(values)) and values[0] > 0
+
+
+# -- the model kept is the model scored --------------------------------------------
+
+#: val_map@r by epoch, forced: the best epoch is the second of three.
+_SCRIPTED_VAL = {0: 0.5, 1: 0.9, 2: 0.7}
+
+
+@pytest.fixture
+def scripted_validation(monkeypatch):
+    """The validation figure of each epoch is :data:`_SCRIPTED_VAL` (the
+    selection no longer depends on how training went)."""
+    from tfdml import callbacks as callbacks_lib
+
+    original = callbacks_lib.RetrievalEvaluation.on_epoch_end
+
+    def on_epoch_end(self, epoch, logs=None):
+        original(self, epoch, logs)
+        if logs is not None and "val_map@r" in logs:
+            logs["val_map@r"] = _SCRIPTED_VAL[epoch]
+
+    monkeypatch.setattr(callbacks_lib.RetrievalEvaluation, "on_epoch_end", on_epoch_end)
+
+
+class _WeightsAfterEachEpoch(keras.callbacks.Callback):
+    """Saves the whole training state after each epoch to ``folder/epoch-N.weights.h5``."""
+
+    def __init__(self, folder):
+        super().__init__()
+        self.folder = folder
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.save_weights(os.path.join(self.folder, f"epoch-{epoch + 1}.weights.h5"))
+
+
+def _arrays_cfg(out, **overrides):
+    rng = np.random.default_rng(1)
+    labels = np.repeat(np.arange(8), 12)  # classes 0-3 train (2 of them validate), 4-7 test
+    features = (rng.normal(size=(labels.size, 4)) + 0.3 * labels[:, None]).astype("float32")
+    return small_cfg(out, **{"data.source": "arrays",
+                             "data.options": {"features": features, "labels": labels},
+                             "data.validation": {"fraction": 0.5, "seed": 1},
+                             "design.n": 2, "model.backbone": "mlp",
+                             "model.backbone_options": {"width": 8}, "training.epochs": 3,
+                             "evaluation.baseline": "raw_pixels", **overrides})
+
+
+def test_the_test_split_is_scored_with_the_selected_model(tmp_path, scripted_validation, capsys):
+    """With a validation split the test figures, model.keras and saved_model/
+    are the best epoch's model (epoch 2 of 3 here), metrics.json says so, and
+    also gives the last epoch's figures; a run killed after epoch 2 and again
+    during the final evaluation, then resumed, keeps the same model."""
+    import evaluate
+
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir()
+    cfg = _arrays_cfg(tmp_path / "straight")
+    result = experiment.run(cfg, verbose=0, callbacks=[_WeightsAfterEachEpoch(str(snapshots))])
+    out = tmp_path / "straight"
+    report = json.load(open(out / "metrics.json"))
+    assert report["info"]["model"]["epoch"] == 2 and report["info"]["model"]["epochs"] == 3
+    assert "best val_map@r" in report["info"]["model"]["selected_by"]
+    assert report["last_epoch"]["epoch"] == 3 and "recall@1" in report["last_epoch"]["metrics"]
+    kept, best = _weights(str(out / "model.keras")), _weights(str(snapshots / "epoch-2.weights.h5"))
+    assert kept.keys() == best.keys()
+    for key in kept:
+        np.testing.assert_allclose(kept[key], best[key], atol=0, err_msg=key)
+    # The figures are the kept model's: model.keras scored again gives them.
+    split = experiment.build_source(cfg).split("test")
+    served = tf.saved_model.load(str(out / "saved_model"))
+    again = evaluate.run(lambda x: served.serve(x), split, str(tmp_path / "again"),
+                         metrics=cfg["evaluation"]["metrics"], ks=cfg["evaluation"]["ks"],
+                         verbose=0, make_plots=False)
+    for key, value in result["metrics"].items():
+        assert again[key] == pytest.approx(value, abs=1e-6), key
+    text = experiment.summary(cfg, result)
+    assert "epoch 2 of 3" in text and "last epoch" in text
+    # No weights stored twice: model.keras is the selected model.
+    assert not (out / "checkpoints").exists() and not (out / "backup").exists()
+    # The held-out validation classes are recorded (the arrays' classes 0-3 train).
+    from pipelines import sources
+
+    options = cfg["data"]["options"]
+    _, held_out = sources.hold_out(sources.arrays(options["features"], options["labels"]).split("train"),
+                                   0.5, mode="classes", seed=1)
+    validation = report["info"]["data"]["validation"]
+    assert validation["class_names"] == list(held_out.class_names.values()) and validation["classes"] == 2
+    assert validation["images"] == held_out.num_examples == 24 and validation["mode"] == "classes"
+    assert report["info"]["data"]["test"] == {"classes": 4, "images": 48}
+    capsys.readouterr()
+
+    resumed = _arrays_cfg(tmp_path / "resumed")
+    with pytest.raises(KeyboardInterrupt):
+        experiment.run(resumed, verbose=0, callbacks=[_KillAfterEpoch(2)])
+    original_run = evaluate.run
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed during the final evaluation")
+
+    evaluate.run = killed
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            experiment.run(resumed, verbose=0)
+    finally:
+        evaluate.run = original_run
+    # A kill during a write leaves a temporary file; the resumed run removes it.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / "resumed" / "checkpoints" / f".best.weights.h5.{dead.pid}.abcd1234.tmp.weights.h5"
+    stale.write_bytes(b"\0" * 1024)
+    capsys.readouterr()
+    assert experiment.run(resumed, verbose=0)["resumed_from_epoch"] == 3
+    assert not stale.exists()
+    # verbose=0 (train.py --quiet) still says that the run resumes.
+    assert "Resuming from the backup after epoch 3 of 3" in capsys.readouterr().err
+    again = _weights(str(tmp_path / "resumed" / "model.keras"))
+    for key in kept:
+        np.testing.assert_allclose(again[key], kept[key], atol=1e-6, err_msg=key)
+    assert json.load(open(tmp_path / "resumed" / "metrics.json"))["info"]["model"]["epoch"] == 2

@@ -239,7 +239,9 @@ SCHEMA = {
         "lookup_k": _Field(int, 10, doc="neighbours the lookup returns", check=_at_least(1)),
         "lookup_precision": _Field((float, int, type(None)), 0.99,
                                    doc="calibrate the lookup's threshold to this nearest-"
-                                       "neighbour precision (None: no threshold)",
+                                       "neighbour precision (None: no threshold, so is_match is "
+                                       "False for every neighbour; an unreachable target "
+                                       "gives the same, with a warning)",
                                    check=lambda v: None if v is None or 0 < v <= 1
                                    else "must be a precision in (0, 1] or null"),
     },
@@ -264,7 +266,7 @@ def _type_names(types):
     return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
 
-def _validate(config, schema, path):
+def _validate(config, schema, path, library=True):
     if not isinstance(config, dict):
         raise ConfigError(f"{path or 'config'} must be a mapping of keys to values, got {config!r}.")
     for key in config:
@@ -278,7 +280,7 @@ def _validate(config, schema, path):
     for key, field in schema.items():
         where = f"{path}.{key}" if path else key
         if isinstance(field, dict):
-            out[key] = _validate(config.get(key, {}) or {}, field, where)
+            out[key] = _validate(config.get(key, {}) or {}, field, where, library)
             continue
         value = config.get(key, copy.deepcopy(field.default))
         if isinstance(value, bool) and bool not in field.types:
@@ -289,7 +291,7 @@ def _validate(config, schema, path):
             raise ConfigError(
                 f"{where} must be {_type_names(field.types)}, got {value!r} ({type(value).__name__})."
             )
-        choices = field.choices
+        choices = field.choices if library or not callable(field._choices) else None
         if choices is not None and value not in choices:
             shown = [c for c in choices if c is not None]
             raise ConfigError(
@@ -593,6 +595,14 @@ def validate(config):
     return cfg
 
 
+def check_structure(config):
+    """Check a config dict without the library (and without TensorFlow): its
+    keys, types, fixed choices and value ranges; the names the library
+    registers (losses, samplers, metrics, distances) and the combinations are
+    checked by :func:`validate`. Raises :class:`ConfigError`."""
+    _validate(config or {}, SCHEMA, "", library=False)
+
+
 def parse_override(text):
     """``"a.b=value"`` -> (["a", "b"], parsed value); the value is read as YAML."""
     if "=" not in text:
@@ -620,6 +630,13 @@ def apply_overrides(config, overrides):
 
 def load(path=None, overrides=()):
     """Read a YAML config (or start from defaults), apply overrides, validate."""
+    return validate(read(path, overrides))
+
+
+def read(path=None, overrides=()):
+    """The config dict of a YAML file (or ``{}``: the defaults) with ``--set``
+    overrides applied, not yet validated (:func:`check_structure`,
+    :func:`validate`); a file that cannot be read raises :class:`ConfigError`."""
     raw = {}
     if path is not None:
         try:
@@ -643,7 +660,7 @@ def load(path=None, overrides=()):
             raise ConfigError(f"Config file {path!r} must be a mapping of sections (data:, loss:, ...), "
                               f"got a {type(raw).__name__}.")
     apply_overrides(raw, overrides)
-    return validate(raw)
+    return raw
 
 
 def plain(value):

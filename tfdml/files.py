@@ -11,12 +11,20 @@ old file in place.
 A full disk becomes :class:`DiskFullError`, an ``OSError`` whose message
 names the path and the free space, so that the command lines can print it
 as one line.
+
+Written files and directories get the modes a plain ``open()`` /
+``os.makedirs`` would give them (``0o666`` / ``0o777`` less the umask, or the
+mode of the file or directory they replace), not the private modes of the
+temporary ones. Temporary names hold the writer's PID
+(``.<name>.<pid>.<random>.tmp<ext>``), so that
+:func:`remove_stale_temporaries` removes those of dead writers only.
 """
 
 import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 
@@ -49,16 +57,26 @@ def _human(num):
     return f"{num:.1f} TB"
 
 
+def _human_pair(needed, free):
+    """``needed`` and ``free`` as text that tells them apart: where one decimal
+    rounds both to the same figure, exact byte counts."""
+    a, b = _human(needed), _human(free)
+    if a == b and needed != free:
+        return f"{needed:,} bytes", f"{free:,} bytes"
+    return a, b
+
+
 def ensure_space(path, needed):
     """Raise :class:`DiskFullError` before writing ``needed`` bytes to ``path``
     when the filesystem has less free space (a write that runs out of space
     half-way fails deep inside h5py, which has crashed the process)."""
     free = free_space(path)
     if free is not None and needed and free < needed:
+        needs, has = _human_pair(needed, free)
         raise DiskFullError(
             errno.ENOSPC,
-            f"Not enough space on the device to write {path}: it needs about {_human(needed)}, "
-            f"{_human(free)} free; free some space or choose another output_dir. Earlier files are intact",
+            f"Not enough space on the device to write {path}: it needs about {needs}, "
+            f"{has} free; free some space or choose another output_dir. Earlier files are intact",
         )
 
 
@@ -94,6 +112,75 @@ def _is_disk_full(err):
     return "No space left on device" in text or "Disk quota exceeded" in text
 
 
+def umask():
+    """The process's umask (read without changing it where /proc tells it)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # pragma: no cover - systems without /proc
+    os.umask(mask)
+    return mask
+
+
+def _plain_mode(path, default):
+    """The mode ``open()`` / ``os.makedirs`` would leave ``path`` with: its own
+    when it exists, else ``default`` less the umask."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        return default & ~umask()
+
+
+#: A temporary name of this module: ``.<name>.<pid>.<8 random characters>.tmp<ext>``
+#: (files, directories) or ``.<name>.old.<pid>.<random>`` (a directory being replaced).
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?:(?P<pid>[0-9]+)\.[a-z0-9_]{8}\.tmp(?:\.[^.]+)*"
+                        r"|old\.(?P<old_pid>[0-9]+)\.[a-z0-9_]{8})$")
+
+
+def _temporary_prefix(base, old=False):
+    return f".{base}.{'old.' if old else ''}{os.getpid()}."
+
+
+def _process_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's live process / not a PID
+        return True
+    return True
+
+
+def remove_stale_temporaries(directory):
+    """Remove the temporary files and directories that writers of this module
+    left under ``directory`` (recursively) when they died mid-write: only names
+    of this module's pattern whose PID is no live process (a live writer's are
+    kept, this process's too). Call it where no other host writes (e.g. under a
+    :class:`tfdml.runs.RunLock`). Returns the removed paths."""
+    removed = []
+    for root, dirs, names in os.walk(directory):
+        for name in list(dirs) + names:
+            match = _TEMPORARY.match(name)
+            if match is None:
+                continue
+            pid = int(match["pid"] or match["old_pid"])
+            if pid == os.getpid() or _process_alive(pid):
+                continue
+            path = os.path.join(root, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+                dirs.remove(name)
+            else:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+            removed.append(path)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_path(path, suffix=None):
     """Yield a temporary path next to ``path``; on success it replaces ``path`` atomically.
@@ -109,10 +196,12 @@ def atomic_path(path, suffix=None):
     base = os.path.basename(path)
     # Keep the target's extension: some writers (Keras) insist on it.
     suffix = suffix if suffix is not None else "".join(_extensions(base))
-    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=f".tmp{suffix}", dir=directory)
+    mode = _plain_mode(path, 0o666)
+    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(base), suffix=f".tmp{suffix}", dir=directory)
     os.close(fd)
     try:
         yield tmp
+        os.chmod(tmp, mode)  # mkstemp's file is private; the writer may have kept that
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -138,12 +227,14 @@ def atomic_directory(path):
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     base = os.path.basename(path)
-    tmp = tempfile.mkdtemp(prefix=f".{base}.", suffix=".tmp", dir=directory)
+    mode = _plain_mode(path, 0o777)
+    tmp = tempfile.mkdtemp(prefix=_temporary_prefix(base), suffix=".tmp", dir=directory)
     try:
         yield tmp
+        os.chmod(tmp, mode)  # mkdtemp's directory is private
         old = None
         if os.path.exists(path):
-            old = tempfile.mkdtemp(prefix=f".{base}.old.", dir=directory)
+            old = tempfile.mkdtemp(prefix=_temporary_prefix(base, old=True), dir=directory)
             os.rmdir(old)
             os.replace(path, old)
         os.replace(tmp, path)

@@ -105,7 +105,7 @@ class RunLock:
         me = {"pid": os.getpid(), "host": socket.gethostname()}
         for _ in range(2):
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
             except FileExistsError:
                 holder = self._holder()
                 if holder and holder.get("pid") == me["pid"] and holder.get("host") == me["host"]:
@@ -218,7 +218,7 @@ class Backup:
                 continue
             path = os.path.join(self.directory, candidate["weights"])
             try:
-                _load_training_state(model, path)
+                load_training_state(model, path)
             except (OSError, ValueError) as err:
                 notes.append(
                     f"the backup of epoch {candidate['epoch']} ({path}) is damaged "
@@ -237,7 +237,9 @@ class Backup:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _load_training_state(model, path):
+def load_training_state(model, path):
+    """Load a weights file of :meth:`Backup.save` or :class:`AtomicCheckpoint`
+    (the weights and the optimizer state) into ``model``."""
     if not os.path.exists(path):
         raise OSError(f"{path} is missing")
     optimizer = getattr(model, "optimizer", None)
@@ -271,11 +273,13 @@ class AtomicCheckpoint(keras.callbacks.Callback):
     """Saves the weights to ``path`` after every epoch, or only when ``monitor``
     improves (``mode`` "max" or "min"), atomically.
 
-    ``best``: the best value so far, e.g. restored from a backup, so that a
-    resumed run saves exactly what an uninterrupted one would.
+    ``best`` / ``best_epoch``: the best value so far and the epoch it was
+    reached at (counted from 1: the model after that many epochs), e.g.
+    restored from a backup, so that a resumed run saves exactly what an
+    uninterrupted one would and knows which epoch the file holds.
     """
 
-    def __init__(self, path, monitor=None, mode="max", best=None):
+    def __init__(self, path, monitor=None, mode="max", best=None, best_epoch=None):
         super().__init__()
         if mode not in ("max", "min"):
             raise ValueError(f"mode must be 'max' or 'min', got {mode!r}.")
@@ -283,6 +287,7 @@ class AtomicCheckpoint(keras.callbacks.Callback):
         self.monitor = monitor
         self.mode = mode
         self.best = best
+        self.best_epoch = best_epoch
 
     def _improves(self, value):
         if self.best is None:
@@ -296,6 +301,7 @@ class AtomicCheckpoint(keras.callbacks.Callback):
                 return
             self.best = float(value)
         files.save_weights(self.model, self.path)
+        self.best_epoch = epoch + 1
 
 
 class HistoryCSV(keras.callbacks.Callback):

@@ -305,3 +305,22 @@ def test_unknown_baseline_lists_choices():
     with pytest.raises(config.ConfigError, match=r"evaluation.baseline = 'pixels'.*raw_pixels"):
         config.validate({"evaluation": {"baseline": "pixels"}})
     assert config.validate({"evaluation": {"baseline": "raw_pixels"}})["evaluation"]["baseline"] == "raw_pixels"
+
+
+def test_check_structure_needs_no_library(tmp_path):
+    """config.read + check_structure: keys, types, fixed choices and ranges; the
+    names the library registers are left to validate()."""
+    path = tmp_path / "c.yaml"
+    path.write_text("training: {epochs: 2}\nloss: {name: not_a_registered_loss}\n")
+    raw = config.read(str(path), ["optimizer.name=sgd"])
+    assert raw == {"training": {"epochs": 2}, "loss": {"name": "not_a_registered_loss"},
+                   "optimizer": {"name": "sgd"}}
+    config.check_structure(raw)  # the loss name is the library's to check
+    with pytest.raises(config.ConfigError, match="loss.name = 'not_a_registered_loss' is not valid"):
+        config.validate(raw)
+    for bad, match in (({"trainig": {}}, "Unknown config key 'trainig'"),
+                       ({"optimizer": {"name": "adma"}}, "optimizer.name = 'adma' is not valid"),
+                       ({"evaluation": {"every_n_epochs": 0}}, "must be >= 1"),
+                       ({"training": {"epochs": "two"}}, "training.epochs must be int")):
+        with pytest.raises(config.ConfigError, match=match):
+            config.check_structure(bad)

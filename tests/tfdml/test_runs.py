@@ -161,3 +161,24 @@ def test_a_backup_that_cannot_fit_is_refused_before_writing(tmp_path, monkeypatc
     monkeypatch.undo()
     assert backup.epoch == 1
     assert sorted(os.listdir(tmp_path / "backup")) == ["epoch-0001.weights.h5", "state.json"]
+
+
+def test_the_lock_file_gets_the_mode_of_a_plain_open(tmp_path):
+    old = os.umask(0o002)
+    try:
+        with runs.RunLock(tmp_path):
+            assert os.stat(tmp_path / ".lock").st_mode & 0o777 == 0o664
+    finally:
+        os.umask(old)
+
+
+def test_the_best_checkpoint_knows_its_epoch(tmp_path):
+    """best_epoch counts epochs from 1 (the model after that many), also when
+    the checkpoint continues a resumed run."""
+    checkpoint = runs.AtomicCheckpoint(str(tmp_path / "best.weights.h5"), monitor="map@r",
+                                       best=0.5, best_epoch=2)
+    checkpoint.set_model(_model())
+    checkpoint.on_epoch_end(2, {"map@r": 0.4})
+    assert checkpoint.best_epoch == 2
+    checkpoint.on_epoch_end(3, {"map@r": 0.6})
+    assert checkpoint.best_epoch == 4 and checkpoint.best == pytest.approx(0.6)

@@ -716,10 +716,10 @@ def test_wider_approximate_search_has_higher_recall(approximate, narrow, wide):
     # The same, widening an index already built.
     index = Index(backend="faiss", approximate=approximate, **narrow).add(gallery, ids)
     index.search(queries, k=10)
-    built = index._faiss
+    built = index._backend.structure
     width = {k: v for k, v in wide.items() if k in ("ef_search", "nprobe")}
     got, _ = index.set_search_width(**width).search(queries, k=10)
-    assert index._faiss is built
+    assert index._backend.structure is built
     assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, want)]) == recall(wide)
     with pytest.raises(ValueError, match="do not apply to approximate="):
         index.set_search_width(**{("nprobe" if approximate == "hnsw" else "ef_search"): 4})

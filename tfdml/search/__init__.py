@@ -6,6 +6,8 @@ One module per job; everything below is importable from ``tfdml.search``:
 * :mod:`~tfdml.search.index`: :class:`Index`, embeddings kept under the ids
   the user gives them (with labels and metadata), searched exactly by
   default (:func:`tfdml.metrics.knn.knn`, the retrieval metrics' search);
+  :mod:`~tfdml.search.embedding` runs a model over a dataset for
+  :meth:`Index.add_model`;
 * :mod:`~tfdml.search.entries`: what an index accepts (:data:`DISTANCES`,
   :func:`as_keys` for ids and labels, embeddings);
 * :mod:`~tfdml.search.backends`: how it searches, one class per

@@ -25,6 +25,7 @@ import numpy as np
 from tfdml.search import backends
 from tfdml.search import fileformat
 from tfdml.search.calibration import match_limit
+from tfdml.search.embedding import embed_dataset
 from tfdml.search.entries import as_embeddings, as_keys, check_distance, kind
 
 
@@ -248,35 +249,7 @@ class Index:
         largest int id so far (0 for an empty index). A ``keras.utils.Progbar``
         shows the batches done (``verbose=0`` silences it).
         """
-        import keras
-        import tensorflow as tf
-
-        total = int(dataset.cardinality())
-        bar = keras.utils.Progbar(total if total >= 0 else None, verbose=verbose,
-                                  unit_name="batch")
-        chunks, ys = [], []
-        for step, element in enumerate(dataset):
-            x, y = (element[0], element[1]) if isinstance(element, (tuple, list)) else (
-                element, None)
-            out = model(x, training=False)
-            chunks.append(np.asarray(tf.convert_to_tensor(out)))
-            if isinstance(y, dict):
-                y = y.get("label")
-            if y is not None:
-                ys.append(np.asarray(y))
-            bar.update(step + 1)
-        if not chunks:
-            raise ValueError("The dataset is empty: nothing to add to the index.")
-        x = np.concatenate(chunks)
-        labels = None
-        if ys:
-            y = np.concatenate(ys)
-            if y.dtype.kind == "f":
-                raise ValueError(
-                    "The dataset's labels are floats; labels must be int64 or strings "
-                    "(cast them in the pipeline, e.g. tf.cast(y, tf.int64))."
-                )
-            labels = y.reshape(-1)
+        x, labels = embed_dataset(model, dataset, verbose)
         if ids is None:
             if len(self) and kind(self._ids) != "int64":
                 raise ValueError("The index has string ids: pass ids= to add_model.")

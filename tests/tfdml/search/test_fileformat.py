@@ -79,3 +79,39 @@ def test_exact_index_files_load_as_exact(tmp_path):
     index = Index.load(path)
     assert index.search_settings == {"backend": "tensorflow", "approximate": None}
     assert "search: tensorflow exact" in search.describe(path)
+
+
+def _documented_checksum(arrays):
+    """The manifest's sha256 as the format documents it, written out independently."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name}:{a.dtype.str}:{a.shape};".encode() + a.tobytes())
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("search", [None, {"backend": "tensorflow", "approximate": None}])
+def test_a_file_written_to_the_documented_format_loads(tmp_path, search):
+    """A version-1 file made by hand from the format's description (without Index.save),
+    also one without the optional ``search`` settings, loads with its entries."""
+    from tfdml import search as search_lib
+
+    arrays = {"embeddings": np.array([[0.0, 1.0], [3.0, 4.0]], np.float32),
+              "ids": np.array(["a", "b"]), "labels": np.array([7, 9], np.int64),
+              "metadata": np.array(json.dumps([{"f": "a.png"}, None]))}
+    manifest = {"format": "tfdml.search.Index", "version": 1, "distance": "euclidean",
+                "count": 2, "dim": 2, "id_kind": "str", "label_kind": "int64",
+                "sha256": _documented_checksum(arrays)}
+    if search is not None:
+        manifest["search"] = search
+    path = str(tmp_path / "hand.npz")
+    np.savez(path, manifest=np.array(json.dumps(manifest)), **arrays)
+    index = Index.load(path)
+    assert index.search_settings == {"backend": "tensorflow", "approximate": None}
+    assert index.ids.tolist() == ["a", "b"] and index.labels.tolist() == [7, 9]
+    assert index.metadata_for(["a", "b"]) == [{"f": "a.png"}, None]
+    ids, distances = index.search(np.array([[3.0, 4.0]]), k=2)
+    assert ids.tolist() == [["b", "a"]] and distances[0, 0] == 0.0
+    assert "2 entries, dim 2, distance euclidean, str ids, labels: int64" in search_lib.describe(path)

@@ -81,15 +81,17 @@ class Index:
     def __init__(self, distance="euclidean", chunk_size=None, backend="tensorflow",
                  approximate=None, *, hnsw_m=None, ef_construction=None, ef_search=None,
                  nlist=None, nprobe=None):
-        self.distance = check_distance(distance)
+        check_distance(distance)
         # Its structure is built on the first search, dropped by add / remove.
         self._backend = backends.backend_for(backend, approximate)(
             distance, chunk_size, hnsw_m=hnsw_m, ef_construction=ef_construction,
             ef_search=ef_search, nlist=nlist, nprobe=nprobe)
-        self._embeddings = None
-        self._ids = None
-        self._labels = None
-        self._metadata = None
+        self._embeddings = self._ids = self._labels = self._metadata = None
+
+    @property
+    def distance(self):
+        """``"euclidean"`` or ``"cosine"`` (reported as ``1 - cos``)."""
+        return self._backend.distance
 
     @property
     def backend(self):

@@ -106,7 +106,7 @@ def main():
             if kind == "hnsw":
                 setting = f"M={args.hnsw_m}, efC={args.ef_construction}"
             else:
-                setting = f"nlist={index._faiss.nlist}"
+                setting = f"nlist={index._backend.structure.nlist}"
             for width in widths:
                 index.set_search_width(**{key: width})
                 t, (got, _) = timed(lambda: index.search(queries, k=10), args.runs)

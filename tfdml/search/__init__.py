@@ -1,0 +1,57 @@
+"""A nearest-neighbour index over embeddings (exact, or approximate with faiss), with user
+ids and a file format.
+
+One module per job; everything below is importable from ``tfdml.search``:
+
+* :mod:`~tfdml.search.index`: :class:`Index`, embeddings kept under the ids
+  the user gives them (with labels and metadata), searched exactly by
+  default (:func:`tfdml.metrics.knn.knn`, the retrieval metrics' search);
+  :mod:`~tfdml.search.embedding` runs a model over a dataset for
+  :meth:`Index.add_model`;
+* :mod:`~tfdml.search.entries`: what an index accepts (:data:`DISTANCES`,
+  :func:`as_keys` for ids and labels, embeddings);
+* :mod:`~tfdml.search.backends`: how it searches, one class per
+  ``backend=`` / ``approximate=`` (:data:`BACKENDS`, :data:`APPROXIMATE`:
+  ``Index(backend="faiss", approximate="hnsw" | "ivf")`` trades recall for
+  speed on large indexes, see :class:`Index`);
+* :mod:`~tfdml.search.fileformat`: the ``.npz`` file of :meth:`Index.save`
+  and :meth:`Index.load` (:data:`FORMAT_VERSION`);
+* :mod:`~tfdml.search.calibration`: :func:`calibrate` turns held-out queries
+  with known classes into a match threshold (:class:`Calibration`);
+* :mod:`~tfdml.search.serving`: :func:`export_lookup` writes a SavedModel
+  whose ``lookup`` embeds, searches a copy of the index and thresholds, with
+  TensorFlow alone;
+* :mod:`~tfdml.search.cli`: ``python -m tfdml.search INDEX.npz|FOLDER ...``
+  checks and describes index files (:func:`describe`).
+
+Distances are "smaller is closer": ``"cosine"`` is reported as the cosine
+*distance* ``1 - cos(q, g)``, so one threshold rule (``distance <=
+threshold``) serves both distances.
+"""
+
+from tfdml.search.backends import APPROXIMATE, BACKENDS, HNSW_DEFAULTS, IVF_DEFAULTS
+from tfdml.search.calibration import CALIBRATION_METRICS, Calibration, calibrate
+from tfdml.search.cli import describe, describe_all, main, report_all
+from tfdml.search.entries import DISTANCES, as_keys
+from tfdml.search.fileformat import FORMAT_VERSION
+from tfdml.search.index import Index
+from tfdml.search.serving import export_lookup
+
+__all__ = [
+    "APPROXIMATE",
+    "BACKENDS",
+    "CALIBRATION_METRICS",
+    "Calibration",
+    "DISTANCES",
+    "FORMAT_VERSION",
+    "HNSW_DEFAULTS",
+    "IVF_DEFAULTS",
+    "Index",
+    "as_keys",
+    "calibrate",
+    "describe",
+    "describe_all",
+    "export_lookup",
+    "main",
+    "report_all",
+]

@@ -14,7 +14,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
+
 SPLITS = ("train", "test")
+
 
 # Arrays up to this size are captured by tf.data functions as constants; larger
 # ones live in a CPU tf.Variable (a graph constant is limited to 2 GB).
@@ -35,6 +37,7 @@ def _resident(array):
         if nbytes <= _CONSTANT_LIMIT_BYTES:
             return tf.constant(array)
         return tf.Variable(array, trainable=False, name="pipelines_resident")
+
 
 class Split:
     """One split of a source: labels, class sizes and a vectorised image loader.
@@ -125,9 +128,11 @@ class Split:
             .unbatch()
         )
 
+
 def _key(value):
     """A NumPy scalar as the plain Python value used as a dict key."""
     return value.item() if isinstance(value, np.generic) else value
+
 
 def check_finite(features, what="features"):
     """Raise ``ValueError`` naming how many rows, and which, hold NaN or Inf.
@@ -147,6 +152,7 @@ def check_finite(features, what="features"):
             "drop those rows or replace the values (e.g. np.nan_to_num) before training."
         )
 
+
 class _ArrayLoader:
     """Gathers rows of an in-memory array, casts to float32 and scales."""
 
@@ -165,6 +171,7 @@ class _ArrayLoader:
         x = tf.cast(tf.gather(self._tensor, indices), tf.float32)
         return x * self._scale if self._scale != 1.0 else x
 
+
 def _read_class_list(spec):
     if isinstance(spec, (str, os.PathLike)):
         path = os.fspath(spec)
@@ -173,6 +180,7 @@ def _read_class_list(spec):
         with open(path) as f:
             return [line.strip() for line in f if line.strip()]
     return list(spec)
+
 
 def _class_split(classes, names, train_classes, test_classes, default_train):
     """Return (train_ids, test_ids) from the sorted global ``classes``.
@@ -223,6 +231,7 @@ def _class_split(classes, names, train_classes, test_classes, default_train):
             )
     return list(train), list(test)
 
+
 class Source:
     """A data source with an open-set ``"train"`` / ``"test"`` split by class.
 
@@ -251,6 +260,7 @@ class Source:
 
     def __repr__(self):
         return f"Source({self.name!r})"
+
 
 def class_labels(labels, what="labels"):
     """The user's class of every example as int64 ids or ``str`` names (a NumPy array [N]).
@@ -302,6 +312,7 @@ def class_labels(labels, what="labels"):
         raise ValueError(f"{what} must be integer class ids or class names (str), got dtype "
                          f"{labels.dtype}.")
     return labels.astype(np.int64)
+
 
 def _array_source(name, pixels, labels, scale, image_shape, train_classes, test_classes,
                   default_train=None, class_names=None):

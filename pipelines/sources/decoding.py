@@ -10,7 +10,9 @@ import tensorflow as tf
 
 from pipelines.sources.core import _resident
 
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+
 
 def decode_pixels(contents, channels):
     """Decode any supported image file (jpg, png, bmp, gif) to ``channels``
@@ -34,6 +36,7 @@ def decode_pixels(contents, channels):
     image.set_shape([None, None, channels])
     return image
 
+
 def _decode(contents, image_size, channels, resize, origin=""):
     image = decode_pixels(contents, channels)
     # Integer pixel formats cannot hold NaN; this guards any decoder that can.
@@ -50,6 +53,7 @@ def _decode(contents, image_size, channels, resize, origin=""):
     image = tf.clip_by_value(image, 0.0, 1.0)
     image.set_shape([image_size[0], image_size[1], channels])
     return image
+
 
 class _EncodedLoader:
     """Decodes image files (``paths``) or encoded bytes (``blobs``) per batch."""
@@ -80,6 +84,7 @@ class _EncodedLoader:
             fn_output_signature=tf.TensorSpec([h, w, self._channels], tf.float32),
         )
 
+
 def _size_pair(image_size):
     if isinstance(image_size, (int, np.integer)):
         image_size = (int(image_size), int(image_size))
@@ -88,9 +93,11 @@ def _size_pair(image_size):
         raise ValueError(f"image_size must be a positive int or (height, width), got {image_size!r}.")
     return image_size
 
+
 def _check_resize(resize):
     if resize not in ("pad", "stretch"):
         raise ValueError(f"resize must be 'pad' (keep aspect, zero-pad, Hong §6) or 'stretch', got {resize!r}.")
+
 
 #: Folders that operating systems, archivers and NAS boxes add, never classes:
 #: macOS zip resource forks, Synology / QNAP thumbnails and recycle bins,
@@ -105,6 +112,7 @@ def is_hidden_or_system(name):
     """True for a hidden file or folder (".DS_Store", "._x.jpg" AppleDouble files,
     ".git") or a system folder (:data:`SYSTEM_FOLDERS`): never a class nor an image."""
     return name.startswith(".") or name.lower() in _SYSTEM_FOLDERS
+
 
 def image_files(path):
     """Sorted image files under the folder ``path``, recursively (or ``[path]``
@@ -122,6 +130,7 @@ def image_files(path):
     if not found:
         raise ValueError(f"{path!r} holds no images (extensions {IMAGE_EXTENSIONS}).")
     return found
+
 
 def load_image_files(files, image_size, channels):
     """float32 [N, H, W, C] in [0, 1]: each file decoded (:func:`decode_pixels`),

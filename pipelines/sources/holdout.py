@@ -2,6 +2,7 @@
 
 import numpy as np
 
+
 #: How :func:`hold_out` picks the validation split out of the training split.
 VALIDATION_MODES = ("classes", "examples")
 

@@ -16,6 +16,7 @@ from pipelines.sources.decoding import (IMAGE_EXTENSIONS, _check_resize, _Encode
 
 log = logging.getLogger(__name__)
 
+
 def _scan(paths):
     """Native (height, width, channels) of each file, decoded in one parallel
     tf.data pass; -1 rows for files that cannot be read or decoded."""
@@ -29,6 +30,7 @@ def _scan(paths):
     for idx, shape in ds.batch(1024).as_numpy_iterator():
         shapes[idx] = shape
     return shapes
+
 
 #: A resize by more than this factor (up or down, on either side) is warned about.
 RESIZE_WARNING_FACTOR = 4.0
@@ -69,8 +71,10 @@ def _native_settings(shapes, image_size, channels, where):
             "gray: set channels to 3 (image.channels: 3) to keep the colour.", UserWarning, stacklevel=3)
     return image_size, channels
 
+
 def _class_dirs(root):
     return sorted(e.name for e in os.scandir(root) if e.is_dir() and not is_hidden_or_system(e.name))
+
 
 def _note_skipped(root):
     """One warning line naming the hidden / system folders of ``root`` and the count of
@@ -86,12 +90,14 @@ def _note_skipped(root):
     if parts:
         log.warning("Skipped under %s: %s.", root, "; ".join(parts))
 
+
 def _split_layout(root):
     """True when ``root`` holds ``train/`` and ``test/`` folders of class folders
     (the layout of most downloaded data sets) rather than class folders."""
     subdirs = set(_class_dirs(root))
     return {"train", "test"} <= subdirs and all(
         _class_dirs(os.path.join(root, part)) for part in ("train", "test"))
+
 
 def _list_images(root, on_error, verify):
     """``(class_dirs, paths, labels, shapes, skipped)`` of ``root/<class>/<image>``.
@@ -149,6 +155,7 @@ def _list_images(root, on_error, verify):
                     "images after skipping corrupt files; remove it or add valid images."
                 )
     return class_dirs, paths, labels, shapes[shapes[:, 0] >= 0], skipped
+
 
 def folder(root=None, image_size=None, channels=None, resize="pad", train_classes=None,
            test_classes=None, on_error="raise", verify=True, train_root=None, test_root=None):

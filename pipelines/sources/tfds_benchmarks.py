@@ -11,6 +11,7 @@ import numpy as np
 from pipelines.sources.core import Source, Split, _class_split, class_labels
 from pipelines.sources.decoding import _check_resize, _EncodedLoader, _size_pair
 
+
 #: Where TFDS downloads from; probed (a few seconds at most) before a download
 #: is attempted, so that an offline machine fails at once with a clear message.
 TFDS_DOWNLOAD_HOST = ("storage.googleapis.com", 443)

@@ -324,3 +324,13 @@ def test_folder_skips_hidden_and_system_folders_and_files(tmp_path, caplog):
         assert name in notes[0]
     # The same rule for search's image listing.
     assert [os.path.basename(f) for f in sources.image_files(str(root))] == ["0.png", "1.png"] * 2
+
+
+def test_package_exports_every_public_name_and_one_table_of_sources():
+    """Code imports the sources' names from ``pipelines.sources``: each name of
+    ``__all__`` is there, and the table of sources holds the same functions."""
+    missing = [name for name in sources.__all__ if not hasattr(sources, name)]
+    assert not missing
+    assert set(sources.SOURCES) == {"mnist5k", "digits", "folder", "tfds", "arrays", "npz"}
+    for name, build in sources.SOURCES.items():
+        assert getattr(sources, name) is build and name in sources.__all__

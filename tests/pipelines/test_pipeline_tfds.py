@@ -7,6 +7,7 @@ import tensorflow as tf
 tfds = pytest.importorskip("tensorflow_datasets")
 
 from pipelines import sources  # noqa: E402
+from pipelines.sources import tfds_benchmarks  # noqa: E402
 
 # (dataset, number of training classes in the papers' split: Hong §6 / Wu §5)
 BENCHMARKS = [("cars196", 98), ("caltech_birds2011", 100), ("stanford_online_products", 11318)]
@@ -77,7 +78,8 @@ def test_tfds_offline_fails_fast_with_where_to_put_the_files(tmp_path, monkeypat
     import time
 
     probes = []
-    monkeypatch.setattr(sources, "_network_reachable", lambda *a, **k: probes.append(1) or False)
+    # The tfds source reads the probe from its own module: patch it there.
+    monkeypatch.setattr(tfds_benchmarks, "_network_reachable", lambda *a, **k: probes.append(1) or False)
     started = time.time()
     with pytest.raises(ValueError, match=r"'cars196' is not prepared.*downloads/manual"):
         sources.get_source("tfds", dataset="cars196", data_dir=str(tmp_path), download=download)

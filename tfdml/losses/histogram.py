@@ -36,10 +36,15 @@ def soft_histogram(sim, weight, num_bins):
 def histogram_loss(sim, pos_weight, neg_weight, num_bins=DEFAULT_NUM_BINS):
     """L = Σ_r h⁻_r Φ⁺_r, Φ⁺_r = Σ_{q≤r} h⁺_q (Eq. 3–4), from an anchors × candidates
     similarity matrix ``sim`` [B, M] and the positive / negative pair weights [B, M]
-    (multiplicities, times importance weights when used). 0 when either set is empty."""
+    (multiplicities, times importance weights when used). 0 when either set is empty.
+    Computed in float32 at least: a 16-bit float cannot place s on a grid of 201 nodes
+    (bfloat16 holds 3 significant digits)."""
+    dtype = sim.dtype
+    wide = tf.float32 if dtype.size < 4 else dtype
+    sim = tf.cast(sim, wide)
     h_pos = soft_histogram(sim, pos_weight, num_bins)
     h_neg = soft_histogram(sim, neg_weight, num_bins)
-    return tf.reduce_sum(h_neg * tf.cumsum(h_pos))
+    return tf.cast(tf.reduce_sum(h_neg * tf.cumsum(h_pos)), dtype)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")

@@ -249,3 +249,16 @@ def test_registered_and_keras_file_round_trip(tmp_path):
     model.save(path)
     loaded = keras.saving.load_model(path)
     assert loaded.loss.get_config() == model.loss.get_config()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_places_similarities_in_float32(ref, dtype):
+    """Similarities of 16-bit embeddings are binned in float32: the value is the float32
+    loss of the same (16-bit-rounded) similarities, not the coarse 16-bit interpolation."""
+    labels = ref.LABELS["mixed"]
+    e = ref.embeddings(len(labels), seed=8)
+    sim = tf.cast(losses.HistogramLoss().similarities(tf.constant(e, dtype)), tf.float32)
+    pos, neg = (tf.cast(m, tf.float32) for m in ref.pos_neg(labels, ref.candidates(labels)))
+    expected = float(histogram_loss(sim, pos, neg))
+    got = float(losses.HistogramLoss(dtype=dtype)(labels, e))
+    np.testing.assert_allclose(got, expected, rtol=1e-2)  # one 16-bit rounding of the result (≤ 2⁻⁸)

@@ -49,8 +49,8 @@ class AngularLoss(base.MetricLoss):
     No ``importance`` (an anchor's term is a log-sum-exp over the classes its
     batch drew, as for NPairLoss) and no sampler or distance.
 
-    Defaults: α = 45°, λ = 2 (Eq. 9). Wang et al. choose α per dataset from a
-    sweep of the angle (values from 36° to 55°).
+    Defaults: α = 45°, λ = 2 (Eq. 9). Wang et al. select α per dataset (their
+    study of the angle's effect); set ``alpha`` per dataset.
 
     Args:
       alpha: α in degrees, 0 < α < 90.

@@ -49,6 +49,7 @@ SAMPLER_FOR = {
     ("margin", "triplets"): "distance_weighted",
     ("triplet", "triplets"): "hard",
     ("stable_contrast", "triplets"): "semi_hard",
+    ("histogram", "pairs"): "all",
 }
 # Constructor arguments a loss needs beyond its defaults.
 REQUIRED = {

@@ -215,3 +215,57 @@ def test_mean_triplet_weight_is_one(problem):
     weighted, _ = triplet_minibatch_losses(designs.GroupDesign(2, 2), labels, ones, batches=20000)
     mean, se = block_mean_and_se(weighted, 1)
     assert abs(mean - 1.0) < 4 * se
+
+
+# -- histograms (HistogramLoss, importance=True): ratio estimators -----------------
+
+
+def pair_histogram_terms(emb, labels, num_bins=5):
+    """δ_ijr (Ustinova & Lempitsky Eq. 2) of the cosine similarity of every ordered pair, [N, N, R],
+    and the positive-pair mask."""
+    unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    sim = np.clip(unit @ unit.T, -1.0, 1.0)
+    nodes = np.linspace(-1.0, 1.0, num_bins)
+    delta = np.maximum(0.0, 1.0 - np.abs(sim[..., None] - nodes) / (nodes[1] - nodes[0]))
+    return delta, labels[:, None] == labels[None, :]
+
+
+@pytest.mark.parametrize(
+    "design,block",
+    [
+        (designs.GroupDesign(2, 2), 1),
+        (designs.GroupDesign(3, 2), 1),
+        (designs.PRandomDesign(0.5, pairs=3), 1),
+        (designs.MPerClassDesign(2, 2), 2),
+    ],
+    ids=repr,
+)
+def test_weighted_histograms_are_consistent_ratio_estimators(problem, design, block):
+    """HistogramLoss(importance=True) fills h±_r = Σ W_ij δ_ijr / Σ W_ij over the batch's
+    positive (negative) pairs (tests/tfdml/losses/test_histogram_loss.py). Pooled over
+    batches, Σ_b numerator / Σ_b denominator tends to the histogram of all positive
+    (negative) pairs of the training split, since E[Σ W ℓ] is a constant times the mean of ℓ
+    over all pairs: within 4 standard errors (delta method) in every bin. Without W the
+    pooled histograms miss it by many standard errors."""
+    labels, emb = problem
+    delta, same = pair_histogram_terms(emb, labels)
+    keep = SIZES[labels] >= getattr(design, "m", 2)
+    off_diagonal = ~np.eye(len(labels), dtype=bool)
+    ids, W, mask = draws(design, labels, 20000)
+    rows, cols = ids[:, :, None], ids[:, None, :]
+    batch_delta, batch_same = delta[rows, cols], same[rows, cols]
+    for positive in (True, False):
+        population = (same == positive) & off_diagonal & keep[:, None] & keep[None, :]
+        target = delta[population].mean(axis=0)
+        selected = mask & (batch_same == positive)
+        for weights, biased in ((W, False), (np.ones_like(W), True)):
+            numerator = np.einsum("bij,bijr->br", selected * weights, batch_delta)
+            denominator = (selected * weights).sum(axis=(1, 2))
+            ratio = numerator.sum(axis=0) / denominator.sum()
+            linearised = (numerator - ratio * denominator[:, None]) / denominator.mean()
+            errors = np.array([abs(ratio[r] - target[r]) / block_mean_and_se(linearised[:, r], block)[1]
+                               for r in range(len(target)) if block_mean_and_se(linearised[:, r], block)[1] > 0])
+            if biased:
+                assert errors.max() > 10, (positive, errors)
+            else:
+                assert errors.max() < 4, (positive, errors)

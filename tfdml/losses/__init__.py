@@ -15,14 +15,18 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`PrecisionAtKLoss`       Lu et al. 2019 ℓ_k, Eq. 4–10
 :class:`StableContrastLoss`     deep-embeddings draft Eq. 16
 :class:`RobustHardContrastiveLoss`  deep-embeddings draft Eq. 22
+:class:`HistogramLoss`          Ustinova & Lempitsky 2016, Eq. 1–4
+:class:`AngularLoss`            Wang et al. 2017, Eq. 8 (N-pair form); Eq. 9 option
 ==============================  ==============================================
 """
 
 import keras
 
+from tfdml.losses.angular import AngularLoss
 from tfdml.losses.balanced_contrastive import BalancedContrastiveLoss
 from tfdml.losses.base import MetricLoss, SeedState, select_pairs, triplets_to_pairs
 from tfdml.losses.contrastive import ContrastiveLoss
+from tfdml.losses.histogram import HistogramLoss
 from tfdml.losses.margin import MarginLoss, MarginParameters
 from tfdml.losses.npair import NPairLoss
 from tfdml.losses.precision_at_k import PrecisionAtKLoss
@@ -42,6 +46,8 @@ LOSSES = {
     "precision_at_k": PrecisionAtKLoss,
     "stable_contrast": StableContrastLoss,
     "robust_hard_contrastive": RobustHardContrastiveLoss,
+    "histogram": HistogramLoss,
+    "angular": AngularLoss,
 }
 
 
@@ -94,8 +100,10 @@ def get(identifier, **kwargs):
 
 
 __all__ = [
+    "AngularLoss",
     "BalancedContrastiveLoss",
     "ContrastiveLoss",
+    "HistogramLoss",
     "LOSSES",
     "MarginLoss",
     "MarginParameters",

@@ -28,6 +28,8 @@ FACTORIES = {
     "precision_at_k": lambda: losses.PrecisionAtKLoss(k=3),
     "stable_contrast": lambda: losses.StableContrastLoss(seed=4),
     "robust_hard_contrastive": lambda: losses.RobustHardContrastiveLoss(),
+    "histogram_random_pairs": lambda: losses.HistogramLoss(sampler=samplers.RandomPairSampler(num_pairs=40), seed=5),
+    "angular_npair": lambda: losses.AngularLoss(combine_npair=True),
 }
 NAMES = [
     pytest.param(n, marks=pytest.mark.skipif(n == "precision_at_k" and not HAS_TOP_K, reason="no top_k sampler"))

@@ -71,19 +71,16 @@ def test_tfds_unknown_dataset():
 
 
 @pytest.mark.parametrize("download", [False, True])
-def test_tfds_offline_fails_fast_with_where_to_put_the_files(tmp_path, monkeypatch, download):
+def test_tfds_offline_says_where_to_put_the_files_after_one_probe(tmp_path, monkeypatch, download):
     """Offline, TFDS's download retries must not end in a ConnectionError
     traceback, nor download=False in an AssertionError one.
-    No traffic leaves the machine here: the reachability probe is replaced."""
-    import time
-
+    No traffic leaves the machine here: the reachability probe is replaced, and
+    one probe (none without download) is all the source makes before it refuses."""
     probes = []
     # The tfds source reads the probe from its own module: patch it there.
     monkeypatch.setattr(tfds_benchmarks, "_network_reachable", lambda *a, **k: probes.append(1) or False)
-    started = time.time()
     with pytest.raises(ValueError, match=r"'cars196' is not prepared.*downloads/manual"):
         sources.get_source("tfds", dataset="cars196", data_dir=str(tmp_path), download=download)
-    assert time.time() - started < 30
     assert len(probes) == (1 if download else 0)
 
 

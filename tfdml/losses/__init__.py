@@ -21,7 +21,7 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 import keras
 
 from tfdml.losses.balanced_contrastive import BalancedContrastiveLoss
-from tfdml.losses.base import MetricLoss, SeedState, select_pairs, triplets_to_pairs
+from tfdml.losses.base import InputCheck, MetricLoss, SeedState, select_pairs, triplets_to_pairs
 from tfdml.losses.contrastive import ContrastiveLoss
 from tfdml.losses.margin import MarginLoss, MarginParameters
 from tfdml.losses.npair import NPairLoss
@@ -96,6 +96,7 @@ def get(identifier, **kwargs):
 __all__ = [
     "BalancedContrastiveLoss",
     "ContrastiveLoss",
+    "InputCheck",
     "LOSSES",
     "MarginLoss",
     "MarginParameters",

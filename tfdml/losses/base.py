@@ -211,7 +211,8 @@ def check_scalar_reduction(owner, reduction):
     )
 
 
-class InputCheck(collections.namedtuple("InputCheck", ["column", "requirement", "fix", "valid", "replacement"])):
+class InputCheck(collections.namedtuple("InputCheck",
+                                        ["column", "requirement", "fix", "valid", "replacement"])):
     """A condition every value of one target column must meet for a loss's result to
     mean anything, stated as a count of the rows that break it: XLA drops in-graph
     asserts (``tf.debugging.assert_*``, ``tf.Assert``) but keeps a count.

@@ -426,25 +426,34 @@ class EmbeddingModel(keras.Model):
 
     def _set_input_checks(self, checks):
         """The loss's :class:`~tfdml.losses.base.InputCheck` s and one counter of broken rows
-        per check: a float32 variable summed over replicas on read. Neither is tracked (not
-        a weight, not in checkpoints, not in the logs)."""
+        per check of the global batch (float32, equal on every replica). Neither is tracked
+        (not a weight, not in checkpoints, not in the logs)."""
         counts = None
         if checks:
             with self.distribute_strategy.scope():
                 counts = tf.Variable(tf.zeros([len(checks)], tf.float32), trainable=False,
                                      name="invalid_inputs",
-                                     synchronization=tf.VariableSynchronization.ON_READ,
-                                     aggregation=tf.VariableAggregation.SUM)
+                                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         object.__setattr__(self, "_input_checks", list(checks))
         object.__setattr__(self, "_invalid_input_counts", counts)
 
-    def _count_invalid_inputs(self, y):
-        """Add this replica's rows of ``y`` that break each input check to the counters."""
+    def _count_invalid_inputs(self, y, global_batch):
+        """Add the rows of ``y`` that break each input check to the counters: ``y`` is the
+        global batch when ``global_batch``, else this replica's slice (summed over replicas
+        here, so every replica, and every worker, counts the same)."""
         if self._invalid_input_counts is None or tf.executing_eagerly():  # eagerly the loss raises
             return
         targets = targets_lib.unpack(y)
-        self._invalid_input_counts.assign_add(
-            tf.stack([tf.cast(check.invalid_rows(targets), tf.float32) for check in self._input_checks]))
+        counts = tf.stack([tf.cast(check.invalid_rows(targets), tf.float32) for check in self._input_checks])
+        context = tf.distribute.get_replica_context()
+        if not global_batch and context is not None and context.num_replicas_in_sync > 1:
+            counts = context.all_reduce(tf.distribute.ReduceOp.SUM, counts)
+        self._invalid_input_counts.assign_add(counts)
+
+    def _reset_invalid_input_counts(self):
+        if self._invalid_input_counts is not None:
+            with self.distribute_strategy.scope():
+                self._invalid_input_counts.assign(tf.zeros_like(self._invalid_input_counts))
 
     def raise_for_invalid_inputs(self, where="of the last training batch"):
         """Raise :class:`tfdml.errors.InvalidInputError` when the steps since the last call
@@ -455,9 +464,9 @@ class EmbeddingModel(keras.Model):
             return
         with self.distribute_strategy.scope():
             counts = self._invalid_input_counts.read_value().numpy()
-            if not counts.any():
-                return
-            self._invalid_input_counts.assign(tf.zeros_like(self._invalid_input_counts))
+        if not counts.any():
+            return
+        self._reset_invalid_input_counts()
         owner = type(self._metric_loss).__name__
         messages = [str(check.error(owner, count, where))
                     for check, count in zip(self._input_checks, counts) if count > 0]
@@ -477,11 +486,13 @@ class EmbeddingModel(keras.Model):
         return checked
 
     def make_train_function(self, force=False):
+        self._reset_invalid_input_counts()  # counts from calls outside fit are not fit's
         super().make_train_function(force)
         self.train_function = self._checked(self.train_function, "of the last training batch")
         return self.train_function
 
     def make_test_function(self, force=False):
+        self._reset_invalid_input_counts()
         super().make_test_function(force)
         self.test_function = self._checked(self.test_function, "of the last evaluation batch")
         return self.test_function
@@ -514,12 +525,12 @@ class EmbeddingModel(keras.Model):
             )
         bad_rows = nonfinite_rows(y_pred)  # this replica's rows; the metric sums replicas
         self.nonfinite_tracker.update_state(bad_rows)
-        self._count_invalid_inputs(y)  # this replica's rows too; the counters sum replicas
         replicas = 1
         if self.gather_replicas:
             y, y_pred, replicas = gather_across_replicas(y, y_pred)
             if replicas > 1:  # every replica's loss must see every replica's rows
                 bad_rows = nonfinite_rows(y_pred)
+        self._count_invalid_inputs(y, global_batch=replicas > 1)
         if sample_weight is None and self.jit_compile_loss:
             value = self._loss_call(y, y_pred, training=training)
         elif sample_weight is None:

@@ -109,13 +109,13 @@ def test_graph_and_xla_loss_is_nan(case):
     assert np.isfinite(tf.function(lambda y, e: loss(y, e), jit_compile=True)(_as_tensors(valid), embeddings))
 
 
-def _model(make_loss, jit_compile, strategy=None):
+def _model(make_loss, jit_compile, strategy=None, gather_replicas=True):
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
         keras.utils.set_random_seed(0)
         inputs = keras.Input((4,))
         outputs = keras.layers.UnitNormalization()(keras.layers.Dense(3)(inputs))
-        model = models.EmbeddingModel(keras.Model(inputs, outputs))
+        model = models.EmbeddingModel(keras.Model(inputs, outputs), gather_replicas=gather_replicas)
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss=make_loss(), jit_compile=jit_compile)
         model.build((None, 4))
     return model
@@ -196,16 +196,19 @@ def test_plain_keras_model_under_xla_gets_a_nan_loss():
 
 
 def test_mirrored_fit_and_custom_loop_raise(mirrored_strategy):
-    """Two replicas, each with half of the batch (one of them holding every bad row)."""
+    """Two replicas, each with half of the batch, the second one holding every bad row;
+    mining on the global batch (the default) or on each replica's slice."""
     labels = GOOD_LABELS.copy()
     labels[-2:] = [4, 5]  # the second replica's slice only
     make = lambda: losses.MarginLoss(num_classes=4, sampler=None)  # noqa: E731
     pattern = r"'label' column must lie in \[0, num_classes=4\).*2 examples"
     model = _model(make, "auto", mirrored_strategy)
+    per_replica = _model(make, "auto", mirrored_strategy, gather_replicas=False)
     before = _weights(model)
-    with pytest.raises(errors.InvalidInputError, match=pattern):
-        model.fit(_dataset({"label": labels}), steps_per_epoch=2, epochs=1, verbose=0)
-    with pytest.raises(errors.InvalidInputError, match=pattern):
+    for trained in (model, per_replica):
+        with pytest.raises(errors.InvalidInputError, match=pattern):
+            trained.fit(_dataset({"label": labels}), steps_per_epoch=2, epochs=1, verbose=0)
+    with pytest.raises(errors.InvalidInputError, match=pattern + r" of the batch of epoch 1, step 1 do not\."):
         distributed.train_loop(model, mirrored_strategy, _dataset({"label": labels}), B, epochs=1,
                                steps_per_epoch=2, verbose=0)
     for a, b in zip(before, _weights(model)):

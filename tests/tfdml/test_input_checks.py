@@ -7,12 +7,14 @@ invalid rows in its step and raises :class:`tfdml.errors.InvalidInputError`
 after it, without having updated a weight from them.
 """
 
+import inspect
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml import distributed, errors, losses, models
+from tfdml import distributed, errors, losses, models, samplers
 
 B = 8
 GOOD_LABELS = np.repeat(np.arange(4), 2).astype("int64")
@@ -215,17 +217,40 @@ def test_mirrored_fit_and_custom_loop_raise(mirrored_strategy):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("make", [lambda: losses.MarginLoss(num_classes=4, num_examples=8, importance=True),
-                                  lambda: losses.TripletLoss(importance=True, sampler="semi_hard"),
-                                  lambda: losses.BalancedContrastiveLoss(num_classes=4)])
-def test_no_assert_ops_left_for_xla_to_drop(make):
-    """Every check is a count: no Assert op in the traced loss, its branches included
-    (XLA logs "Ignoring Assert operator" and drops them)."""
+def _every_loss_and_sampler():
+    """(name, loss) for every registered loss, with each sampler it accepts and importance on
+    where it has it (a few samplers need a seed, margin its tables)."""
+    for name, cls in sorted(losses.LOSSES.items()):
+        params = inspect.signature(cls.__init__).parameters
+        kwargs = {key: value for key, value in (("num_classes", 4), ("num_examples", B))
+                  if key in params}
+        if cls.supports_importance and "importance" in params:
+            kwargs["importance"] = True
+        choices = [None]
+        if cls.sampler_kinds and "sampler" in params:
+            choices = [s for s in samplers.SAMPLERS if samplers.get(s).kind in cls.sampler_kinds]
+        for sampler in choices:
+            extra = {} if sampler is None else {"sampler": sampler, "seed": 1}
+            yield f"{name}-{sampler}", lambda cls=cls, kwargs=kwargs, extra=extra: cls(**kwargs, **extra)
+
+
+#: Traced by default (each loss with a check, and the samplers that sort or draw); all the rest slow.
+_TRACED_BY_DEFAULT = {"margin-distance_weighted", "balanced_contrastive-None", "triplet-semi_hard",
+                      "precision_at_k-None"}
+
+
+@pytest.mark.parametrize("name, make", [
+    pytest.param(name, make, marks=[] if name in _TRACED_BY_DEFAULT else [pytest.mark.slow], id=name)
+    for name, make in _every_loss_and_sampler()])
+def test_no_assert_ops_left_for_xla_to_drop(name, make):
+    """Every check is a count: no Assert op in any traced loss and sampler, their branches
+    and XLA-only forms included (XLA logs "Ignoring Assert operator" and drops them)."""
     loss = make()
     y = _as_tensors(dict(_importance(GOOD_LABELS), example_id=np.arange(B, dtype="int64")))
     embeddings = tf.math.l2_normalize(tf.constant(X), axis=1)
-    graph_def = tf.function(lambda y, e: loss(y, e)).get_concrete_function(y, embeddings).graph.as_graph_def()
-    ops = {node.op for node in graph_def.node}
-    ops |= {node.op for function in graph_def.library.function for node in function.node_def}
-    assert "SelectV2" in ops  # the traced loss, with its NaN for invalid targets
-    assert "Assert" not in ops
+    for jit in (False, True):
+        function = tf.function(lambda y, e: loss(y, e), jit_compile=jit)
+        graph_def = function.get_concrete_function(y, embeddings).graph.as_graph_def()
+        ops = {node.op for node in graph_def.node}
+        ops |= {node.op for function in graph_def.library.function for node in function.node_def}
+        assert "Assert" not in ops, (name, jit)

@@ -86,6 +86,7 @@ def train_loop(model, strategy, dataset, global_batch_size, epochs, steps_per_ep
         # compute_loss scaled by 1/replicas: the sum is the global-batch loss.
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
+    model.reset_invalid_input_counts()
     progbar_cls = None
     if verbose:
         import keras

@@ -441,7 +441,7 @@ class EmbeddingModel(keras.Model):
         """Add the rows of ``y`` that break each input check to the counters: ``y`` is the
         global batch when ``global_batch``, else this replica's slice (summed over replicas
         here, so every replica, and every worker, counts the same)."""
-        if self._invalid_input_counts is None or tf.executing_eagerly():  # eagerly the loss raises
+        if self._invalid_input_counts is None:
             return
         targets = targets_lib.unpack(y)
         counts = tf.stack([tf.cast(check.invalid_rows(targets), tf.float32) for check in self._input_checks])
@@ -450,7 +450,9 @@ class EmbeddingModel(keras.Model):
             counts = context.all_reduce(tf.distribute.ReduceOp.SUM, counts)
         self._invalid_input_counts.assign_add(counts)
 
-    def _reset_invalid_input_counts(self):
+    def reset_invalid_input_counts(self):
+        """Zero the counters of :meth:`raise_for_invalid_inputs` (done when ``fit`` and
+        ``evaluate`` start: rows counted by other calls of :meth:`compute_loss` are not theirs)."""
         if self._invalid_input_counts is not None:
             with self.distribute_strategy.scope():
                 self._invalid_input_counts.assign(tf.zeros_like(self._invalid_input_counts))
@@ -466,7 +468,7 @@ class EmbeddingModel(keras.Model):
             counts = self._invalid_input_counts.read_value().numpy()
         if not counts.any():
             return
-        self._reset_invalid_input_counts()
+        self.reset_invalid_input_counts()
         owner = type(self._metric_loss).__name__
         messages = [str(check.error(owner, count, where))
                     for check, count in zip(self._input_checks, counts) if count > 0]
@@ -486,13 +488,13 @@ class EmbeddingModel(keras.Model):
         return checked
 
     def make_train_function(self, force=False):
-        self._reset_invalid_input_counts()  # counts from calls outside fit are not fit's
+        self.reset_invalid_input_counts()  # counts from calls outside fit are not fit's
         super().make_train_function(force)
         self.train_function = self._checked(self.train_function, "of the last training batch")
         return self.train_function
 
     def make_test_function(self, force=False):
-        self._reset_invalid_input_counts()
+        self.reset_invalid_input_counts()
         super().make_test_function(force)
         self.test_function = self._checked(self.test_function, "of the last evaluation batch")
         return self.test_function

@@ -186,6 +186,21 @@ def test_evaluate_raises(jit_compile):
         model.evaluate(_dataset(y, repeat=False), verbose=0)
 
 
+@pytest.mark.parametrize("jit_compile", [False, "auto"])
+def test_fit_run_eagerly_raises(jit_compile):
+    """run_eagerly: an eager loss raises itself, listing the values; with the default the
+    loss still runs compiled (jit_compile="loss" on a CPU) and the count raises after the step."""
+    make, y, pattern, seen = CASES["margin_label_above_num_classes"]
+    model = _model(make, jit_compile)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=make(), run_eagerly=True, jit_compile=jit_compile)
+    before = _weights(model)
+    with pytest.raises(errors.InvalidInputError, match=pattern) as raised:
+        model.fit(_dataset(y), steps_per_epoch=2, epochs=1, verbose=0)
+    assert (seen in str(raised.value)) == (jit_compile is False)
+    for a, b in zip(before, _weights(model)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_plain_keras_model_under_xla_gets_a_nan_loss():
     """Without EmbeddingModel nothing counts after the step, but the loss is NaN (which
     keras.callbacks.TerminateOnNaN stops on) instead of a number computed from β_class[10]."""

@@ -247,6 +247,18 @@ def test_train_cli_shows_a_data_problem_as_one_line_exit_2(tmp_path, poisoned_en
     assert "\nError: the embeddings became non-finite" in "\n" + err
 
 
+def test_train_cli_shows_invalid_labels_as_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    """Labels outside MarginLoss's num_classes (set by hand in loss.options) stop the run at
+    the first step under the default jit_compile (XLA keeps no asserts), as one line."""
+    cfg = small_cfg(tmp_path, **{"loss.options": {"num_classes": 2}, "loss.sampler": None})
+    monkeypatch.setattr(config, "load", lambda *a, **k: cfg)
+    assert train.main(["--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert re.search(r"\nError: MarginLoss: the 'label' column must lie in \[0, num_classes=2\), "
+                     r"but \d+ examples of the last training batch do not\. .*raise num_classes", "\n" + err)
+
+
 def test_a_failing_final_evaluation_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
     """Training ends, then the final evaluation meets NaN embeddings (here:
     the model is NaN in inference mode only)."""

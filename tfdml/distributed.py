@@ -86,6 +86,7 @@ def train_loop(model, strategy, dataset, global_batch_size, epochs, steps_per_ep
         # compute_loss scaled by 1/replicas: the sum is the global-batch loss.
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
+    model.reset_invalid_input_counts()
     progbar_cls = None
     if verbose:
         import keras
@@ -97,6 +98,7 @@ def train_loop(model, strategy, dataset, global_batch_size, epochs, steps_per_ep
         total = 0.0
         for step in range(steps_per_epoch):
             loss = float(train_step(iterator))
+            model.raise_for_invalid_inputs(f"of the batch of epoch {epoch + 1}, step {step + 1}")
             if not tf.math.is_finite(loss):
                 raise FloatingPointError(f"the loss became {loss} at epoch {epoch + 1}, step {step + 1}")
             total += loss

@@ -39,3 +39,14 @@ def one_line(err):
         if stripped and not stripped.startswith("[["):
             kept.append(stripped)
     return " ".join(kept) or type(err).__name__
+
+
+class InvalidInputError(ValueError):
+    """A batch's targets break a condition the loss needs (a label outside
+    ``[0, num_classes)``, a negative importance weight, ...): the message names
+    the column, the valid values, how many examples broke it and the fix.
+
+    Raised by the loss itself when it runs eagerly, and by
+    :class:`tfdml.models.EmbeddingModel` right after a compiled train or test
+    step that counted such rows (XLA drops in-graph asserts, so the step counts
+    them instead; it gave them no gradient)."""

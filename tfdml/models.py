@@ -18,6 +18,15 @@ and adds what plain ``keras.Model.fit`` lacks for metric learning:
   counts them in the ``nonfinite_embeddings`` metric and makes the step's
   loss NaN, so that any NaN guard (``keras.callbacks.TerminateOnNaN``, the
   one of ``train.py``) sees it.
+* Invalid targets stop training too: a tfdml loss lists the conditions its
+  target columns must meet (:meth:`tfdml.losses.base.MetricLoss.input_checks`:
+  labels inside ``[0, num_classes)`` for β_class, finite non-negative
+  importance weights, ...). XLA drops in-graph asserts, so the train and test
+  steps count the rows that break each condition, the loss of such a batch is
+  NaN with zero gradient, and right after the step (before the next one)
+  :meth:`EmbeddingModel.raise_for_invalid_inputs` raises
+  :class:`tfdml.errors.InvalidInputError` naming the column, the valid values
+  and the fix, in every ``jit_compile`` mode and under distribution strategies.
 * Under a distribution strategy each replica sees a slice of the global
   batch; mining on a slice silently changes the objective (the semi-hard
   negative of an anchor may sit on another replica, m-per-class groups are
@@ -38,6 +47,8 @@ import keras
 import tensorflow as tf
 from tensorflow.python.eager import record as _tf_record
 
+from tfdml import errors
+from tfdml import targets as targets_lib
 from tfdml.losses import base as loss_base
 
 BACKBONES = ("small_cnn", "mlp")
@@ -362,6 +373,7 @@ class EmbeddingModel(keras.Model):
         self.jit_compile_requested = "auto"
         self.loss_parameters = []
         self.nonfinite_tracker = keras.metrics.Sum(name=NONFINITE_METRIC, dtype="int32")
+        self._set_input_checks([])
 
     def call(self, inputs, training=False):
         return self.encoder(inputs, training=training)
@@ -402,6 +414,8 @@ class EmbeddingModel(keras.Model):
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
         self._metric_loss = loss
         self._loss_call = loss
+        checks = getattr(loss, "input_checks", None)
+        self._set_input_checks(checks() if callable(checks) else [])
         if self.jit_compile_loss:
             self._loss_call = CompiledLoss(loss, lambda: [
                 v for layer in self.loss_parameters for v in layer.trainable_variables])
@@ -409,6 +423,81 @@ class EmbeddingModel(keras.Model):
         # columns for a single output; compute_loss calls the loss directly.
         # (Private attribute, no public switch; guarded by the same test.)
         self._compile_loss = None
+
+    def _set_input_checks(self, checks):
+        """The loss's :class:`~tfdml.losses.base.InputCheck` s and one counter of broken rows
+        per check of the global batch (float32, equal on every replica). Neither is tracked
+        (not a weight, not in checkpoints, not in the logs)."""
+        counts = None
+        if checks:
+            with self.distribute_strategy.scope():
+                counts = tf.Variable(tf.zeros([len(checks)], tf.float32), trainable=False,
+                                     name="invalid_inputs",
+                                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        object.__setattr__(self, "_input_checks", list(checks))
+        object.__setattr__(self, "_invalid_input_counts", counts)
+
+    def _count_invalid_inputs(self, y, global_batch):
+        """Add the rows of ``y`` that break each input check to the counters: ``y`` is the
+        global batch when ``global_batch``, else this replica's slice (summed over replicas
+        here, so every replica, and every worker, counts the same)."""
+        if self._invalid_input_counts is None:
+            return
+        targets = targets_lib.unpack(y)
+        counts = tf.stack([tf.cast(check.invalid_rows(targets), tf.float32) for check in self._input_checks])
+        context = tf.distribute.get_replica_context()
+        if not global_batch and context is not None and context.num_replicas_in_sync > 1:
+            counts = context.all_reduce(tf.distribute.ReduceOp.SUM, counts)
+        self._invalid_input_counts.assign_add(counts)
+
+    def reset_invalid_input_counts(self):
+        """Zero the counters of :meth:`raise_for_invalid_inputs` (done when ``fit`` and
+        ``evaluate`` start: rows counted by other calls of :meth:`compute_loss` are not theirs)."""
+        if self._invalid_input_counts is not None:
+            with self.distribute_strategy.scope():
+                self._invalid_input_counts.assign(tf.zeros_like(self._invalid_input_counts))
+
+    def raise_for_invalid_inputs(self, where="of the last training batch"):
+        """Raise :class:`tfdml.errors.InvalidInputError` when the steps since the last call
+        counted rows that break an input check of the loss (and reset the counters).
+        Called after every train and test function call of ``fit`` / ``evaluate``, and by
+        :func:`tfdml.distributed.train_loop` after every step."""
+        if self._invalid_input_counts is None:
+            return
+        with self.distribute_strategy.scope():
+            counts = self._invalid_input_counts.read_value().numpy()
+        if not counts.any():
+            return
+        self.reset_invalid_input_counts()
+        owner = type(self._metric_loss).__name__
+        messages = [str(check.error(owner, count, where))
+                    for check, count in zip(self._input_checks, counts) if count > 0]
+        raise errors.InvalidInputError(" ".join(messages))
+
+    def _checked(self, function, where):
+        """``function`` (Keras' train or test function) followed by :meth:`raise_for_invalid_inputs`."""
+        if function is None or getattr(function, "_raises_for_invalid_inputs", False):
+            return function
+
+        def checked(iterator):
+            logs = function(iterator)
+            self.raise_for_invalid_inputs(where)
+            return logs
+
+        checked._raises_for_invalid_inputs = True
+        return checked
+
+    def make_train_function(self, force=False):
+        self.reset_invalid_input_counts()  # counts from calls outside fit are not fit's
+        super().make_train_function(force)
+        self.train_function = self._checked(self.train_function, "of the last training batch")
+        return self.train_function
+
+    def make_test_function(self, force=False):
+        self.reset_invalid_input_counts()
+        super().make_test_function(force)
+        self.test_function = self._checked(self.test_function, "of the last evaluation batch")
+        return self.test_function
 
     def resolve_jit_compile(self, requested):
         """What XLA compiles for ``compile(jit_compile=requested)``."""
@@ -443,6 +532,7 @@ class EmbeddingModel(keras.Model):
             y, y_pred, replicas = gather_across_replicas(y, y_pred)
             if replicas > 1:  # every replica's loss must see every replica's rows
                 bad_rows = nonfinite_rows(y_pred)
+        self._count_invalid_inputs(y, global_batch=replicas > 1)
         if sample_weight is None and self.jit_compile_loss:
             value = self._loss_call(y, y_pred, training=training)
         elif sample_weight is None:

@@ -24,7 +24,7 @@ import keras
 
 from tfdml.losses.angular import AngularLoss
 from tfdml.losses.balanced_contrastive import BalancedContrastiveLoss
-from tfdml.losses.base import MetricLoss, SeedState, select_pairs, triplets_to_pairs
+from tfdml.losses.base import InputCheck, MetricLoss, SeedState, select_pairs, triplets_to_pairs
 from tfdml.losses.contrastive import ContrastiveLoss
 from tfdml.losses.histogram import HistogramLoss
 from tfdml.losses.margin import MarginLoss, MarginParameters
@@ -104,6 +104,7 @@ __all__ = [
     "BalancedContrastiveLoss",
     "ContrastiveLoss",
     "HistogramLoss",
+    "InputCheck",
     "LOSSES",
     "MarginLoss",
     "MarginParameters",

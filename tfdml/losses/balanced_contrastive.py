@@ -71,6 +71,13 @@ class BalancedContrastiveLoss(WeightedContrastiveLoss):
             )
         self.num_classes = num_classes
 
+    def input_checks(self):
+        """η reads ``class_size`` with or without importance weights."""
+        checks = super().input_checks()
+        if all(check.column != "class_size" for check in checks):
+            checks.append(base.importance_check("class_size"))
+        return checks
+
     def negative_weights(self, targets, dtype):
         if targets.class_size is None:
             raise ValueError(

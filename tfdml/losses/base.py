@@ -24,6 +24,7 @@ import keras
 import tensorflow as tf
 
 from tfdml import distances as distances_lib
+from tfdml import errors
 from tfdml import importance as importance_lib
 from tfdml import masks as masks_lib
 from tfdml import targets as targets_lib
@@ -210,6 +211,102 @@ def check_scalar_reduction(owner, reduction):
     )
 
 
+class InputCheck(collections.namedtuple("InputCheck",
+                                        ["column", "requirement", "fix", "valid", "replacement"])):
+    """A condition every value of one target column must meet for a loss's result to
+    mean anything, stated as a count of the rows that break it: XLA drops in-graph
+    asserts (``tf.debugging.assert_*``, ``tf.Assert``) but keeps a count.
+
+    * ``column``: a :data:`tfdml.targets.COLUMNS` name (a batch without it passes);
+    * ``requirement``: what a value must be, e.g. ``"must lie in [0, num_classes=4)"``;
+    * ``fix``: what the user changes;
+    * ``valid``: ``valid(values)`` -> [B] bool, the rows of the column's [B] tensor that
+      meet it;
+    * ``replacement``: a value that meets it, which :meth:`clean` puts in place of the
+      rows that do not, so that the loss of such a batch computes on values it accepts
+      (an index a gather takes, a finite weight: no Inf or NaN in the gradient).
+
+    :meth:`MetricLoss.input_checks` lists a loss's checks; the loss raises
+    :class:`tfdml.errors.InvalidInputError` eagerly and is NaN in graphs and under XLA,
+    and :class:`tfdml.models.EmbeddingModel` counts the rows in its step and raises
+    after it (:meth:`error`)."""
+
+    __slots__ = ()
+
+    def invalid_rows(self, targets):
+        """int32 scalar: the rows of ``targets`` (:class:`tfdml.targets.Targets`) that break it."""
+        values = getattr(targets, self.column)
+        if values is None:
+            return tf.constant(0, tf.int32)
+        return tf.reduce_sum(tf.cast(tf.logical_not(self.valid(values)), tf.int32))
+
+    def clean(self, targets):
+        """``targets`` with the rows that break the check holding ``replacement`` instead."""
+        values = getattr(targets, self.column)
+        if values is None:
+            return targets
+        replacement = tf.cast(self.replacement, values.dtype)
+        return targets._replace(**{self.column: tf.where(self.valid(values), values, replacement)})
+
+    def error(self, owner, count, where="of the batch", seen=None):
+        """The :class:`~tfdml.errors.InvalidInputError` for ``count`` rows ``where``, listing
+        the offending values ``seen`` (a numpy array) when given."""
+        count = int(count)
+        rows = f"{count} example{'' if count == 1 else 's'} {where} do{'es' if count == 1 else ''} not"
+        if seen is not None and len(seen):
+            shown = sorted(set(seen.tolist()), key=lambda v: (v != v, v))  # NaN last
+            listed = ", ".join(str(seen.dtype.type(v)) for v in shown[:5])
+            rows += f" (got {listed}{', ...' if len(shown) > 5 else ''})"
+        return errors.InvalidInputError(f"{owner}: the '{self.column}' column {self.requirement}, "
+                                        f"but {rows}. {self.fix}")
+
+    def raise_if_broken(self, owner, targets):
+        """Eagerly: raise :meth:`error` when a row of ``targets`` breaks the check."""
+        values = getattr(targets, self.column)
+        if values is None:
+            return
+        broken = tf.logical_not(self.valid(values)).numpy()
+        if broken.any():
+            raise self.error(owner, broken.sum(), seen=values.numpy()[broken])
+
+
+def index_check(column, argument, size, what):
+    """The :class:`InputCheck` of an integer column that indexes ``size`` learned values
+    (``argument=size`` of the loss): 0 <= value < size, compared in int64 (2**32 + 2 is not 2)."""
+
+    def valid(values):
+        values = tf.cast(values, tf.int64)
+        return tf.logical_and(values >= 0, values < size)
+
+    return InputCheck(column, f"must lie in [0, {argument}={size})",
+                      f"Number the {what} 0..{size - 1} in '{column}', or raise {argument} to their number.",
+                      valid, 0)
+
+
+#: The lower bound of each importance column (:mod:`tfdml.importance`): a class size N_c
+#: counts the example itself, the design constants are >= 0.
+IMPORTANCE_LOWER_BOUNDS = {"class_size": 1.0, "w_pos": 0.0, "w_neg": 0.0, "w_triplet": 0.0}
+
+
+def importance_check(column):
+    """The :class:`InputCheck` of an importance column: finite and at least its bound in
+    :data:`IMPORTANCE_LOWER_BOUNDS` (a negative W_ij would flip the sign of its pair's term)."""
+    bound = IMPORTANCE_LOWER_BOUNDS[column]
+    meaning = ("N_c, the number of training examples of the example's class"
+               if column == "class_size" else "a constant of the batch design (Hong et al. Eq. 24/25)")
+    return InputCheck(
+        column, f"must be finite and >= {bound:g}",
+        f"'{column}' is {meaning}; fix the pipeline that writes it (see tfdml.targets), or train "
+        "without importance weights.",
+        lambda values: tf.logical_and(tf.math.is_finite(values), values >= bound), bound)
+
+
+def nan_if_invalid(value, invalid_rows):
+    """``value``, or NaN when ``invalid_rows`` (an int32 scalar) > 0. The gradient of the
+    NaN branch is zero, so no weight learns from such a batch."""
+    return tf.where(invalid_rows > 0, tf.constant(float("nan"), value.dtype), value)
+
+
 def check_positive(name, value, allow_zero=False):
     try:
         ok = float(value) >= 0 if allow_zero else float(value) > 0
@@ -271,6 +368,9 @@ class MetricLoss(keras.losses.Loss):
     default_tuple_reduction = "mean"
     #: True for losses whose terms are pair terms, which ``importance=True`` weights.
     supports_importance = False
+    #: The batch columns ``importance=True`` reads (:mod:`tfdml.importance`), checked by
+    #: :meth:`input_checks`.
+    importance_columns = ("class_size", "w_pos", "w_neg")
 
     def __init__(
         self,
@@ -328,6 +428,19 @@ class MetricLoss(keras.losses.Loss):
     def next_seed(self):
         """The sampler seed of this call ([2] int32), or ``None`` without randomness."""
         return None if self._seed_state is None else self._seed_state.next()
+
+    # -- input checks --------------------------------------------------------
+    def input_checks(self):
+        """The :class:`InputCheck` s this loss needs its targets to pass (subclasses add
+        theirs): without them its value would be silently wrong (a gather out of range,
+        a weight of the wrong sign). Eagerly :meth:`call` raises
+        :class:`tfdml.errors.InvalidInputError` before computing; in a graph and under
+        XLA (which drops asserts) it computes on the cleaned targets
+        (:meth:`InputCheck.clean`) and returns NaN, with zero gradient, and
+        :class:`tfdml.models.EmbeddingModel` raises the error after the step."""
+        if not self.importance:
+            return []
+        return [importance_check(column) for column in self.importance_columns]
 
     # -- batch helpers -------------------------------------------------------
     def distances(self, embeddings):
@@ -439,7 +552,16 @@ class MetricLoss(keras.losses.Loss):
             raise ValueError(
                 f"{type(self).__name__} expects y_pred of shape [batch, dim], got {embeddings.shape}."
             )
-        return self.compute(targets, tf.cast(embeddings, self.dtype))
+        checks = self.input_checks()
+        if not checks:
+            return self.compute(targets, tf.cast(embeddings, self.dtype))
+        if tf.executing_eagerly():
+            for check in checks:
+                check.raise_if_broken(type(self).__name__, targets)
+        invalid = tf.add_n([check.invalid_rows(targets) for check in checks])
+        for check in checks:
+            targets = check.clean(targets)
+        return nan_if_invalid(self.compute(targets, tf.cast(embeddings, self.dtype)), invalid)
 
     def compute(self, targets, embeddings):
         raise NotImplementedError

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfdml import targets as targets_lib
 from tfdml.losses import base
 
 
@@ -49,23 +50,41 @@ class MarginParameters(keras.layers.Layer):
             )
         self.built = True
 
-    def beta(self, labels, example_id=None, dtype=tf.float32):
-        """β(i) for each example of the batch, a [B] tensor."""
-        labels = tf.reshape(labels, [-1])
-        value = tf.cast(self.beta0, dtype) * tf.ones(tf.shape(labels), dtype)
+    def input_checks(self):
+        """The :class:`~tfdml.losses.base.InputCheck` s of the indices into β_class and β_img:
+        ``label`` in [0, num_classes), ``example_id`` in [0, num_examples)."""
+        checks = []
         if self.beta_class is not None:
-            labels = _checked_index(labels, self.num_classes, "label", "num_classes")
-            value = value + tf.gather(tf.cast(self.beta_class, dtype), labels)
+            checks.append(base.index_check("label", "num_classes", self.num_classes, "classes"))
+        if self.beta_img is not None:
+            checks.append(base.index_check("example_id", "num_examples", self.num_examples,
+                                           "training examples"))
+        return checks
+
+    def beta(self, labels, example_id=None, dtype=tf.float32):
+        """β(i) for each example of the batch, a [B] tensor. Eagerly an index outside
+        :meth:`input_checks` raises :class:`tfdml.errors.InvalidInputError`; in a graph its
+        β is that of index 0 (:meth:`~tfdml.losses.base.InputCheck.clean`), and the loss is NaN."""
+        labels = tf.reshape(labels, [-1])
         if self.beta_img is not None:
             if example_id is None:
                 raise ValueError(
                     "MarginLoss(num_examples=...) learns one β_img per training example and "
                     "needs the batch-contract dict with an 'example_id' column (see tfdml.targets)."
                 )
-            example_id = _checked_index(
-                tf.reshape(example_id, [-1]), self.num_examples, "example_id", "num_examples"
-            )
-            value = value + tf.gather(tf.cast(self.beta_img, dtype), example_id)
+            example_id = tf.reshape(example_id, [-1])
+        targets = targets_lib.Targets(*([None] * len(targets_lib.COLUMNS)))._replace(
+            label=tf.cast(labels, tf.int64),
+            example_id=None if example_id is None else tf.cast(example_id, tf.int64))
+        for check in self.input_checks():
+            if tf.executing_eagerly():
+                check.raise_if_broken("MarginLoss", targets)
+            targets = check.clean(targets)
+        value = tf.cast(self.beta0, dtype) * tf.ones(tf.shape(labels), dtype)
+        if self.beta_class is not None:
+            value = value + tf.gather(tf.cast(self.beta_class, dtype), targets.label)
+        if self.beta_img is not None:
+            value = value + tf.gather(tf.cast(self.beta_img, dtype), targets.example_id)
         return value
 
     def call(self, labels, example_id=None):
@@ -80,27 +99,6 @@ class MarginParameters(keras.layers.Layer):
             learn_beta0=self.learn_beta0,
         )
         return config
-
-
-def _checked_index(index, size, column, argument):
-    """``index`` after checking 0 <= index < size (ValueError eagerly, an
-    InvalidArgumentError with the same message in graphs; XLA cannot check)."""
-    index = tf.cast(index, tf.int64)  # check before narrowing: 2**32 + 2 is not 2
-    message = (
-        f"MarginLoss: every {column} must lie in [0, {argument}={size}); "
-        f"relabel the classes 0..{argument}-1 or raise {argument}."
-    )
-    if tf.executing_eagerly():
-        values = index.numpy()
-        if values.size and (values.min() < 0 or values.max() >= size):
-            raise ValueError(f"{message} Got values in [{values.min()}, {values.max()}].")
-        return index
-    checks = [
-        tf.debugging.assert_non_negative(index, message=message),
-        tf.debugging.assert_less(index, tf.constant(size, tf.int64), message=message),
-    ]
-    with tf.control_dependencies(checks):
-        return tf.identity(index)
 
 
 def margin_terms(dist, beta, alpha):
@@ -206,6 +204,9 @@ class MarginLoss(base.MetricLoss):
     @property
     def parameter_layers(self):
         return [self.margin_parameters] + super().parameter_layers
+
+    def input_checks(self):
+        return super().input_checks() + self.margin_parameters.input_checks()
 
     def compute(self, targets, embeddings):
         dist = self.distances(embeddings)

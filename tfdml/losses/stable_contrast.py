@@ -43,6 +43,7 @@ class StableContrastLoss(base.MetricLoss):
     needs_tuples = True
     default_tuple_reduction = "mean"
     supports_importance = True
+    importance_columns = ("class_size", "w_triplet")  # W_apn (tfdml.importance.triplet_weights)
 
     def __init__(
         self,

@@ -70,6 +70,7 @@ class TripletLoss(base.MetricLoss):
     needs_tuples = True
     default_tuple_reduction = "mean"
     supports_importance = True
+    importance_columns = ("class_size", "w_triplet")  # W_apn (tfdml.importance.triplet_weights)
 
     def __init__(
         self,

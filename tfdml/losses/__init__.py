@@ -15,6 +15,9 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`PrecisionAtKLoss`       Lu et al. 2019 ℓ_k, Eq. 4–10
 :class:`StableContrastLoss`     deep-embeddings draft Eq. 16
 :class:`RobustHardContrastiveLoss`  deep-embeddings draft Eq. 22
+:class:`LiftedStructuredLoss`   Song et al. 2016 Eq. 4; Hermans et al. 2017
+:class:`BinomialDevianceLoss`   Yi et al. 2014; Ustinova & Lempitsky 2016 §4
+:class:`MultiSimilarityLoss`    Wang et al. 2019 Eq. 9, mining Eq. 7–8
 ==============================  ==============================================
 """
 
@@ -22,8 +25,11 @@ import keras
 
 from tfdml.losses.balanced_contrastive import BalancedContrastiveLoss
 from tfdml.losses.base import MetricLoss, SeedState, select_pairs, triplets_to_pairs
+from tfdml.losses.binomial_deviance import BinomialDevianceLoss
 from tfdml.losses.contrastive import ContrastiveLoss
+from tfdml.losses.lifted_structured import LiftedStructuredLoss
 from tfdml.losses.margin import MarginLoss, MarginParameters
+from tfdml.losses.multi_similarity import MultiSimilarityLoss
 from tfdml.losses.npair import NPairLoss
 from tfdml.losses.precision_at_k import PrecisionAtKLoss
 from tfdml.losses.reductions import REDUCTIONS, reduce_tuples
@@ -42,6 +48,9 @@ LOSSES = {
     "precision_at_k": PrecisionAtKLoss,
     "stable_contrast": StableContrastLoss,
     "robust_hard_contrastive": RobustHardContrastiveLoss,
+    "lifted_structured": LiftedStructuredLoss,
+    "binomial_deviance": BinomialDevianceLoss,
+    "multi_similarity": MultiSimilarityLoss,
 }
 
 
@@ -95,11 +104,14 @@ def get(identifier, **kwargs):
 
 __all__ = [
     "BalancedContrastiveLoss",
+    "BinomialDevianceLoss",
     "ContrastiveLoss",
     "LOSSES",
+    "LiftedStructuredLoss",
     "MarginLoss",
     "MarginParameters",
     "MetricLoss",
+    "MultiSimilarityLoss",
     "NPairLoss",
     "PrecisionAtKLoss",
     "REDUCTIONS",

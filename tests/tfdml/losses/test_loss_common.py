@@ -28,6 +28,11 @@ FACTORIES = {
     "precision_at_k": lambda: losses.PrecisionAtKLoss(k=3),
     "stable_contrast": lambda: losses.StableContrastLoss(seed=4),
     "robust_hard_contrastive": lambda: losses.RobustHardContrastiveLoss(),
+    "lifted_structured": lambda: losses.LiftedStructuredLoss(),
+    "lifted_structured_hermans_semi_hard": lambda: losses.LiftedStructuredLoss(generalized=True, sampler="semi_hard"),
+    "binomial_deviance_random": lambda: losses.BinomialDevianceLoss(sampler="random", seed=5),
+    "binomial_deviance_importance": lambda: losses.BinomialDevianceLoss(balanced=False, importance=True),
+    "multi_similarity": lambda: losses.MultiSimilarityLoss(),
 }
 NAMES = [
     pytest.param(n, marks=pytest.mark.skipif(n == "precision_at_k" and not HAS_TOP_K, reason="no top_k sampler"))

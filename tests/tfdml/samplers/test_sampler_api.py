@@ -19,6 +19,7 @@ ALL = [
     samplers.DistanceWeightedSampler(),
     samplers.DistanceWeightedSampler(cutoff=0.3, nonzero_loss_cutoff=None, lam=5.0, embedding_dim=8),
     samplers.TopKMisplacedSampler(k=3),
+    samplers.MultiSimilaritySampler(epsilon=0.05),
 ]
 IDS = [repr(s) for s in ALL]
 JIT = [s for i, s in enumerate(ALL) if i not in (3, 6)]  # variants of the same code paths: once

@@ -19,6 +19,8 @@ GLOBAL_BATCH = 16
 def _loss(name):
     if name == "margin_dws":
         return losses.MarginLoss(num_classes=4, sampler="distance_weighted", seed=3)
+    if name == "multi_similarity":  # Wang et al.'s mining compares pairs across the global batch
+        return losses.MultiSimilarityLoss(lam=0.5)
     return losses.TripletLoss(margin=0.2, squared=False, sampler="semi_hard")
 
 
@@ -55,7 +57,7 @@ def test_fit_mirrored_equals_single_device(loss_name, mirrored_strategy):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-@pytest.mark.parametrize("loss_name", ["margin_dws", "triplet_semi_hard"])
+@pytest.mark.parametrize("loss_name", ["margin_dws", "triplet_semi_hard", "multi_similarity"])
 def test_first_step_gradients_equal(loss_name, mirrored_strategy):
     """The gradient of the global-batch loss, one device vs two replicas."""
     x, y = next(iter(_data()))

@@ -33,8 +33,11 @@ class LiftedStructuredLoss(base.MetricLoss):
 
         L_a = [ log Σ_{p∈P_a} e^{D_ap} + log Σ_{n∈N_a} e^{α − D_an} ]_+
 
-    (plain hinge) averaged over the anchors that have a positive and a
-    negative (with ``"mean"``).
+    (plain hinge; Hermans et al.'s L_LG, written for P classes × K examples)
+    averaged over the anchors that have a positive and a negative with
+    ``"mean"``; Hermans et al. sum over anchors: ``tuple_reduction="sum"``.
+    Both equations as checked against pytorch-metric-learning's documentation
+    of ``LiftedStructureLoss`` / ``GeneralizedLiftedStructureLoss``.
 
     No ``importance``: J_ij couples a positive pair with all negatives of both
     ends through a log-sum-exp, so it is not a sum of per-pair terms and no

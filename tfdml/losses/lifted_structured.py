@@ -70,8 +70,8 @@ class LiftedStructuredLoss(base.MetricLoss):
         if self.generalized:
             terms = gpw.lifted_generalized_terms(dist, pos, neg, self.margin)
             return self.reduce(terms, gpw.lifted_anchors(pos, neg))
-        lse = gpw.lifted_negative_logsumexp(dist, neg, self.margin)
-        terms = 0.5 * gpw.lifted_structured_terms(dist, pos, lse, lse)
+        negatives = gpw.lifted_negative_logsumexp(dist, neg, self.margin)
+        terms = 0.5 * gpw.lifted_structured_terms(dist, pos, negatives, negatives)
         return self.reduce(terms, pos)
 
     def get_config(self):

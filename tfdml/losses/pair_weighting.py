@@ -40,12 +40,15 @@ def weighted_logsumexp(logits, counts, axis=-1, plus_one=False):
     counts = tf.cast(counts, logits.dtype)
     present = counts > 0
     floor = tf.constant(EMPTY_LOG, logits.dtype)
-    safe = tf.where(present, logits, tf.fill(tf.shape(logits), floor))
-    top = tf.reduce_max(safe, axis=axis, keepdims=True)
+    lowest = tf.fill(tf.shape(logits), tf.constant(logits.dtype.min, logits.dtype))
+    # The largest *included* logit (0 for an empty set), however low it is.
+    top = tf.reduce_max(tf.where(present, logits, lowest), axis=axis, keepdims=True)
+    top = tf.where(tf.reduce_any(present, axis=axis, keepdims=True), top, tf.zeros_like(top))
     if plus_one:
         top = tf.maximum(top, tf.zeros_like(top))
     top = tf.stop_gradient(top)  # any constant shift gives the same value and gradient
-    scaled = tf.where(present, counts * tf.exp(safe - top), _neutral(safe))
+    shifted = tf.where(present, logits - top, _neutral(logits))
+    scaled = tf.where(present, counts * tf.exp(shifted), _neutral(logits))
     total = tf.reduce_sum(scaled, axis=axis, keepdims=True)
     if plus_one:
         # log(1 + Σ) directly when no logit exceeds 0 (exact for a tiny Σ).
@@ -69,26 +72,32 @@ def anchor_count(counts):
 
 
 def lifted_negative_logsumexp(dist, neg, margin):
-    """[B]: log Σ_{(i,k) ∈ N} exp(α − D_ik) per anchor i (the negatives' half of
-    Song et al. Eq. 4); :data:`EMPTY_LOG` for an anchor without negatives."""
-    return weighted_logsumexp(margin - dist, neg, axis=1)
+    """``(lse, has)`` [B]: log Σ_{(i,k) ∈ N} exp(α − D_ik) per anchor i (the negatives'
+    half of Song et al. Eq. 4) and whether anchor i has a negative (``lse`` is
+    :data:`EMPTY_LOG` where not; emptiness is read from ``has``, never from the value,
+    which may be as low for far negatives)."""
+    return weighted_logsumexp(margin - dist, neg, axis=1), tf.reduce_any(neg > 0, axis=1)
 
 
-def lifted_structured_terms(dist, pos, anchor_lse, candidate_lse):
+def lifted_structured_terms(dist, pos, anchor, candidate):
     """[B, M] squared hinges [J_ij]_+² of Song et al. Eq. 4 on the positive pairs:
 
         J_ij = log( Σ_{(i,k)∈N} e^{α − D_ik} + Σ_{(j,l)∈N} e^{α − D_jl} ) + D_ij
 
-    given the two halves as log-sum-exps: ``anchor_lse`` [B] (of anchor i) and
-    ``candidate_lse`` [M] (of candidate j, from its own negatives; M = B: the
-    same vector). Zero where ``pos`` is 0 or neither end has a negative (J = −∞).
+    given the two halves as :func:`lifted_negative_logsumexp` pairs ``(lse, has)``:
+    ``anchor`` ([B], of anchor i) and ``candidate`` ([M], of candidate j, from its
+    own negatives; M = B: the same pair). Zero where ``pos`` is 0 or neither end
+    has a negative (J = −∞).
     """
-    floor = tf.constant(EMPTY_LOG, dist.dtype)
-    a = tf.broadcast_to(anchor_lse[:, None], tf.shape(dist))
-    c = tf.broadcast_to(candidate_lse[None, :], tf.shape(dist))
-    has_negative = tf.logical_or(a > floor, c > floor)
-    j = tf.reduce_logsumexp(tf.stack([a, c]), axis=0) + dist
-    active = tf.logical_and(tf.logical_and(pos > 0, has_negative), j > 0)
+    shape = tf.shape(dist)
+    a = tf.broadcast_to(anchor[0][:, None], shape)
+    c = tf.broadcast_to(candidate[0][None, :], shape)
+    a_has = tf.broadcast_to(anchor[1][:, None], shape)
+    c_has = tf.broadcast_to(candidate[1][None, :], shape)
+    both = tf.reduce_logsumexp(tf.stack([a, c]), axis=0)
+    lse = tf.where(tf.logical_and(a_has, c_has), both, tf.where(a_has, a, c))
+    j = lse + dist
+    active = tf.logical_and(tf.logical_and(pos > 0, tf.logical_or(a_has, c_has)), j > 0)
     return tf.where(active, tf.square(tf.where(active, j, _neutral(j))), _neutral(j))
 
 
@@ -99,11 +108,10 @@ def lifted_generalized_terms(dist, pos, neg, margin):
 
     (a soft maximum over the anchor's positives against a soft minimum over its
     negatives); 0 for an anchor without a positive or without a negative."""
-    floor = tf.constant(EMPTY_LOG, dist.dtype)
     hardest_pos = weighted_logsumexp(dist, pos, axis=1)
     hardest_neg = weighted_logsumexp(margin - dist, neg, axis=1)
-    valid = tf.logical_and(hardest_pos > floor, hardest_neg > floor)
-    value = tf.nn.relu(hardest_pos + hardest_neg)
+    valid = lifted_anchors(pos, neg) > 0
+    value = tf.nn.relu(tf.where(valid, hardest_pos + hardest_neg, _neutral(hardest_pos)))
     return tf.where(valid, value, _neutral(value))
 
 

@@ -390,3 +390,20 @@ def test_keras_file_round_trip(tmp_path, make):
     model.save(path)
     loaded = keras.saving.load_model(path)
     assert type(loaded.loss) is type(loss) and loaded.loss.get_config() == loss.get_config()
+
+
+@pytest.mark.parametrize("generalized", [False, True])
+def test_lifted_far_negatives_are_not_taken_for_none(generalized):
+    """Unnormalised embeddings far apart: log Σ e^{α − D} is about −1.5·10⁴, a real value,
+    not the empty sum. Points 0, 3·10⁴ (class 0) and −1.5·10⁴ (class 1), α = 1."""
+    e = np.array([[0.0], [3e4], [-1.5e4]], np.float64)
+    d = np.abs(e - e.T)
+    # Song Eq. 4 in log space: J_01 = logaddexp(1 − D_02, 1 − D_12) + D_01.
+    j = np.logaddexp(1 - d[0, 2], 1 - d[1, 2]) + d[0, 1]
+    song = j**2 / 2
+    # Hermans: anchor 0: D_01 + (1 − D_02); anchor 1: D_10 + (1 − D_12) < 0.
+    hermans = (max(d[0, 1] + 1 - d[0, 2], 0) + max(d[1, 0] + 1 - d[1, 2], 0)) / 2
+    loss = losses.LiftedStructuredLoss(generalized=generalized, dtype="float64")
+    expected = hermans if generalized else song
+    assert expected > 1e3
+    np.testing.assert_allclose(float(loss([0, 0, 1], e)), expected, rtol=1e-9)

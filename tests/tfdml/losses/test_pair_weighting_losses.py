@@ -13,7 +13,8 @@ from tfdml.losses import pair_weighting as gpw
 
 
 def np_lifted_song(d, pos, neg, alpha):
-    """Song et al. 2016 Eq. 4: 1/(2|P|) Σ_{(i,j)∈P} [log(Σ_{(i,k)∈N} e^{α−D_ik} + Σ_{(j,l)∈N} e^{α−D_jl}) + D_ij]_+²,
+    """Song et al. 2016 Eq. 4:
+    1/(2|P|) Σ_{(i,j)∈P} [log(Σ_{(i,k)∈N} e^{α−D_ik} + Σ_{(j,l)∈N} e^{α−D_jl}) + D_ij]_+²,
     over ordered pairs with multiplicity (J_ij = J_ji: the same mean as over unordered ones)."""
     n = len(d)
     total, count = 0.0, 0.0
@@ -305,7 +306,8 @@ def test_ms_gradient_is_the_general_pair_weighting_of_eq10_11(ref):
     sim = tf.constant(s)
     with tf.GradientTape() as tape:
         tape.watch(sim)
-        total = tf.reduce_sum(gpw.multi_similarity_terms(sim, tf.constant(pos), tf.constant(neg), alpha, beta, lam))
+        terms = gpw.multi_similarity_terms(sim, tf.constant(pos), tf.constant(neg), alpha, beta, lam)
+        total = tf.reduce_sum(terms)
     grad = tape.gradient(total, sim).numpy()
     np.testing.assert_allclose(grad, pos * -w_pos + neg * w_neg, rtol=1e-9, atol=1e-12)
     got_pos, got_neg = gpw.multi_similarity_weights(sim, tf.constant(pos), tf.constant(neg), alpha, beta, lam)

@@ -50,6 +50,12 @@ SAMPLER_FOR = {
     ("triplet", "triplets"): "hard",
     ("stable_contrast", "triplets"): "semi_hard",
     ("histogram", "pairs"): "all",
+    ("lifted_structured", "pairs"): "all",
+    ("lifted_structured", "triplets"): "hard",
+    ("binomial_deviance", "pairs"): "random",
+    ("binomial_deviance", "triplets"): "hard",
+    ("multi_similarity", "pairs"): "multi_similarity",
+    ("multi_similarity", "triplets"): "semi_hard",
 }
 # Constructor arguments a loss needs beyond its defaults.
 REQUIRED = {

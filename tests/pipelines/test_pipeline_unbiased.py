@@ -54,6 +54,18 @@ def contrastive_l2_pair_losses(emb, labels):
     return loss
 
 
+def binomial_pair_losses(emb, labels, alpha=2.0, beta=0.5, cost=25.0):
+    """Yi et al.'s binomial deviance per pair on the cosine similarity s (Ustinova & Lempitsky's
+    α, β, C): ln(1 + e^{−α(s − β)}) positive, ln(1 + e^{αC(s − β)}) negative. With
+    balanced=False the loss is the mean of these terms, so Eq. 23's weights apply."""
+    unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    s = unit @ unit.T
+    same = labels[:, None] == labels[None, :]
+    loss = np.where(same, np.log1p(np.exp(-alpha * (s - beta))), np.log1p(np.exp(alpha * cost * (s - beta))))
+    np.fill_diagonal(loss, 0.0)
+    return loss
+
+
 def eta_one(i, j):
     return 1.0
 
@@ -123,14 +135,17 @@ def problem():
     ],
     ids=repr,
 )
-@pytest.mark.parametrize("eta_name", ["contrastive", "balanced", "contrastive_l2", "margin"])
+@pytest.mark.parametrize("eta_name", ["contrastive", "balanced", "contrastive_l2", "margin", "binomial_deviance"])
 def test_weighted_minibatch_loss_is_unbiased_for_full_loss(problem, design, block, eta_name):
     """Hong Eq. 23 vs Eq. 10 for every pair term that takes importance=True:
-    contrastive ℓ2² and its balanced η, contrastive ℓ2 (draft Eq. 18), margin (Wu §4).
-    tests/tfdml/losses/test_hong_contrastive_losses.py checks that each loss class computes
-    exactly Σ W_ij ℓ_ij / #pairs on a batch, with W from the same columns."""
+    contrastive ℓ2² and its balanced η, contrastive ℓ2 (draft Eq. 18), margin (Wu §4), binomial
+    deviance with balanced=False (Yi et al.). tests/tfdml/losses/test_hong_contrastive_losses.py
+    and test_pair_weighting_losses.py check that each loss class computes exactly
+    Σ W_ij ℓ_ij / #pairs on a batch, with W from the same columns."""
     labels, emb = problem
-    if eta_name == "margin":
+    if eta_name == "binomial_deviance":
+        pair_loss = binomial_pair_losses(emb, labels)
+    elif eta_name == "margin":
         pair_loss = margin_pair_losses(emb, labels)
     elif eta_name == "contrastive_l2":
         pair_loss = contrastive_l2_pair_losses(emb, labels)

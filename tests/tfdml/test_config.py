@@ -224,7 +224,7 @@ def test_a_registered_loss_needs_no_edit_of_the_config(monkeypatch):
     assert type(loss) is PairOnlyLoss and loss.margin == 0.5 and loss.seed == 7
     assert loss.sampler.num_pairs == 4
     with pytest.raises(config.ConfigError,
-                       match=r"'hard'.*selects triplets.*valid samplers for pair_only: all, random, none"):
+                       match=r"'hard'.*selects triplets.*valid samplers for pair_only: all, random, multi_similarity, none"):
         config.validate({"loss": {"name": "pair_only", "sampler": "hard"}})
     with pytest.raises(config.ConfigError, match=r"'pair_onl'.*did you mean 'pair_only'"):
         config.validate({"loss": {"name": "pair_onl"}})

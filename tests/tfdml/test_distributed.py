@@ -23,6 +23,8 @@ def _loss(name):
         return losses.HistogramLoss(num_bins=21)
     if name == "angular_npair":  # pairs by batch order: the gathered global batch keeps it
         return losses.AngularLoss(combine_npair=True)
+    if name == "multi_similarity":  # Wang et al.'s mining compares pairs across the global batch
+        return losses.MultiSimilarityLoss(lam=0.5)
     return losses.TripletLoss(margin=0.2, squared=False, sampler="semi_hard")
 
 
@@ -59,7 +61,8 @@ def test_fit_mirrored_equals_single_device(loss_name, mirrored_strategy):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-@pytest.mark.parametrize("loss_name", ["margin_dws", "triplet_semi_hard", "histogram", "angular_npair"])
+@pytest.mark.parametrize("loss_name", ["margin_dws", "triplet_semi_hard", "histogram", "angular_npair",
+                                       "multi_similarity"])
 def test_first_step_gradients_equal(loss_name, mirrored_strategy):
     """The gradient of the global-batch loss, one device vs two replicas."""
     x, y = next(iter(_data()))

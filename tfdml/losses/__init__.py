@@ -17,6 +17,9 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`RobustHardContrastiveLoss`  deep-embeddings draft Eq. 22
 :class:`HistogramLoss`          Ustinova & Lempitsky 2016, Eq. 1–4
 :class:`AngularLoss`            Wang et al. 2017, Eq. 8 (N-pair form); Eq. 9 option
+:class:`LiftedStructuredLoss`   Song et al. 2016 Eq. 4; Hermans et al. 2017
+:class:`BinomialDevianceLoss`   Yi et al. 2014; Ustinova & Lempitsky 2016 §4
+:class:`MultiSimilarityLoss`    Wang et al. 2019 Eq. 9, mining Eq. 7–8
 ==============================  ==============================================
 """
 
@@ -25,9 +28,12 @@ import keras
 from tfdml.losses.angular import AngularLoss
 from tfdml.losses.balanced_contrastive import BalancedContrastiveLoss
 from tfdml.losses.base import InputCheck, MetricLoss, SeedState, select_pairs, triplets_to_pairs
+from tfdml.losses.binomial_deviance import BinomialDevianceLoss
 from tfdml.losses.contrastive import ContrastiveLoss
 from tfdml.losses.histogram import HistogramLoss
+from tfdml.losses.lifted_structured import LiftedStructuredLoss
 from tfdml.losses.margin import MarginLoss, MarginParameters
+from tfdml.losses.multi_similarity import MultiSimilarityLoss
 from tfdml.losses.npair import NPairLoss
 from tfdml.losses.precision_at_k import PrecisionAtKLoss
 from tfdml.losses.reductions import REDUCTIONS, reduce_tuples
@@ -48,6 +54,9 @@ LOSSES = {
     "robust_hard_contrastive": RobustHardContrastiveLoss,
     "histogram": HistogramLoss,
     "angular": AngularLoss,
+    "lifted_structured": LiftedStructuredLoss,
+    "binomial_deviance": BinomialDevianceLoss,
+    "multi_similarity": MultiSimilarityLoss,
 }
 
 
@@ -102,13 +111,16 @@ def get(identifier, **kwargs):
 __all__ = [
     "AngularLoss",
     "BalancedContrastiveLoss",
+    "BinomialDevianceLoss",
     "ContrastiveLoss",
     "HistogramLoss",
     "InputCheck",
     "LOSSES",
+    "LiftedStructuredLoss",
     "MarginLoss",
     "MarginParameters",
     "MetricLoss",
+    "MultiSimilarityLoss",
     "NPairLoss",
     "PrecisionAtKLoss",
     "REDUCTIONS",

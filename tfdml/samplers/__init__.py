@@ -17,6 +17,7 @@ name                   class                       kind       paper
 ``hard``               :class:`HardSampler`        triplets   Wu §3
 ``distance_weighted``  DistanceWeightedSampler     triplets   Wu §4, §5
 ``top_k``              TopKMisplacedSampler        sets       Lu §3.3
+``multi_similarity``   MultiSimilaritySampler      pairs      Wang Eq. 7–8
 =====================  ==========================  =========  ============
 """
 
@@ -37,6 +38,7 @@ from tfdml.samplers.distance_weighted import (
     log_inverse_density,
 )
 from tfdml.samplers.hard import HardSampler
+from tfdml.samplers.multi_similarity import MultiSimilaritySampler
 from tfdml.samplers.pairs import AllPairsSampler, RandomPairSampler
 from tfdml.samplers.semi_hard import SemiHardSampler
 from tfdml.samplers.top_k import TopKMisplacedSampler
@@ -48,6 +50,7 @@ _BY_NAME = {
     "hard": HardSampler,
     "distance_weighted": DistanceWeightedSampler,
     "top_k": TopKMisplacedSampler,
+    "multi_similarity": MultiSimilaritySampler,
 }
 
 SAMPLERS = tuple(_BY_NAME)
@@ -94,6 +97,7 @@ __all__ = [
     "DistanceWeightedSampler",
     "GridTripletSelection",
     "HardSampler",
+    "MultiSimilaritySampler",
     "PairSelection",
     "RandomPairSampler",
     "Sampler",

@@ -30,6 +30,11 @@ FACTORIES = {
     "robust_hard_contrastive": lambda: losses.RobustHardContrastiveLoss(),
     "histogram_random_pairs": lambda: losses.HistogramLoss(sampler=samplers.RandomPairSampler(num_pairs=40), seed=5),
     "angular_npair": lambda: losses.AngularLoss(combine_npair=True),
+    "lifted_structured": lambda: losses.LiftedStructuredLoss(),
+    "lifted_structured_hermans_semi_hard": lambda: losses.LiftedStructuredLoss(generalized=True, sampler="semi_hard"),
+    "binomial_deviance_random": lambda: losses.BinomialDevianceLoss(sampler="random", seed=5),
+    "binomial_deviance_importance": lambda: losses.BinomialDevianceLoss(balanced=False, importance=True),
+    "multi_similarity": lambda: losses.MultiSimilarityLoss(),
 }
 NAMES = [
     pytest.param(n, marks=pytest.mark.skipif(n == "precision_at_k" and not HAS_TOP_K, reason="no top_k sampler"))

@@ -19,6 +19,7 @@ ALL = [
     samplers.DistanceWeightedSampler(),
     samplers.DistanceWeightedSampler(cutoff=0.3, nonzero_loss_cutoff=None, lam=5.0, embedding_dim=8),
     samplers.TopKMisplacedSampler(k=3),
+    samplers.MultiSimilaritySampler(epsilon=0.05),
 ]
 IDS = [repr(s) for s in ALL]
 JIT = [s for i, s in enumerate(ALL) if i not in (3, 6)]  # variants of the same code paths: once
@@ -98,7 +99,8 @@ def test_selection_type_matches_kind(sampler, batch):
 
 
 def test_get_names_and_errors():
-    assert samplers.SAMPLERS == ("all", "random", "semi_hard", "hard", "distance_weighted", "top_k")
+    assert samplers.SAMPLERS == ("all", "random", "semi_hard", "hard", "distance_weighted", "top_k",
+                                "multi_similarity")
     for name in samplers.SAMPLERS:
         assert isinstance(samplers.get(name), samplers.Sampler)
     assert samplers.get("semi_hard") == samplers.SemiHardSampler()

@@ -207,10 +207,12 @@ def build_loss(cfg, num_classes, num_examples):
         raise ExperimentError(str(err)) from None
 
 
-def build_optimizer(cfg):
-    """Adam / AdamW / SGD (momentum 0.9) with the configured schedule; with
-    ``head_lr_multiplier`` != 1 the tfdml.optimizers variants scale the
-    learning rate of the embedding head (Duan et al. §4: 10×)."""
+def build_optimizer(cfg, loss=None):
+    """Adam / AdamW / SGD (momentum 0.9) with the configured schedule. Learning-rate
+    multipliers (:mod:`tfdml.optimizers`, one mechanism for all of them): the embedding
+    head's ``optimizer.head_lr_multiplier`` (Duan et al. §4: 10×) and the loss's own
+    ``lr_multipliers`` (a proxy loss's ``proxy_lr_multiplier``); with any of them != 1
+    the tfdml.optimizers variants scale those variables' learning rate."""
     from tfdml import optimizers as optimizers_lib
 
     o = cfg["optimizer"]
@@ -219,9 +221,12 @@ def build_optimizer(cfg):
         lr = keras.optimizers.schedules.ExponentialDecay(
             lr, decay_steps=o["decay_steps"], decay_rate=o["decay_rate"], staircase=True
         )
+    multipliers = {"embedding": o["head_lr_multiplier"]}
+    multipliers.update(getattr(loss, "lr_multipliers", None) or {})
+    multipliers = {key: value for key, value in multipliers.items() if value != 1.0}
     library, extra = keras.optimizers, {}
-    if o["head_lr_multiplier"] != 1.0:
-        library, extra = optimizers_lib, {"lr_multipliers": {"embedding": o["head_lr_multiplier"]}}
+    if multipliers:
+        library, extra = optimizers_lib, {"lr_multipliers": multipliers}
     if o["name"] == "adam":
         return library.Adam(lr, weight_decay=o["weight_decay"] or None, **extra)
     if o["name"] == "adamw":
@@ -254,7 +259,7 @@ def build_model(cfg, input_shape, num_classes, num_examples):
     else:
         model = models.EmbeddingModel(encoder, name="embedding_model")
         model.compile(
-            optimizer=build_optimizer(cfg),
+            optimizer=build_optimizer(cfg, loss),
             loss=loss,
             jit_compile=cfg["training"]["jit_compile"],
         )
@@ -844,7 +849,9 @@ def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epo
 
 
 def export(model, out, input_shape):
-    """``model.keras`` and ``saved_model/``, each replaced atomically."""
+    """``model.keras`` and ``saved_model/``, each replaced atomically. ``saved_model/``
+    holds the encoder (the same embedding function as ``model``), not the loss's state
+    (proxies, learned margins, seeds): serving needs none of it."""
     import shutil
 
     files.save_model(model, os.path.join(out, "model.keras"))
@@ -852,7 +859,8 @@ def export(model, out, input_shape):
     staging, old = f"{target}.partial", f"{target}.old"
     for leftover in (staging, old):
         shutil.rmtree(leftover, ignore_errors=True)
-    model.export(staging, verbose=False)
+    served = getattr(model, "encoder", None)
+    (served if isinstance(served, keras.Model) else model).export(staging, verbose=False)
     if os.path.exists(target):
         os.replace(target, old)
     os.replace(staging, target)

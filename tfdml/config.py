@@ -498,9 +498,10 @@ def build_loss(cfg, num_classes):
     ``loss.name`` from :data:`tfdml.losses.LOSSES` with ``loss.options``; its
     sampler from ``loss.sampler`` / ``loss.sampler_options`` (with a ``learned``
     sampler the loss keeps its default one: the DSN selects the training
-    tuples); ``seed`` and ``num_classes`` (the number of classes of the training
-    split) where the loss's constructor takes them and ``loss.options`` does
-    not set them. Raises :class:`ConfigError` naming the key for anything the
+    tuples); ``seed``, ``num_classes`` (the number of classes of the training
+    split) and ``embedding_dim`` (``model.embedding_dim``, e.g. the size of a
+    proxy loss's proxies) where the loss's constructor takes them and
+    ``loss.options`` does not set them. Raises :class:`ConfigError` naming the key for anything the
     library refuses.
     """
     section = cfg["loss"]
@@ -516,6 +517,8 @@ def build_loss(cfg, num_classes):
         kwargs.setdefault("seed", cfg["seed"])
     if "num_classes" in params:
         kwargs.setdefault("num_classes", num_classes)
+    if "embedding_dim" in params:
+        kwargs.setdefault("embedding_dim", cfg["model"]["embedding_dim"])
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:
@@ -533,6 +536,8 @@ def _refuses_sampler(cls, sampler, seed, num_classes):
         kwargs["seed"] = seed
     if "num_classes" in params:
         kwargs["num_classes"] = num_classes
+    if "embedding_dim" in params:
+        kwargs["embedding_dim"] = 2
     try:
         cls(**kwargs)
     except (TypeError, ValueError):

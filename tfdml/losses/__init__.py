@@ -20,6 +20,8 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`LiftedStructuredLoss`   Song et al. 2016 Eq. 4; Hermans et al. 2017
 :class:`BinomialDevianceLoss`   Yi et al. 2014; Ustinova & Lempitsky 2016 §4
 :class:`MultiSimilarityLoss`    Wang et al. 2019 Eq. 9, mining Eq. 7–8
+:class:`ProxyNCALoss`           Movshovitz-Attias et al. 2017 Eq. 5 (proxies)
+:class:`ProxyAnchorLoss`        Kim et al. 2020 Eq. 4 (proxies)
 ==============================  ==============================================
 """
 
@@ -36,6 +38,9 @@ from tfdml.losses.margin import MarginLoss, MarginParameters
 from tfdml.losses.multi_similarity import MultiSimilarityLoss
 from tfdml.losses.npair import NPairLoss
 from tfdml.losses.precision_at_k import PrecisionAtKLoss
+from tfdml.losses.proxies import Proxies
+from tfdml.losses.proxy_anchor import ProxyAnchorLoss
+from tfdml.losses.proxy_nca import ProxyNCALoss
 from tfdml.losses.reductions import REDUCTIONS, reduce_tuples
 from tfdml.losses.robust_hard_contrastive import RobustHardContrastiveLoss
 from tfdml.losses.stable_contrast import StableContrastLoss
@@ -57,6 +62,8 @@ LOSSES = {
     "lifted_structured": LiftedStructuredLoss,
     "binomial_deviance": BinomialDevianceLoss,
     "multi_similarity": MultiSimilarityLoss,
+    "proxy_nca": ProxyNCALoss,
+    "proxy_anchor": ProxyAnchorLoss,
 }
 
 
@@ -123,6 +130,9 @@ __all__ = [
     "MultiSimilarityLoss",
     "NPairLoss",
     "PrecisionAtKLoss",
+    "Proxies",
+    "ProxyAnchorLoss",
+    "ProxyNCALoss",
     "REDUCTIONS",
     "RobustHardContrastiveLoss",
     "SeedState",

@@ -61,6 +61,8 @@ SAMPLER_FOR = {
 REQUIRED = {
     "balanced_contrastive": {"lam": 4.0, "num_classes": NUM_CLASSES},
     "margin": {"num_classes": NUM_CLASSES},
+    "proxy_nca": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
+    "proxy_anchor": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
 }
 
 

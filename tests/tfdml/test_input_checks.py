@@ -238,7 +238,7 @@ def _every_loss_and_sampler():
     where it has it (a few samplers need a seed, margin its tables)."""
     for name, cls in sorted(losses.LOSSES.items()):
         params = inspect.signature(cls.__init__).parameters
-        kwargs = {key: value for key, value in (("num_classes", 4), ("num_examples", B))
+        kwargs = {key: value for key, value in (("num_classes", 4), ("num_examples", B), ("embedding_dim", 4))
                   if key in params}
         if cls.supports_importance and "importance" in params:
             kwargs["importance"] = True

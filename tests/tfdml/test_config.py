@@ -162,6 +162,8 @@ def _library_accepts(cls, sampler):
     kwargs = {"sampler": sampler}
     if "num_classes" in inspect.signature(cls).parameters:
         kwargs["num_classes"] = 2
+    if "embedding_dim" in inspect.signature(cls).parameters:  # a proxy loss's proxies
+        kwargs["embedding_dim"] = 2
     try:
         cls(**kwargs)
     except (TypeError, ValueError):

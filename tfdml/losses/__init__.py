@@ -20,7 +20,7 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`LiftedStructuredLoss`   Song et al. 2016 Eq. 4; Hermans et al. 2017
 :class:`BinomialDevianceLoss`   Yi et al. 2014; Ustinova & Lempitsky 2016 §4
 :class:`MultiSimilarityLoss`    Wang et al. 2019 Eq. 9, mining Eq. 7–8
-:class:`ProxyNCALoss`           Movshovitz-Attias et al. 2017 Eq. 5 (proxies)
+:class:`ProxyNCALoss`           Movshovitz-Attias et al. 2017 §3 (proxies)
 :class:`ProxyAnchorLoss`        Kim et al. 2020 Eq. 4 (proxies)
 ==============================  ==============================================
 """

@@ -10,8 +10,9 @@ from tfdml.losses.proxies import ProxyLoss, masked_log_sum_exp
 
 @keras.saving.register_keras_serializable(package="tfdml")
 class ProxyNCALoss(ProxyLoss):
-    """Movshovitz-Attias et al. 2017, the proxy NCA loss (§3, Eq. 5 with the proxies of
-    Eq. 4 and the normalisation of §3.1):
+    """Movshovitz-Attias et al. 2017, the Proxy-NCA loss (§3: NCA over one proxy per class,
+    the static proxy assignment, with embeddings and proxies normalised to fixed norms;
+    the equation number of the paper is not cited here because it was not re-checked):
 
         L(x, y) = −log( exp(−d(x, p_y)) / Σ_{z ≠ y} exp(−d(x, p_z)) )
                 = d(x, p_y) + log Σ_{z ≠ y} exp(−d(x, p_z)),

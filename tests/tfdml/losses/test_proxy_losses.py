@@ -1,4 +1,4 @@
-"""ProxyNCA (Movshovitz-Attias et al. 2017 Eq. 5) and Proxy-Anchor (Kim et al. 2020 Eq. 4):
+"""ProxyNCA (Movshovitz-Attias et al. 2017 §3) and Proxy-Anchor (Kim et al. 2020 Eq. 4):
 NumPy brute force of value and gradient (embeddings and proxies), hand cases, degenerate
 batches, label checks, XLA, serialisation, the proxies' learning rate, saving and export."""
 
@@ -19,7 +19,7 @@ def unit(v):
 
 
 def proxy_nca_reference(e, p, labels, sx=3.0, sp=3.0):
-    """Movshovitz-Attias et al. Eq. 5, looped: mean_i [d(x_i, p_y) + log Σ_{z≠y} exp(−d(x_i, p_z))]."""
+    """Movshovitz-Attias et al. §3 (Proxy-NCA), looped: mean_i [d(x_i, p_y) + log Σ_{z≠y} exp(−d(x_i, p_z))]."""
     total = 0.0
     for i, y in enumerate(labels):
         x = sx * unit(e[i])

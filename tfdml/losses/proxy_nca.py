@@ -21,7 +21,8 @@ class ProxyNCALoss(ProxyLoss):
     with one learned proxy p_z per training class z (:class:`~tfdml.losses.proxies.Proxies`),
     the example's own proxy p_y against all other classes' proxies (the paper's
     denominator leaves the positive out; it is not a softmax cross-entropy). Every
-    example of the batch is a term; ``tuple_reduction="mean"`` averages them.
+    example of the batch is a term; ``tuple_reduction="mean"`` averages them ("sum" sums
+    them; "mean_active" is refused: a term may be negative).
 
     Scales (``embedding_scale`` s_x, ``proxy_scale`` s_p): the paper normalises
     embeddings and proxies to fixed norms N_x, N_p; unit norms make the logits
@@ -51,6 +52,10 @@ class ProxyNCALoss(ProxyLoss):
                  proxy_lr_multiplier=100.0, **kwargs):
         super().__init__(num_classes=num_classes, embedding_dim=embedding_dim,
                          proxy_lr_multiplier=proxy_lr_multiplier, **kwargs)
+        if self.tuple_reduction == "mean_active":
+            raise ValueError(
+                "ProxyNCALoss(tuple_reduction='mean_active'): a term d(x, p_y) + log Σ exp(−d(x, p_z)) "
+                "can be negative, so 'active' (> 0) means nothing; use 'mean' (the default) or 'sum'.")
         self.embedding_scale = base.check_positive("embedding_scale", embedding_scale)
         self.proxy_scale = base.check_positive("proxy_scale", proxy_scale)
 

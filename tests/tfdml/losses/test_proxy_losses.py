@@ -200,6 +200,8 @@ def test_constructor_refuses_what_the_loss_has_no_meaning_for(name):
     if name == "proxy_nca":
         with pytest.raises(ValueError, match="num_classes must be an int >= 2"):
             make(name, num_classes=1)
+        with pytest.raises(ValueError, match="'active' .* means nothing"):
+            make(name, tuple_reduction="mean_active")
     else:
         with pytest.raises(ValueError, match="leave tuple_reduction at 'mean'"):
             make(name, tuple_reduction="sum")

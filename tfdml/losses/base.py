@@ -11,6 +11,10 @@
 * :func:`triplets_to_pairs` / :func:`select_pairs`: the one place where a
   triplet selection becomes pair multiplicities, so that any pair loss accepts
   any sampler.
+* :class:`InputCheck`: a condition a target column must meet (a label inside
+  ``[0, num_classes)``, a finite non-negative importance weight), stated as a
+  count of the rows that break it, which XLA keeps where it drops an assert;
+  :meth:`MetricLoss.input_checks` lists a loss's checks.
 
 Seeds. A loss built with ``seed=s`` draws the sampler seed ``[s, c]`` (int32)
 on its c-th call (c = 0, 1, ...): deterministic for a given ``s``, different

@@ -84,7 +84,7 @@ def _pairing():
         "distance_weighted": ("margin (Wu §4)",
                               lambda s, c: losses.MarginLoss(num_classes=c, sampler=s, seed=1)),
         "top_k": ("ℓ_k (Lu Eq. 5)", lambda s, c: losses.PrecisionAtKLoss(k=5)),
-        "multi_similarity": ("multi-similarity (Wang Eq. 9)", lambda s, c: losses.MultiSimilarityLoss(sampler=s)),
+        "multi_similarity": ("multi-similarity (Wang 2019)", lambda s, c: losses.MultiSimilarityLoss(sampler=s)),
     }
 
 

@@ -19,7 +19,7 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`AngularLoss`            Wang et al. 2017, Eq. 8 (N-pair form); Eq. 9 option
 :class:`LiftedStructuredLoss`   Song et al. 2016 Eq. 4; Hermans et al. 2017
 :class:`BinomialDevianceLoss`   Yi et al. 2014; Ustinova & Lempitsky 2016 §4
-:class:`MultiSimilarityLoss`    Wang et al. 2019 Eq. 9, mining Eq. 7–8
+:class:`MultiSimilarityLoss`    Wang et al. 2019, L_MS with its pair mining
 :class:`ProxyNCALoss`           Movshovitz-Attias et al. 2017 §3 (proxies)
 :class:`ProxyAnchorLoss`        Kim et al. 2020 Eq. 4 (proxies)
 ==============================  ==============================================

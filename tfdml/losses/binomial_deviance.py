@@ -18,8 +18,9 @@ class BinomialDevianceLoss(base.MetricLoss):
     a negative one, and weights w_ij = 1/n_pos for the positive pairs, 1/n_neg
     for the negative ones (``balanced=True``, default): the mean positive term
     plus the mean negative term. Defaults α = 2, β = 0.5, C = 25 (Ustinova &
-    Lempitsky's setting; the form follows Yi et al. Eq. of J_dev and, e.g.,
-    pytorch-lifestream's ``ptls/frames/coles/losses/binomial_deviance_loss.py``).
+    Lempitsky's setting). The form is Yi et al.'s J_dev, as checked against
+    pytorch-lifestream's ``ptls/frames/coles/losses/binomial_deviance_loss.py``
+    (mean positive term + mean negative term, m = −C for negatives).
 
     Pairs: without a ``sampler`` every ordered candidate pair of the batch; with
     a pair sampler its selection, with a triplet sampler the pairs (a, p),

@@ -1,4 +1,4 @@
-"""Multi-similarity loss (Wang et al. 2019, Eq. 9) with its pair mining (Eq. 7 / 8) by default."""
+"""Multi-similarity loss (Wang et al. 2019, L_MS) with its pair mining by default."""
 
 import keras
 import tensorflow as tf
@@ -10,20 +10,20 @@ from tfdml.losses.lifted_structured import refuse_importance
 
 @keras.saving.register_keras_serializable(package="tfdml")
 class MultiSimilarityLoss(base.MetricLoss):
-    """Wang et al. 2019 ("Multi-Similarity Loss with General Pair Weighting"), Eq. 9:
+    """Wang et al. 2019 ("Multi-Similarity Loss with General Pair Weighting"), the MS loss:
 
         L_MS = 1/m Σ_i { 1/α log[1 + Σ_{k∈P_i} e^{−α (S_ik − λ)}]
                          + 1/β log[1 + Σ_{k∈N_i} e^{β (S_ik − λ)}] }
 
     on the cosine similarity S over the m anchors of the batch, with P_i / N_i
     the anchor's positive / negative pairs after mining. Defaults α = 2,
-    β = 50, λ = 1 and the mining of Eq. 7 / 8 with ε = 0.1
+    β = 50, λ = 1 and the paper's pair mining with ε = 0.1
     (:class:`~tfdml.samplers.MultiSimilaritySampler`, ``sampler="multi_similarity"``),
-    the paper's settings (§5.1). λ = 1 is the paper's; the authors' released
+    the paper's settings. λ = 1 is the paper's; the authors' released
     code and pytorch-metric-learning (``base``) use 0.5, which is not what
-    Eq. 9 is evaluated with in the paper, so it is left to ``lam=0.5``.
+    L_MS is evaluated with in the paper, so it is left to ``lam=0.5``.
 
-    Its gradient is the general pair weighting of §3 (Eq. 10 / 11, see
+    Its gradient is the general pair weighting of §3 (the paper's w⁺, w⁻, see
     :func:`tfdml.losses.pair_weighting.multi_similarity_weights`).
 
     Pairs: any pair sampler (``"all"`` or ``sampler=None``: every candidate
@@ -50,7 +50,7 @@ class MultiSimilarityLoss(base.MetricLoss):
 
     def __init__(self, alpha=2.0, beta=50.0, lam=1.0, sampler="multi_similarity", distance="cosine", **kwargs):
         refuse_importance(type(self).__name__, kwargs,
-                          "each anchor's term is a log-sum-exp over its pairs (Wang et al. Eq. 9)")
+                          "each anchor's term is a log-sum-exp over its pairs (Wang et al.'s L_MS)")
         if distance != "cosine":
             raise ValueError(
                 f"{type(self).__name__} scores cosine similarities (Wang et al.); got "

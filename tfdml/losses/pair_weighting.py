@@ -7,7 +7,7 @@ w_ij = |∂L/∂S_ij|, a function of its own similarity S_ij and of its
 neighbours' (the other pairs of anchor i). A loss of this family is its
 weighting; the functions here compute the loss terms whose gradients are
 those weights, and :func:`multi_similarity_weights` the closed form of
-Wang et al. Eq. 10 / 11 (tested against the gradient of the terms).
+the MS loss's pair weights w⁺, w⁻ (tested against the gradient of the terms).
 
 Every function takes matrices of shape [B, M]: row i is an anchor of the
 batch, column j a candidate (the batch itself today, M = B; a cross-batch
@@ -141,11 +141,11 @@ def binomial_deviance_weights(sim, alpha, beta, cost):
     return alpha * tf.sigmoid(-alpha * shifted), alpha * cost * tf.sigmoid(alpha * cost * shifted)
 
 
-# -- multi-similarity (Wang et al. 2019, Eq. 9 – 11) -----------------------------
+# -- multi-similarity (Wang et al. 2019: L_MS and its weights w⁺, w⁻) -------------
 
 
 def multi_similarity_terms(sim, pos, neg, alpha, beta, lam):
-    """[B] per-anchor terms of Wang et al. Eq. 9:
+    """[B] per-anchor terms of Wang et al.'s L_MS:
 
         1/α log[1 + Σ_{k∈P_i} e^{−α (S_ik − λ)}] + 1/β log[1 + Σ_{k∈N_i} e^{β (S_ik − λ)}]
 
@@ -156,7 +156,7 @@ def multi_similarity_terms(sim, pos, neg, alpha, beta, lam):
 
 
 def multi_similarity_weights(sim, pos, neg, alpha, beta, lam):
-    """``(positive, negative)`` [B, M] GPW weights of Wang et al. Eq. 10 / 11:
+    """``(positive, negative)`` [B, M] GPW weights w⁺, w⁻ of Wang et al.'s MS loss:
 
         w⁺_ij = 1 / (e^{α (S_ij − λ)} + Σ_{k∈P_i} e^{α (S_ij − S_ik)})
         w⁻_ij = 1 / (e^{β (λ − S_ij)} + Σ_{k∈N_i} e^{β (S_ik − S_ij)})

@@ -17,7 +17,7 @@ name                   class                       kind       paper
 ``hard``               :class:`HardSampler`        triplets   Wu §3
 ``distance_weighted``  DistanceWeightedSampler     triplets   Wu §4, §5
 ``top_k``              TopKMisplacedSampler        sets       Lu §3.3
-``multi_similarity``   MultiSimilaritySampler      pairs      Wang Eq. 7–8
+``multi_similarity``   MultiSimilaritySampler      pairs      Wang 2019
 =====================  ==========================  =========  ============
 """
 

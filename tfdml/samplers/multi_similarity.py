@@ -1,4 +1,4 @@
-"""Multi-similarity pair mining (Wang et al. 2019, §4.2, Eq. 7 / 8)."""
+"""Multi-similarity pair mining (Wang et al. 2019: the hard-pair mining of the MS loss)."""
 
 import keras
 import tensorflow as tf
@@ -10,7 +10,7 @@ from tfdml.samplers import base
 class MultiSimilaritySampler(base.Sampler):
     """Hard pairs of each anchor by relative similarity (kind ``"pairs"``).
 
-    Wang et al. 2019, Eq. 7 / 8, on similarities S: a negative pair (i, k) is
+    Wang et al. 2019 (the mining step of the MS loss), on similarities S: a negative pair (i, k) is
     kept when S_ik > min_{y_j = y_i} S_ij − ε (harder than the anchor's
     hardest positive, up to ε), a positive pair (i, j) when
     S_ij < max_{y_k ≠ y_i} S_ik + ε (harder than its hardest negative).

@@ -64,7 +64,7 @@ def np_binomial(s, pos, neg, alpha=2.0, beta=0.5, cost=25.0, balanced=True, w=No
 
 
 def np_ms(s, pos, neg, alpha=2.0, beta=50.0, lam=1.0):
-    """Wang et al. 2019 Eq. 9, 1/m over all m anchors."""
+    """Wang et al. 2019, L_MS, 1/m over all m anchors."""
     n = len(s)
     total = 0.0
     for i in range(n):
@@ -75,7 +75,7 @@ def np_ms(s, pos, neg, alpha=2.0, beta=50.0, lam=1.0):
 
 
 def np_ms_mining(s, labels, cand, eps=0.1):
-    """Wang et al. Eq. 7 / 8 on similarities: keep negative k if S_ik > min_pos S_ij − ε,
+    """Wang et al.'s pair mining on similarities: keep negative k if S_ik > min_pos S_ij − ε,
     positive j if S_ij < max_neg S_ik + ε."""
     n = len(s)
     pos = np.zeros((n, n))
@@ -236,7 +236,7 @@ def test_binomial_refuses_importance_with_the_batch_normalised_weights():
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("seed", [0, 3])
-def test_ms_with_its_mining_matches_wang_eq9(ref, case, seed):
+def test_ms_with_its_mining_matches_wang_l_ms(ref, case, seed):
     labels = ref.LABELS[case]
     e = ref.embeddings(len(labels), seed=seed, normalize=False)
     s = ref.cosine(e)
@@ -284,8 +284,8 @@ def test_ms_gradient_matches_the_equation(ref, sampler):
     assert np.abs(grad).max() > 1e-3
 
 
-def test_ms_gradient_is_the_general_pair_weighting_of_eq10_11(ref):
-    """∂L_i/∂S_ij = −w⁺_ij (positive pair), +w⁻_ij (negative pair), Wang et al. Eq. 10 / 11,
+def test_ms_gradient_is_the_general_pair_weighting(ref):
+    """∂L_i/∂S_ij = −w⁺_ij (positive pair), +w⁻_ij (negative pair), Wang et al.'s w⁺, w⁻,
     written here as loops; and multi_similarity_weights gives the same."""
     labels = ref.LABELS["mixed"]
     s = ref.cosine(ref.embeddings(len(labels), seed=11, normalize=False))
@@ -330,7 +330,7 @@ def test_binomial_weights_are_the_gradient_of_its_terms():
 
 @pytest.mark.parametrize("case", CASES + ["pair_id"])
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.5])
-def test_ms_sampler_matches_eq7_8(ref, case, eps):
+def test_ms_sampler_matches_wangs_mining(ref, case, eps):
     labels = ref.LABELS["mixed" if case == "pair_id" else case]
     pair_id = np.array([0, 0, 1, 1, 0, 0, 1, 1, 0, 1, 0, 1]) if case == "pair_id" else None
     s = ref.cosine(ref.embeddings(len(labels), seed=12))

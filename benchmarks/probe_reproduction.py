@@ -9,7 +9,7 @@ script tests that cause without training anything: it takes the model each
 finished (arm, seed) left in its run folder (``arms/<arm>/seed-<s>/model.keras``,
 kept on the machine that trained it, not committed) and scores it on a view
 with more test classes (more distractors per query), at more k, with the
-user's own evaluation (``evaluate.run``). It then applies the claim's checks
+user's own evaluation (``tfdml_app.evaluation.run``). It then applies the claim's checks
 (``reproduce.check_outcome``: d > 2 SE holds, d < −2 SE reversed) to every
 metric.
 

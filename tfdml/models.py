@@ -1,3 +1,4 @@
+# Over 400 lines: EmbeddingModel's train step and the CompiledLoss it runs are one piece (gather, non-finite count).
 """Embedding models: a backbone, an embedding head, and a train step that
 mines on the *global* batch under ``tf.distribute``.
 

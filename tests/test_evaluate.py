@@ -217,7 +217,7 @@ def test_retrieval_grid_shows_the_users_class_names(tmp_path, monkeypatch):
 
     monkeypatch.setattr(plots, "retrieval_grid", record)
     evaluation.run(lambda x: tf.reshape(x, [tf.shape(x)[0], -1]), split, str(tmp_path / "out"),
-                 metrics=["recall"], ks=[1], verbose=0, grid_queries=4, grid_k=2)
+                   evaluation.Options(metrics=("recall",), ks=(1,), grid=(4, 2)), verbose=0)
     assert set(shown["query"]) <= {"cat", "dog"} and set(shown["result"]) <= {"cat", "dog"}
     assert shown["query"]
 
@@ -316,8 +316,9 @@ def test_the_roc_shows_the_baseline_whatever_the_metrics(tmp_path, monkeypatch):
     monkeypatch.setattr(plots, "roc_curve", record)
     embedder = lambda x: tf.reshape(x, [tf.shape(x)[0], -1])[:, :20]  # noqa: E731
     for metrics in (["recall"], ["recall", "verification"]):
-        evaluation.run(embedder, split, str(tmp_path / metrics[-1]), metrics=metrics, ks=[1], verbose=0,
-                     num_pairs=300, grid_queries=0, baseline="raw_pixels")
+        evaluation.run(embedder, split, str(tmp_path / metrics[-1]),
+                       evaluation.Options(metrics=tuple(metrics), ks=(1,), num_pairs=300, grid=(0, 0),
+                                          baseline="raw_pixels"), verbose=0)
     assert len(drawn) == 2 and drawn[0] is not None and drawn[1] is not None
     for a, b in zip(drawn[0][:2], drawn[1][:2]):
         np.testing.assert_array_equal(a, b)

@@ -203,10 +203,10 @@ def test_nonfinite_input_is_refused_at_the_source(tmp_path, value):
 def poisoned_encoder(monkeypatch, nonfinite_after):
     """Makes the run build encoders whose embeddings turn NaN after ``after`` training steps."""
     def install(after):
-        build = build.models.build_encoder
+        original = build.models.build_encoder
 
         def build_poisoned(*args, **kwargs):
-            encoder = build(*args, **kwargs)
+            encoder = original(*args, **kwargs)
             out = nonfinite_after(after=after)(encoder.output)
             return keras.Model(encoder.input, out, name="poisoned_encoder")
 
@@ -261,14 +261,14 @@ def test_train_cli_shows_invalid_labels_as_one_line_exit_2(tmp_path, capsys, mon
 def test_a_failing_final_evaluation_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
     """Training ends, then the final evaluation meets NaN embeddings (here:
     the model is NaN in inference mode only)."""
-    build = build.models.build_encoder
+    original = build.models.build_encoder
 
     class NaNAtInference(keras.layers.Layer):
         def call(self, x, training=False):
             return x if training else x * np.float32("nan")
 
     def nan_at_inference(*args, **kwargs):
-        encoder = build(*args, **kwargs)
+        encoder = original(*args, **kwargs)
         return keras.Model(encoder.input, NaNAtInference()(encoder.output))
 
     monkeypatch.setattr(build.models, "build_encoder", nan_at_inference)
@@ -1227,8 +1227,9 @@ def test_the_test_split_is_scored_with_the_selected_model(tmp_path, scripted_val
     split = data.build_source(cfg).split("test")
     served = tf.saved_model.load(str(out / "saved_model"))
     again = evaluation.run(lambda x: served.serve(x), split, str(tmp_path / "again"),
-                         metrics=cfg["evaluation"]["metrics"], ks=cfg["evaluation"]["ks"],
-                         verbose=0, make_plots=False)
+                           evaluation.Options(metrics=tuple(cfg["evaluation"]["metrics"]),
+                                              ks=tuple(cfg["evaluation"]["ks"]), plots=False),
+                           verbose=0).metrics
     for key, value in result["metrics"].items():
         assert again[key] == pytest.approx(value, abs=1e-6), key
     text = summary.summary(cfg, result)

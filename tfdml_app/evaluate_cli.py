@@ -26,7 +26,7 @@ import os
 
 from tfdml_app.embedding import check_model_path, load_embedder, load_split, model_input_transform
 from tfdml_app.errors import EvaluationError
-from tfdml_app.evaluation import BASELINES, DEFAULT_KS, DEFAULT_METRICS, read_config, run
+from tfdml_app.evaluation import BASELINES, DEFAULT_KS, DEFAULT_METRICS, Options, read_config, run
 from tfdml_app.startup import quiet_tensorflow_import
 
 
@@ -99,11 +99,12 @@ def main(argv=None):
         out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.model)), "evaluation")
         embedder = load_embedder(args.model)
         split = load_split(source, kwargs, split_name)
-        run(embedder, split, out, metrics, ks, distance, batch_size=args.batch_size,
-            chunk_size=args.chunk_size, seed=args.seed, num_pairs=args.num_pairs,
-            grid_queries=args.grid[0], grid_k=args.grid[1], verbose=0 if args.quiet else 1,
-            make_plots=not args.no_plots, baseline=args.baseline or config.get("baseline"),
-            calibrate=args.calibrate, save_index=args.save_index,
+        options = Options(metrics=tuple(metrics), ks=tuple(ks), distance=distance,
+                          batch_size=args.batch_size, chunk_size=args.chunk_size, seed=args.seed,
+                          num_pairs=args.num_pairs, grid=tuple(args.grid), plots=not args.no_plots,
+                          baseline=args.baseline or config.get("baseline"), calibrate=args.calibrate,
+                          save_index=args.save_index)
+        run(embedder, split, out, options, verbose=0 if args.quiet else 1,
             transform=model_input_transform(config.get("image_size"), config.get("image_channels")),
             extra_info={"model": os.path.abspath(args.model), "data": source,
                         "source_kwargs": kwargs, "split": split_name})

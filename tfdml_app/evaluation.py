@@ -1,6 +1,7 @@
 """Evaluation of an embedding model on a split: metrics, ``metrics.json`` and
 the plots (what ``evaluate.py`` and the end of a ``train.py`` run write)."""
 
+import dataclasses
 import os
 
 import numpy as np
@@ -73,30 +74,74 @@ def read_config(path):
     }
 
 
-def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance="euclidean",
-        batch_size=256, chunk_size=None, seed=0, num_pairs=6000, grid_queries=8, grid_k=8,
-        verbose=1, extra_info=None, make_plots=True, transform=None, baseline=None,
-        show_table=True, calibrate=None, save_index=None):
-    """Embed ``split`` with ``model`` (a path or an embedder), evaluate, write JSON and PNGs.
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What an evaluation computes and writes (``evaluate.py``'s flags; the
+    ``evaluation`` section of a ``train.py`` config).
+
+    ``metrics`` / ``ks`` / ``distance``: as :func:`tfdml.metrics.evaluate_embeddings`;
+    ``grid``: (queries, k) of the retrieval grid ((0, 0): none); ``plots``:
+    write the PNGs; ``baseline="raw_pixels"``: also score the L2-normalised raw
+    pixels of the same split with the same metrics (metrics.json's
+    ``baseline``, printed next to the model's figures); ``calibrate=TARGET``:
+    also choose a match threshold (:func:`calibration_report`), written to
+    calibration.json and to metrics.json as ``calibration`` (and
+    ``calibration.png``); ``save_index=PATH``: write the split's embeddings as
+    a :class:`tfdml.search.Index` (ids: positions in the split; with labels).
+    """
+
+    metrics: tuple = DEFAULT_METRICS
+    ks: tuple = DEFAULT_KS
+    distance: str = "euclidean"
+    batch_size: int = 256
+    chunk_size: int | None = None
+    seed: int = 0
+    num_pairs: int = 6000
+    grid: tuple = (8, 8)
+    plots: bool = True
+    baseline: str | None = None
+    calibrate: float | None = None
+    save_index: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """What :func:`run` computed and wrote.
+
+    ``metrics``: the model's figures (as :func:`tfdml.metrics.evaluate_embeddings`
+    returns them); ``baseline``: ``{"name", "metrics"}`` of the baseline (JSON
+    values: NaN as None) or None; ``calibration``: the calibration report or
+    None; ``record``: what metrics.json holds; ``paths``: the files written
+    (``metrics``, ``plots``, and ``calibration`` / ``index`` when written).
+    """
+
+    metrics: dict
+    baseline: dict | None
+    calibration: dict | None
+    record: dict
+    paths: dict
+
+
+def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=None, verbose=1,
+        show_table=True):
+    """Embed ``split`` with ``model`` (a path or an embedder), evaluate as
+    ``options`` (:class:`Options`) say, write metrics.json and the PNGs into
+    ``out_dir``; returns a :class:`Result`.
 
     ``split``: an object with ``labels``, ``dataset()`` (unbatched (image,
     label)) and optionally ``load(indices)`` / ``images`` for the grid.
     ``transform``: optional per-batch map applied before the model (the
     training run's model-input transform, see :func:`tfdml_app.embedding.model_input_transform`).
-    ``baseline="raw_pixels"`` also scores the L2-normalised raw pixels of the
-    same split with the same metrics (written to metrics.json as
-    ``baseline``, printed next to the model's figures).
-    ``calibrate=TARGET`` also chooses a match threshold (:func:`calibration_report`),
-    written to calibration.json and to metrics.json as ``calibration`` (and
-    ``calibration.png``).
-    ``save_index=PATH`` writes the split's embeddings as a
-    :class:`tfdml.search.Index` (ids: positions in the split; with labels).
-    Returns the metrics dict.
+    ``extra_info``: more keys of metrics.json's ``info``.
     """
     from tfdml import metrics as tm
     from tfdml import plots
 
-    names, ks = tm.parse_metrics(metrics, ks)
+    o = options
+    metrics, distance, batch_size, chunk_size, seed, num_pairs = (
+        o.metrics, o.distance, o.batch_size, o.chunk_size, o.seed, o.num_pairs)
+    make_plots, baseline, calibrate, save_index = o.plots, o.baseline, o.calibrate, o.save_index
+    names, ks = tm.parse_metrics(metrics, o.ks)
     tm.knn.check_distance(distance)
     embedder = load_embedder(model) if isinstance(model, (str, os.PathLike)) else model
     num = int(len(split.labels))
@@ -128,7 +173,7 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
             reference = {"name": baseline.replace("_", " "), "details": baseline_details}
         written = plots.write_all(
             embeddings, labels, out_dir, distance=distance, images=_image_loader(split),
-            seed=seed, num_pairs=num_pairs, grid=(grid_queries, grid_k), chunk_size=chunk_size,
+            seed=seed, num_pairs=num_pairs, grid=tuple(o.grid), chunk_size=chunk_size,
             details=details, pr_label=f"mAP {results['map']:.4f}" if "map" in results else None,
             class_names=getattr(split, "class_names", None), title=_split_title(split),
             baseline=reference)
@@ -168,7 +213,13 @@ def run(model, split, out_dir, metrics=DEFAULT_METRICS, ks=DEFAULT_KS, distance=
             print(format_table(results, baseline_results, baseline))
         print(f"Wrote {os.path.join(out_dir, 'metrics.json')} and "
               f"{', '.join(os.path.basename(p) for p in written)}")
-    return results
+    paths = {"metrics": os.path.join(out_dir, "metrics.json"), "plots": list(written)}
+    if calibrate is not None:
+        paths["calibration"] = os.path.join(out_dir, "calibration.json")
+    if save_index is not None:
+        paths["index"] = record["index"]
+    return Result(metrics=results, baseline=record.get("baseline"), calibration=record.get("calibration"),
+                  record=record, paths=paths)
 
 
 def calibration_report(embeddings, labels, distance, target_precision, out_dir=None, seed=0):

@@ -4,7 +4,6 @@ evaluate on the test split, export (used by ``train.py``).
 This is where the data side (:mod:`pipelines`) meets the model side
 (:mod:`tfdml`); neither package imports the other."""
 
-import json
 import os
 import sys
 import time
@@ -232,31 +231,24 @@ def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epo
         return model(to_input(x), training=False)
 
     try:
-        values = evaluation.run(
+        evaluated = evaluation.run(
             embedder,
             test_split,
             out,
-            metrics=ev["metrics"],
-            ks=ev["ks"],
-            distance=ev["distance"],
-            batch_size=ev["batch_size"],
+            evaluation.Options(metrics=tuple(ev["metrics"]), ks=tuple(ev["ks"]), distance=ev["distance"],
+                               batch_size=ev["batch_size"], baseline=ev["baseline"]),
             verbose=verbose,
             extra_info={"config": os.path.join(out, "config.yaml"),
                         **({"model": kept} if kept is not None else {}),
                         **({"data": data} if data is not None else {})},
-            baseline=ev["baseline"],
             show_table=False,
         )
     except ValueError as err:
         raise ExperimentError(f"final evaluation on the '{test_split.name}' split: {err}") from None
-    result = {"metrics": {k: float(v) for k, v in values.items() if np.isscalar(v)}}
-    path = os.path.join(out, "metrics.json")
-    with open(path) as f:
-        record = json.load(f)
-    if ev["baseline"]:
-        baseline = record["baseline"]
-        result["baseline"] = {"name": baseline["name"], "metrics": {
-            k: v for k, v in baseline["metrics"].items() if isinstance(v, float)}}
+    result = {"metrics": {k: float(v) for k, v in evaluated.metrics.items() if np.isscalar(v)}}
+    if evaluated.baseline is not None:
+        result["baseline"] = {"name": evaluated.baseline["name"], "metrics": {
+            k: v for k, v in evaluated.baseline["metrics"].items() if isinstance(v, float)}}
     if last_epoch is not None:
-        files.write_json(path, {**record, "last_epoch": last_epoch})
+        files.write_json(evaluated.paths["metrics"], {**evaluated.record, "last_epoch": last_epoch})
     return result

@@ -115,6 +115,7 @@ def test_model_input_transform():
     ("out_is_a_file", "File exists"),
     ("metric", "Unknown metric"),
     ("config", "no such file"),
+    ("config_typo", "Unknown config key 'evaluation.distanse' (did you mean 'distance'?)"),
     ("source", "Unknown source"),
 ])
 def test_clear_errors(models, tmp_path, capsys, case, match):
@@ -139,6 +140,9 @@ def test_clear_errors(models, tmp_path, capsys, case, match):
         extra = ["--metrics", "accuracy"]
     elif case == "config":
         extra = ["--config", str(tmp_path / "missing.yaml")]
+    elif case == "config_typo":  # read and checked as train.py reads it, not ignored
+        (tmp_path / "typo.yaml").write_text("evaluation: {distanse: cosine}\n")
+        extra = ["--config", str(tmp_path / "typo.yaml")]
     elif case == "source":
         extra = ["--data", "imagenet"]
     args = ["--model", model, "--out", str(tmp_path / "o"), "--quiet", "--grid", "0", "0"]

@@ -1,6 +1,9 @@
 #!/usr/bin/env python
-"""Evaluate a trained embedding model on a test split: the command line of :mod:`tfdml_app.evaluate_cli` (``python evaluate.py --help``;
-installed as ``tfdml-evaluate``)."""
+"""Evaluate a trained embedding model on a test split.
+
+The command line of :mod:`tfdml_app.evaluate_cli` (``python evaluate.py --help``),
+installed as ``tfdml-evaluate``.
+"""
 
 import sys
 

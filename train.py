@@ -1,6 +1,9 @@
 #!/usr/bin/env python
-"""Train and evaluate a deep metric learning model from one YAML config: the command line of :mod:`tfdml_app.train_cli` (``python train.py --help``;
-installed as ``tfdml-train``)."""
+"""Train and evaluate a deep metric learning model from one YAML config.
+
+The command line of :mod:`tfdml_app.train_cli` (``python train.py --help``),
+installed as ``tfdml-train``.
+"""
 
 import sys
 

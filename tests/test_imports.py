@@ -97,7 +97,8 @@ def find_cycle(graph):
 
 def test_the_graph_is_read():
     graph = import_graph()
-    assert {"tfdml_app.fit", "tfdml_app.build", "tfdml.search.index", "pipelines.sources.core", "train"} <= set(graph)
+    assert {"tfdml_app.fit", "tfdml_app.build", "tfdml.search.index", "pipelines.sources.core",
+            "train"} <= set(graph)
     assert "tfdml_app.build" in graph["tfdml_app.fit"]
     assert "tfdml_app.train_cli" in graph["train"]
     assert "tfdml.search.index" not in graph["tfdml.search.calibration"]

@@ -1,4 +1,4 @@
-# Over 400 lines: the schema table (one entry per key, with its doc) is most of it; its reader and validator go with it.
+# Over 400 lines: the schema table (one entry per key, with its doc) is most of it; its reader goes with it.
 """Experiment configs: one YAML file describes a whole run of ``train.py``.
 
 The schema below is the single source of truth for which keys exist, their

@@ -216,13 +216,14 @@ def score_test_split(cfg, model, test_split):
 
 
 def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epoch=None, data=None):
-    """Held-out metrics, metrics.json and the plots: the same code as evaluate.py (:func:`tfdml_app.evaluation.run`).
+    """Held-out metrics, metrics.json and the plots: the same code as evaluate.py
+    (:func:`tfdml_app.evaluation.run`).
 
     ``kept``: which model this is (``{"epoch", "epochs", "selected_by"}``),
     written to metrics.json as ``info.model``; ``last_epoch``: the last
     epoch's figures (``{"epoch", "metrics"}``) when another epoch was kept,
-    written as ``last_epoch``; ``data``: :func:`tfdml_app.data.describe_data`, written as
-    ``info.data``."""
+    written as ``last_epoch``; ``data``: :func:`tfdml_app.data.describe_data`,
+    written as ``info.data``."""
 
     ev = cfg["evaluation"]
     to_input = data_lib.model_input(cfg)

@@ -719,20 +719,6 @@ def test_early_stopping_watches_the_validation_split(tmp_path):
         small_cfg(tmp_path, **{"training.early_stopping_patience": 2})
 
 
-def test_early_stopping_count_continues_after_a_resume():
-    """The backup's wait count is restored: one more flat evaluation reaches patience 2."""
-    class Model:
-        stop_training = False
-
-    best = fit.runs.AtomicCheckpoint("unused", monitor="val_map@r", best=0.5)
-    stopper = callbacks.EarlyStop(best, patience=2, wait=1)
-    stopper.set_model(Model())
-    stopper.on_epoch_end(3, {"loss": 1.0})  # an epoch without evaluation does not count
-    assert not stopper.model.stop_training and stopper.wait == 1
-    stopper.on_epoch_end(4, {"val_map@r": 0.4})  # the checkpoint kept its best 0.5
-    assert stopper.model.stop_training and stopper.stopped_epoch == 4
-
-
 def test_a_resume_with_another_validation_split_is_refused(tmp_path):
     cfg = small_cfg(tmp_path, **{"training.epochs": 2, "data.validation": {"fraction": 0.4, "mode": "examples"}})
     with pytest.raises(KeyboardInterrupt):

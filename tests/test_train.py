@@ -17,7 +17,6 @@ import pytest
 import tensorflow as tf
 
 import train
-from tfdml import callbacks
 from tfdml_app import build, config, data, evaluate_cli, evaluation, export, fit, fit_loops, summary
 from tfdml_app.errors import ExperimentError
 

@@ -1,136 +1,13 @@
 #!/usr/bin/env python
 """Train and evaluate a deep metric learning model from one YAML config.
 
-    python train.py --config configs/default.yaml [--set key=value ...]
-
-The config (see :mod:`tfdml.config` for every key) is validated before any
-work starts: its keys, types and fixed choices before TensorFlow is imported,
-the names the library registers after. The run writes into ``output_dir``:
-
-    config.yaml          the resolved config
-    history.csv          per-epoch loss and the validation split's metrics (val_*), or,
-                         without data.validation, the test split's (test_*, shown only)
-    logs/                TensorBoard logs
-    backup/              the last completed epoch (a rerun resumes from it); removed
-                         when the run finishes
-    checkpoints/         while training with a data.validation split only:
-                         best.weights.h5 (best validation MAP@R); removed when the run
-                         finishes, as model.keras is then that model
-    metrics.json         final held-out metrics (the test split, scored once at the end
-                         with the kept model; info.model says which epoch, info.data
-                         the splits and validation classes; last_epoch the last
-                         epoch's figures when another epoch was kept)
-    retrieval_grid.png, distance_histogram.png, pr_curve.png, roc.png
-                         plots of the test split (the raw-pixel baseline drawn with
-                         evaluation.baseline)
-    model.keras          the kept model: the best validation epoch's with a validation
-                         split, else the last epoch's (the only copy of its weights)
-    saved_model/         the same model as a SavedModel (serving signature images ->
-                         embeddings)
-    finished.json        written last: the run is complete
-
-Every file is written atomically (a kill never leaves half a file). The
-output dir is locked while a run uses it; a finished run is not overwritten
-without ``--overwrite`` (or ``--fresh``); a backup is resumed only if the
-config still matches (more epochs or other evaluation settings may change).
-Without ``--config``, configs/default.yaml (the main job) is trained.
-
-Exit status: 0 when the run finished; 2 for a problem of the config, the
-data or the model (a NaN, an unreadable file, a full disk), printed as one
-line (``TFDML_DEBUG=1`` shows the traceback instead).
-
-Training that stops (killed, Ctrl-C, crashed, NaN) can be resumed by running the same
-command again: it restarts from the last completed epoch, with the optimizer
-state, the loss's learned parameters and the sampler's random stream.
+The command line of :mod:`tfdml_app.train_cli` (``python train.py --help``),
+installed as ``tfdml-train``.
 """
 
-import argparse
-import os
 import sys
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
-#: What ``train.py`` trains without ``--config``: the README's main job.
-DEFAULT_CONFIG = os.path.join("configs", "default.yaml")
-
-
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", help=f"YAML config (see configs/); {DEFAULT_CONFIG} if omitted")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config value, e.g. --set training.epochs=2 (repeatable)",
-    )
-    parser.add_argument("--fresh", action="store_true",
-                        help="discard a backup (or a finished run) in output_dir and start over")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="train again into an output_dir that holds a finished run")
-    parser.add_argument("--quiet", action="store_true",
-                        help="no progress bars: one line per epoch (loss and held-out figures)")
-    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                        help="import a Python module before reading the config, e.g. one that "
-                             "registers a loss with @tfdml.losses.register (repeatable)")
-    return parser.parse_args(argv)
-
-
-def main(argv=None):
-    args = parse_args(argv)
-    import importlib
-
-    # The config's keys, types and fixed choices are checked before TensorFlow
-    # is imported (which can take minutes on a busy machine); the names the
-    # library registers, after it (and after --import).
-    from tfdml import config as config_lib
-
-    if args.config is None:
-        args.config = os.path.join(ROOT, DEFAULT_CONFIG)
-        print(f"No --config given: training {DEFAULT_CONFIG} (the main job).", file=sys.stderr)
-    try:
-        config_lib.check_structure(config_lib.read(args.config, args.set))
-    except config_lib.ConfigError as err:
-        print(f"Config error: {err}", file=sys.stderr)
-        return 2
-    from evaluate import quiet_tensorflow_import
-
-    quiet_tensorflow_import()
-
-    if args.imports and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # modules in the working directory, as `python -m` finds them
-    for module in args.imports:
-        try:
-            importlib.import_module(module)
-        except ImportError as err:
-            print(f"Error: --import {module}: {err}; put the module on PYTHONPATH or in the "
-                  "working directory.", file=sys.stderr)
-            return 2
-    try:
-        cfg = config_lib.load(args.config, args.set)
-    except config_lib.ConfigError as err:
-        print(f"Config error: {err}", file=sys.stderr)
-        return 2
-
-    import experiment
-    from tfdml import errors
-
-    try:
-        from tfdml.callbacks import EpochSummary
-
-        # --quiet: no progress bars, but one line per epoch with the held-out figures.
-        result = experiment.run(cfg, fresh=args.fresh, overwrite=args.overwrite,
-                                verbose=0 if args.quiet else 1,
-                                callbacks=[EpochSummary()] if args.quiet else ())
-    except KeyboardInterrupt:
-        backup = experiment.completed_epochs(os.path.join(cfg["output_dir"], "backup"))
-        kept = f"the backup after epoch {backup} is intact" if backup else "no epoch was completed yet"
-        print(f"\nInterrupted: {kept}; rerun the same command to resume.", file=sys.stderr)
-        return 130
-    except (experiment.ExperimentError, *errors.USER_ERROR_TYPES) as err:
-        return errors.report(err, "Error: ")
-    print(experiment.summary(cfg, result))
-    return 0
-
+from tfdml_app.train_cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,7 +4,7 @@
     python benchmarks/bench_main_job.py --set optimizer.head_lr_multiplier=1.0 --seeds 0 1 2 3 4
     python benchmarks/bench_main_job.py --probe-backbone --set model.embedding_dim=64
 
-Each seed runs ``experiment.run`` (the code behind ``train.py``) into a
+Each seed runs ``tfdml_app.fit.run`` (the code behind ``train.py``) into a
 temporary directory, then embeds the test split and reports Recall@1, MAP@R
 and NMI with k-means ``n_init=10``. The ``tfdml.metrics`` code is the same as
 train.py's, but k-means gets the best of 10 starts.
@@ -32,15 +32,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-import experiment  # noqa: E402
 import machine  # noqa: E402
-from tfdml import config as config_lib  # noqa: E402
+from tfdml_app import config as config_lib  # noqa: E402
+from tfdml_app import data, fit  # noqa: E402
 from tfdml import metrics as metrics_lib  # noqa: E402
 from tfdml.metrics.clustering import clustering_metrics  # noqa: E402
 
 
 class _KeepModel(keras.callbacks.Callback):
-    """Hands the trained model back out of ``experiment.run``."""
+    """Hands the trained model back out of ``tfdml_app.fit.run``."""
 
     model_after_training = None
 
@@ -64,14 +64,14 @@ def run_seed(config_path, overrides, seed, probe_backbone):
         cfg = config_lib.load(config_path, list(overrides) + [f"seed={seed}", f"output_dir={out}",
                                                               "evaluation.metrics=[recall]"])
         started = time.time()
-        experiment.run(cfg, fresh=True, verbose=0, callbacks=[_KeepModel()])
+        fit.run(cfg, fresh=True, verbose=0, callbacks=[_KeepModel()])
         model = _KeepModel.model_after_training
-        split = experiment.build_source(cfg).split(cfg["data"]["test_split"])
-        data = experiment.eval_dataset(cfg, split)
-        row = {"seed": seed, **scores(model.predict(data, verbose=0), split.labels)}
+        split = data.build_source(cfg).split(cfg["data"]["test_split"])
+        batches = data.eval_dataset(cfg, split)
+        row = {"seed": seed, **scores(model.predict(batches, verbose=0), split.labels)}
         if probe_backbone:
             backbone = model.encoder.layers[1]
-            features = keras.Model(model.encoder.input, backbone(model.encoder.input)).predict(data, verbose=0)
+            features = keras.Model(model.encoder.input, backbone(model.encoder.input)).predict(batches, verbose=0)
             row.update({f"backbone_{k}": v for k, v in scores(l2_normalise(features), split.labels).items()})
         row["seconds"] = round(time.time() - started, 1)
         return row
@@ -89,7 +89,7 @@ def main(argv=None):
     print("config:", args.config, "overrides:", args.overrides or "none", flush=True)
     if args.raw:
         cfg = config_lib.load(args.config, args.overrides)
-        split = experiment.build_source(cfg).split(cfg["data"]["test_split"])
+        split = data.build_source(cfg).split(cfg["data"]["test_split"])
         print("raw pixels:", json.dumps({k: round(v, 4) for k, v in scores(l2_normalise(split.images),
                                                                              split.labels).items()}))
     rows = []

@@ -508,14 +508,10 @@ def load_npz(out):
 
 def raw_pixel_floor(out, metrics=("recall", "map@r", "nmi"), ks=(1,), seed=0):
     """Raw-pixel figures of the test split read by the folder source
-    (``evaluate.baseline_metrics("raw_pixels", ...)``: flattened, L2-normalised)."""
-    import importlib.util
-
+    (``tfdml_app.evaluation.baseline_metrics("raw_pixels", ...)``: flattened, L2-normalised)."""
     from pipelines import sources
+    from tfdml_app import evaluation as evaluate
 
-    spec = importlib.util.spec_from_file_location("evaluate_cli", os.path.join(ROOT, "evaluate.py"))
-    evaluate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(evaluate)
     split = sources.folder(root=out).split("test")
     return split, evaluate.baseline_metrics("raw_pixels", split, list(metrics), list(ks), seed=seed)
 

@@ -9,7 +9,7 @@ script tests that cause without training anything: it takes the model each
 finished (arm, seed) left in its run folder (``arms/<arm>/seed-<s>/model.keras``,
 kept on the machine that trained it, not committed) and scores it on a view
 with more test classes (more distractors per query), at more k, with the
-user's own evaluation (``evaluate.run``). It then applies the claim's checks
+user's own evaluation (``tfdml_app.evaluation.run``). It then applies the claim's checks
 (``reproduce.check_outcome``: d > 2 SE holds, d < −2 SE reversed) to every
 metric.
 
@@ -58,9 +58,9 @@ def probe(claim, out, data_dir, budget, test_classes, ks, batch_size=1024):
                 missing.append(f"{arm} seed {seed}")
                 continue
             run_out = os.path.join(out, "probes", f"test{test_classes}", arm, f"seed-{seed}")
-            values = evaluate.run(model, split, run_out, metrics=["recall", "precision", "map@r"],
-                                  ks=sorted({1, *ks}), batch_size=batch_size, verbose=0,
-                                  make_plots=False, grid_queries=0, grid_k=0)
+            values = evaluate.run(model, split, run_out, evaluate.Options(
+                metrics=("recall", "precision", "map@r"), ks=tuple(sorted({1, *ks})), batch_size=batch_size,
+                plots=False, grid=(0, 0)), verbose=0).metrics
             scores.setdefault(arm, {})[str(seed)] = {m: float(values[m]) for m in metric_names(ks)}
             print(f"  {arm} seed {seed}: " + ", ".join(f"{m} {values[m]:.4f}" for m in metric_names(ks)),
                   flush=True)

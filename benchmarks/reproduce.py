@@ -445,13 +445,11 @@ def view_of(arm, data_dir, out, budget):
 
 
 def evaluate_cli():
-    """The user's ``evaluate.py`` as a module (its scoring is the one every arm is scored with)."""
-    import importlib.util
+    """The evaluation of the user's ``evaluate.py`` (:mod:`tfdml_app.evaluation`: its
+    scoring is the one every arm is scored with)."""
+    from tfdml_app import evaluation
 
-    spec = importlib.util.spec_from_file_location("evaluate_cli", os.path.join(ROOT, "evaluate.py"))
-    evaluate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(evaluate)
-    return evaluate
+    return evaluation
 
 
 def view_test_split(view):

@@ -1,3 +1,4 @@
+# Over 400 lines: the three designs share one plan and one drawing core (DesignPlan, Design), kept beside them.
 """Batch designs: seedable tf.data streams of training batches with importance columns.
 
 A design turns a training split into an infinite stream of batches

@@ -30,11 +30,11 @@ def test_config_reference_is_the_rendering_of_the_schema():
     expected = _generator().render()
     current = _read(os.path.join(DOCS, "config.md"))
     assert current == expected, (
-        "docs/config.md is stale (tfdml.config.SCHEMA changed): run python docs/gen_config_reference.py")
+        "docs/config.md is stale (tfdml_app.config.SCHEMA changed): run python docs/gen_config_reference.py")
 
 
 def test_config_reference_lists_every_key_with_its_default():
-    from tfdml import config
+    from tfdml_app import config
 
     text = _read(os.path.join(DOCS, "config.md"))
 
@@ -113,7 +113,7 @@ def _imported_packages(package):
 
 def test_the_data_side_and_the_model_side_do_not_import_each_other():
     """docs/design.md: pipelines (tf.data only) never imports tfdml or Keras; tfdml never
-    imports pipelines. They meet at the batch contract, in experiment.py."""
+    imports pipelines. They meet at the batch contract, in tfdml_app."""
     data_side = _imported_packages("pipelines")
     model_side = _imported_packages("tfdml")
     assert not data_side.get("tfdml") and not data_side.get("keras"), data_side

@@ -1,6 +1,5 @@
 """evaluate.py end to end: a tiny .keras model and a tiny SavedModel, plots, clear errors."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,10 +10,9 @@ import numpy as np
 import pytest
 from matplotlib import image as mpimg
 
+from tfdml_app import embedding, evaluate_cli, evaluation
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("evaluate_cli", os.path.join(ROOT, "evaluate.py"))
-evaluate = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(evaluate)
 
 PLOTS = ("retrieval_grid.png", "distance_histogram.png", "pr_curve.png", "roc.png")
 FAST = ["--data", "digits", "--quiet", "--num-pairs", "200", "--grid", "3", "4",
@@ -49,7 +47,7 @@ def models(tmp_path_factory):
 
 def test_keras_model_end_to_end(models, tmp_path):
     out = str(tmp_path / "eval")
-    assert evaluate.main(["--model", models["keras"], "--out", out] + FAST) == 0
+    assert evaluate_cli.main(["--model", models["keras"], "--out", out] + FAST) == 0
     with open(os.path.join(out, "metrics.json")) as f:
         report = json.load(f)
     m = report["metrics"]
@@ -67,8 +65,8 @@ def test_keras_model_end_to_end(models, tmp_path):
 def test_saved_model_gives_the_same_metrics(models, tmp_path):
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     args = FAST + ["--no-plots"]
-    assert evaluate.main(["--model", models["keras"], "--out", a] + args) == 0
-    assert evaluate.main(["--model", models["export"], "--out", b] + args) == 0
+    assert evaluate_cli.main(["--model", models["keras"], "--out", a] + args) == 0
+    assert evaluate_cli.main(["--model", models["export"], "--out", b] + args) == 0
     ma = json.load(open(os.path.join(a, "metrics.json")))["metrics"]
     mb = json.load(open(os.path.join(b, "metrics.json")))["metrics"]
     assert mb == pytest.approx(ma, abs=1e-6)
@@ -82,29 +80,29 @@ def test_config_sections(models, tmp_path):
         "data:\n  source: digits\n  options: {}\n  test_split: test\n"
         "image: {size: null, channels: 3}\n"
         "evaluation:\n  metrics: [recall@2, map@r]\n  ks: [1]\n  distance: cosine\n")
-    read = evaluate.read_config(str(cfg))
+    read = evaluation.read_config(str(cfg))
     assert read == {"source": "digits", "source_kwargs": {}, "split": "test", "image_size": None,
                     "image_channels": 3, "metrics": ["recall@2", "map@r"], "ks": [1],
                     "distance": "cosine", "baseline": None}
     out = str(tmp_path / "eval")
     # The model takes 3-channel images: the config's image.channels converts the 1-channel digits.
-    assert evaluate.main(["--model", models["rgb"], "--config", str(cfg), "--out", out,
+    assert evaluate_cli.main(["--model", models["rgb"], "--config", str(cfg), "--out", out,
                           "--quiet", "--no-plots"]) == 0
     report = json.load(open(os.path.join(out, "metrics.json")))
     assert list(report["metrics"])[:3] == ["recall@1", "recall@2", "map@r"]
     assert report["info"]["distance"] == "cosine"
     # The keys evaluate.py reads are keys that train.py's config accepts (issue 11).
-    from tfdml import config as config_lib
+    from tfdml_app import config as config_lib
 
     assert config_lib.load(str(cfg))["evaluation"]["distance"] == "cosine"
-    assert evaluate.main(["--model", models["rgb"], "--data", "digits", "--out", out,
+    assert evaluate_cli.main(["--model", models["rgb"], "--data", "digits", "--out", out,
                           "--quiet", "--no-plots"]) == 2  # without the transform: clear error
 
 
 def test_model_input_transform():
-    t = evaluate.model_input_transform(size=4, channels=3)
+    t = embedding.model_input_transform(size=4, channels=3)
     assert tuple(t(np.zeros((2, 8, 8, 1), np.float32)).shape) == (2, 4, 4, 3)
-    assert evaluate.model_input_transform() is None
+    assert embedding.model_input_transform() is None
 
 
 @pytest.mark.parametrize("case, match", [
@@ -117,6 +115,7 @@ def test_model_input_transform():
     ("out_is_a_file", "File exists"),
     ("metric", "Unknown metric"),
     ("config", "no such file"),
+    ("config_typo", "Unknown config key 'evaluation.distanse' (did you mean 'distance'?)"),
     ("source", "Unknown source"),
 ])
 def test_clear_errors(models, tmp_path, capsys, case, match):
@@ -141,11 +140,14 @@ def test_clear_errors(models, tmp_path, capsys, case, match):
         extra = ["--metrics", "accuracy"]
     elif case == "config":
         extra = ["--config", str(tmp_path / "missing.yaml")]
+    elif case == "config_typo":  # read and checked as train.py reads it, not ignored
+        (tmp_path / "typo.yaml").write_text("evaluation: {distanse: cosine}\n")
+        extra = ["--config", str(tmp_path / "typo.yaml")]
     elif case == "source":
         extra = ["--data", "imagenet"]
     args = ["--model", model, "--out", str(tmp_path / "o"), "--quiet", "--grid", "0", "0"]
     args += FAST[:2] if case != "source" else []
-    code = evaluate.main(args + extra)
+    code = evaluate_cli.main(args + extra)
     err = capsys.readouterr().err
     assert code == 2
     assert match in err and "Traceback" not in err
@@ -177,7 +179,7 @@ def test_raw_pixel_baseline_matches_scikit_learn(models, tmp_path, capsys):
     out = str(tmp_path / "eval")
     args = ["--model", models["keras"], "--out", out, "--data", "digits", "--no-plots",
             "--metrics", "recall", "nmi", "--ks", "1", "--baseline", "raw_pixels"]
-    assert evaluate.main(args) == 0
+    assert evaluate_cli.main(args) == 0
     report = json.load(open(os.path.join(out, "metrics.json")))
     assert report["baseline"]["name"] == "raw_pixels"
     baseline = report["baseline"]["metrics"]
@@ -192,7 +194,7 @@ def test_raw_pixel_baseline_matches_scikit_learn(models, tmp_path, capsys):
     assert report["metrics"]["recall@1"] != baseline["recall@1"]  # the model's own figure
 
     with pytest.raises(SystemExit):  # a typo is refused by the parser, naming the choice
-        evaluate.main(args[:-2] + ["--baseline", "raw_pixel"])
+        evaluate_cli.main(args[:-2] + ["--baseline", "raw_pixel"])
     assert "raw_pixels" in capsys.readouterr().err
 
 
@@ -218,8 +220,8 @@ def test_retrieval_grid_shows_the_users_class_names(tmp_path, monkeypatch):
         return path
 
     monkeypatch.setattr(plots, "retrieval_grid", record)
-    evaluate.run(lambda x: tf.reshape(x, [tf.shape(x)[0], -1]), split, str(tmp_path / "out"),
-                 metrics=["recall"], ks=[1], verbose=0, grid_queries=4, grid_k=2)
+    evaluation.run(lambda x: tf.reshape(x, [tf.shape(x)[0], -1]), split, str(tmp_path / "out"),
+                   evaluation.Options(metrics=("recall",), ks=(1,), grid=(4, 2)), verbose=0)
     assert set(shown["query"]) <= {"cat", "dog"} and set(shown["result"]) <= {"cat", "dog"}
     assert shown["query"]
 
@@ -229,7 +231,7 @@ def test_config_evaluation_baseline_is_honoured(models, tmp_path):
     cfg = tmp_path / "run.yaml"
     cfg.write_text("data: {source: digits}\nevaluation: {metrics: [recall], ks: [1], baseline: raw_pixels}\n")
     out = str(tmp_path / "eval")
-    assert evaluate.main(["--model", models["keras"], "--config", str(cfg), "--out", out, "--quiet",
+    assert evaluate_cli.main(["--model", models["keras"], "--config", str(cfg), "--out", out, "--quiet",
                           "--no-plots"]) == 0
     report = json.load(open(os.path.join(out, "metrics.json")))
     assert report["baseline"]["name"] == "raw_pixels" and "recall@1" in report["baseline"]["metrics"]
@@ -237,7 +239,7 @@ def test_config_evaluation_baseline_is_honoured(models, tmp_path):
 
 def test_calibrate_option_writes_a_threshold_and_its_plot(models, tmp_path):
     out = str(tmp_path / "eval")
-    assert evaluate.main(["--model", models["keras"], "--out", out, "--calibrate", "0.9"]
+    assert evaluate_cli.main(["--model", models["keras"], "--out", out, "--calibrate", "0.9"]
                          + FAST) == 0
     with open(os.path.join(out, "metrics.json")) as f:
         report = json.load(f)
@@ -254,7 +256,7 @@ def test_calibration_report_matches_a_numpy_nearest_neighbour_check():
     rng = np.random.default_rng(2)
     labels = rng.integers(0, 4, 200).astype(np.int64)
     emb = (np.eye(4)[labels] * 3 + rng.standard_normal((200, 4))).astype(np.float32)
-    c = evaluate.calibration_report(emb, labels, "euclidean", 0.95, seed=5)
+    c = evaluation.calibration_report(emb, labels, "euclidean", 0.95, seed=5)
     # The documented split: a permutation from default_rng(seed), first half indexed.
     order = np.random.default_rng(5).permutation(200)
     g, q = order[:100], order[100:]
@@ -271,7 +273,7 @@ def test_calibration_report_matches_a_numpy_nearest_neighbour_check():
         acc = nearest <= t
         assert np.sum(correct & acc) / acc.sum() < 0.95
     # Every example its own class: no nearest neighbour is ever right.
-    bad = evaluate.calibration_report(emb, np.arange(200), "cosine", 0.5)
+    bad = evaluation.calibration_report(emb, np.arange(200), "cosine", 0.5)
     assert "No threshold reaches precision 0.5" in bad["error"] and bad["distance"] == "cosine"
 
 
@@ -279,7 +281,7 @@ def test_save_index_writes_the_split_as_a_search_index(models, tmp_path):
     from tfdml import search
 
     out, path = str(tmp_path / "eval"), str(tmp_path / "index.npz")
-    assert evaluate.main(["--model", models["keras"], "--out", out, "--save-index", path,
+    assert evaluate_cli.main(["--model", models["keras"], "--out", out, "--save-index", path,
                           "--no-plots", "--distance", "cosine"] + FAST) == 0
     index = search.Index.load(path)
     report = json.load(open(os.path.join(out, "metrics.json")))
@@ -293,7 +295,7 @@ def test_save_index_writes_the_split_as_a_search_index(models, tmp_path):
 
 
 def test_help_states_the_ranking_and_tie_rule():
-    text = " ".join(evaluate.build_parser().format_help().split())
+    text = " ".join(evaluate_cli.build_parser().format_help().split())
     assert "same neighbours and the same metrics by cosine and by euclidean" in text
     assert "negative tied with a positive before it" in text
     assert "lower index first" in text
@@ -318,8 +320,9 @@ def test_the_roc_shows_the_baseline_whatever_the_metrics(tmp_path, monkeypatch):
     monkeypatch.setattr(plots, "roc_curve", record)
     embedder = lambda x: tf.reshape(x, [tf.shape(x)[0], -1])[:, :20]  # noqa: E731
     for metrics in (["recall"], ["recall", "verification"]):
-        evaluate.run(embedder, split, str(tmp_path / metrics[-1]), metrics=metrics, ks=[1], verbose=0,
-                     num_pairs=300, grid_queries=0, baseline="raw_pixels")
+        evaluation.run(embedder, split, str(tmp_path / metrics[-1]),
+                       evaluation.Options(metrics=tuple(metrics), ks=(1,), num_pairs=300, grid=(0, 0),
+                                          baseline="raw_pixels"), verbose=0)
     assert len(drawn) == 2 and drawn[0] is not None and drawn[1] is not None
     for a, b in zip(drawn[0][:2], drawn[1][:2]):
         np.testing.assert_array_equal(a, b)
@@ -328,7 +331,7 @@ def test_the_roc_shows_the_baseline_whatever_the_metrics(tmp_path, monkeypatch):
 
 def test_table_columns_line_up():
     results = {"recall@1": 0.5, "map@r": 0.25, "num_queries": 896}
-    lines = evaluate.format_table(results, {"recall@1": 0.75, "num_queries": 896}, "raw_pixels").splitlines()
+    lines = evaluation.format_table(results, {"recall@1": 0.75, "num_queries": 896}, "raw_pixels").splitlines()
     ends = {line.rstrip().__len__() for line in lines}
     assert len(ends) == 1, lines  # every column right-aligned to the same edge
     last = len("  raw_pixels")

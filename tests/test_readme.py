@@ -85,16 +85,17 @@ def _own_loss_example():
 def test_add_your_own_loss_example_runs_and_configs_find_it(capsys):
     """The README's "Add your own loss" example, as written."""
     import tfdml
+    import tfdml_app.config
 
     try:
         exec(compile(_own_loss_example(), "README.md", "exec"), {"__name__": "readme_own_loss"})
         assert re.search(r"loss \d+\.\d{4}", capsys.readouterr().out)
         cls = tfdml.losses.LOSSES["squared_hinge_pairs"]
         # Its options and samplers come from the class, as for the built-in losses.
-        with pytest.raises(tfdml.config.ConfigError, match="'thresold'.*did you mean 'threshold'"):
-            tfdml.config.validate({"loss": {"name": "squared_hinge_pairs",
+        with pytest.raises(tfdml_app.config.ConfigError, match="'thresold'.*did you mean 'threshold'"):
+            tfdml_app.config.validate({"loss": {"name": "squared_hinge_pairs",
                                             "options": {"thresold": 1.0}}})
-        assert "distance_weighted" in tfdml.config.valid_samplers("squared_hinge_pairs")
+        assert "distance_weighted" in tfdml_app.config.valid_samplers("squared_hinge_pairs")
         import keras
 
         again = keras.saving.deserialize_keras_object(

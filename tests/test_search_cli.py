@@ -1,6 +1,5 @@
 """search.py: build an index from a model and an image folder, query it, draw the grid."""
 
-import importlib.util
 import os
 
 import keras
@@ -8,10 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfdml_app import search_cli
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location("search_cli", os.path.join(ROOT, "search.py"))
-search_cli = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(search_cli)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +107,7 @@ def test_clear_errors(folder_and_model, tmp_path, capsys):
 
 
 def test_describe_prints_no_tensorflow_start_up_lines(tmp_path):
-    """search.py imports TensorFlow through evaluate.quiet_tensorflow_import: a
+    """search.py imports TensorFlow through tfdml_app.startup.quiet_tensorflow_import: a
     sound file gives its description on stdout and nothing on stderr."""
     import subprocess
     import sys

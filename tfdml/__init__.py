@@ -5,9 +5,10 @@ weights (:mod:`tfdml.importance`), in-graph samplers (:mod:`tfdml.samplers`)
 and losses (:mod:`tfdml.losses`) are separate parts that compose in
 ``model.fit``.
 
-The submodules load on first use (PEP 562), so that ``tfdml.config`` (and
-``tfdml.files``, ``tfdml.errors``) can be used without importing TensorFlow:
-``train.py`` checks a config before paying for it. Once Keras is imported,
+The submodules load on first use (PEP 562), so that ``tfdml.files`` (and the
+config of the application, :mod:`tfdml_app.config`, which reads tfdml's
+registries) can be used without importing TensorFlow: ``train.py`` checks a
+config before paying for it. Once Keras is imported,
 all of them load, as ``import tfdml`` always did, so that Keras finds
 tfdml's serialisable classes (``import tfdml`` before
 ``keras.saving.load_model``, in either order).
@@ -33,7 +34,6 @@ _SUBMODULES = (
     "dsn",
     "distributed",
     "optimizers",
-    "config",
     "backbones",
     "plots",
 )

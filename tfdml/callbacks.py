@@ -1,5 +1,8 @@
 """Keras callbacks: retrieval / clustering metrics on a held-out split during ``fit``
-(and :class:`LossOnSample`, a fixed objective on a training sample).
+(and :class:`LossOnSample`, a fixed objective on a training sample), and the
+guards of a training run: :class:`NaNGuard` (stop at the first non-finite loss
+or embedding, naming the last good checkpoint) and :class:`EarlyStop` (patience
+counted on a best checkpoint, resumable).
 
 :class:`RetrievalEvaluation` embeds a held-out split every ``every_n_epochs``
 epochs with :func:`tfdml.metrics.evaluate_embeddings` (the same code as
@@ -30,6 +33,7 @@ Distribution: embeddings come from ``model.predict``, which splits the
 batches over the replicas of the model's strategy and returns them in order.
 """
 
+import math
 import os
 
 import numpy as np
@@ -38,6 +42,7 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from tfdml import metrics as _metrics
+from tfdml import models as _models
 
 
 class RetrievalEvaluation(keras.callbacks.Callback):
@@ -311,3 +316,70 @@ class HeldOutTensorBoard(keras.callbacks.TensorBoard):
         for writer in self._held_out_writers.values():
             writer.close()
         self._held_out_writers = {}
+
+
+class NonFiniteError(RuntimeError):
+    """Training produced a non-finite loss or embedding (:class:`NaNGuard`); the
+    message names the step, the last good checkpoint and the fix."""
+
+
+class NaNGuard(keras.callbacks.Callback):
+    """Stops training at the first non-finite loss or embedding with a message
+    naming the step and the last good checkpoint (Keras' TerminateOnNaN stops
+    silently). Embeddings are checked in the train step
+    (``tfdml._models.NONFINITE_METRIC``): a loss can hide a NaN embedding
+    behind a mask or a max, depending on the CPU's kernels.
+
+    ``backup``: a :class:`tfdml.runs.Backup` (its ``describe()`` names the
+    checkpoint). It raises :class:`NonFiniteError` at once, before end-of-epoch callbacks
+    could evaluate or checkpoint a broken model; the backup of the last
+    completed epoch stays in place for a resume.
+    """
+
+    def __init__(self, backup):
+        super().__init__()
+        self.backup = backup
+        self.epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        logs = logs or {}
+        loss = logs.get("loss")
+        bad_rows = logs.get(_models.NONFINITE_METRIC)
+        if bad_rows is not None and float(bad_rows) > 0:
+            what = f"the embeddings became non-finite (NaN or Inf in {int(float(bad_rows))} row(s))"
+        elif loss is not None and not math.isfinite(float(loss)):
+            what = f"the loss became {float(loss)}"
+        else:
+            return
+        raise NonFiniteError(
+            f"{what} at epoch {self.epoch + 1}, step {batch + 1}. "
+            f"Last good checkpoint: {self.backup.describe()}. Lower optimizer.learning_rate or check the data, "
+            f"then rerun the same command to resume from that checkpoint."
+        )
+
+
+class EarlyStop(keras.callbacks.Callback):
+    """Stops ``fit`` after ``patience`` evaluations in a row without a better
+    best checkpoint (``checkpoint``: the AtomicCheckpoint before it in the
+    list). ``wait`` is restored from the backup, so a resumed run stops where
+    an uninterrupted one would. Epochs without evaluation do not count."""
+
+    def __init__(self, checkpoint, patience, wait=0):
+        super().__init__()
+        self.checkpoint, self.patience, self.wait = checkpoint, int(patience), int(wait)
+        self.last_best = checkpoint.best
+        self.stopped_epoch = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        if (logs or {}).get(self.checkpoint.monitor) is None:
+            return
+        if self.checkpoint.best != self.last_best:
+            self.wait, self.last_best = 0, self.checkpoint.best
+            return
+        self.wait += 1
+        if self.wait >= self.patience:
+            self.stopped_epoch = epoch
+            self.model.stop_training = True

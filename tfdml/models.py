@@ -1,3 +1,4 @@
+# Over 400 lines: EmbeddingModel's train step and the CompiledLoss it runs are one piece (gather, non-finite count).
 """Embedding models: a backbone, an embedding head, and a train step that
 mines on the *global* batch under ``tf.distribute``.
 
@@ -377,6 +378,22 @@ class EmbeddingModel(keras.Model):
 
     def call(self, inputs, training=False):
         return self.encoder(inputs, training=training)
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        """``keras.Model.fit``. A ``tf.data.Dataset`` is consumed as it comes (its
+        order is the batch design's), so ``shuffle`` defaults to False for one: Keras
+        ignores it for datasets and warns about its own default of True."""
+        if isinstance(x, tf.data.Dataset) and len(args) < 7:  # shuffle not positional
+            kwargs.setdefault("shuffle", False)
+        return super().fit(x, y, *args, **kwargs)
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+               **kwargs):
+        """``keras.Model.export`` of the embedding function alone: the encoder (what
+        :meth:`call` computes), without the loss's state in ``parameter_layers``
+        (proxies, learned margins, sampler seeds), which serving does not use."""
+        return self.encoder.export(filepath, format=format, verbose=verbose,
+                                   input_signature=input_signature, **kwargs)
 
     def compile(self, optimizer="adam", loss=None, **kwargs):
         """Like ``keras.Model.compile``; ``loss`` is a tfdml loss (or any

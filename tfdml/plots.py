@@ -1,3 +1,4 @@
+# Over 400 lines: one function per plot of an evaluation and write_all, which draws them with shared layout helpers.
 """PNG plots of an evaluation (matplotlib, Agg canvas; no display, no pyplot state).
 
 * :func:`retrieval_grid` — queries and their top-k results, right answers

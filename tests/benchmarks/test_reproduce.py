@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from tfdml import config as tfdml_config
+from tfdml_app import config as tfdml_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _spec = importlib.util.spec_from_file_location("reproduce", os.path.join(ROOT, "benchmarks", "reproduce.py"))

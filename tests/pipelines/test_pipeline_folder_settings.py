@@ -67,28 +67,27 @@ def test_channels_that_do_not_match_the_files_are_warned_about(tmp_path):
 
 
 def test_image_section_feeds_the_folder_source(tmp_path):
-    import experiment
-    from tfdml import config
+    from tfdml_app import config, data
 
     write_folder(tmp_path / "imgs", shape=(12, 12, 1))
     base = {"data": {"source": "folder", "options": {"root": str(tmp_path / "imgs")}}}
     cfg = config.validate({**base, "image": {"size": 16, "channels": 1}})
-    assert experiment.source_options(cfg)["image_size"] == 16
-    split = experiment.build_source(cfg).split("train")
+    assert data.source_options(cfg)["image_size"] == 16
+    split = data.build_source(cfg).split("train")
     assert split.image_shape == (16, 16, 1)
     # The model's input is the source's images: no second resize.
-    assert experiment.input_shape_for(cfg, split.image_shape) == (16, 16, 1)
+    assert data.input_shape_for(cfg, split.image_shape) == (16, 16, 1)
     # Nothing set: the files' own 12×12×1, for the source and the model.
     cfg = config.validate(base)
-    split = experiment.build_source(cfg).split("train")
-    assert experiment.input_shape_for(cfg, split.image_shape) == (12, 12, 1)
+    split = data.build_source(cfg).split("train")
+    assert data.input_shape_for(cfg, split.image_shape) == (12, 12, 1)
     # data.options wins where given (load size), image.size stays the model's input.
     cfg = config.validate({"data": {"source": "folder", "options": {"root": str(tmp_path / "imgs"),
                                                                     "image_size": 20}},
                            "image": {"size": 16}})
-    assert experiment.source_options(cfg)["image_size"] == 20
+    assert data.source_options(cfg)["image_size"] == 20
     # Sources without image options get nothing added.
-    assert "image_size" not in experiment.source_options(config.validate({"image": {"size": 16}}))
+    assert "image_size" not in data.source_options(config.validate({"image": {"size": 16}}))
 
 
 # -- data sets already split into train/ and test/ -----------------------------------
@@ -135,11 +134,11 @@ def test_split_layout_errors(tmp_path):
 
 
 def test_a_folder_config_without_a_root_is_refused_before_any_output(tmp_path):
-    import experiment
-    from tfdml import config
+    from tfdml_app import config, fit
+    from tfdml_app.errors import ExperimentError
 
     cfg = config.validate({"output_dir": str(tmp_path / "run"),
                            "data": {"source": "folder", "options": {"train_root": str(tmp_path)}}})
-    with pytest.raises(experiment.ExperimentError, match="needs root .* or both train_root and test_root"):
-        experiment.run(cfg, verbose=0)
+    with pytest.raises(ExperimentError, match="needs root .* or both train_root and test_root"):
+        fit.run(cfg, verbose=0)
     assert not (tmp_path / "run").exists()

@@ -1,4 +1,5 @@
-"""RetrievalEvaluation: logs seen by History, CSVLogger, EarlyStopping, ModelCheckpoint."""
+"""RetrievalEvaluation: logs seen by History, CSVLogger, EarlyStopping, ModelCheckpoint;
+the guards of a run: NaNGuard, EarlyStop."""
 
 import json
 import os
@@ -12,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml import metrics
-from tfdml.callbacks import RetrievalEvaluation
+from tfdml import metrics, models, runs
+from tfdml.callbacks import EarlyStop, NaNGuard, NonFiniteError, RetrievalEvaluation
 
 
 def square_norm(y_true, y_pred):
@@ -246,3 +247,33 @@ def test_loss_on_sample_is_hong_eq15_without_weights_over_all_pairs_of_the_sampl
         LossOnSample((x, y), loss, every_n_epochs=0)
     with pytest.raises(ValueError, match=r"\(x, y\) pair"):
         LossOnSample(x, loss)
+
+
+def test_early_stopping_count_continues_after_a_resume():
+    """The backup's wait count is restored: one more flat evaluation reaches patience 2."""
+    class Model:
+        stop_training = False
+
+    best = runs.AtomicCheckpoint("unused", monitor="val_map@r", best=0.5)
+    stopper = EarlyStop(best, patience=2, wait=1)
+    stopper.set_model(Model())
+    stopper.on_epoch_end(3, {"loss": 1.0})  # an epoch without evaluation does not count
+    assert not stopper.model.stop_training and stopper.wait == 1
+    stopper.on_epoch_end(4, {"val_map@r": 0.4})  # the checkpoint kept its best 0.5
+    assert stopper.model.stop_training and stopper.stopped_epoch == 4
+
+
+class _Backup:
+    def describe(self):
+        return "runs/x/backup (after epoch 1)"
+
+
+def test_nan_guard_names_the_step_and_the_last_good_checkpoint():
+    guard = NaNGuard(_Backup())
+    guard.on_epoch_begin(1)
+    guard.on_train_batch_end(0, {"loss": 0.5, models.NONFINITE_METRIC: 0.0})  # finite: goes on
+    with pytest.raises(NonFiniteError, match=r"the loss became nan at epoch 2, step 3\. "
+                                             r"Last good checkpoint: runs/x/backup \(after epoch 1\)"):
+        guard.on_train_batch_end(2, {"loss": float("nan")})
+    with pytest.raises(NonFiniteError, match=r"embeddings became non-finite \(NaN or Inf in 2 row\(s\)\)"):
+        guard.on_train_batch_end(0, {"loss": 0.5, models.NONFINITE_METRIC: 2.0})

@@ -27,8 +27,8 @@ def _run(imports):
 
 
 def test_config_loads_without_tensorflow_and_keras_then_finds_tfdml():
-    out = _run("import tfdml, tfdml.config, tfdml.files\n"
-               "from tfdml.config import validate\n"
+    out = _run("import tfdml, tfdml_app.config, tfdml.files\n"
+               "from tfdml_app.config import validate\n"
                "print('tensorflow imported:', 'tensorflow' in sys.modules)")
     assert "tensorflow imported: False" in out and "registered: True True" in out
 

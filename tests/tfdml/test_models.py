@@ -367,3 +367,33 @@ def test_jit_compile_loss_fit_with_a_class_semi_hard_sorts_trains_as_graph_mode(
     np.testing.assert_allclose(loss_only_loss, graph_loss, rtol=1e-4)
     for a, b in zip(loss_only.trainable_variables, graph.trainable_variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-3, atol=1e-5)
+
+
+def test_fit_on_a_dataset_leaves_it_in_its_order_without_a_shuffle_warning():
+    """A tf.data dataset is the batch design's order: EmbeddingModel.fit passes
+    shuffle=False for one, so Keras' "shuffle=True ... ignored" warning is not raised."""
+    import warnings
+
+    x = np.random.default_rng(0).normal(size=(16, 4)).astype("float32")
+    y = np.repeat(np.arange(4), 4)
+    model = models.EmbeddingModel(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
+    model.compile(optimizer="sgd", loss=losses.ContrastiveLoss(), jit_compile=False)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(data, epochs=1, verbose=0)
+    assert not [w for w in caught if "shuffle" in str(w.message)]
+
+
+def test_export_serves_the_encoder_without_the_loss_state(tmp_path):
+    """EmbeddingModel.export writes the embedding function: no variable of the loss's
+    parameter_layers (here MarginLoss's β0 and β_class), the same embeddings."""
+    x = np.random.default_rng(1).normal(size=(8, 4)).astype("float32")
+    model = models.EmbeddingModel(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
+    model.compile(optimizer="sgd", loss=losses.MarginLoss(num_classes=5), jit_compile=False)
+    model.fit(x, np.arange(8) % 2, epochs=1, batch_size=8, verbose=0)
+    model.export(str(tmp_path / "served"), verbose=False)
+    served = tf.saved_model.load(str(tmp_path / "served"))
+    assert {tuple(v.shape) for v in served.variables} == {(4, 3), (3,)}
+    np.testing.assert_allclose(served.serve(tf.constant(x)).numpy(), model.predict(x, verbose=0),
+                               atol=1e-6)

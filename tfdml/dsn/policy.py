@@ -1,3 +1,4 @@
+# Over 400 lines: the two sampler networks of Duan et al. share SamplerNetwork and the pool helpers they use.
 """Sampler networks of DE-DSP (Duan et al. 2019, §3.1–3.2, Fig. 2): softmax
 policies over the candidates of a pool, and the chained selection of tuples.
 

@@ -1,3 +1,4 @@
+# Over 400 lines: MetricLoss, the contract every loss shares, is one class; the helpers above it are the checks it runs.
 """What every tfdml loss shares.
 
 * :class:`MetricLoss`: a ``keras.losses.Loss`` whose ``y_true`` is either plain
@@ -326,7 +327,7 @@ class MetricLoss(keras.losses.Loss):
     """Base class of tfdml losses (not registered; use a subclass).
 
     Subclasses say what they can do in class attributes, which configs read
-    (:mod:`tfdml.config` keeps no tables of losses):
+    (:mod:`tfdml_app.config` keeps no tables of losses):
 
     * ``sampler_kinds``: the selection kinds they accept (empty for losses
       without a sampler);

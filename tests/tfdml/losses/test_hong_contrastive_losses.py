@@ -199,7 +199,7 @@ def test_margin_importance_weights_each_pair_and_its_beta_term(ref, nu):
 def test_importance_is_refused_where_it_has_no_pair_terms_and_serialises():
     import keras
 
-    from tfdml import config
+    from tfdml_app import config
     from tfdml.losses import ContrastiveLoss, MarginLoss
 
     # Losses without pair or triplet terms take no importance argument; configs say which do.

@@ -250,10 +250,8 @@ def test_keras_file_keeps_the_loss_and_its_proxies_and_the_export_has_none(name,
     np.testing.assert_array_equal(loaded.loss.proxy_layer.proxies.numpy(), trained)
     assert loaded.optimizer.lr_multipliers == loss.lr_multipliers
     np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6)
-    # train.py's saved_model/: the embedding function only, without the proxies.
-    import experiment
-
-    experiment.export(model, str(tmp_path), (6,))
+    # EmbeddingModel.export (train.py's saved_model/): the embedding function only.
+    model.export(str(tmp_path / "saved_model"), verbose=False)
     served = tf.saved_model.load(str(tmp_path / "saved_model"))
     assert not any("proxies" in v.name for v in served.variables)
     assert (C, D) not in {tuple(v.shape) for v in served.variables}

@@ -76,7 +76,7 @@ def test_ami_and_mrr_are_metric_names(blobs):
     x, labels = blobs
     assert metrics.parse_metrics(["AMI", "mrr", "nmi"]) == (("ami", "mrr", "nmi"), (1,))
     assert "ami" in metrics.METRICS and "mrr" in metrics.METRICS
-    from tfdml import config  # validates evaluation.metrics with parse_metrics: no copied list
+    from tfdml_app import config  # validates evaluation.metrics with parse_metrics: no copied list
 
     assert config.validate({"evaluation": {"metrics": ["mrr", "ami"]}})["evaluation"]["metrics"] == [
         "mrr", "ami"]

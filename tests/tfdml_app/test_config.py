@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from tfdml import config
+from tfdml_app import config, loss_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -91,7 +91,7 @@ def test_validation_runs_no_tensorflow_op():
     devices here, a MultiWorkerMirroredStrategy in train.py (tests/test_multi_worker.py)."""
     code = (
         "import tensorflow as tf\n"
-        "from tfdml import config\n"
+        "from tfdml_app import config\n"
         "config.load('configs/default.yaml')\n"
         "cpu = tf.config.list_physical_devices('CPU')[0]\n"
         "tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)\n"
@@ -186,7 +186,7 @@ def test_config_accepts_exactly_the_samplers_a_loss_accepts():
     from tfdml import losses, samplers
 
     for name, cls in losses.LOSSES.items():
-        takes_sampler = "sampler" in config._init_parameters(cls)  # also through **kwargs
+        takes_sampler = "sampler" in loss_config._init_parameters(cls)  # also through **kwargs
         for sampler in samplers.SAMPLERS:
             accepted = _config_accepts({"loss": {"name": name, "sampler": sampler}})
             if takes_sampler:
@@ -278,12 +278,15 @@ def test_evaluation_names_come_from_tfdml_metrics():
     config.validate({"evaluation": {"metrics": ["recall@2", "map@r", "auc"], "ks": [1]}})
 
 
-def test_data_choices_match_the_pipelines():
+def test_data_choices_are_read_from_the_pipelines(monkeypatch):
+    """The data side's names are not copied: a source registered in pipelines is a valid data.source."""
     from pipelines import designs, sources
 
-    assert set(config.DESIGNS) == set(designs.DESIGNS)
-    assert set(config.SOURCES) == set(sources.SOURCES)
-    assert set(config.VALIDATION_MODES) == set(sources.VALIDATION_MODES)
+    assert config.SCHEMA["design"]["name"].choices == tuple(designs.DESIGNS)
+    assert config.SCHEMA["data"]["source"].choices == tuple(sources.SOURCES)
+    assert config.SCHEMA["data"]["validation"]["mode"].choices == tuple(sources.VALIDATION_MODES)
+    monkeypatch.setitem(sources.SOURCES, "my_source", sources.SOURCES["digits"])
+    assert config.validate({"data": {"source": "my_source"}})["data"]["source"] == "my_source"
 
 
 @pytest.mark.parametrize("section, message", [

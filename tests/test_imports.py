@@ -1,0 +1,138 @@
+"""The layout of the code: no import circle among the modules of tfdml/, pipelines/,
+tfdml_app/ and the top-level scripts, and no module over 400 lines without a reason.
+
+A module's imports are read from its source (``ast``), at the top and inside
+functions alike: an import inside a function is still an edge of the graph.
+"""
+
+import ast
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("tfdml", "pipelines", "tfdml_app")
+SCRIPTS = ("train.py", "evaluate.py", "search.py")
+MAX_LINES = 400
+#: The line a longer module carries in its first lines: ``# Over 400 lines: <why>``.
+REASON = re.compile(r"^# Over 400 lines: \S")
+
+
+def module_files():
+    """``{dotted module name: path}`` of every module of the packages and the scripts."""
+    out = {}
+    for package in PACKAGES:
+        for folder, dirs, names in os.walk(os.path.join(ROOT, package)):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__pycache__")))
+            for name in sorted(n for n in names if n.endswith(".py")):
+                path = os.path.join(folder, name)
+                parts = os.path.relpath(path, ROOT)[:-3].split(os.sep)
+                if parts[-1] == "__init__":
+                    parts = parts[:-1]
+                out[".".join(parts)] = path
+    for name in SCRIPTS:
+        out[name[:-3]] = os.path.join(ROOT, name)
+    return out
+
+
+def imported_modules(name, path, known):
+    """The modules of ``known`` that module ``name`` (file ``path``) imports: for
+    ``from a.b import c`` the module ``a.b.c`` when it is one, else ``a.b``."""
+    with open(path, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    found = set()
+
+    def add(module):
+        while module and module not in known:  # a.b.SYMBOL -> a.b
+            module = module.rpartition(".")[0]
+        if module:
+            found.add(module)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+    return found - {name}
+
+
+def import_graph():
+    """``{module: set of the modules it imports}`` over :func:`module_files`."""
+    files = module_files()
+    return {name: imported_modules(name, path, files) for name, path in files.items()}
+
+
+def find_cycle(graph):
+    """One import circle of ``graph`` as a list ``[a, b, ..., a]``, or None."""
+    done, active = set(), []
+
+    def visit(name):
+        if name in active:
+            return active[active.index(name):] + [name]
+        if name in done:
+            return None
+        active.append(name)
+        for other in sorted(graph.get(name, ())):
+            cycle = visit(other)
+            if cycle:
+                return cycle
+        active.pop()
+        done.add(name)
+        return None
+
+    for name in sorted(graph):
+        cycle = visit(name)
+        if cycle:
+            return cycle
+    return None
+
+
+def test_the_graph_is_read():
+    graph = import_graph()
+    assert {"tfdml_app.fit", "tfdml_app.build", "tfdml.search.index", "pipelines.sources.core",
+            "train"} <= set(graph)
+    assert "tfdml_app.build" in graph["tfdml_app.fit"]
+    assert "tfdml_app.train_cli" in graph["train"]
+    assert "tfdml.search.index" not in graph["tfdml.search.calibration"]
+    assert "tfdml.metrics" in graph["tfdml.callbacks"]  # from tfdml import metrics as _metrics
+
+
+def test_find_cycle_finds_one_through_an_import_inside_a_function(tmp_path):
+    (tmp_path / "a.py").write_text("def f():\n    import b\n")
+    (tmp_path / "b.py").write_text("from a import f\n")
+    known = {"a": str(tmp_path / "a.py"), "b": str(tmp_path / "b.py")}
+    graph = {name: imported_modules(name, path, known) for name, path in known.items()}
+    assert find_cycle(graph) == ["a", "b", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_circle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, f"import circle: {' -> '.join(cycle)}"
+
+
+def test_the_data_side_and_the_model_side_are_wired_by_the_application_only():
+    graph = import_graph()
+    for name, imports in graph.items():
+        if name.startswith("tfdml.") or name == "tfdml":
+            assert not any(m.split(".")[0] in ("pipelines", "tfdml_app") for m in imports), (name, imports)
+        if name.startswith("pipelines"):
+            assert not any(m.split(".")[0] in ("tfdml", "tfdml_app") for m in imports), (name, imports)
+
+
+@pytest.mark.parametrize("name, path", sorted(module_files().items()))
+def test_no_module_over_400_lines_without_a_reason_at_its_top(name, path):
+    with open(path, encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    if len(lines) > MAX_LINES:
+        assert any(REASON.match(line) for line in lines[:5]), (
+            f"{os.path.relpath(path, ROOT)} has {len(lines)} lines: split it by job, or say why not "
+            f"in a first line '# Over {MAX_LINES} lines: <why>'")

@@ -1,0 +1,39 @@
+"""tfdml_app.evaluation.run: one options object in, one result object out."""
+
+import dataclasses
+import json
+import os
+
+import pytest
+import tensorflow as tf
+
+from tfdml_app import evaluation
+
+
+def _flatten(x):
+    return tf.reshape(tf.cast(x, tf.float32), [tf.shape(x)[0], -1])
+
+
+def test_run_returns_what_it_wrote(tmp_path):
+    from pipelines import sources
+
+    split = sources.get_source("digits").split("test")
+    options = evaluation.Options(metrics=("recall", "map@r"), ks=(1,), plots=False,
+                                 baseline="raw_pixels", calibrate=0.9)
+    result = evaluation.run(_flatten, split, str(tmp_path), options, verbose=0)
+    assert isinstance(result, evaluation.Result)
+    with open(result.paths["metrics"]) as fh:
+        written = json.load(fh)
+    assert written == json.loads(json.dumps(result.record))
+    assert set(result.metrics) >= {"recall@1", "map@r"}
+    assert written["metrics"]["recall@1"] == pytest.approx(float(result.metrics["recall@1"]))
+    assert result.baseline == written["baseline"] and result.baseline["name"] == "raw_pixels"
+    assert result.calibration == written["calibration"]
+    assert os.path.exists(result.paths["calibration"]) and result.paths["plots"] == []
+
+
+def test_options_are_fixed_and_default_to_the_command_line_s():
+    options = evaluation.Options()
+    assert options.metrics == evaluation.DEFAULT_METRICS and options.ks == evaluation.DEFAULT_KS
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.distance = "cosine"

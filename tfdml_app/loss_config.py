@@ -1,0 +1,276 @@
+"""The loss and its sampler of a config, as the library builds them.
+
+:func:`build_loss` turns the ``loss`` section into a :mod:`tfdml.losses`
+object with its :mod:`tfdml.samplers` sampler; :func:`check_loss` builds it
+once while a config is validated (:func:`tfdml_app.config.validate`), so
+whatever the library would refuse is refused before any work. The names of
+losses and samplers, and which of them fit together, are read from the
+library (the registries, each sampler's ``kind`` against each loss's
+``sampler_kinds``), never copied here.
+"""
+
+import difflib
+import inspect
+
+
+class ConfigError(ValueError):
+    """A config problem, with a message that names the key and the fix."""
+
+
+#: loss.sampler names of the config itself: ``learned`` is the trained policy
+#: network of Duan et al. 2019 (:mod:`tfdml.dsn`), not an in-graph sampler;
+#: ``none`` asks for no sampler (all candidate pairs, or a loss that selects
+#: without one).
+LEARNED_SAMPLERS = ("learned",)
+NO_SAMPLER = "none"
+
+
+def _losses():
+    from tfdml import losses
+
+    return losses
+
+
+def _samplers():
+    from tfdml import samplers
+
+    return samplers
+
+
+def _dsn():
+    from tfdml import dsn
+
+    return dsn
+
+def suggest(key, valid):
+    """``" (did you mean 'x'?)"`` for the closest of ``valid`` names, or ``""``."""
+    close = difflib.get_close_matches(key, valid, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+
+# -- the loss and its sampler, as the library sees them ---------------------------
+
+#: ``num_classes`` of a loss built while a config is validated, before the data
+#: is read (the fewest a training split can have); a run passes the real count.
+VALIDATION_NUM_CLASSES = 2
+
+
+def _init_parameters(cls):
+    """The keyword arguments ``cls(...)`` accepts, by name. A constructor that
+    passes ``**kwargs`` on (``super().__init__(**kwargs)``, as a user's loss may)
+    also takes those of the next ``__init__`` up its class hierarchy."""
+    params = dict(inspect.signature(cls.__init__).parameters)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        parents = [c for c in cls.__mro__[1:] if "__init__" in vars(c)]
+        if parents and parents[0] is not object:
+            inherited = _init_parameters(parents[0])
+            params = {n: p for n, p in params.items()
+                      if p.kind not in (inspect.Parameter.VAR_KEYWORD,
+                                        inspect.Parameter.VAR_POSITIONAL)}
+            params.update({n: p for n, p in inherited.items() if n not in params})
+    return params
+
+
+def _option_names(cls):
+    """Keyword arguments of ``cls``, or None when it takes any (``**kwargs``)."""
+    params = _init_parameters(cls)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return [n for n, p in params.items() if n != "self" and p.kind is not inspect.Parameter.VAR_POSITIONAL]
+
+
+def _check_option_names(key, options, cls, owner):
+    valid = _option_names(cls)
+    if valid is None:
+        return
+    for option in options:
+        if option not in valid:
+            raise ConfigError(
+                f"{key} has {option!r}, which is not an option of {owner}{suggest(option, valid)}; "
+                f"valid: {', '.join(valid)}."
+            )
+
+
+def _takes_sampler(cls):
+    """False for a loss that fixes its own selection (no ``sampler`` argument)."""
+    return "sampler" in _init_parameters(cls)
+
+
+def valid_samplers(loss_name):
+    """The loss.sampler names that fit ``loss_name``, from the library: the
+    registered samplers whose ``kind`` the loss accepts, ``none`` unless the
+    loss needs a sampler, ``learned`` when a tfdml.dsn network trains it."""
+    cls = _losses().LOSSES[loss_name]
+    samplers = _samplers()
+    names = [n for n in samplers.SAMPLERS if samplers.get(n).kind in cls.sampler_kinds]
+    if not cls.sampler_kinds or (_takes_sampler(cls) and not cls.sampler_required):
+        names.append(NO_SAMPLER)
+    if _dsn().kind_for_loss(cls) is not None:
+        names += list(LEARNED_SAMPLERS)
+    return names
+
+
+def _misfit(loss_name, sampler, reason):
+    return ConfigError(
+        f"loss.sampler = {sampler!r} does not fit loss.name = {loss_name!r}: {reason}; "
+        f"valid samplers for {loss_name}: {', '.join(valid_samplers(loss_name))} "
+        "(or leave it empty for the default)."
+    )
+
+
+def _kinds(kinds):
+    return " or ".join(kinds) if kinds else "nothing"
+
+
+#: "pass no sampler argument" (the loss's default, or its fixed selection).
+_DEFAULT = object()
+
+
+def _sampler_argument(section, cls):
+    """What to pass as ``sampler=`` to the loss class: a sampler object, None,
+    or ``_DEFAULT`` (nothing: the loss's default, or its fixed selection)."""
+    name, sampler, options = section["name"], section["sampler"], section["sampler_options"]
+    samplers = _samplers()
+    takes = _takes_sampler(cls)
+    if sampler in LEARNED_SAMPLERS:
+        supported = [n for n, c in _losses().LOSSES.items() if _dsn().kind_for_loss(c) is not None]
+        if _dsn().kind_for_loss(cls) is None:
+            raise _misfit(name, sampler,
+                          f"the learned sampler (tfdml.dsn) trains {', '.join(supported)} only")
+        # loss.sampler_options configure the DSN (tfdml_app.build.build_dsn_model); the
+        # loss keeps its default sampler, which only serves evaluate().
+        return _DEFAULT
+    if sampler is None and options:
+        default = _init_parameters(cls)["sampler"].default if takes else None
+        if not isinstance(default, str):
+            raise ConfigError(
+                f"loss.sampler_options {options!r} are given, but loss.sampler is empty and {name} "
+                f"uses no sampler by default; name the sampler in loss.sampler "
+                f"(valid for {name}: {', '.join(valid_samplers(name))})."
+            )
+        sampler = default  # the options are those of the loss's default sampler
+    if sampler is None:
+        return _DEFAULT
+    if sampler == NO_SAMPLER:
+        if options:
+            raise ConfigError(f"loss.sampler_options {options!r} are given, but loss.sampler = 'none'.")
+        if cls.sampler_required:
+            raise _misfit(name, sampler, f"{name} needs a sampler that selects {_kinds(cls.sampler_kinds)}")
+        if not takes and cls.sampler_kinds:
+            raise _misfit(name, sampler,
+                          f"{name} selects with its own sampler of {_kinds(cls.sampler_kinds)}")
+        return None if takes else _DEFAULT
+    kind = samplers.get(sampler).kind
+    if kind not in cls.sampler_kinds:
+        accepts = (f"{name} accepts {_kinds(cls.sampler_kinds)}" if cls.sampler_kinds
+                   else f"{name} takes no sampler")
+        raise _misfit(name, sampler, f"it selects {kind}, {accepts}")
+    if not takes:
+        if options:
+            raise ConfigError(
+                f"loss.sampler_options {options!r}: {name} builds its own {sampler} sampler; set its "
+                f"arguments in loss.options (valid: {', '.join(_option_names(cls) or [])})."
+            )
+        return _DEFAULT
+    _check_option_names("loss.sampler_options", options, type(samplers.get(sampler)), sampler)
+    try:
+        return samplers.get({"name": sampler, **options})
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"loss.sampler_options for {sampler!r}: {err}") from None
+
+
+def build_loss(cfg, num_classes):
+    """The loss of a resolved config, built by the library.
+
+    ``loss.name`` from :data:`tfdml.losses.LOSSES` with ``loss.options``; its
+    sampler from ``loss.sampler`` / ``loss.sampler_options`` (with a ``learned``
+    sampler the loss keeps its default one: the DSN selects the training
+    tuples); ``seed``, ``num_classes`` (the number of classes of the training
+    split) and ``embedding_dim`` (``model.embedding_dim``, e.g. the size of a
+    proxy loss's proxies) where the loss's constructor takes them and ``loss.options`` does
+    not set them. Raises :class:`ConfigError` naming the key for anything the
+    library refuses.
+    """
+    section = cfg["loss"]
+    name = section["name"]
+    cls = _losses().LOSSES[name]
+    params = _init_parameters(cls)
+    _check_option_names("loss.options", section["options"], cls, name)
+    sampler = _sampler_argument(section, cls)
+    kwargs = dict(section["options"])
+    if sampler is not _DEFAULT:
+        kwargs["sampler"] = sampler
+    if "seed" in params:
+        kwargs.setdefault("seed", cfg["seed"])
+    if "num_classes" in params:
+        kwargs.setdefault("num_classes", num_classes)
+    if "embedding_dim" in params:
+        kwargs.setdefault("embedding_dim", cfg["model"]["embedding_dim"])
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:
+        if "sampler" in kwargs and _refuses_sampler(cls, sampler, cfg["seed"], num_classes):
+            raise _misfit(name, section["sampler"], str(err)) from None
+        raise ConfigError(f"loss.options for {name!r}: {err}") from None
+
+
+def _refuses_sampler(cls, sampler, seed, num_classes):
+    """True when ``cls`` with default options refuses ``sampler`` (so an error
+    is the sampler's, not the options')."""
+    params = _init_parameters(cls)
+    kwargs = {"sampler": sampler}
+    if "seed" in params:
+        kwargs["seed"] = seed
+    if "num_classes" in params:
+        kwargs["num_classes"] = num_classes
+    if "embedding_dim" in params:
+        kwargs["embedding_dim"] = 2
+    try:
+        cls(**kwargs)
+    except (TypeError, ValueError):
+        return True
+    return False
+
+
+def check_loss(cfg):
+    """Build the loss (and its sampler) once, as the run will, and check that
+    the batch design gives it what it scores."""
+    import tensorflow as tf
+
+    # In a throwaway graph: the loss's variables (learned margins, seed state)
+    # become graph nodes and no op runs, so the eager context stays
+    # uninitialised and a multi-worker strategy can still be created after
+    # validation (it must exist before TensorFlow runs any op).
+    with tf.Graph().as_default():
+        loss = build_loss(cfg, VALIDATION_NUM_CLASSES)
+    sampler = getattr(loss, "sampler", None)
+    if getattr(sampler, "requires_unit_sphere", False) and not cfg["model"]["normalize"]:
+        raise ConfigError(
+            f"loss.sampler = {cfg['loss']['sampler']!r} ({type(sampler).__name__}) assumes "
+            "unit-norm embeddings (its weights are a density on the unit sphere), but "
+            "model.normalize is false: set model.normalize: true, or choose another sampler."
+        )
+    if cfg["design"]["name"] != "p_random":
+        return
+    name, sampler = cfg["loss"]["name"], getattr(loss, "sampler", None)
+    if getattr(loss, "needs_tuples", False):
+        what = f"loss.name = {name!r}"
+        pair_losses = [n for n, c in _losses().LOSSES.items() if not c.needs_tuples]
+        fix = f"or a loss that scores single pairs ({', '.join(pair_losses)})"
+    elif sampler is not None and sampler.needs_tuples:
+        shown = repr(cfg["loss"]["sampler"]) if cfg["loss"]["sampler"] else f"empty (the default of {name})"
+        what = f"loss.sampler = {shown}, a {type(sampler).__name__} that selects {sampler.kind},"
+        samplers = _samplers()
+        pair_samplers = [n for n in valid_samplers(name)
+                         if n in samplers.SAMPLERS and not samplers.get(n).needs_tuples]
+        if NO_SAMPLER in valid_samplers(name):
+            pair_samplers.append(NO_SAMPLER)
+        fix = f"or a sampler of single pairs ({', '.join(pair_samplers)})"
+    else:
+        return
+    raise ConfigError(
+        f"design.name = 'p_random' gives isolated pairs, but {what} needs tuples (an anchor with "
+        f"positives and negatives in one batch): it would score nothing. Use design 'm_per_class' "
+        f"or 'group', {fix}."
+    )

@@ -1,0 +1,30 @@
+"""Start-up of the command lines: importing TensorFlow quietly."""
+
+import os
+import sys
+
+
+def quiet_tensorflow_import():
+    """Import TensorFlow without its C++ start-up lines in the terminal (the
+    one implementation for train.py and evaluate.py).
+
+    ``TF_CPP_MIN_LOG_LEVEL`` is set to 2 unless the user set it (TensorFlow
+    reads it once). absl writes INFO lines such as "oneDNN custom operations
+    are on" to the process's stderr before its logging is initialised,
+    whatever that level says: the file descriptor of stderr is pointed at
+    /dev/null for the import only; Python exceptions raised by the import
+    still reach the user (they are printed after stderr is restored).
+    """
+    if "tensorflow" in sys.modules:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow  # noqa: F401
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)

@@ -128,3 +128,19 @@ class Registry(collections.abc.MutableMapping):
         if self._make is not None:
             return self._make(entry, **kwargs)
         return entry(**kwargs)
+
+
+def keras_serializable(package="tfdml_user"):
+    """An ``on_register`` hook for parts that Keras saves (losses, samplers): a class
+    not yet known to Keras is registered under ``package``, so a saved model that
+    uses it loads; a class Keras already knows keeps its registered name (and the
+    files saved with it keep loading). Keras is imported only when the hook runs."""
+
+    def hook(name, cls):
+        import keras
+
+        if keras.saving.get_registered_object(keras.saving.get_registered_name(cls)) is cls:
+            return cls
+        return keras.saving.register_keras_serializable(package=package)(cls)
+
+    return hook

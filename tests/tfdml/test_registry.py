@@ -89,3 +89,21 @@ def test_item_assignment_and_deletion_for_test_patching():
 def test_did_you_mean():
     assert did_you_mean("margn", ["margin", "triplet"]) == " (did you mean 'margin'?)"
     assert did_you_mean("zzz", ["margin"]) == ""
+
+
+def test_keras_hook_registers_a_new_class_and_keeps_a_known_name():
+    import keras
+
+    from tfdml.registry import keras_serializable
+
+    class UserThing:
+        def get_config(self):
+            return {}
+
+    hook = keras_serializable("tfdml_test")
+    assert hook("user_thing", UserThing) is UserThing
+    assert keras.saving.get_registered_name(UserThing) == "tfdml_test>UserThing"
+    from tfdml.losses import MarginLoss
+
+    hook("margin", MarginLoss)
+    assert keras.saving.get_registered_name(MarginLoss) == "tfdml>MarginLoss"

@@ -23,6 +23,7 @@ import inspect
 import keras
 import tensorflow as tf
 
+from tfdml import distance_names
 from tfdml import distances as distances_lib
 from tfdml import errors
 from tfdml import importance as importance_lib
@@ -157,13 +158,9 @@ def distance_matrix(embeddings, distance):
 
 
 def check_distance(distance):
-    if not isinstance(distance, str):
-        raise ValueError(
-            f"distance must be the name of one of {', '.join(distances_lib.DISTANCES)} "
-            f"(so the loss can be serialised), got {distance!r}."
-        )
-    distances_lib.get(distance)  # raises ValueError naming the choices
-    return distance
+    """``distance`` if it names one of :data:`tfdml.distances.DISTANCES` (a name, so the loss
+    can be serialised), else :func:`tfdml.distance_names.check`'s error."""
+    return distance_names.check(distance, hint=" (a name, so that the loss can be saved)")
 
 
 def importance_matrix(targets, dtype):

@@ -42,9 +42,8 @@ class BalancedContrastiveLoss(WeightedContrastiveLoss):
     """
 
     def __init__(self, margin=1.0, lam=256.0, num_classes=None, importance=True, **kwargs):
-        if "eta" in kwargs:
-            raise ValueError(f"{type(self).__name__} weighs negative pairs by class sizes "
-                             "(Eq. 15, with lam); it takes no eta argument.")
+        base.refuse_fixed(type(self).__name__, kwargs,
+                          eta="weighs negative pairs by class sizes (Eq. 15, with lam)")
         super().__init__(margin=margin, eta=1.0, importance=importance, **kwargs)
         self.lam = base.check_positive("lam", lam)
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:

@@ -304,6 +304,14 @@ def nan_if_invalid(value, invalid_rows):
     return tf.where(invalid_rows > 0, tf.constant(float("nan"), value.dtype), value)
 
 
+def refuse_fixed(owner, kwargs, **reasons):
+    """Refuse a base argument that the loss ``owner`` fixes itself: ``reasons`` maps each
+    such argument name to why (``distance="scores dot products ..."``)."""
+    for name, reason in reasons.items():
+        if name in kwargs:
+            raise ValueError(f"{owner} {reason} and takes no {name}; remove {name}.")
+
+
 def check_positive(name, value, allow_zero=False):
     try:
         ok = float(value) >= 0 if allow_zero else float(value) > 0

@@ -41,9 +41,7 @@ class WeightedContrastiveLoss(ContrastiveLoss):
     sampler_kinds = ()  # Eq. 23 scores every pair of the design's batch
 
     def __init__(self, margin=1.0, eta=1.0, importance=True, **kwargs):
-        if "squared" in kwargs:
-            raise ValueError(f"{type(self).__name__} is Hong et al.'s squared form (Eq. 10); "
-                             "it takes no squared argument.")
+        base.refuse_fixed(type(self).__name__, kwargs, squared="is Hong et al.'s squared form (Eq. 10)")
         super().__init__(margin=margin, squared=True, importance=importance, **kwargs)
         self.eta = base.check_positive("eta", eta)
 

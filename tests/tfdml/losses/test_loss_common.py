@@ -289,9 +289,11 @@ def test_losses_take_the_base_arguments_through_kwargs_and_refuse_what_they_fix(
         assert {"distance", "tuple_reduction", "name", "importance"} <= set(params), cls
     assert config._init_parameters(losses.TripletLoss)["sampler"].default == "semi_hard"
     assert config._init_parameters(losses.WeightedContrastiveLoss)["importance"].default is True
-    with pytest.raises(ValueError, match="takes no squared argument"):
+    with pytest.raises(ValueError, match="AngularLoss scores dot products .* and takes no distance; remove"):
+        losses.AngularLoss(distance="cosine")
+    with pytest.raises(ValueError, match="takes no squared; remove squared"):
         losses.WeightedContrastiveLoss(squared=False)
-    with pytest.raises(ValueError, match="takes no eta argument"):
+    with pytest.raises(ValueError, match="takes no eta; remove eta"):
         losses.BalancedContrastiveLoss(num_classes=3, eta=2.0)
     with pytest.raises(ValueError, match="takes no sampler"):
         losses.WeightedContrastiveLoss(sampler="hard")

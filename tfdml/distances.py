@@ -194,12 +194,7 @@ def get(name):
     """The pairwise function named ``name`` (one of :data:`DISTANCES`), or ``name`` if callable."""
     if callable(name):
         return name
-    try:
-        return _FUNCTIONS[name]
-    except KeyError:
-        raise ValueError(
-            f"Unknown distance {name!r}; choose one of {', '.join(DISTANCES)}."
-        ) from None
+    return _FUNCTIONS[distance_names.check(name)]
 
 
 def pairwise(embeddings, other=None, distance="euclidean"):

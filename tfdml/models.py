@@ -48,11 +48,13 @@ import keras
 import tensorflow as tf
 from tensorflow.python.eager import record as _tf_record
 
+from tfdml import backbones as backbones_lib
 from tfdml import errors
 from tfdml import targets as targets_lib
 from tfdml.losses import base as loss_base
 
-BACKBONES = ("small_cnn", "mlp")
+#: The backbones built here, always trained from scratch (all names: :data:`tfdml.backbones.BACKBONES`).
+BACKBONES = backbones_lib.SCRATCH
 
 
 def small_cnn(input_shape, width=32, sync_batchnorm=True, pooling="avg", name="small_cnn"):
@@ -96,19 +98,8 @@ def mlp(input_shape, width=128, depth=2, name="mlp"):
 
 
 def get_backbone(name, input_shape, **kwargs):
-    """A backbone by name: ``small_cnn``, ``mlp``, or one of :mod:`tfdml.backbones`."""
-    if name == "small_cnn":
-        return small_cnn(input_shape, **kwargs)
-    if name == "mlp":
-        return mlp(input_shape, **kwargs)
-    try:
-        from tfdml import backbones
-    except ImportError:  # pragma: no cover - the backbones package is optional
-        backbones = None
-    if backbones is not None and name in getattr(backbones, "BACKBONES", ()):
-        return backbones.get_backbone(name, input_shape=input_shape, **kwargs)
-    valid = list(BACKBONES) + list(getattr(backbones, "BACKBONES", ()))
-    raise ValueError(f"Unknown backbone {name!r}; choose one of {', '.join(valid)}.")
+    """A backbone by name: :func:`tfdml.backbones.get_backbone`."""
+    return backbones_lib.get_backbone(name, input_shape=input_shape, **kwargs)
 
 
 def build_encoder(backbone, embedding_dim=128, normalize=True, name="encoder"):

@@ -27,6 +27,7 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 
 import keras
 
+from tfdml import registry
 from tfdml.losses.angular import AngularLoss
 from tfdml.losses.balanced_contrastive import BalancedContrastiveLoss
 from tfdml.losses.base import InputCheck, MetricLoss, SeedState, select_pairs, triplets_to_pairs
@@ -47,7 +48,16 @@ from tfdml.losses.stable_contrast import StableContrastLoss
 from tfdml.losses.triplet import TripletLoss
 from tfdml.losses.weighted_contrastive import WeightedContrastiveLoss
 
-LOSSES = {
+
+def _check_loss_class(name, cls):
+    if not (isinstance(cls, type) and issubclass(cls, MetricLoss)):
+        raise ValueError(f"register({name!r}) needs a tfdml.losses.MetricLoss subclass, got {cls!r}.")
+
+
+#: Loss names → :class:`MetricLoss` subclasses (a :class:`tfdml.registry.Registry`).
+LOSSES = registry.Registry("loss", check=_check_loss_class, on_register=registry.keras_serializable(),
+                           instances=keras.losses.Loss)
+LOSSES.update({
     "contrastive": ContrastiveLoss,
     "triplet": TripletLoss,
     "margin": MarginLoss,
@@ -64,7 +74,7 @@ LOSSES = {
     "multi_similarity": MultiSimilarityLoss,
     "proxy_nca": ProxyNCALoss,
     "proxy_anchor": ProxyAnchorLoss,
-}
+})
 
 
 def register(name):
@@ -79,40 +89,15 @@ def register(name):
         class MyLoss(tfdml.losses.MetricLoss):
             def compute(self, targets, embeddings): ...
     """
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"A loss name must be a Python identifier, got {name!r}.")
-
-    def decorate(cls):
-        if not (isinstance(cls, type) and issubclass(cls, MetricLoss)):
-            raise ValueError(
-                f"register({name!r}) needs a tfdml.losses.MetricLoss subclass, got {cls!r}."
-            )
-        if name in LOSSES and LOSSES[name] is not cls:
-            raise ValueError(
-                f"A loss named {name!r} is already registered ({LOSSES[name].__name__}); "
-                "choose another name."
-            )
-        cls = keras.saving.register_keras_serializable(package="tfdml_user")(cls)
-        LOSSES[name] = cls
-        return cls
-
-    return decorate
+    return LOSSES.register(name)
 
 
 def get(identifier, **kwargs):
     """A loss from a short name (:data:`LOSSES`) with ``kwargs``, a serialised
     config dict, or a loss object (returned as is)."""
-    if isinstance(identifier, keras.losses.Loss):
-        return identifier
     if isinstance(identifier, dict):
         return keras.saving.deserialize_keras_object(identifier)
-    try:
-        cls = LOSSES[identifier]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"Unknown loss {identifier!r}; choose one of {', '.join(sorted(LOSSES))}."
-        ) from None
-    return cls(**kwargs)
+    return LOSSES.build(identifier, **kwargs)
 
 
 __all__ = [

@@ -65,11 +65,8 @@ class AngularLoss(base.MetricLoss):
     default_tuple_reduction = "mean"
 
     def __init__(self, alpha=45.0, combine_npair=False, lam=2.0, **kwargs):
-        if "distance" in kwargs:
-            raise ValueError(
-                "AngularLoss scores dot products of L2-normalised embeddings (Wang et al. Eq. 8) "
-                "and takes no distance; remove distance."
-            )
+        base.refuse_fixed("AngularLoss", kwargs, distance="scores dot products of L2-normalised "
+                          "embeddings (Wang et al. Eq. 8)")
         super().__init__(**kwargs)
         try:
             ok = 0.0 < float(alpha) < 90.0 and not isinstance(alpha, bool)

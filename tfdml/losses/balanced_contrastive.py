@@ -41,28 +41,10 @@ class BalancedContrastiveLoss(WeightedContrastiveLoss):
       importance: weight each pair by W_ij (default True).
     """
 
-    def __init__(
-        self,
-        margin=1.0,
-        lam=256.0,
-        num_classes=None,
-        distance="euclidean",
-        tuple_reduction=None,
-        name=None,
-        reduction="sum_over_batch_size",
-        dtype=None,
-        importance=True,
-    ):
-        super().__init__(
-            margin=margin,
-            eta=1.0,
-            distance=distance,
-            tuple_reduction=tuple_reduction,
-            name=name,
-            reduction=reduction,
-            dtype=dtype,
-            importance=importance,
-        )
+    def __init__(self, margin=1.0, lam=256.0, num_classes=None, importance=True, **kwargs):
+        base.refuse_fixed(type(self).__name__, kwargs,
+                          eta="weighs negative pairs by class sizes (Eq. 15, with lam)")
+        super().__init__(margin=margin, eta=1.0, importance=importance, **kwargs)
         self.lam = base.check_positive("lam", lam)
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
             raise ValueError(

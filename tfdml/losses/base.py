@@ -28,6 +28,7 @@ import inspect
 import keras
 import tensorflow as tf
 
+from tfdml import distance_names
 from tfdml import distances as distances_lib
 from tfdml import errors
 from tfdml import importance as importance_lib
@@ -162,13 +163,9 @@ def distance_matrix(embeddings, distance):
 
 
 def check_distance(distance):
-    if not isinstance(distance, str):
-        raise ValueError(
-            f"distance must be the name of one of {', '.join(distances_lib.DISTANCES)} "
-            f"(so the loss can be serialised), got {distance!r}."
-        )
-    distances_lib.get(distance)  # raises ValueError naming the choices
-    return distance
+    """``distance`` if it names one of :data:`tfdml.distances.DISTANCES` (a name, so the loss
+    can be serialised), else :func:`tfdml.distance_names.check`'s error."""
+    return distance_names.check(distance, hint=" (a name, so that the loss can be saved)")
 
 
 def importance_matrix(targets, dtype):
@@ -310,6 +307,14 @@ def nan_if_invalid(value, invalid_rows):
     """``value``, or NaN when ``invalid_rows`` (an int32 scalar) > 0. The gradient of the
     NaN branch is zero, so no weight learns from such a batch."""
     return tf.where(invalid_rows > 0, tf.constant(float("nan"), value.dtype), value)
+
+
+def refuse_fixed(owner, kwargs, **reasons):
+    """Refuse a base argument that the loss ``owner`` fixes itself: ``reasons`` maps each
+    such argument name to why (``distance="scores dot products ..."``)."""
+    for name, reason in reasons.items():
+        if name in kwargs:
+            raise ValueError(f"{owner} {reason} and takes no {name}; remove {name}.")
 
 
 def check_positive(name, value, allow_zero=False):

@@ -55,29 +55,8 @@ class ContrastiveLoss(base.MetricLoss):
     supports_importance = True
     default_tuple_reduction = "mean"
 
-    def __init__(
-        self,
-        margin=1.0,
-        squared=True,
-        distance="euclidean",
-        sampler=None,
-        seed=None,
-        tuple_reduction=None,
-        name=None,
-        reduction="sum_over_batch_size",
-        dtype=None,
-        importance=False,
-    ):
-        super().__init__(
-            distance=distance,
-            sampler=sampler,
-            seed=seed,
-            tuple_reduction=tuple_reduction,
-            name=name,
-            reduction=reduction,
-            dtype=dtype,
-            importance=importance,
-        )
+    def __init__(self, margin=1.0, squared=True, **kwargs):
+        super().__init__(**kwargs)
         self.margin = base.check_positive("margin", margin)
         self.squared = bool(squared)
 

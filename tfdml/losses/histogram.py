@@ -93,11 +93,8 @@ class HistogramLoss(base.MetricLoss):
     default_tuple_reduction = "mean"
 
     def __init__(self, num_bins=DEFAULT_NUM_BINS, **kwargs):
-        if "distance" in kwargs:
-            raise ValueError(
-                "HistogramLoss scores cosine similarities of L2-normalised embeddings "
-                "(Ustinova & Lempitsky Eq. 1) and takes no distance; remove distance."
-            )
+        base.refuse_fixed("HistogramLoss", kwargs, distance="scores cosine similarities of "
+                          "L2-normalised embeddings (Ustinova & Lempitsky Eq. 1)")
         super().__init__(**kwargs)
         if self.tuple_reduction != "mean":
             raise ValueError(

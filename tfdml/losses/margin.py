@@ -168,25 +168,10 @@ class MarginLoss(base.MetricLoss):
         num_classes=None,
         num_examples=None,
         learn_beta0=True,
-        distance="euclidean",
         sampler="distance_weighted",
-        seed=None,
-        tuple_reduction=None,
-        name=None,
-        reduction="sum_over_batch_size",
-        dtype=None,
-        importance=False,
+        **kwargs,
     ):
-        super().__init__(
-            distance=distance,
-            sampler=sampler,
-            seed=seed,
-            tuple_reduction=tuple_reduction,
-            name=name,
-            reduction=reduction,
-            dtype=dtype,
-            importance=importance,
-        )
+        super().__init__(sampler=sampler, **kwargs)
         self.alpha = base.check_positive("alpha", alpha)
         self.nu = base.check_positive("nu", nu, allow_zero=True)
         try:

@@ -36,25 +36,8 @@ class RobustHardContrastiveLoss(base.MetricLoss):
     default_tuple_reduction = "mean"
     supports_importance = True
 
-    def __init__(
-        self,
-        alpha=1.0,
-        beta=0.5,
-        distance="euclidean",
-        tuple_reduction=None,
-        name=None,
-        reduction="sum_over_batch_size",
-        dtype=None,
-        importance=False,
-    ):
-        super().__init__(
-            distance=distance,
-            tuple_reduction=tuple_reduction,
-            name=name,
-            reduction=reduction,
-            dtype=dtype,
-            importance=importance,
-        )
+    def __init__(self, alpha=1.0, beta=0.5, **kwargs):
+        super().__init__(**kwargs)
         self.alpha = base.check_positive("alpha", alpha)
         self.beta = base.check_positive("beta", beta, allow_zero=True)
         if self.beta >= self.alpha:

@@ -45,29 +45,8 @@ class StableContrastLoss(base.MetricLoss):
     supports_importance = True
     importance_columns = ("class_size", "w_triplet")  # W_apn (tfdml.importance.triplet_weights)
 
-    def __init__(
-        self,
-        alpha=0.2,
-        beta=1.2,
-        distance="euclidean",
-        sampler="distance_weighted",
-        seed=None,
-        tuple_reduction=None,
-        name=None,
-        reduction="sum_over_batch_size",
-        dtype=None,
-        importance=False,
-    ):
-        super().__init__(
-            distance=distance,
-            sampler=sampler,
-            seed=seed,
-            tuple_reduction=tuple_reduction,
-            name=name,
-            reduction=reduction,
-            dtype=dtype,
-            importance=importance,
-        )
+    def __init__(self, alpha=0.2, beta=1.2, sampler="distance_weighted", **kwargs):
+        super().__init__(sampler=sampler, **kwargs)
         self.alpha = base.check_positive("alpha", alpha)
         try:
             self.beta = float(beta)

@@ -72,29 +72,8 @@ class TripletLoss(base.MetricLoss):
     supports_importance = True
     importance_columns = ("class_size", "w_triplet")  # W_apn (tfdml.importance.triplet_weights)
 
-    def __init__(
-        self,
-        margin=0.2,
-        squared=True,
-        distance="euclidean",
-        sampler="semi_hard",
-        seed=None,
-        tuple_reduction=None,
-        name=None,
-        reduction="sum_over_batch_size",
-        dtype=None,
-        importance=False,
-    ):
-        super().__init__(
-            distance=distance,
-            sampler=sampler,
-            seed=seed,
-            tuple_reduction=tuple_reduction,
-            name=name,
-            reduction=reduction,
-            dtype=dtype,
-            importance=importance,
-        )
+    def __init__(self, margin=0.2, squared=True, sampler="semi_hard", **kwargs):
+        super().__init__(sampler=sampler, **kwargs)
         self.margin = base.check_positive("margin", margin)
         self.squared = bool(squared)
 

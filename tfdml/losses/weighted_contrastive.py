@@ -40,28 +40,9 @@ class WeightedContrastiveLoss(ContrastiveLoss):
 
     sampler_kinds = ()  # Eq. 23 scores every pair of the design's batch
 
-    def __init__(
-        self,
-        margin=1.0,
-        eta=1.0,
-        distance="euclidean",
-        tuple_reduction=None,
-        name=None,
-        reduction="sum_over_batch_size",
-        dtype=None,
-        importance=True,
-    ):
-        super().__init__(
-            margin=margin,
-            squared=True,
-            distance=distance,
-            sampler=None,
-            tuple_reduction=tuple_reduction,
-            name=name,
-            reduction=reduction,
-            dtype=dtype,
-            importance=importance,
-        )
+    def __init__(self, margin=1.0, eta=1.0, importance=True, **kwargs):
+        base.refuse_fixed(type(self).__name__, kwargs, squared="is Hong et al.'s squared form (Eq. 10)")
+        super().__init__(margin=margin, squared=True, importance=importance, **kwargs)
         self.eta = base.check_positive("eta", eta)
 
     def negative_weights(self, targets, dtype):

@@ -63,12 +63,8 @@ def as_embeddings(x, name="embeddings"):
 
 
 def check_distance(distance):
-    if distance not in RETRIEVAL_DISTANCES:
-        raise ValueError(
-            f"Unknown retrieval distance {distance!r}; choose one of "
-            f"{', '.join(RETRIEVAL_DISTANCES)}."
-        )
-    return distance
+    """``distance`` if a retrieval metric can rank by it (:data:`RETRIEVAL_DISTANCES`)."""
+    return _distance_names.check(distance, RETRIEVAL_DISTANCES, what="retrieval distance")
 
 
 def chunk_size_for(num_gallery, chunk_size=None, max_elements=DEFAULT_CHUNK_ELEMENTS):

@@ -6,7 +6,8 @@ embedding_dim=None)`` on a [B, B] matrix of the batch and returns one of
 (see :mod:`tfdml.samplers.base`). ``dist`` is a distance (larger = farther),
 except for :class:`TopKMisplacedSampler`, which takes similarity scores.
 
-Names for configs (:func:`get`):
+Names for configs (:func:`get`), in :data:`SAMPLERS`; a sampler of the user's
+joins them with :func:`register` (and is then a valid ``loss.sampler``):
 
 =====================  ==========================  =========  ============
 name                   class                       kind       paper
@@ -23,6 +24,7 @@ name                   class                       kind       paper
 
 import keras
 
+from tfdml import registry
 from tfdml.samplers.base import (
     KINDS,
     GridTripletSelection,
@@ -43,7 +45,16 @@ from tfdml.samplers.pairs import AllPairsSampler, RandomPairSampler
 from tfdml.samplers.semi_hard import SemiHardSampler
 from tfdml.samplers.top_k import TopKMisplacedSampler
 
-_BY_NAME = {
+
+def _check_sampler_class(name, cls):
+    if not (isinstance(cls, type) and issubclass(cls, Sampler)):
+        raise ValueError(f"register({name!r}) needs a tfdml.samplers.Sampler subclass, got {cls!r}.")
+
+
+#: Sampler names → :class:`Sampler` subclasses (a :class:`tfdml.registry.Registry`).
+SAMPLERS = registry.Registry("sampler", check=_check_sampler_class,
+                             on_register=registry.keras_serializable(), instances=Sampler)
+SAMPLERS.update({
     "all": AllPairsSampler,
     "random": RandomPairSampler,
     "semi_hard": SemiHardSampler,
@@ -51,9 +62,13 @@ _BY_NAME = {
     "distance_weighted": DistanceWeightedSampler,
     "top_k": TopKMisplacedSampler,
     "multi_similarity": MultiSimilaritySampler,
-}
+})
 
-SAMPLERS = tuple(_BY_NAME)
+
+def register(name):
+    """Class decorator: make a :class:`Sampler` subclass a tfdml sampler named ``name``
+    (:data:`SAMPLERS`, :func:`get`, configs' ``loss.sampler``; Keras serialisation)."""
+    return SAMPLERS.register(name)
 
 
 def get(identifier):
@@ -67,19 +82,11 @@ def get(identifier):
     if identifier is None or isinstance(identifier, Sampler):
         return identifier
     if isinstance(identifier, str):
-        try:
-            return _BY_NAME[identifier]()
-        except KeyError:
-            raise ValueError(
-                f"Unknown sampler {identifier!r}; choose one of {', '.join(SAMPLERS)}."
-            ) from None
+        return SAMPLERS.build(identifier)
     if isinstance(identifier, dict):
         if "name" in identifier and "class_name" not in identifier:
             kwargs = dict(identifier)
-            name = kwargs.pop("name")
-            if name not in _BY_NAME:
-                raise ValueError(f"Unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}.")
-            return _BY_NAME[name](**kwargs)
+            return SAMPLERS.build(kwargs.pop("name"), **kwargs)
         obj = keras.saving.deserialize_keras_object(identifier)
         if not isinstance(obj, Sampler):
             raise ValueError(f"The config {identifier!r} does not describe a tfdml sampler.")
@@ -108,5 +115,6 @@ __all__ = [
     "distance_weighted_probabilities",
     "get",
     "log_inverse_density",
+    "register",
     "split_candidates",
 ]

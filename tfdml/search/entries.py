@@ -10,18 +10,17 @@ ids and labels (:func:`as_keys`) and its embeddings.
 
 import numpy as np
 
-#: Distances an :class:`~tfdml.search.Index` can search by.
+from tfdml import distance_names
+
+#: Distances an :class:`~tfdml.search.Index` can search by (what it reports for each:
+#: :data:`tfdml.distance_names.REPORTED`).
 DISTANCES = ("cosine", "euclidean")
 
 
 def check_distance(distance):
     """``distance`` if an index can search by it, else a ValueError naming the choices."""
-    if distance not in DISTANCES:
-        raise ValueError(
-            f"Unknown index distance {distance!r}; choose one of {', '.join(DISTANCES)} "
-            "(cosine is reported as the distance 1 - cosine similarity)."
-        )
-    return distance
+    return distance_names.check(distance, DISTANCES, what="index distance",
+                                hint=" (cosine is reported as the distance 1 - cosine similarity)")
 
 
 def as_keys(values, name="ids"):

@@ -12,7 +12,7 @@ def test_names_listed_and_unknown_name_lists_them():
     names = backbones.available_backbones()
     assert "efficientnet_lite0" in names and "resnet50v2" in names
     assert "mobilenet_v3_large" in names and "efficientnet_b0" in names
-    with pytest.raises(ValueError, match="valid names: .*efficientnet_lite0.*resnet50v2"):
+    with pytest.raises(ValueError, match=r"resnet5O. \(did you mean .resnet50v2.\?\); choose one of .*efficientnet_lite0.*resnet50v2"):
         get_backbone("resnet5O")
 
 
@@ -98,3 +98,24 @@ def test_lite0_keras_file_roundtrip(tmp_path):
     x = np.random.default_rng(1).uniform(0, 1, (2, 32, 32, 3)).astype(np.float32)
     np.testing.assert_array_equal(model(x, training=False).numpy(),
                                   loaded(x, training=False).numpy())
+
+
+def test_one_get_backbone_for_scratch_pretrained_and_registered_backbones():
+    from tfdml import models
+
+    assert list(backbones.SCRATCH) == ["small_cnn", "mlp"] and models.BACKBONES == backbones.SCRATCH
+    assert set(backbones.SCRATCH) <= set(backbones.BACKBONES)
+    cnn = get_backbone("small_cnn", input_shape=(8, 8, 1), width=4)
+    assert cnn.output_shape == models.small_cnn((8, 8, 1), width=4).output_shape == (None, 16)
+    assert models.get_backbone("mlp", (4,), width=3).output_shape == (None, 3)
+
+    def tiny(input_shape, width=2):
+        return models.mlp(input_shape, width=width, depth=1, name="tiny")
+
+    try:
+        assert backbones.register("tiny")(tiny) is tiny
+        assert models.get_backbone("tiny", (4,), width=5).output_shape == (None, 5)
+        with pytest.raises(ValueError, match=r"'tiny' is already registered"):
+            backbones.register("tiny")(models.mlp)
+    finally:
+        backbones.BACKBONES.pop("tiny", None)

@@ -277,3 +277,23 @@ def test_xla_compacted_and_full_grid_equal_graph_mode(make, largest_class):
     assert graph_value > 0
     np.testing.assert_allclose(xla_value, graph_value, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(xla_grad, graph_grad, rtol=1e-4, atol=1e-6)
+
+
+def test_losses_take_the_base_arguments_through_kwargs_and_refuse_what_they_fix():
+    from tfdml import config
+
+    for cls in (losses.ContrastiveLoss, losses.TripletLoss, losses.MarginLoss, losses.StableContrastLoss,
+                losses.RobustHardContrastiveLoss, losses.WeightedContrastiveLoss,
+                losses.BalancedContrastiveLoss):
+        params = config._init_parameters(cls)
+        assert {"distance", "tuple_reduction", "name", "importance"} <= set(params), cls
+    assert config._init_parameters(losses.TripletLoss)["sampler"].default == "semi_hard"
+    assert config._init_parameters(losses.WeightedContrastiveLoss)["importance"].default is True
+    with pytest.raises(ValueError, match="AngularLoss scores dot products .* and takes no distance; remove"):
+        losses.AngularLoss(distance="cosine")
+    with pytest.raises(ValueError, match="takes no squared; remove squared"):
+        losses.WeightedContrastiveLoss(squared=False)
+    with pytest.raises(ValueError, match="takes no eta; remove eta"):
+        losses.BalancedContrastiveLoss(num_classes=3, eta=2.0)
+    with pytest.raises(ValueError, match="takes no sampler"):
+        losses.WeightedContrastiveLoss(sampler="hard")

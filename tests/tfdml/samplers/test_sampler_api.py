@@ -99,8 +99,8 @@ def test_selection_type_matches_kind(sampler, batch):
 
 
 def test_get_names_and_errors():
-    assert samplers.SAMPLERS == ("all", "random", "semi_hard", "hard", "distance_weighted", "top_k",
-                                "multi_similarity")
+    assert tuple(samplers.SAMPLERS) == ("all", "random", "semi_hard", "hard", "distance_weighted", "top_k",
+                                       "multi_similarity")
     for name in samplers.SAMPLERS:
         assert isinstance(samplers.get(name), samplers.Sampler)
     assert samplers.get("semi_hard") == samplers.SemiHardSampler()

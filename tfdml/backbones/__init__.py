@@ -3,7 +3,7 @@
 ``get_backbone(name, input_shape=..., weights=...)`` returns a ``keras.Model``
 that maps inputs to features. :data:`BACKBONES` (a
 :class:`tfdml.registry.Registry`) names every backbone: the from-scratch
-``small_cnn`` and ``mlp`` of :mod:`tfdml.models` (:data:`SCRATCH`), and the
+``small_cnn`` and ``mlp`` of :mod:`tfdml.backbones.scratch` (:data:`SCRATCH`), and the
 pretrainable image networks below; :func:`register` adds a user's builder
 (``builder(input_shape, **options)`` returning a ``keras.Model``), which
 configs' ``model.backbone`` then accept. The image networks map RGB
@@ -42,6 +42,7 @@ from tfdml.backbones.efficientnet_lite import (
     MissingExtraError,
     bundled_weights_path,
 )
+from tfdml.backbones import scratch
 from tfdml.backbones.torch_legacy import TorchFileError, load_state_dict
 
 __all__ = [
@@ -70,24 +71,14 @@ def register(name):
     return BACKBONES.register(name)
 
 
-def _scratch(name):
-    def build(input_shape, **options):
-        from tfdml import models
-
-        return getattr(models, name)(input_shape, **options)
-
-    build.__name__ = name
-    return build
-
-
 def _efficientnet_lite0(input_shape=(224, 224, 3), weights="imagenet", include_top=False,
                         pooling="avg", input_range=(0, 255)):
     return EfficientNetLite0(include_top=include_top, weights=weights, input_shape=input_shape,
                              pooling=pooling, input_range=input_range)
 
 
-for _name in SCRATCH:
-    BACKBONES[_name] = _scratch(_name)
+BACKBONES["small_cnn"] = scratch.small_cnn
+BACKBONES["mlp"] = scratch.mlp
 BACKBONES["efficientnet_lite0"] = _efficientnet_lite0
 for _name in sorted(APPLICATIONS):
     BACKBONES[_name] = functools.partial(build_application, _name)
@@ -103,7 +94,7 @@ def get_backbone(name, input_shape=(224, 224, 3), **options):
 
     Args:
       name: one of :data:`BACKBONES`: ``"small_cnn"``, ``"mlp"`` (options of
-        :func:`tfdml.models.small_cnn` / :func:`tfdml.models.mlp`),
+        :func:`tfdml.backbones.scratch.small_cnn` / :func:`~tfdml.backbones.scratch.mlp`),
         ``"efficientnet_lite0"``, ``"resnet50v2"``, ``"mobilenet_v3_large"``,
         ``"efficientnet_b0"``, ... or a registered name.
       input_shape: ``(H, W, C)`` (``(H, W, 3)`` for the image networks, whose

@@ -107,7 +107,7 @@ def test_clear_errors(folder_and_model, tmp_path, capsys):
 
 
 def test_describe_prints_no_tensorflow_start_up_lines(tmp_path):
-    """search.py imports TensorFlow through tfdml_app.startup.quiet_tensorflow_import: a
+    """search.py imports TensorFlow through tfdml.startup.quiet_tensorflow_import: a
     sound file gives its description on stdout and nothing on stderr."""
     import subprocess
     import sys

@@ -27,7 +27,7 @@ import os
 from tfdml_app.embedding import check_model_path, load_embedder, load_split, model_input_transform
 from tfdml_app.errors import EvaluationError
 from tfdml_app.evaluation import BASELINES, DEFAULT_KS, DEFAULT_METRICS, Options, read_config, run
-from tfdml_app.startup import quiet_tensorflow_import
+from tfdml.startup import quiet_tensorflow_import
 
 
 def build_parser():

@@ -151,7 +151,7 @@ def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=
     results, details = tm.evaluate_embeddings(
         embeddings, labels, names, ks, distance=distance, chunk_size=chunk_size, seed=seed,
         num_pairs=num_pairs, pr_levels=np.linspace(0.0, 1.0, 101) if make_plots else None,
-        return_details=True)
+        per_class=True, return_details=True)
 
     baseline_results = baseline_details = None
     if baseline is not None:
@@ -207,6 +207,11 @@ def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=
                   f"Calibration: threshold {c['threshold']:.4g} ({c['distance']}) gives "
                   f"precision {c['precision']:.4f}, recall {c['recall']:.4f} "
                   f"(target {c['target_precision']})")
+    per_class = details.get("per_class")
+    if per_class is not None:  # the retrieval figures of each class's queries
+        tm.per_class_csv(per_class, os.path.join(out_dir, "per_class.csv"),
+                         getattr(split, "class_names", None))
+        record["per_class"] = "per_class.csv"
     files.write_json(os.path.join(out_dir, "metrics.json"), record)
     if verbose:
         if show_table:  # train.py prints its own summary of the same figures
@@ -214,6 +219,8 @@ def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=
         print(f"Wrote {os.path.join(out_dir, 'metrics.json')} and "
               f"{', '.join(os.path.basename(p) for p in written)}")
     paths = {"metrics": os.path.join(out_dir, "metrics.json"), "plots": list(written)}
+    if per_class is not None:
+        paths["per_class"] = os.path.join(out_dir, "per_class.csv")
     if calibrate is not None:
         paths["calibration"] = os.path.join(out_dir, "calibration.json")
     if save_index is not None:

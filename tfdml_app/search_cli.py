@@ -29,7 +29,7 @@ import sys
 
 from tfdml_app.embedding import load_embedder
 from tfdml_app.errors import EvaluationError
-from tfdml_app.startup import quiet_tensorflow_import
+from tfdml.startup import quiet_tensorflow_import
 
 
 def _image_files(path):

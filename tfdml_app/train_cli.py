@@ -92,7 +92,7 @@ def main(argv=None):
     except config_lib.ConfigError as err:
         print(f"Config error: {err}", file=sys.stderr)
         return 2
-    from tfdml_app.startup import quiet_tensorflow_import
+    from tfdml.startup import quiet_tensorflow_import
 
     quiet_tensorflow_import()
 

@@ -37,3 +37,27 @@ def test_options_are_fixed_and_default_to_the_command_line_s():
     assert options.metrics == evaluation.DEFAULT_METRICS and options.ks == evaluation.DEFAULT_KS
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.distance = "cosine"
+
+
+def test_run_writes_per_class_figures_whose_query_weighted_mean_is_the_figure(tmp_path):
+    """per_class.csv: one row per class of the split with its name and number of
+    queries; the query-weighted mean of a class's R@1 and MAP@R is the split's."""
+    import csv
+
+    import numpy as np
+    from pipelines import sources
+
+    split = sources.get_source("digits").split("test")
+    options = evaluation.Options(metrics=("recall", "map@r"), ks=(1,), plots=False)
+    result = evaluation.run(_flatten, split, str(tmp_path), options, verbose=0)
+    assert result.record["per_class"] == "per_class.csv"
+    with open(result.paths["per_class"]) as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["class"]) for r in rows] == list(range(split.num_classes))
+    assert [r["name"] for r in rows] == [split.class_names[i] for i in range(split.num_classes)]
+    counts = np.array([int(r["num_queries"]) for r in rows])
+    assert counts.tolist() == [split.class_sizes[i] for i in range(split.num_classes)]
+    for key in ("recall@1", "map@r"):
+        per_class = np.array([float(r[key]) for r in rows])
+        assert np.sum(per_class * counts) / counts.sum() == pytest.approx(
+            float(result.metrics[key]), abs=1e-6)

@@ -29,13 +29,33 @@ Distances are "smaller is closer": ``"cosine"`` is reported as the cosine
 threshold``) serves both distances.
 """
 
-from tfdml.search.backends import APPROXIMATE, BACKENDS, HNSW_DEFAULTS, IVF_DEFAULTS
-from tfdml.search.calibration import CALIBRATION_METRICS, Calibration, calibrate
-from tfdml.search.cli import describe, describe_all, main, report_all
-from tfdml.search.entries import DISTANCES, as_keys
-from tfdml.search.fileformat import FORMAT_VERSION
-from tfdml.search.index import Index
-from tfdml.search.serving import export_lookup
+import importlib as _importlib
+
+#: Where each public name lives. The modules load on first use (PEP 562), so that
+#: ``python -m tfdml.search`` can import TensorFlow quietly before any of them does.
+_EXPORTS = {
+    "APPROXIMATE": "backends", "BACKENDS": "backends", "HNSW_DEFAULTS": "backends",
+    "IVF_DEFAULTS": "backends",
+    "CALIBRATION_METRICS": "calibration", "Calibration": "calibration", "calibrate": "calibration",
+    "describe": "cli", "describe_all": "cli", "main": "cli", "report_all": "cli",
+    "DISTANCES": "entries", "as_keys": "entries",
+    "FORMAT_VERSION": "fileformat",
+    "Index": "index",
+    "export_lookup": "serving",
+}
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(_importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "APPROXIMATE",

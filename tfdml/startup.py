@@ -1,4 +1,6 @@
-"""Start-up of the command lines: importing TensorFlow quietly."""
+"""Start-up of the command lines (train.py, evaluate.py, search.py, ``python -m
+tfdml.search``): importing TensorFlow quietly. Dependency-free, so a command can
+call it before anything imports TensorFlow."""
 
 import os
 import sys
@@ -6,7 +8,7 @@ import sys
 
 def quiet_tensorflow_import():
     """Import TensorFlow without its C++ start-up lines in the terminal (the
-    one implementation for train.py and evaluate.py).
+    one implementation for every command line).
 
     ``TF_CPP_MIN_LOG_LEVEL`` is set to 2 unless the user set it (TensorFlow
     reads it once). absl writes INFO lines such as "oneDNN custom operations

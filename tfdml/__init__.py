@@ -5,12 +5,14 @@ weights (:mod:`tfdml.importance`), in-graph samplers (:mod:`tfdml.samplers`)
 and losses (:mod:`tfdml.losses`) are separate parts that compose in
 ``model.fit``.
 
-The submodules load on first use (PEP 562), so that ``tfdml.config`` (and
-``tfdml.files``, ``tfdml.errors``) can be used without importing TensorFlow:
+The submodules load on first use (PEP 562): ``import tfdml`` imports neither
+TensorFlow nor matplotlib, scikit-learn, SciPy or PyYAML, and ``tfdml.config``
+(and ``tfdml.files``, ``tfdml.errors``) can be used without TensorFlow:
 ``train.py`` checks a config before paying for it. Once Keras is imported,
-all of them load, as ``import tfdml`` always did, so that Keras finds
-tfdml's serialisable classes (``import tfdml`` before
-``keras.saving.load_model``, in either order).
+the submodules with Keras classes load, as ``import tfdml`` always did, so
+that Keras finds tfdml's serialisable classes (``import tfdml`` before
+``keras.saving.load_model``, in either order); ``config``, ``plots`` and
+``search`` still load on first use only.
 """
 
 import importlib as _importlib
@@ -33,13 +35,13 @@ _SUBMODULES = (
     "dsn",
     "distributed",
     "optimizers",
-    "config",
     "backbones",
-    "plots",
 )
-#: Loaded on first use only (``tfdml.search``), never by :func:`_load_all`, so that
-#: ``python -m tfdml.search`` runs its module once.
-_LAZY = ("search",)
+#: Loaded on first use only, never by :func:`_load_all`: ``tfdml.search``, so that
+#: ``python -m tfdml.search`` runs its module once; ``config`` (YAML) and ``plots``
+#: (matplotlib), which register nothing with Keras, so that loading tfdml with
+#: Keras imports neither PyYAML nor matplotlib.
+_LAZY = ("search", "config", "plots")
 
 #: Packages whose import must be complete before tfdml's submodules load
 #: (they import them).

@@ -22,7 +22,6 @@ command-line flags override them.
 """
 
 import argparse
-import json
 import os
 import sys
 

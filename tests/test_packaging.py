@@ -111,3 +111,20 @@ def test_readme_gpu_install_names_the_core_requirements():
     assert listed == {n: listed.get(n) for n in core} and all(
         listed[n].specifier == core[n].specifier for n in core), (
         f"README's GPU install lists {sorted(map(str, listed.values()))}, setup.cfg {sorted(map(str, core.values()))}")
+
+
+def test_no_extra_brings_another_tensorflow_through_its_dependencies():
+    """One level down, through the metadata of the extras' packages installed here
+    (packages not installed are skipped; their own requirements are not known offline)."""
+    ours = set(_tensorflows(_core()))
+    for extra, reqs in _extras().items():
+        for req in reqs:
+            try:
+                requires = importlib.metadata.requires(req.name) or []
+            except importlib.metadata.PackageNotFoundError:
+                continue
+            deps = [Requirement(r) for r in requires]
+            deps = [d for d in deps if d.marker is None or any(
+                d.marker.evaluate({"extra": e}) for e in {""} | req.extras)]
+            found = set(_tensorflows(deps)) - ours
+            assert not found, f"tfdml[{extra}]: {req.name} requires {sorted(found)} beside {sorted(ours)}"

@@ -84,12 +84,12 @@ def main():
         nq_tf = args.tf_queries[min(i, len(args.tf_queries) - 1)]
 
         flat = Index(backend="faiss").add(gallery, ids)
-        t, (truth, _) = timed(lambda: flat.search(queries, k=10), args.runs)
+        t, (truth, _) = timed(lambda flat=flat: flat.search(queries, k=10), args.runs)
         rows.append((n, "exact, faiss flat", "", "-", 1.0, args.queries / t, args.queries))
         print(rows[-1], flush=True)
 
         tf_index = Index(backend="tensorflow").add(gallery, ids)
-        t, (got, _) = timed(lambda: tf_index.search(queries[:nq_tf], k=10), args.runs)
+        t, (got, _) = timed(lambda tf_index=tf_index: tf_index.search(queries[:nq_tf], k=10), args.runs)
         rows.append((n, "exact, TensorFlow", "", "-", recall_at(got, truth[:nq_tf]),
                      nq_tf / t, nq_tf))
         print(rows[-1], flush=True)
@@ -109,7 +109,7 @@ def main():
                 setting = f"nlist={index._backend.structure.nlist}"
             for width in widths:
                 index.set_search_width(**{key: width})
-                t, (got, _) = timed(lambda: index.search(queries, k=10), args.runs)
+                t, (got, _) = timed(lambda index=index: index.search(queries, k=10), args.runs)
                 rows.append((n, kind.upper(), f"{setting}, {key}={width}", f"{build:.1f}",
                              recall_at(got, truth), args.queries / t, args.queries))
                 print(rows[-1], flush=True)

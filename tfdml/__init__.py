@@ -5,13 +5,14 @@ weights (:mod:`tfdml.importance`), in-graph samplers (:mod:`tfdml.samplers`)
 and losses (:mod:`tfdml.losses`) are separate parts that compose in
 ``model.fit``.
 
-The submodules load on first use (PEP 562), so that ``tfdml.files`` (and the
-config of the application, :mod:`tfdml_app.config`, which reads tfdml's
-registries) can be used without importing TensorFlow: ``train.py`` checks a
-config before paying for it. Once Keras is imported,
-all of them load, as ``import tfdml`` always did, so that Keras finds
-tfdml's serialisable classes (``import tfdml`` before
-``keras.saving.load_model``, in either order).
+The submodules load on first use (PEP 562): ``import tfdml`` imports neither
+TensorFlow nor matplotlib, scikit-learn, SciPy or PyYAML, and ``tfdml.files``
+(and the application's config, :mod:`tfdml_app.config`, which reads tfdml's
+registries) can be used without TensorFlow: ``train.py`` checks a config
+before paying for it. Once Keras is imported, the submodules with Keras
+classes load, as ``import tfdml`` always did, so that Keras finds tfdml's
+serialisable classes (``import tfdml`` before ``keras.saving.load_model``, in
+either order); ``plots`` and ``search`` still load on first use only.
 """
 
 import importlib as _importlib
@@ -35,11 +36,11 @@ _SUBMODULES = (
     "distributed",
     "optimizers",
     "backbones",
-    "plots",
 )
-#: Loaded on first use only (``tfdml.search``), never by :func:`_load_all`, so that
-#: ``python -m tfdml.search`` runs its module once.
-_LAZY = ("search",)
+#: Loaded on first use only, never by :func:`_load_all`: ``tfdml.search``, so that
+#: ``python -m tfdml.search`` runs its module once; ``plots`` (matplotlib), which
+#: registers nothing with Keras, so that loading tfdml with Keras imports no matplotlib.
+_LAZY = ("search", "plots")
 
 #: Packages whose import must be complete before tfdml's submodules load
 #: (they import them).

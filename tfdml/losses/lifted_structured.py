@@ -1,7 +1,6 @@
 """Lifted structured loss (Song et al. 2016, Eq. 4) and Hermans et al. 2017's generalisation."""
 
 import keras
-import tensorflow as tf
 
 from tfdml.losses import base
 from tfdml.losses import pair_weighting as gpw

@@ -21,8 +21,6 @@ k-means is scikit-learn's, seeded, so the same embeddings give the same score.
 """
 
 import numpy as np
-from sklearn import cluster as _cluster
-from sklearn import metrics as _skm
 
 NMI_AVERAGES = ("arithmetic", "geometric")
 
@@ -36,6 +34,8 @@ def kmeans(embeddings, num_clusters, seed=0, n_init=1):
             f"k-means needs 1 <= num_clusters <= num_examples, got {num_clusters} clusters "
             f"for {embeddings.shape[0]} examples."
         )
+    from sklearn import cluster as _cluster  # on use: importing tfdml does not import scikit-learn
+
     km = _cluster.KMeans(n_clusters=num_clusters, n_init=n_init, random_state=seed)
     return km.fit_predict(embeddings)
 
@@ -44,6 +44,8 @@ def nmi(labels, clusters, average="arithmetic"):
     """Normalised mutual information between classes and clusters (see module doc)."""
     if average not in NMI_AVERAGES:
         raise ValueError(f"Unknown NMI average {average!r}; choose one of {NMI_AVERAGES}.")
+    from sklearn import metrics as _skm
+
     return float(_skm.normalized_mutual_info_score(labels, clusters, average_method=average))
 
 
@@ -51,6 +53,8 @@ def ami(labels, clusters, average="arithmetic"):
     """Adjusted mutual information between classes and clusters (see module doc)."""
     if average not in NMI_AVERAGES:
         raise ValueError(f"Unknown NMI average {average!r}; choose one of {NMI_AVERAGES}.")
+    from sklearn import metrics as _skm
+
     return float(_skm.adjusted_mutual_info_score(labels, clusters, average_method=average))
 
 

@@ -24,7 +24,6 @@ balanced LFW-like set (half same-class pairs), fold by fold.
 import numpy as np
 
 from tfdml import distance_names
-from sklearn import metrics as _skm
 
 
 def sample_pairs(labels, num_pairs=6000, n_folds=10, seed=0):
@@ -160,6 +159,8 @@ def kfold_accuracy(scores, issame, n_folds=10, folds=None):
 def roc(scores, issame):
     """``(fpr, tpr, thresholds)`` over all distinct thresholds (scikit-learn)."""
     scores, issame = _check(scores, issame)
+    from sklearn import metrics as _skm  # on use: importing tfdml does not import scikit-learn
+
     return _skm.roc_curve(issame, scores, drop_intermediate=False)
 
 
@@ -168,6 +169,8 @@ def roc_auc(scores, issame):
     scores, issame = _check(scores, issame)
     if issame.all() or not issame.any():
         raise ValueError("ROC AUC needs both same and different pairs.")
+    from sklearn import metrics as _skm
+
     return float(_skm.roc_auc_score(issame, scores))
 
 

@@ -1,0 +1,130 @@
+"""Packaging: every install has one TensorFlow distribution, TensorFlow and Keras are
+bounded by the newest versions tested, and the environment running the tests is in range."""
+
+import configparser
+import importlib.metadata
+import os
+import shlex
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: Distributions that each install the ``tensorflow`` module: two of them in one
+#: environment overwrite each other's files.
+TENSORFLOW_DISTRIBUTIONS = {canonicalize_name(n) for n in (
+    "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
+    "tensorflow-aarch64", "tensorflow-cpu-aws", "tensorflow-rocm", "intel-tensorflow",
+    "tf-nightly", "tf-nightly-cpu", "tf-nightly-gpu", "tf-nightly-intel", "tf-nightly-macos")}
+
+
+def _setup_cfg():
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(ROOT, "setup.cfg"))
+    return cfg
+
+
+def _requirements(text):
+    return [Requirement(line) for line in text.split("\n") if line.strip() and not line.strip().startswith("#")]
+
+
+def _core():
+    return _requirements(_setup_cfg()["options"]["install_requires"])
+
+
+def _extras():
+    cfg = _setup_cfg()
+    return {name: _requirements(value) for name, value in cfg["options.extras_require"].items()}
+
+
+def _install(extra=None):
+    """The requirements of ``pip install tfdml[extra]`` (core plus the extra, with the
+    extras it names of tfdml itself)."""
+    extras, todo, seen, reqs = _extras(), [extra] if extra else [], set(), list(_core())
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for req in extras[name]:
+            if canonicalize_name(req.name) == "tfdml":
+                todo.extend(req.extras)
+            else:
+                reqs.append(req)
+    return reqs
+
+
+def _tensorflows(reqs):
+    return sorted({canonicalize_name(r.name) for r in reqs} & TENSORFLOW_DISTRIBUTIONS)
+
+
+def test_every_install_names_exactly_one_tensorflow_distribution():
+    assert len(_tensorflows(_core())) == 1, _tensorflows(_core())
+    for extra in _extras():
+        found = _tensorflows(_install(extra))
+        assert len(found) == 1, (
+            f"pip install tfdml[{extra}] would install {found}: each writes the tensorflow module; "
+            "an extra cannot remove the core one (README, 'Development': GPU install).")
+
+
+def _bounded(name):
+    req = next(r for r in _core() if canonicalize_name(r.name) == canonicalize_name(name))
+    ops = {s.operator for s in req.specifier}
+    assert ">=" in ops and "<" in ops, f"{req}: needs a lower bound and an upper bound (the newest tested + 1)"
+    return req
+
+
+def test_tensorflow_and_keras_are_bounded_and_installed_in_range():
+    """The private Keras/TensorFlow API tfdml uses (tests/tfdml/test_models.py::
+    test_private_keras_api_we_rely_on) is only known to hold between the bounds; the
+    environment running the suite must be inside them, or the bounds say untested things."""
+    for name in (_tensorflows(_core())[0], "keras"):
+        req = _bounded(name)
+        installed = importlib.metadata.version(req.name)
+        assert req.specifier.contains(installed, prereleases=True), (
+            f"{req.name} {installed} is installed but setup.cfg declares {req}: test this version, "
+            "then move the bound in setup.cfg.")
+
+
+def _pip_installs(line):
+    """The requirements of each ``pip install`` in a shell line."""
+    for part in line.split("&&"):
+        words = shlex.split(part.split("#")[0])
+        if len(words) > 1 and words[0].endswith("pip") and words[1] == "install":
+            yield [Requirement(w) for w in words[2:] if not w.startswith("-") and w != "."]
+
+
+def test_readme_gpu_install_names_the_core_requirements():
+    """The GPU install (``tensorflow[and-cuda]``, then tfdml without its dependencies and
+    then those) lists the core requirements by hand: they must be setup.cfg's, with the
+    same bounds, less the CPU TensorFlow, whose bounds ``tensorflow[and-cuda]`` takes."""
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    cuda = next(ln for ln in readme.splitlines() if "tensorflow[and-cuda]" in ln)
+    rest = next(ln for ln in readme.splitlines() if "--no-deps" in ln)
+    core = {canonicalize_name(r.name): r for r in _core()}
+    tf_req = core.pop(_tensorflows(_core())[0])
+    (gpu_tf,), = list(_pip_installs(cuda))
+    assert gpu_tf.name == "tensorflow" and "and-cuda" in gpu_tf.extras and gpu_tf.specifier == tf_req.specifier, (
+        f"README's GPU line installs {gpu_tf}; setup.cfg declares {tf_req}")
+    listed = {canonicalize_name(r.name): r for reqs in _pip_installs(rest) for r in reqs}
+    assert listed == {n: listed.get(n) for n in core} and all(
+        listed[n].specifier == core[n].specifier for n in core), (
+        f"README's GPU install lists {sorted(map(str, listed.values()))}, setup.cfg {sorted(map(str, core.values()))}")
+
+
+def test_no_extra_brings_another_tensorflow_through_its_dependencies():
+    """One level down, through the metadata of the extras' packages installed here
+    (packages not installed are skipped; their own requirements are not known offline)."""
+    ours = set(_tensorflows(_core()))
+    for extra, reqs in _extras().items():
+        for req in reqs:
+            try:
+                requires = importlib.metadata.requires(req.name) or []
+            except importlib.metadata.PackageNotFoundError:
+                continue
+            deps = [Requirement(r) for r in requires]
+            deps = [d for d in deps if d.marker is None or any(
+                d.marker.evaluate({"extra": e}) for e in {""} | req.extras)]
+            found = set(_tensorflows(deps)) - ours
+            assert not found, f"tfdml[{extra}]: {req.name} requires {sorted(found)} beside {sorted(ours)}"

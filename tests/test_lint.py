@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PATHS = ["tfdml", "pipelines", "tests", "benchmarks"] + sorted(
+PATHS = ["tfdml", "tfdml_app", "pipelines", "tests", "benchmarks", "docs"] + sorted(
     os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py")))
 
 

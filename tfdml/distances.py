@@ -20,7 +20,7 @@ around the batch mean rather than around the origin, see
 import tensorflow as tf
 
 from tfdml import distance_names
-from tfdml.distance_names import DISTANCES  # the one table of names
+from tfdml.distance_names import DISTANCES  # noqa: F401 (re-exported: the one table of names)
 
 _SQRT_THRESHOLD = 1e-12
 

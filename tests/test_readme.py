@@ -1,4 +1,5 @@
-"""The README's promises: two commands first, .ci/run runs the second, the examples run."""
+"""The README's promises: two commands first, .ci/run runs the second, the examples run (the
+README's and the user guide's), the losses table is the registry's, the README stays short."""
 
 import os
 import re
@@ -7,11 +8,12 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-README = open(os.path.join(ROOT, "README.md")).read()
+README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+GUIDE = open(os.path.join(ROOT, "docs", "guide.md"), encoding="utf-8").read()
 
 
-def _blocks(lang):
-    return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.S)
+def _blocks(lang, text=README):
+    return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
 
 
 def test_readme_opens_with_the_two_commands_and_ci_runs_the_second():
@@ -31,8 +33,8 @@ def test_api_example_runs(capsys):
 
 
 def test_search_example_runs(capsys):
-    example = next(b for b in _blocks("python") if "tfdml.search" in b)
-    exec(compile(example, "README.md", "exec"), {"__name__": "readme_search_example"})
+    example = next(b for b in _blocks("python", GUIDE) if "tfdml.search" in b)
+    exec(compile(example, "docs/guide.md", "exec"), {"__name__": "guide_search_example"})
     out = capsys.readouterr().out
     assert "threshold" in out and "digit-" in out
 
@@ -79,16 +81,16 @@ def test_replace_block_refuses_a_readme_without_one_block():
 
 
 def _own_loss_example():
-    return next(b for b in _blocks("python") if "tfdml.losses.register" in b)
+    return next(b for b in _blocks("python", GUIDE) if "tfdml.losses.register" in b)
 
 
 def test_add_your_own_loss_example_runs_and_configs_find_it(capsys):
-    """The README's "Add your own loss" example, as written."""
+    """The user guide's "Add your own loss" example, as written."""
     import tfdml
     import tfdml_app.config
 
     try:
-        exec(compile(_own_loss_example(), "README.md", "exec"), {"__name__": "readme_own_loss"})
+        exec(compile(_own_loss_example(), "docs/guide.md", "exec"), {"__name__": "guide_own_loss"})
         assert re.search(r"loss \d+\.\d{4}", capsys.readouterr().out)
         cls = tfdml.losses.LOSSES["squared_hinge_pairs"]
         # Its options and samplers come from the class, as for the built-in losses.
@@ -133,11 +135,11 @@ def test_train_py_imports_a_module_that_registers_a_loss(tmp_path, monkeypatch, 
 
 
 def test_the_xla_forms_paragraph_matches_the_library_and_names_what_exists():
-    # The README quotes the compacted width (16 slots an anchor, classes of more than 17 take
-    # the whole grid) and names semi-hard's thresholds; they must stay the library's.
+    # The user guide quotes the compacted width (16 slots an anchor, classes of more than 17
+    # take the whole grid) and names semi-hard's thresholds; they must stay the library's.
     from tfdml.samplers import base, semi_hard
 
-    text = " ".join(README.split())
+    text = " ".join(GUIDE.split())
     assert f"on up to {base.GRID_WIDTH} valid triplets per anchor (B·{base.GRID_WIDTH} slots)" in text
     assert f"when a class has more than {base.GRID_WIDTH + 1} examples" in text
     for name in re.findall(r"`semi_hard\.(\w+)` against `(\w+)`", text)[0]:
@@ -146,3 +148,54 @@ def test_the_xla_forms_paragraph_matches_the_library_and_names_what_exists():
 
     assert "`samplers.ordering.stable_order`" in text and callable(ordering.stable_order)
     assert callable(getattr(base.Sampler, "xla_is_slower", None))
+
+
+def _losses_table():
+    """{loss.name: {column: cell}} of the README's losses table."""
+    section = README.split("\n## Losses\n")[1].split("\n## ")[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {}
+    for line in lines[2:]:
+        cells = dict(zip(header, (c.strip() for c in line.strip("|").split("|"))))
+        rows[cells["`loss.name`"].strip("`")] = cells
+    return rows
+
+
+def test_losses_table_has_a_row_for_each_registered_loss_and_its_columns_are_the_classes():
+    from tfdml import losses
+    from tfdml.losses.proxies import ProxyLoss
+
+    own = {name: cls for name, cls in losses.LOSSES.items() if cls.__module__.startswith("tfdml.")}
+    rows = _losses_table()
+    assert sorted(rows) == sorted(own), "README losses table != tfdml.losses.LOSSES"
+    for name, cls in own.items():
+        row = rows[name]
+        assert row["class"] == f"`{cls.__name__}`", name
+        kinds = () if row["samplers"] == "—" else tuple(k.strip() for k in row["samplers"].split(","))
+        assert kinds == tuple(cls.sampler_kinds), (name, kinds, cls.sampler_kinds)
+        assert row["importance"] == ("yes" if cls.supports_importance else "no"), name
+        assert row["proxies"] == ("yes" if issubclass(cls, ProxyLoss) else "no"), name
+        assert re.search(r"et al\.| & |draft", row["paper, equation"]), f"{name}: no paper cited"
+
+
+def test_readme_is_short_lists_every_config_and_points_to_the_docs():
+    assert len(README.splitlines()) <= 250
+    listed = set(re.findall(r"`(configs/[\w.-]+\.yaml)`", README.split("## Whole experiments")[1]))
+    on_disk = {f"configs/{name}" for name in os.listdir(os.path.join(ROOT, "configs")) if name.endswith(".yaml")}
+    assert listed == on_disk, f"README configs table: missing {on_disk - listed}, stale {listed - on_disk}"
+    for target in ("docs/guide.md", "docs/design.md", "docs/config.md", "benchmarks/RESULTS.md"):
+        assert f"]({target}" in README, target
+    for target in re.findall(r"\]\(([^)#\s]+)", README):
+        if not re.match(r"[a-z]+://", target):
+            assert os.path.exists(os.path.join(ROOT, target)), target
+    assert not re.search(r"\bissue\s+\d", README + GUIDE, re.I)
+
+
+def test_readme_anchors_into_the_guide_exist():
+    def anchor(heading):
+        return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+    anchors = {anchor(h) for h in re.findall(r"^#+ (.+)$", GUIDE, flags=re.M)}
+    for target in re.findall(r"\]\(docs/guide\.md#([^)]+)\)", README):
+        assert target in anchors, target

@@ -31,7 +31,7 @@ def build_strategy(cfg):
     if "TF_CONFIG" not in os.environ:
         raise ExperimentError(
             "strategy=multi_worker needs the TF_CONFIG environment variable describing the "
-            "cluster and this worker's index (see README, 'Multi-worker training')."
+            "cluster and this worker's index (see docs/guide.md, 'Multi-worker training')."
         )
     if cfg["training"]["jit_compile"]:
         raise ExperimentError(

@@ -202,15 +202,15 @@ def test_jit_fit_on_design_batches(split, name, sampler):
 
 
 def _readme_design_snippet():
-    readme = open(os.path.join(ROOT, "README.md")).read()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "designs." in b]
-    assert len(blocks) == 1, "README: expected one python block with the batch designs snippet"
+    guide = open(os.path.join(ROOT, "docs", "guide.md"), encoding="utf-8").read()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", guide, flags=re.S) if "designs." in b]
+    assert len(blocks) == 1, "docs/guide.md: expected one python block with the batch designs snippet"
     return blocks[0]
 
 
 @pytest.mark.parametrize("jit_compile", [True, "auto"])
 def test_readme_batch_designs_snippet(jit_compile):
-    """The README's "Batch designs" snippet, with a user-built functional CNN as ``model``."""
+    """The user guide's "Batch designs" snippet, with a user-built functional CNN as ``model``."""
     snippet = _readme_design_snippet()
     model = tfdml.models.EmbeddingModel(user_cnn((28, 28, 1), stages=2))
     model.build((None, 28, 28, 1))
@@ -218,7 +218,7 @@ def test_readme_batch_designs_snippet(jit_compile):
     # The snippet's own compile call, with jit_compile set.
     model.compile = functools.partial(model.compile, jit_compile=jit_compile)
     namespace = {"__name__": "readme_batch_designs", "tfdml": tfdml, "model": model}
-    exec(compile(snippet.replace("steps_per_epoch=100", "steps_per_epoch=3"), "README.md", "exec"), namespace)
+    exec(compile(snippet.replace("steps_per_epoch=100", "steps_per_epoch=3"), "docs/guide.md", "exec"), namespace)
     x_spec, y_spec = namespace["batches"].element_spec
     assert x_spec.shape == (20, 28, 28, 1)  # the snippet's comment
     assert set(y_spec) == {"label", "class_size", "w_pos", "w_neg", "example_id",

@@ -91,7 +91,7 @@ def test_config_sections(models, tmp_path):
     report = json.load(open(os.path.join(out, "metrics.json")))
     assert list(report["metrics"])[:3] == ["recall@1", "recall@2", "map@r"]
     assert report["info"]["distance"] == "cosine"
-    # The keys evaluate.py reads are keys that train.py's config accepts (issue 11).
+    # The keys evaluate.py reads are keys that train.py's config accepts.
     from tfdml_app import config as config_lib
 
     assert config_lib.load(str(cfg))["evaluation"]["distance"] == "cosine"
@@ -130,11 +130,11 @@ def test_clear_errors(models, tmp_path, capsys, case, match):
         open(model, "w").close()
     elif case in ("conv", "big"):
         model = models[case]
-    elif case == "truncated":  # as left by a run killed while writing it (issue 11)
+    elif case == "truncated":  # as left by a run killed while writing it
         model = str(tmp_path / "model.keras")
         with open(models["keras"], "rb") as src, open(model, "wb") as dst:
             dst.write(src.read()[:1000])
-    elif case == "out_is_a_file":  # an unwritable --out (issue 16)
+    elif case == "out_is_a_file":  # an unwritable --out
         (tmp_path / "o").write_text("a file, not a directory")
     elif case == "metric":
         extra = ["--metrics", "accuracy"]
@@ -199,7 +199,7 @@ def test_raw_pixel_baseline_matches_scikit_learn(models, tmp_path, capsys):
 
 
 def test_retrieval_grid_shows_the_users_class_names(tmp_path, monkeypatch):
-    """Issue 11: labels are contiguous indices inside the pipeline; the plots
+    """Labels are contiguous indices inside the pipeline; the plots
     show the user's classes (a folder's class directories), not "(2)"."""
     import tensorflow as tf
 
@@ -227,7 +227,7 @@ def test_retrieval_grid_shows_the_users_class_names(tmp_path, monkeypatch):
 
 
 def test_config_evaluation_baseline_is_honoured(models, tmp_path):
-    """Issue 16: evaluate.py --config ignored evaluation.baseline."""
+    """Evaluate.py --config ignored evaluation.baseline."""
     cfg = tmp_path / "run.yaml"
     cfg.write_text("data: {source: digits}\nevaluation: {metrics: [recall], ks: [1], baseline: raw_pixels}\n")
     out = str(tmp_path / "eval")

@@ -46,7 +46,7 @@ def small_cfg(out, **overrides):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
-    # jit_compile "loss": the users' XLA setting for CPUs (issue 13) on the shared run.
+    # jit_compile "loss": the users' XLA setting for CPUs on the shared run.
     cfg = small_cfg(out, **{"evaluation.distance": "cosine", "training.jit_compile": "loss"})
     result = fit.run(cfg, verbose=0)
     return cfg, result, out
@@ -57,12 +57,12 @@ def test_run_writes_everything(finished_run):
     for name in ("config.yaml", "history.csv", "metrics.json", "model.keras", "finished.json",
                  "saved_model/saved_model.pb", "retrieval_grid.png", "distance_histogram.png"):
         assert os.path.exists(os.path.join(out, name)), name
-    # Issue 17: without a validation split no checkpoint is selected on test data.
-    # Issue 16: and no weights stored twice (model.keras is the final model; the backup is gone).
+    # Without a validation split no checkpoint is selected on test data.
+    # And no weights stored twice (model.keras is the final model; the backup is gone).
     for name in ("checkpoints/best.weights.h5", "checkpoints/last.weights.h5", "final.weights.h5",
                  "backup"):
         assert not os.path.exists(os.path.join(out, name)), name
-    # Issue 16: the test split's per-epoch figures are logged as held-out, not as training.
+    # The test split's per-epoch figures are logged as held-out, not as training.
     assert sorted(os.listdir(os.path.join(out, "logs"))) == ["test", "train"]
     report = json.load(open(os.path.join(out, "metrics.json")))
     metrics = report["metrics"]
@@ -148,7 +148,7 @@ def test_resume_after_kill_reaches_the_same_weights(tmp_path, loss, state):
     """Kill after epoch 2 of 4, rerun: same final weights (the encoder's, the loss's learned
     parameters: β or the proxies, the optimizer's state) as an uninterrupted run.
 
-    With a validation split (issue 17): the resumed run holds out the same
+    With a validation split: the resumed run holds out the same
     examples, so its best checkpoint and history equal the straight run's."""
     validation = {"fraction": 0.4, "mode": "examples", "seed": 5}
     straight = small_cfg(tmp_path / "straight", **{"training.epochs": 4, "loss": dict(loss)})
@@ -195,7 +195,7 @@ def _nan_features_cfg(tmp_path, value=np.nan):
 
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
 def test_nonfinite_input_is_refused_at_the_source(tmp_path, value):
-    """Issue 11: with NaN features the run used to train on (a finite loss on
+    """With NaN features the run used to train on (a finite loss on
     oneDNN kernels) and die in the final evaluation with a traceback."""
     with pytest.raises(ExperimentError,
                        match=r"data: features has 3 row\(s\) with NaN or Inf values \(rows 3, 17, 150\)"):
@@ -320,8 +320,8 @@ def test_a_config_typo_is_reported_before_tensorflow_is_imported(tmp_path):
 
 
 def test_loss_the_library_refuses_stops_before_any_work(tmp_path, capsys):
-    """Issue 11: stable_contrast + random passed validation, created the output
-    dir, loaded the data and only then failed on loss.options."""
+    """stable_contrast + random must not pass validation, create the output
+    dir and load the data before failing on loss.options."""
     out = tmp_path / "run"
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("data: {source: digits}\n")
@@ -339,7 +339,7 @@ class _Built(Exception):
 
 
 def test_loss_gets_the_number_of_training_classes(tmp_path, monkeypatch):
-    """Issue 11: with train_classes [5..9] run passed the highest label + 1 = 10
+    """With train_classes [5..9] run passed the highest label + 1 = 10
     as num_classes. BalancedContrastiveLoss's η = λ/(L−1) · (N_i − 1)/N_j (Hong
     Eq. 15) then used L − 1 = 9 instead of 4: η was 4/9 of its value."""
     from tfdml import targets as targets_lib
@@ -422,12 +422,12 @@ def test_cli_smoke(tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "held-out metrics" in proc.stdout and "recall@1" in proc.stdout
-    # --quiet keeps one line per epoch with the held-out figure (issue 17 §6).
+    # --quiet keeps one line per epoch with the held-out figure.
     assert re.search(r"^epoch 1/1: loss [0-9.]+, test_recall@1 [0-9.]+.* \(\d+ s\)$", proc.stdout, re.M), proc.stdout
     # The summary puts the raw-pixel figure next to the model's.
     rows = [line for line in proc.stdout.splitlines() if line.strip().startswith("recall@1")]
     assert len(rows) == 1, "the final table is printed once"
-    # TensorFlow's C++ start-up lines stay out of the terminal (issue 16).
+    # TensorFlow's C++ start-up lines stay out of the terminal.
     assert "absl::InitializeLog" not in proc.stderr and "oneDNN custom operations" not in proc.stderr
     row = rows[0]
     assert len(row.split()) == 3 and "raw_pixels" in proc.stdout
@@ -550,7 +550,7 @@ def test_best_checkpoint_follows_an_evaluated_metric(metrics, expected):
 
 @pytest.mark.slow  # the README's main job in full: about a minute on 2 cores
 def test_main_job_is_well_above_raw_pixels(tmp_path):
-    """Issue 5 §6: on the unseen digits 5–9 the default config beats raw pixels.
+    """On the unseen digits 5–9 the default config beats raw pixels.
 
     Raw pixels are scored here with scikit-learn (brute-force neighbours, k-means
     + NMI) and a NumPy MAP@R (Musgrave et al. 2020, Eq. 2), independently of
@@ -591,7 +591,7 @@ def test_main_job_is_well_above_raw_pixels(tmp_path):
 def test_reloaded_model_keras_keeps_the_optimizer_state(tmp_path, head_lr_multiplier):
     """A user who reloads model.keras and calls fit continues with the trained
     optimizer state (Keras warns "Skipping variable loading for optimizer"
-    when it cannot restore it; issue 11 asked to check)."""
+    when it cannot restore it)."""
     import warnings
 
     cfg = small_cfg(tmp_path, **{"training.epochs": 1, "training.steps_per_epoch": 2,
@@ -608,7 +608,7 @@ def test_reloaded_model_keras_keeps_the_optimizer_state(tmp_path, head_lr_multip
 
 
 def test_large_sparse_class_ids_train_a_small_model(tmp_path):
-    """Issue 11: ids from 2**40 on (sparse, beyond int32) sized the margin
+    """Ids from 2**40 on (sparse, beyond int32) sized the margin
     loss's β_class by max(label) + 1 (834 MB for a 6-class toy) and merged in
     int32. Sources map them to 0..L-1: β_class has one entry per class."""
     rng = np.random.default_rng(0)
@@ -626,7 +626,7 @@ def test_large_sparse_class_ids_train_a_small_model(tmp_path):
     assert max(np.prod(s) for s in shapes.values()) < 10_000
 
 
-# -- the validation split (issue 17) ------------------------------------------------
+# -- the validation split ------------------------------------------------
 
 
 class _PredictSpy(keras.callbacks.Callback):
@@ -733,7 +733,7 @@ def test_a_resume_with_another_validation_split_is_refused(tmp_path):
         fit.run(other, verbose=0)
 
 
-# -- runs that never lose work and never mix results (issue 16) ---------------------
+# -- runs that never lose work and never mix results ---------------------
 
 _KILL_DURING_BACKUP = """
 import json, os, signal, sys
@@ -898,7 +898,7 @@ def test_no_config_trains_the_main_job_and_an_empty_one_is_refused(tmp_path, cap
     ("list-shaped config", ["--config", "{list_yaml}", "--set", "seed=1"], "must be a mapping of sections"),
 ])
 def test_ordinary_mistakes_are_one_line_exit_2(tmp_path, capsys, case, args, expected):
-    """Issue 16: each of these used to end in a traceback (TypeError, h5py, ...)."""
+    """Each of these used to end in a traceback (TypeError, h5py, ...)."""
     (tmp_path / "a_file").write_text("not a directory")
     (tmp_path / "list.yaml").write_text("- seed: 1\n")
     args = [a.format(file=tmp_path / "a_file", dir=tmp_path, list_yaml=tmp_path / "list.yaml") for a in args]
@@ -928,7 +928,7 @@ fit.run(json.loads(sys.argv[1]), verbose=0, callbacks=[Slowly()])
 
 @pytest.mark.slow
 def test_soak_random_kills_always_resume_to_the_uninterrupted_run(tmp_path):
-    """Issue 16 soak: SIGKILL a real run at random moments (during start-up,
+    """Soak: SIGKILL a real run at random moments (during start-up,
     training, a backup, the evaluation or the export), rerun it each time;
     it ends with the final weights and the best checkpoint of a run that was
     never interrupted."""
@@ -1060,7 +1060,7 @@ def test_a_failed_lookup_calibration_exports_a_lookup_that_matches_nothing(finis
     assert "lookup:" in text and "is_match is False for every neighbour" in text
 
 
-# -- the folder template (issue 17 §4) ------------------------------------------------
+# -- the folder template ------------------------------------------------
 
 
 def test_folder_template_trains_a_few_steps_on_a_generated_folder(tmp_path):

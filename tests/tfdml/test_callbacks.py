@@ -189,7 +189,7 @@ def _scalars(folder):
 
 
 def test_held_out_figures_go_to_their_own_tensorboard_run(data, tmp_path):
-    """Issue 16: test_* figures were logged under logs/train as if they were training
+    """Test_* figures were logged under logs/train as if they were training
     figures; they go to logs/test, val_* to logs/validation, the loss stays in train."""
     from tfdml.callbacks import HeldOutTensorBoard
 

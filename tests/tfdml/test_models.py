@@ -157,7 +157,7 @@ def test_terminate_on_nan_stops_at_the_first_nonfinite_embedding(nonfinite_after
 
 @pytest.mark.parametrize("how", ["arrays", "dataset"])
 def test_sample_weight_is_refused_not_dropped(how):
-    """Issue 12: model.fit(..., sample_weight=w) trained as if w were absent. The losses
+    """Model.fit(..., sample_weight=w) trained as if w were absent. The losses
     score tuples, so a per-example weight is refused with the fix, before any update."""
     x, y = _data()
     model = _model(loss=losses.TripletLoss(sampler="hard"))
@@ -173,7 +173,7 @@ def test_sample_weight_is_refused_not_dropped(how):
 
 
 def test_private_keras_api_we_rely_on():
-    """Issue 12: the three private Keras attributes (and one TensorFlow function) tfdml still uses, each with no public
+    """The three private Keras attributes (and one TensorFlow function) tfdml still uses, each with no public
     equivalent (see the comments at their use). If Keras changes one, this names it."""
     model = _model()
     tracker = getattr(model, "_tracker", None)
@@ -233,7 +233,7 @@ def _fit_margin(jit_compile, x, y, steps=3):
 
 
 def test_jit_compile_loss_compiles_the_loss_only_and_trains_as_graph_mode(tmp_path):
-    """jit_compile="loss" (issue 13): the loss and its sampler are one XLA computation,
+    """jit_compile="loss": the loss and its sampler are one XLA computation,
     the train step itself is not compiled, and training follows graph mode."""
     x, y = _data()
     graph, graph_loss = _fit_margin(False, x, y)

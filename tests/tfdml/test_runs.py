@@ -150,7 +150,7 @@ def test_history_csv_continues_the_backed_up_rows(tmp_path):
 
 
 def test_a_backup_that_cannot_fit_is_refused_before_writing(tmp_path, monkeypatch):
-    """h5py running out of space half-way has crashed the process (issue 16):
+    """h5py running out of space half-way has crashed the process:
     the next backup's size is checked against the free space first."""
     backup = runs.Backup(tmp_path / "backup")
     model = _model()

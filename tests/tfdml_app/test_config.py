@@ -57,7 +57,7 @@ def test_impossible_combinations():
         config.validate({"design": {"m": 1}})
     with pytest.raises(config.ConfigError, match=r"evaluation.metrics: Unknown metric 'recal'; choose from"):
         config.validate({"evaluation": {"metrics": ["recal"]}})
-    # Issue 12: distance weighted sampling assumes euclidean distances on the unit sphere.
+    # Distance weighted sampling assumes euclidean distances on the unit sphere.
     with pytest.raises(config.ConfigError, match=r"assumes unit-norm embeddings.*model.normalize: true"):
         config.validate({"loss": {"name": "margin", "sampler": "distance_weighted"},
                          "model": {"normalize": False}})
@@ -104,7 +104,7 @@ def test_validation_runs_no_tensorflow_op():
 
 
 def test_numbers_in_exponent_notation_are_floats(tmp_path):
-    """Issue 11: PyYAML (YAML 1.1) reads 1e-3 as a string, and learning_rate: 1e-3
+    """PyYAML (YAML 1.1) reads 1e-3 as a string, and learning_rate: 1e-3
     was refused. Files and --set values read it as YAML 1.2 does; quoted stays text."""
     path = tmp_path / "c.yaml"
     path.write_text(
@@ -149,7 +149,7 @@ def test_schema_names_are_the_registries():
 
 
 def test_stable_contrast_refuses_a_pair_sampler_at_validation():
-    """Issue 11: stable_contrast + random passed validation and failed after loading the data.
+    """Stable_contrast + random passed validation and failed after loading the data.
     StableContrastLoss accepts triplet samplers only; random selects pairs."""
     with pytest.raises(config.ConfigError) as err:
         config.validate({"loss": {"name": "stable_contrast", "sampler": "random"}})

@@ -164,7 +164,7 @@ def test_bad_configuration_raises():
 
 
 def test_sample_weight_is_refused_not_dropped(pools):
-    """Issue 12: the DSN step unpacked and dropped a per-example sample_weight."""
+    """The DSN step unpacked and dropped a per-example sample_weight."""
     xs, ys = pools
     weights = np.ones((len(xs), len(ys[0]["label"])), np.float32)
     data = tf.data.Dataset.zip((_dataset(xs, ys), tf.data.Dataset.from_tensor_slices(weights)))

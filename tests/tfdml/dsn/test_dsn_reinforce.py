@@ -51,7 +51,7 @@ def test_triplet_terms_eq2(squared, distance):
 
 @pytest.mark.parametrize("squared", [True, False])
 def test_triplet_tuple_terms_are_the_terms_the_loss_averages(squared):
-    """Issue 12: the DSN scores tuples with the loss's own terms. On a batch and the
+    """The DSN scores tuples with the loss's own terms. On a batch and the
     triplets a sampler selects from it, the loss equals the mean of tuple_terms of those
     triplets' embeddings."""
     from tfdml import samplers

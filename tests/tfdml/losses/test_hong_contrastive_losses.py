@@ -131,7 +131,7 @@ def test_balanced_needs_class_sizes_and_num_classes(ref):
         WeightedContrastiveLoss(eta=0.0)
 
 
-# -- importance=True on the other pair losses (issue 12) ------------------------------------
+# -- importance=True on the other pair losses ------------------------------------
 
 
 def np_importance_pairs(d, labels, cand, w, pos_term, neg_term, extra_per_pair=None):
@@ -248,7 +248,7 @@ def test_triplet_importance_weights_each_selected_triplet(ref, sampler, squared)
 
 
 def test_stable_contrast_and_robust_hard_contrast_take_importance(ref):
-    """Issue 12: stable contrast weights its slots like triplets (W_apn), robust hard
+    """Stable contrast weights its slots like triplets (W_apn), robust hard
     contrast its positive pairs (W_ij), each against a NumPy reference of the draft's Eq."""
     import tensorflow as tf
 

@@ -2,7 +2,7 @@
 
 Keras' ``Loss.__call__`` casts ``y_true`` to the loss dtype; a float32 holds
 integers exactly only up to 2²⁴ (2²⁴ + 1 rounds to 2²⁴), a bfloat16 up to 2⁸,
-so two classes with large ids used to merge into one (issue 11, item 2). A
+so two classes with large ids used to merge into one. A
 loss depends on labels only through equality, so relabelling the classes by
 any injective map must leave its value unchanged: that is the reference here.
 """
@@ -52,7 +52,7 @@ def test_relabelling_classes_leaves_every_loss_unchanged(ref, name, mapping):
 
 
 def test_the_issue_example_contrastive_2_pow_24():
-    """The issue's example: 13.84 (the one-class value) instead of 5.54."""
+    """The reported example: 13.84 (the one-class value) instead of 5.54."""
     e = np.random.default_rng(0).normal(size=(8, 8)).astype("float32")
     loss = losses.ContrastiveLoss()
     big = loss(np.array([2**24] * 4 + [2**24 + 1] * 4), e).numpy()

@@ -219,7 +219,7 @@ def test_get_by_name():
 def test_a_per_sample_reduction_is_refused_not_ignored(name, reduction):
     """A tfdml loss is one scalar over tuples: Keras' reduction="none" (per-sample
     values) has no per-sample values to return, so it is refused with the way to the
-    per-tuple values, instead of silently returning the scalar (issue 12)."""
+    per-tuple values, instead of silently returning the scalar."""
     with pytest.raises(ValueError, match=r"reduction=.*tuple_reduction"):
         losses.get(name, reduction=reduction)
 

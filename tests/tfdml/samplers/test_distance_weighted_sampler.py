@@ -162,7 +162,7 @@ def test_errors():
 
 
 def test_a_loss_refuses_distance_weighted_sampling_on_another_distance():
-    """Issue 12: q(d) is the density of euclidean distances on the unit sphere (Wu §4);
+    """Q(d) is the density of euclidean distances on the unit sphere (Wu §4);
     PML asserts it, we refuse it when the loss is built."""
     from tfdml import losses
 

@@ -77,13 +77,8 @@ def build_source(cfg):
 def build_design(cfg):
     from pipelines import designs
 
-    d = cfg["design"]
     try:
-        if d["name"] == "m_per_class":
-            return designs.MPerClassDesign(m=d["m"], classes_per_batch=d["n"])
-        if d["name"] == "group":
-            return designs.GroupDesign(m=d["m"], n=d["n"])
-        return designs.PRandomDesign(p=d["p"], pairs=d["pairs"])
+        return designs.DESIGNS.lookup(cfg["design"]["name"]).from_config(cfg["design"])
     except ValueError as err:
         raise ExperimentError(f"design: {err}") from None
 

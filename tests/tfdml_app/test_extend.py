@@ -1,0 +1,45 @@
+"""Every kind of part is added the same way: a module registers a sampler, a batch design
+and a data source through their registries, and ``train.py --import`` trains with them."""
+
+import json
+import os
+import sys
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODULE = "tests.tfdml_app.extension_module"
+
+
+def test_train_py_trains_with_a_sampler_a_design_and_a_source_registered_by_an_imported_module(
+        tmp_path, monkeypatch, capsys):
+    import tfdml
+    import train
+    from pipelines import designs, sources
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        "seed: 1\n"
+        "data: {source: extension_source, options: {classes: 10, per_class: 8}}\n"
+        "design: {name: extension_design, m: 4, n: 2}\n"
+        "model: {backbone: mlp, backbone_options: {width: 8}, embedding_dim: 4}\n"
+        "loss: {name: margin, sampler: extension_sampler}\n"
+        "training: {epochs: 1, steps_per_epoch: 2}\n"
+        "evaluation: {metrics: [recall], ks: [1], baseline: null}\n")
+    out = tmp_path / "run"
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        code = train.main(["--import", MODULE, "--config", str(cfg), "--quiet", "--set", f"output_dir={out}"])
+        assert code == 0, capsys.readouterr().err
+        assert (out / "finished.json").exists()
+        assert sys.modules[MODULE].USED == {"sampler", "design", "source"}
+        resolved = yaml.safe_load((out / "config.yaml").read_text())
+        assert (resolved["data"]["source"], resolved["design"]["name"], resolved["loss"]["sampler"]) == (
+            "extension_source", "extension_design", "extension_sampler")
+        assert json.loads((out / "metrics.json").read_text())["info"]["data"]["source"] == "extension_source"
+    finally:
+        tfdml.samplers.SAMPLERS.pop("extension_sampler", None)
+        designs.DESIGNS.pop("extension_design", None)
+        sources.SOURCES.pop("extension_source", None)
+        sys.modules.pop(MODULE, None)

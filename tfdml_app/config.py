@@ -24,6 +24,7 @@ import re
 
 import yaml
 
+from tfdml import metric_names
 from tfdml_app.loss_config import (  # noqa: F401 - the config's names, read here
     LEARNED_SAMPLERS, NO_SAMPLER, VALIDATION_NUM_CLASSES, ConfigError, _losses, _samplers, build_loss,
     check_loss, suggest, valid_samplers)
@@ -206,9 +207,9 @@ SCHEMA = {
                                               "checkpoint (needs data.validation; None: never stop early)"),
     },
     "evaluation": {
-        "metrics": _Field(list, ["recall", "map@r", "r_precision", "nmi"],
+        "metrics": _Field(list, list(metric_names.DEFAULT_METRICS),
                           doc="tfdml.metrics.METRICS names (or recall@k / precision@k)"),
-        "ks": _Field(list, [1, 2, 4, 8]),
+        "ks": _Field(list, list(metric_names.DEFAULT_KS), doc="the k of recall@k and precision@k"),
         "distance": _Field(str, "euclidean", _distance_names,
                            doc="distance of the retrieval metrics and plots (also read by evaluate.py)"),
         "every_n_epochs": _Field(int, 1, check=_at_least(1)),

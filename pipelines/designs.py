@@ -153,6 +153,9 @@ class Design:
 
     name = None
     batch_size = None
+    #: True when a batch holds m examples (``self.m``) of each of its classes (group,
+    #: m-per-class): what a learned sampler draws its tuples from.
+    grouped_by_class = False
     #: Config keys that name a constructor argument differently, e.g. ``{"n": "classes_per_batch"}``.
     config_aliases = {}
 
@@ -428,6 +431,7 @@ class GroupDesign(Design):
     """
 
     name = "group"
+    grouped_by_class = True
 
     def __init__(self, m, n=None, batch_size=None):
         self.m = _positive_int(m, "m", 2, " (a class needs two examples in a batch to give a positive pair)")
@@ -465,6 +469,7 @@ class MPerClassDesign(Design):
     """
 
     name = "m_per_class"
+    grouped_by_class = True
     config_aliases = {"n": "classes_per_batch"}
 
     def __init__(self, m, classes_per_batch=None, batch_size=None):

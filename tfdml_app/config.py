@@ -294,11 +294,14 @@ def _validate(config, schema, path, library=True):
 
 
 def _check_combinations(cfg):
+    from pipelines import designs
+
     sampler, design = cfg["loss"]["sampler"], cfg["design"]["name"]
-    if sampler == "learned" and design not in ("m_per_class", "group"):
+    grouped = [name for name, cls in designs.DESIGNS.items() if cls.grouped_by_class]
+    if sampler == "learned" and design not in grouped:
         raise ConfigError(
             f"loss.sampler = 'learned' draws tuples from a pool of several classes; design.name = {design!r} "
-            "gives no such pool: use 'm_per_class' or 'group'."
+            f"gives no such pool: use {' or '.join(map(repr, grouped))}."
         )
     if sampler == "learned" and cfg["strategy"] != "default":
         raise ConfigError(
@@ -312,7 +315,7 @@ def _check_combinations(cfg):
             f"training.jit_compile = {cfg['training']['jit_compile']!r} compiles a loss and its in-graph "
             "sampler; the learned sampler's step is one piece: use true (all of it) or false."
         )
-    if design in ("m_per_class", "group") and cfg["design"]["m"] < 2:
+    if design in grouped and cfg["design"]["m"] < 2:
         raise ConfigError(f"design.m = {cfg['design']['m']} leaves no positive pairs; use m >= 2.")
     if design == "p_random" and not 0.0 < cfg["design"]["p"] < 1.0:
         raise ConfigError(f"design.p = {cfg['design']['p']} must lie strictly between 0 and 1.")

@@ -156,6 +156,9 @@ class Design:
     #: True when a batch holds m examples (``self.m``) of each of its classes (group,
     #: m-per-class): what a learned sampler draws its tuples from.
     grouped_by_class = False
+    #: True when a batch is isolated pairs marked by ``pair_id`` (p-random): a loss or
+    #: sampler that needs tuples would score nothing on it.
+    pairs_only = False
     #: Config keys that name a constructor argument differently, e.g. ``{"n": "classes_per_batch"}``.
     config_aliases = {}
 
@@ -524,6 +527,7 @@ class PRandomDesign(Design):
     """
 
     name = "p_random"
+    pairs_only = True
 
     def __init__(self, p=0.5, pairs=None, batch_size=None):
         if isinstance(p, bool) or not isinstance(p, (int, float, np.floating)) or not 0.0 < float(p) < 1.0:

@@ -304,6 +304,14 @@ def test_what_a_design_allows_is_read_from_its_class_not_its_name(monkeypatch):
     with pytest.raises(config.ConfigError, match=r"design.name = 'p_random'"):
         config.validate({"design": {"name": "p_random"}, "loss": {"name": "triplet", "sampler": "learned"}})
 
+    class Pairs(designs.PRandomDesign):
+        pass
+
+    monkeypatch.setitem(designs.DESIGNS, "pairs", Pairs)
+    with pytest.raises(config.ConfigError, match=r"design.name = 'pairs' gives isolated pairs.*triplet.*"
+                                                 r"Use design 'group' or 'm_per_class' or 'wide'"):
+        config.validate({"design": {"name": "pairs"}, "loss": {"name": "triplet"}})
+
 
 @pytest.mark.parametrize("section, message", [
     ({"fraction": 1.0}, "data.validation.fraction = 1.0 must lie strictly between 0 and 1"),

@@ -43,3 +43,16 @@ def test_train_py_trains_with_a_sampler_a_design_and_a_source_registered_by_an_i
         designs.DESIGNS.pop("extension_design", None)
         sources.SOURCES.pop("extension_source", None)
         sys.modules.pop(MODULE, None)
+
+
+def test_the_application_makes_every_registered_design_from_its_config_section():
+    from pipelines import designs
+    from tfdml_app import config, data
+
+    expected = {"group": {"m": 3, "n": 4}, "p_random": {"p": 0.25, "pairs": 6},
+                "m_per_class": {"m": 3, "classes_per_batch": 4}}
+    for name in designs.DESIGNS:
+        cfg = config.validate({"design": {"name": name, "m": 3, "n": 4, "p": 0.25, "pairs": 6},
+                               "loss": {"name": "contrastive", "sampler": "none"}})
+        design = data.build_design(cfg)
+        assert type(design) is designs.DESIGNS[name] and design.get_config() == expected[name]

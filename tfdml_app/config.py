@@ -158,6 +158,8 @@ SCHEMA = {
         "n": _Field(int, 5, doc="classes per batch (m_per_class, group)"),
         "p": _Field(_NUM, 0.5, doc="probability of a positive pair (p_random)"),
         "pairs": _Field(int, 32, doc="pairs per batch (p_random)", check=_at_least(1)),
+        "options": _Field(dict, {}, doc="further keyword arguments of the design's constructor "
+                                        "(a registered design's own options)"),
     },
     "image": {
         "size": _Field((int, type(None)), None,

@@ -20,10 +20,14 @@ class ExtensionSampler(tfdml.samplers.DistanceWeightedSampler):
 
 @designs.register("extension_design")
 class ExtensionDesign(designs.MPerClassDesign):
-    """m-per-class batches that note their use."""
+    """m-per-class batches that note their use, with an option of their own."""
+
+    def __init__(self, m, classes_per_batch=None, batch_size=None, note="none"):
+        super().__init__(m, classes_per_batch=classes_per_batch, batch_size=batch_size)
+        self.note = note
 
     def validate(self, split_or_labels):
-        USED.add("design")
+        USED.add(f"design {self.note}")
         return super().validate(split_or_labels)
 
 

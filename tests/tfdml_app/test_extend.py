@@ -5,6 +5,7 @@ import json
 import os
 import sys
 
+import pytest
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -21,7 +22,7 @@ def test_train_py_trains_with_a_sampler_a_design_and_a_source_registered_by_an_i
     cfg.write_text(
         "seed: 1\n"
         "data: {source: extension_source, options: {classes: 10, per_class: 8}}\n"
-        "design: {name: extension_design, m: 4, n: 2}\n"
+        "design: {name: extension_design, m: 4, n: 2, options: {note: own}}\n"
         "model: {backbone: mlp, backbone_options: {width: 8}, embedding_dim: 4}\n"
         "loss: {name: margin, sampler: extension_sampler}\n"
         "training: {epochs: 1, steps_per_epoch: 2}\n"
@@ -33,7 +34,7 @@ def test_train_py_trains_with_a_sampler_a_design_and_a_source_registered_by_an_i
         code = train.main(["--import", MODULE, "--config", str(cfg), "--quiet", "--set", f"output_dir={out}"])
         assert code == 0, capsys.readouterr().err
         assert (out / "finished.json").exists()
-        assert sys.modules[MODULE].USED == {"sampler", "design", "source"}
+        assert sys.modules[MODULE].USED == {"sampler", "design own", "source"}
         resolved = yaml.safe_load((out / "config.yaml").read_text())
         assert (resolved["data"]["source"], resolved["design"]["name"], resolved["loss"]["sampler"]) == (
             "extension_source", "extension_design", "extension_sampler")
@@ -56,3 +57,13 @@ def test_the_application_makes_every_registered_design_from_its_config_section()
                                "loss": {"name": "contrastive", "sampler": "none"}})
         design = data.build_design(cfg)
         assert type(design) is designs.DESIGNS[name] and design.get_config() == expected[name]
+
+
+def test_design_options_the_design_does_not_take_are_refused_naming_its_arguments():
+    from tfdml_app import config, data
+    from tfdml_app.errors import ExperimentError
+
+    cfg = config.validate({"design": {"name": "group", "options": {"spread": 2}}})
+    with pytest.raises(ExperimentError, match=r"design.options \['spread'\] are not arguments of the 'group' "
+                                              r"design \(GroupDesign: m, n, batch_size\)"):
+        data.build_design(cfg)

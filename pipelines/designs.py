@@ -69,10 +69,12 @@ change an expectation). The weights are therefore Eq. 25 with
 n = classes_per_batch.
 """
 
+import inspect
 import logging
 
 import numpy as np
 import tensorflow as tf
+from tfdml.registry import Registry
 
 __all__ = [
     "Design",
@@ -82,6 +84,7 @@ __all__ = [
     "MPerClassDesign",
     "DESIGNS",
     "get_design",
+    "register",
 ]
 
 log = logging.getLogger(__name__)
@@ -150,6 +153,32 @@ class Design:
 
     name = None
     batch_size = None
+    #: True when a batch holds m examples (``self.m``) of each of its classes (group,
+    #: m-per-class): what a learned sampler draws its tuples from.
+    grouped_by_class = False
+    #: True when a batch is isolated pairs marked by ``pair_id`` (p-random): a loss or
+    #: sampler that needs tuples would score nothing on it.
+    pairs_only = False
+    #: Config keys that name a constructor argument differently, e.g. ``{"n": "classes_per_batch"}``.
+    config_aliases = {}
+
+    @classmethod
+    def from_config(cls, config):
+        """The design made from ``config``, a dict whose keys name the constructor's
+        arguments, directly or through :attr:`config_aliases` (a direct name wins).
+        Keys the constructor does not take are ignored, so a config's whole ``design``
+        section (``name``, m, n, p, pairs) makes any design, and
+        ``type(d).from_config(d.get_config())`` remakes ``d``."""
+        params = {
+            name for name, param in inspect.signature(cls.__init__).parameters.items()
+            if name != "self" and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
+        }
+        kwargs = {}
+        for key, value in config.items():
+            arg = cls.config_aliases.get(key, key)
+            if arg in params and not (arg != key and arg in config):
+                kwargs[arg] = value
+        return cls(**kwargs)
 
     # -- to implement -----------------------------------------------------
     def _plan(self, labels):  # -> DesignPlan with w_pos / w_neg set
@@ -405,6 +434,7 @@ class GroupDesign(Design):
     """
 
     name = "group"
+    grouped_by_class = True
 
     def __init__(self, m, n=None, batch_size=None):
         self.m = _positive_int(m, "m", 2, " (a class needs two examples in a batch to give a positive pair)")
@@ -442,6 +472,8 @@ class MPerClassDesign(Design):
     """
 
     name = "m_per_class"
+    grouped_by_class = True
+    config_aliases = {"n": "classes_per_batch"}
 
     def __init__(self, m, classes_per_batch=None, batch_size=None):
         self.m = _positive_int(m, "m", 2, " (a class needs two examples in a batch to give a positive pair)")
@@ -495,6 +527,7 @@ class PRandomDesign(Design):
     """
 
     name = "p_random"
+    pairs_only = True
 
     def __init__(self, p=0.5, pairs=None, batch_size=None):
         if isinstance(p, bool) or not isinstance(p, (int, float, np.floating)) or not 0.0 < float(p) < 1.0:
@@ -567,15 +600,27 @@ class PRandomDesign(Design):
         return example_id, pair_id
 
 
-DESIGNS = {
+def _check_design(name, obj):
+    if not (isinstance(obj, type) and issubclass(obj, Design)):
+        raise ValueError(f"A batch design is a subclass of pipelines.designs.Design; {name!r} is {obj!r}.")
+
+
+#: name → :class:`Design` subclass, in registration order.
+DESIGNS = Registry("batch design", check=_check_design)
+DESIGNS.update({
     "group": GroupDesign,
     "p_random": PRandomDesign,
     "m_per_class": MPerClassDesign,
-}
+})
+
+
+def register(name):
+    """Class decorator: make a :class:`Design` subclass the batch design named ``name``
+    (:data:`DESIGNS`, :func:`get_design`, configs' ``design.name``, made with
+    :meth:`Design.from_config`)."""
+    return DESIGNS.register(name)
 
 
 def get_design(name, **kwargs):
-    """Build a design from a config: ``get_design("group", m=4, n=16)``."""
-    if name not in DESIGNS:
-        raise ValueError(f"Unknown batch design {name!r}; valid designs are {sorted(DESIGNS)}.")
-    return DESIGNS[name](**kwargs)
+    """Build a design from its name and constructor arguments: ``get_design("group", m=4, n=16)``."""
+    return DESIGNS.build(name, **kwargs)

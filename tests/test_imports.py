@@ -125,7 +125,23 @@ def test_the_data_side_and_the_model_side_are_wired_by_the_application_only():
         if name.startswith("tfdml.") or name == "tfdml":
             assert not any(m.split(".")[0] in ("pipelines", "tfdml_app") for m in imports), (name, imports)
         if name.startswith("pipelines"):
-            assert not any(m.split(".")[0] in ("tfdml", "tfdml_app") for m in imports), (name, imports)
+            # The one exception: the dependency-free registry class all parts are named with.
+            assert not any(m.split(".")[0] in ("tfdml", "tfdml_app") and m != "tfdml.registry"
+                           for m in imports), (name, imports)
+
+
+def test_the_registry_the_data_side_imports_needs_no_tensorflow():
+    """pipelines may import tfdml.registry because it (and tfdml's package module) loads
+    nothing else: checked in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tfdml.registry; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('tensorflow', 'keras', 'numpy', 'tfdml', 'pipelines', 'tfdml_app')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.stdout.strip() == "['tfdml', 'tfdml.registry']", out.stdout
 
 
 @pytest.mark.parametrize("name, path", sorted(module_files().items()))

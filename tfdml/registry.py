@@ -1,8 +1,10 @@
 """One way to name the replaceable parts: a :class:`Registry` of name → object.
 
-Losses (:data:`tfdml.losses.LOSSES`), samplers (:data:`tfdml.samplers.SAMPLERS`)
-and backbones (:data:`tfdml.backbones.BACKBONES`) are each one registry, so a
-part added from outside the library is found by name exactly as a built-in::
+Losses (:data:`tfdml.losses.LOSSES`), samplers (:data:`tfdml.samplers.SAMPLERS`),
+backbones (:data:`tfdml.backbones.BACKBONES`), and on the data side batch designs
+(:data:`pipelines.designs.DESIGNS`) and sources (:data:`pipelines.sources.SOURCES`)
+are each one registry, so a part added from outside the library is found by name
+exactly as a built-in::
 
     @tfdml.samplers.register("my_sampler")
     class MySampler(tfdml.samplers.Sampler): ...
@@ -11,8 +13,8 @@ A registry is a mapping (``REG[name]``, ``name in REG``, ``sorted(REG)``, in
 registration order), refuses a second object under a taken name (naming the
 one it holds), and :meth:`Registry.build` makes a part from a name (or passes
 an already-made part through) with a "did you mean" error listing the valid
-names. No dependencies: the data side
-(``pipelines``) could use the same class without importing TensorFlow.
+names. No dependencies (not even tfdml's other modules): the data side
+(``pipelines``) imports this module, and nothing else of tfdml.
 """
 
 import collections.abc

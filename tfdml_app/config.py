@@ -24,6 +24,7 @@ import re
 
 import yaml
 
+from tfdml import metric_names
 from tfdml_app.loss_config import (  # noqa: F401 - the config's names, read here
     LEARNED_SAMPLERS, NO_SAMPLER, VALIDATION_NUM_CLASSES, ConfigError, _losses, _samplers, build_loss,
     check_loss, suggest, valid_samplers)
@@ -157,6 +158,8 @@ SCHEMA = {
         "n": _Field(int, 5, doc="classes per batch (m_per_class, group)"),
         "p": _Field(_NUM, 0.5, doc="probability of a positive pair (p_random)"),
         "pairs": _Field(int, 32, doc="pairs per batch (p_random)", check=_at_least(1)),
+        "options": _Field(dict, {}, doc="further keyword arguments of the design's constructor "
+                                        "(a registered design's own options)"),
     },
     "image": {
         "size": _Field((int, type(None)), None,
@@ -206,9 +209,9 @@ SCHEMA = {
                                               "checkpoint (needs data.validation; None: never stop early)"),
     },
     "evaluation": {
-        "metrics": _Field(list, ["recall", "map@r", "r_precision", "nmi"],
+        "metrics": _Field(list, list(metric_names.DEFAULT_METRICS),
                           doc="tfdml.metrics.METRICS names (or recall@k / precision@k)"),
-        "ks": _Field(list, [1, 2, 4, 8]),
+        "ks": _Field(list, list(metric_names.DEFAULT_KS), doc="the k of recall@k and precision@k"),
         "distance": _Field(str, "euclidean", _distance_names,
                            doc="distance of the retrieval metrics and plots (also read by evaluate.py)"),
         "every_n_epochs": _Field(int, 1, check=_at_least(1)),
@@ -293,11 +296,14 @@ def _validate(config, schema, path, library=True):
 
 
 def _check_combinations(cfg):
+    from pipelines import designs
+
     sampler, design = cfg["loss"]["sampler"], cfg["design"]["name"]
-    if sampler == "learned" and design not in ("m_per_class", "group"):
+    grouped = [name for name, cls in designs.DESIGNS.items() if cls.grouped_by_class]
+    if sampler == "learned" and design not in grouped:
         raise ConfigError(
             f"loss.sampler = 'learned' draws tuples from a pool of several classes; design.name = {design!r} "
-            "gives no such pool: use 'm_per_class' or 'group'."
+            f"gives no such pool: use {' or '.join(map(repr, grouped))}."
         )
     if sampler == "learned" and cfg["strategy"] != "default":
         raise ConfigError(
@@ -311,7 +317,7 @@ def _check_combinations(cfg):
             f"training.jit_compile = {cfg['training']['jit_compile']!r} compiles a loss and its in-graph "
             "sampler; the learned sampler's step is one piece: use true (all of it) or false."
         )
-    if design in ("m_per_class", "group") and cfg["design"]["m"] < 2:
+    if design in grouped and cfg["design"]["m"] < 2:
         raise ConfigError(f"design.m = {cfg['design']['m']} leaves no positive pairs; use m >= 2.")
     if design == "p_random" and not 0.0 < cfg["design"]["p"] < 1.0:
         raise ConfigError(f"design.p = {cfg['design']['p']} must lie strictly between 0 and 1.")

@@ -77,13 +77,17 @@ def build_source(cfg):
 def build_design(cfg):
     from pipelines import designs
 
-    d = cfg["design"]
+    section = cfg["design"]
+    cls = designs.DESIGNS[section["name"]]  # a registered name: the config is validated
+    arguments = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    unknown = sorted(set(section["options"]) - set(arguments))
+    if unknown:
+        raise ExperimentError(
+            f"design.options {unknown} are not arguments of the {section['name']!r} design "
+            f"({cls.__name__}: {', '.join(arguments)}); remove them or choose another design."
+        )
     try:
-        if d["name"] == "m_per_class":
-            return designs.MPerClassDesign(m=d["m"], classes_per_batch=d["n"])
-        if d["name"] == "group":
-            return designs.GroupDesign(m=d["m"], n=d["n"])
-        return designs.PRandomDesign(p=d["p"], pairs=d["pairs"])
+        return cls.from_config({**section, **section["options"]})
     except ValueError as err:
         raise ExperimentError(f"design: {err}") from None
 

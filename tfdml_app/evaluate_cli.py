@@ -52,7 +52,7 @@ def build_parser():
     p.add_argument("--metrics", nargs="+", default=None,
                    help=f"metric names (default: {' '.join(DEFAULT_METRICS)})")
     p.add_argument("--ks", nargs="+", type=int, default=None,
-                   help="k of Recall@k / Precision@k (default: 1 2 4 8)")
+                   help=f"k of Recall@k / Precision@k (default: {' '.join(map(str, DEFAULT_KS))})")
     p.add_argument("--distance", default=None,
                    help="euclidean (default), squared_euclidean, cosine")
     p.add_argument("--batch-size", type=int, default=256)

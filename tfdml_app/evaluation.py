@@ -6,15 +6,9 @@ import os
 
 import numpy as np
 
+from tfdml.metric_names import DEFAULT_KS, DEFAULT_METRICS  # noqa: F401 - evaluate.py's defaults: the library's
 from tfdml_app.embedding import _image_loader, embed, load_embedder
 from tfdml_app.errors import EvaluationError
-
-
-DEFAULT_METRICS = ("recall", "precision", "map@r", "r_precision", "map", "nmi", "f1",
-                   "verification")
-
-
-DEFAULT_KS = (1, 2, 4, 8)
 
 
 def read_config(path):

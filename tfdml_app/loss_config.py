@@ -251,7 +251,10 @@ def check_loss(cfg):
             "unit-norm embeddings (its weights are a density on the unit sphere), but "
             "model.normalize is false: set model.normalize: true, or choose another sampler."
         )
-    if cfg["design"]["name"] != "p_random":
+    from pipelines import designs
+
+    design = cfg["design"]["name"]
+    if not designs.DESIGNS[design].pairs_only:
         return
     name, sampler = cfg["loss"]["name"], getattr(loss, "sampler", None)
     if getattr(loss, "needs_tuples", False):
@@ -270,7 +273,7 @@ def check_loss(cfg):
     else:
         return
     raise ConfigError(
-        f"design.name = 'p_random' gives isolated pairs, but {what} needs tuples (an anchor with "
-        f"positives and negatives in one batch): it would score nothing. Use design 'm_per_class' "
-        f"or 'group', {fix}."
+        f"design.name = {design!r} gives isolated pairs, but {what} needs tuples (an anchor with "
+        f"positives and negatives in one batch): it would score nothing. Use design "
+        f"{' or '.join(repr(n) for n, c in designs.DESIGNS.items() if c.grouped_by_class)}, {fix}."
     )

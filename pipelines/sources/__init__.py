@@ -48,7 +48,7 @@ Modules: :mod:`~pipelines.sources.core` (splits, sources, class labels),
 :mod:`~pipelines.sources.decoding` (image files), one module per source
 (``mnist``, ``sklearn_digits``, ``in_memory``, ``npz_file``,
 ``image_folder``, ``tfds_benchmarks``), :mod:`~pipelines.sources.holdout`
-(validation split) and :mod:`~pipelines.sources.registry` (the table of
+(validation split) and :mod:`~pipelines.sources.registry` (:func:`register` and the table of
 sources by name). Every public name is importable from here.
 """
 
@@ -60,12 +60,12 @@ from pipelines.sources.image_folder import RESIZE_WARNING_FACTOR, folder
 from pipelines.sources.in_memory import arrays
 from pipelines.sources.mnist import mnist5k
 from pipelines.sources.npz_file import npz
-from pipelines.sources.registry import SOURCES, get_source
+from pipelines.sources.registry import SOURCES, get_source, register
 from pipelines.sources.sklearn_digits import digits
 from pipelines.sources.tfds_benchmarks import TFDS_DATASETS, TFDS_DOWNLOAD_HOST, tfds
 
 __all__ = [
-    "Split", "Source", "class_labels", "check_finite", "get_source", "hold_out", "SOURCES", "SPLITS",
+    "Split", "Source", "class_labels", "check_finite", "get_source", "register", "hold_out", "SOURCES", "SPLITS",
     "IMAGE_EXTENSIONS", "VALIDATION_MODES", "SYSTEM_FOLDERS", "RESIZE_WARNING_FACTOR", "TFDS_DATASETS",
     "TFDS_DOWNLOAD_HOST", "mnist5k", "digits", "folder", "tfds", "arrays", "npz", "image_files",
     "load_image_files", "decode_pixels", "is_hidden_or_system",

@@ -355,7 +355,7 @@ def test_batches_have_static_shapes(design, transform):
         (lambda: designs.PRandomDesign(1.5, 4), "strictly between 0 and 1"),
         (lambda: designs.PRandomDesign(0.5, batch_size=7), "odd"),
         (lambda: designs.PRandomDesign(0.5, pairs=0), "pairs must be"),
-        (lambda: designs.get_design("groups", m=2, n=2), "valid designs are"),
+        (lambda: designs.get_design("groups", m=2, n=2), r"did you mean 'group'\?\); choose one of group, p_random"),
     ],
 )
 def test_impossible_designs_raise_at_construction(make, match):
@@ -395,3 +395,26 @@ def test_get_design_builds_from_config():
     d = designs.get_design("p_random", p=0.25, batch_size=10)
     assert isinstance(d, designs.PRandomDesign) and d.pairs == 5 and d.batch_size == 10
     assert designs.get_design("m_per_class", **{"m": 2, "batch_size": 8}).classes_per_batch == 4
+
+
+@pytest.mark.parametrize("name", ["group", "p_random", "m_per_class"])
+def test_every_design_is_made_from_a_config_section_and_from_its_own_config(name):
+    section = {"name": name, "m": 3, "n": 4, "p": 0.25, "pairs": 6}
+    design = designs.DESIGNS[name].from_config(section)
+    assert design.get_config() == {"group": {"m": 3, "n": 4}, "p_random": {"p": 0.25, "pairs": 6},
+                                   "m_per_class": {"m": 3, "classes_per_batch": 4}}[name]
+    assert type(design).from_config(design.get_config()).get_config() == design.get_config()
+
+
+def test_a_design_registered_from_outside_is_found_by_name():
+    @designs.register("wide_m_per_class")
+    class Wide(designs.MPerClassDesign):
+        pass
+
+    try:
+        assert isinstance(designs.get_design("wide_m_per_class", m=2, classes_per_batch=3), Wide)
+        assert designs.DESIGNS["wide_m_per_class"].from_config({"m": 2, "n": 3}).batch_size == 6
+        with pytest.raises(ValueError, match="subclass of pipelines.designs.Design"):
+            designs.register("not_a_design")(dict)
+    finally:
+        del designs.DESIGNS["wide_m_per_class"]

@@ -140,10 +140,26 @@ def test_arrays_source_lists_the_first_ten_bad_rows():
 
 
 def test_unknown_source_and_split_names(mnist):
-    with pytest.raises(ValueError, match=r"valid sources are \['arrays', 'digits', 'folder', 'mnist5k', 'npz', 'tfds'\]"):
+    with pytest.raises(ValueError, match=r"Unknown source 'mnist' \(did you mean 'mnist5k'\?\); "
+                                         r"choose one of mnist5k, digits, folder, tfds, arrays, npz\."):
         sources.get_source("mnist")
     with pytest.raises(ValueError, match="splits"):
         mnist.split("validation")
+
+
+def test_a_source_registered_from_outside_is_found_by_name():
+    @sources.register("tiny")
+    def tiny(n=4):
+        return sources.arrays(np.arange(4 * n, dtype=np.float32).reshape(2 * n, 2), np.repeat(np.arange(n), 2))
+
+    try:
+        assert sources.get_source("tiny", n=4).split("train").labels.tolist() == [0, 0, 1, 1]
+        with pytest.raises(ValueError, match="'tiny' is already registered"):
+            sources.register("tiny")(sources.digits)
+        with pytest.raises(ValueError, match="callable"):
+            sources.register("not_callable")(3)
+    finally:
+        del sources.SOURCES["tiny"]
 
 
 # --- image folder ------------------------------------------------------------------

@@ -100,7 +100,7 @@ def test_dataset_input_equals_arrays(data):
 
 def test_tensorboard_scalars(data, tmp_path):
     x, labels = data
-    cb = RetrievalEvaluation((x, labels), metrics=["recall"], log_dir=str(tmp_path))
+    cb = RetrievalEvaluation((x, labels), metrics=["recall"], ks=[1], log_dir=str(tmp_path))
     make_model().fit(x, labels, epochs=2, batch_size=20, verbose=0, callbacks=[cb])
     tags = {}
     for f in tmp_path.iterdir():

@@ -289,6 +289,30 @@ def test_data_choices_are_read_from_the_pipelines(monkeypatch):
     assert config.validate({"data": {"source": "my_source"}})["data"]["source"] == "my_source"
 
 
+def test_what_a_design_allows_is_read_from_its_class_not_its_name(monkeypatch):
+    """A design registered from outside that groups its rows by class (a subclass of
+    m-per-class) feeds a learned sampler and gets the m check, as the built-ins do."""
+    from pipelines import designs
+
+    class Wide(designs.MPerClassDesign):
+        pass
+
+    monkeypatch.setitem(designs.DESIGNS, "wide", Wide)
+    assert config.validate({"design": {"name": "wide"}, "loss": {"name": "triplet", "sampler": "learned"}})
+    with pytest.raises(config.ConfigError, match=r"design.m = 1"):
+        config.validate({"design": {"name": "wide", "m": 1}})
+    with pytest.raises(config.ConfigError, match=r"design.name = 'p_random'"):
+        config.validate({"design": {"name": "p_random"}, "loss": {"name": "triplet", "sampler": "learned"}})
+
+    class Pairs(designs.PRandomDesign):
+        pass
+
+    monkeypatch.setitem(designs.DESIGNS, "pairs", Pairs)
+    with pytest.raises(config.ConfigError, match=r"design.name = 'pairs' gives isolated pairs.*triplet.*"
+                                                 r"Use design 'group' or 'm_per_class' or 'wide'"):
+        config.validate({"design": {"name": "pairs"}, "loss": {"name": "triplet"}})
+
+
 @pytest.mark.parametrize("section, message", [
     ({"fraction": 1.0}, "data.validation.fraction = 1.0 must lie strictly between 0 and 1"),
     ({"fraction": 0}, "data.validation.fraction = 0.0 must lie strictly between 0 and 1"),

@@ -61,3 +61,20 @@ def test_run_writes_per_class_figures_whose_query_weighted_mean_is_the_figure(tm
         per_class = np.array([float(r[key]) for r in rows])
         assert np.sum(per_class * counts) / counts.sum() == pytest.approx(
             float(result.metrics[key]), abs=1e-6)
+
+
+def test_every_default_of_metrics_and_ks_is_the_library_s_one_table():
+    import inspect
+
+    from tfdml import callbacks, metric_names, metrics
+    from tfdml_app import config
+
+    table = (metric_names.DEFAULT_METRICS, metric_names.DEFAULT_KS)
+    assert (metrics.DEFAULT_METRICS, metrics.DEFAULT_KS) == table and metrics.METRICS is metric_names.METRICS
+    assert (evaluation.DEFAULT_METRICS, evaluation.DEFAULT_KS) == table  # evaluate.py
+    assert (evaluation.Options().metrics, evaluation.Options().ks) == table
+    defaults = config.validate({})["evaluation"]
+    assert (tuple(defaults["metrics"]), tuple(defaults["ks"])) == table
+    for function in (metrics.evaluate_embeddings, metrics.parse_metrics, callbacks.RetrievalEvaluation):
+        parameters = inspect.signature(function).parameters
+        assert (parameters["metrics"].default, parameters["ks"].default) == table, function

@@ -56,10 +56,8 @@ from tfdml.metrics.verification import (
     verification_metrics,
 )
 
-METRICS = ("recall", "precision", "map@r", "r_precision", "map", "mrr", "nmi", "ami", "f1",
-           "verification")
-DEFAULT_METRICS = ("recall", "map@r", "r_precision", "nmi")
-DEFAULT_KS = (1,)
+from tfdml.metric_names import DEFAULT_KS, DEFAULT_METRICS, METRICS  # the one table of names and defaults
+
 VERIFICATION_KEYS = ("verification_accuracy", "verification_accuracy_std", "roc_auc", "eer")
 #: Keys where smaller is better (for ModelCheckpoint / EarlyStopping ``mode``).
 LOWER_IS_BETTER = ("eer",)

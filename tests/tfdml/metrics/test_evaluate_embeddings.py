@@ -74,7 +74,7 @@ def test_bad_inputs(blobs):
 
 def test_ami_and_mrr_are_metric_names(blobs):
     x, labels = blobs
-    assert metrics.parse_metrics(["AMI", "mrr", "nmi"]) == (("ami", "mrr", "nmi"), (1,))
+    assert metrics.parse_metrics(["AMI", "mrr", "nmi"]) == (("ami", "mrr", "nmi"), metrics.DEFAULT_KS)
     assert "ami" in metrics.METRICS and "mrr" in metrics.METRICS
     from tfdml_app import config  # validates evaluation.metrics with parse_metrics: no copied list
 
@@ -93,7 +93,7 @@ def test_per_class_figures_in_the_details_and_as_csv(blobs, tmp_path):
     noisy = x + rng.standard_normal(x.shape).astype(np.float32) * 6
     labels = labels.copy()
     labels[0] = 9  # a class of one example: no query of it can be scored
-    out, details = metrics.evaluate_embeddings(noisy, labels, ["recall", "map@r", "mrr", "nmi"],
+    out, details = metrics.evaluate_embeddings(noisy, labels, ["recall", "map@r", "mrr", "nmi"], ks=[1],
                                                per_class=True, return_details=True)
     table = details["per_class"]
     assert list(table["class"]) == [0, 1, 2, 3, 4, 9]

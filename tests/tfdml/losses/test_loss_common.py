@@ -280,7 +280,7 @@ def test_xla_compacted_and_full_grid_equal_graph_mode(make, largest_class):
 
 
 def test_losses_take_the_base_arguments_through_kwargs_and_refuse_what_they_fix():
-    from tfdml import config
+    from tfdml_app import loss_config as config
 
     for cls in (losses.ContrastiveLoss, losses.TripletLoss, losses.MarginLoss, losses.StableContrastLoss,
                 losses.RobustHardContrastiveLoss, losses.WeightedContrastiveLoss,

@@ -3,7 +3,8 @@
 import keras
 import pytest
 
-from tfdml import config, samplers
+from tfdml import samplers
+from tfdml_app import config
 
 
 class FarthestPositiveSampler(samplers.HardSampler):

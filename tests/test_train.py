@@ -522,7 +522,17 @@ def test_every_shipped_config_builds_its_loss(name):
     assert type(loss) is fit_loops.losses_lib.LOSSES[cfg["loss"]["name"]]
 
 
-@pytest.mark.parametrize("name", [n for n in SHIPPED if n not in ("default",)])
+#: Shipped configs that train end to end by default, one for each distinct wiring: learned
+#: margins, the learned sampler, p-random pairs with importance weights, proxies with their
+#: learning-rate multiplier, a mining sampler of pairs, a sets loss. Every config builds its
+#: loss by default (above); the other end-to-end runs are slow (TFDML_SLOW=1).
+END_TO_END = ("wu_margin_dws", "duan_dsn_triplet", "hong_balanced_prandom", "proxy_anchor",
+              "multi_similarity", "lu_precision_at_k")
+
+
+@pytest.mark.parametrize("name", [
+    n if n in END_TO_END else pytest.param(n, marks=pytest.mark.slow)
+    for n in SHIPPED if n not in ("default",)])
 def test_shipped_mnist_configs_train_a_few_steps(name, tmp_path):
     """Each bundled-data config runs end to end (2 steps, on the 8×8 digits)."""
     cfg = config.load(os.path.join(ROOT, "configs", f"{name}.yaml"))

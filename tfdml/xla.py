@@ -26,9 +26,8 @@ except ImportError:  # pragma: no cover - a future TensorFlow without this modul
     _tf2xla = None
 
 #: Thresholds counted by one variadic reduction (one pass over the data each).
-#: Wider passes compile for longer and run no faster: 128 thresholds took 2.1 s
-#: to compile in one pass against 1.4–1.6 s in two, 256 ran 75 ms in passes of 128
-#: against 78 ms in passes of 64 (one 419 × 20,000 chunk, RESULTS "Scaling").
+#: Wider passes compile for longer and run no faster (benchmarks/RESULTS.md,
+#: "Evaluation").
 COUNT_GROUP = 64
 
 

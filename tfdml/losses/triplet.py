@@ -11,8 +11,8 @@ def gather_pairs(matrix, rows, cols):
 
     A gather from the flattened matrix: the same values as ``tf.gather_nd``, and
     the same gradient bit for bit (contributions summed in slot order), but on
-    CPU its gradient (a segment sum) is much faster than gather_nd's scatter in
-    graph mode (B·B semi-hard slots at B = 1024: ~2×; benchmarks/bench_semi_hard.py).
+    CPU its gradient (a segment sum) is faster than gather_nd's scatter in
+    graph mode (``benchmarks/bench_semi_hard.py``; RESULTS, "Semi-hard sampler").
     """
     n = tf.shape(matrix)[1]
     return tf.gather(tf.reshape(matrix, [-1]), tf.cast(rows, tf.int32) * n + tf.cast(cols, tf.int32))

@@ -157,8 +157,8 @@ class PreparedGallery:
     Given a plain array, :func:`knn` checks the gallery, puts it on the sphere
     (cosine), centres it (:func:`ranking_frame`) and computes its squared
     norms on every call: passes over the whole gallery that cost more than
-    the search itself when a call has few queries (``Index.search``, one
-    query against 100,000 rows: 61 ms, of which the search is about 5 ms).
+    the search itself when a call has few queries (``Index.search`` of one
+    query; benchmarks/RESULTS.md, "Lookups of a few queries").
     This holds the result: the centred rows as one float32 tensor (one copy of
     the gallery), their squared norms and the centre. :func:`knn` on it returns
     exactly what it returns on the array. It does not follow later changes of

@@ -90,11 +90,9 @@ MAX_COMPARE_POSITIVES = 64
 
 #: Positives up to which an evaluation of at least :data:`COUNT_LARGE_FROM_PAIRS`
 #: query–gallery pairs is counted too. Counting is faster on every call once
-#: compiled (warm, RESULTS "Scaling": 2.7–4.1× at P = 98–234 on 8,000–20,000
-#: items), but its first call compiles for longer as P grows (≈ 1 s at
-#: P = 64, 2 s at 256, 6 s at 512), which a small evaluation does not earn back:
-#: 5,000 items at P = 220 took 2.2 s cold against 1.3 s sorted (0.27 against
-#: 0.55 s warm); 8,000 items at P = 98 took 2.0 s either way.
+#: compiled, but its first call compiles for longer as P grows, which a small
+#: evaluation does not earn back; from that many pairs on, later calls repay it
+#: (benchmarks/RESULTS.md, "Evaluation", counting against sorting).
 MAX_COMPARE_POSITIVES_LARGE = 256
 COUNT_LARGE_FROM_PAIRS = 2**25
 

@@ -171,8 +171,7 @@ def running_count(mask, block=RUNNING_COUNT_BLOCK):
     the cumulative sum of the block totals (``block`` times fewer elements).
     Exact: the counts are integers below 2²⁴, which float32 holds exactly
     whatever the summation order. Under XLA on CPU, ``tf.cumsum`` lowers to a
-    reduce-window that took 3.4 ms for a 1024 × 1024 mask, this 1.4 ms
-    (benchmarks/RESULTS.md, "Fifth change").
+    reduce-window, slower than this (benchmarks/RESULTS.md, "Semi-hard sampler").
     """
     rows, n = tf.shape(mask)[0], tf.shape(mask)[1]
     blocks = (n + block - 1) // block

@@ -10,22 +10,20 @@ key's bits made order-preserving in the high half, the tie rank (column, plus
 N for the columns not ``first``) in the low half. The int64 rows are then
 sorted (tested against NumPy's ``lexsort``, ties included):
 
-* graph mode and eagerly: ``tf.sort`` (TensorFlow's kernel; 1.4–1.6× faster
-  than the stable partition + ``tf.argsort`` of the float keys it replaced);
+* graph mode and eagerly: ``tf.sort`` (TensorFlow's kernel, faster than a
+  stable partition + ``tf.argsort`` of the float keys);
 * under XLA: a bitonic sorting network (Batcher 1968): the row padded to a
   power of two N₂ with the largest int64, log₂N₂·(log₂N₂ + 1)/2 stages of
-  elementwise min / max, which XLA fuses into one vectorised loop each. XLA's
-  own CPU sort calls a comparator per comparison and is 5–7× slower than
-  TensorFlow's kernel on a 1024 × 1024 matrix (147 ms against 30); the
-  network takes 21 ms there (32–37 ms when N is unknown while tracing: the
-  stages then run in a ``tf.while_loop``, partners found by two dynamic
-  slices). Its O(N log² N) work overtakes TensorFlow's sort from N ≈ 2048,
-  still ~3× faster than XLA's.
+  elementwise min / max, which XLA fuses into one vectorised loop each (XLA's
+  own CPU sort calls a comparator per comparison and is much slower). When N
+  is unknown while tracing, the stages run in a ``tf.while_loop``, partners
+  found by two dynamic slices. Its O(N log² N) work loses to TensorFlow's sort
+  only at large N.
 
 float64 keys leave no room for the tie rank: they take a stable partition
 (``first`` columns ahead) and a stable ``tf.argsort`` in every mode.
-``python benchmarks/bench_ordering.py``; ``benchmarks/RESULTS.md``, semi-hard
-sampler, "a sorting network under XLA".
+Figures: ``python benchmarks/bench_ordering.py``; ``benchmarks/RESULTS.md``,
+"Row order".
 """
 
 import numpy as np

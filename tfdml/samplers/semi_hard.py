@@ -116,13 +116,12 @@ class SemiHardSampler(base.Sampler):
       row-wise order of the distances (negatives ranked before other columns at
       equal distance; :func:`~tfdml.samplers.ordering.stable_order`: TensorFlow's
       sort in graph mode, a bitonic sorting network under XLA, whose own CPU sort
-      is 5–7× slower) and a cumulative count, O(B² log B).
+      is slower) and a cumulative count, O(B² log B).
 
-    ``SORT_ABOVE`` sits near the measured crossover in graph mode (compare
-    costs 0.7–0.9× the sort at P = 31, 1.05–1.14× at P = 47, B = 256 and 1024);
-    ``SORT_ABOVE_XLA`` near the one under XLA (compare 0.85–1.16× the sort at
-    P = 63, 1.4–1.8× at P = 127, B = 256 and 1024, two runs). The threshold is chosen while tracing
-    (:func:`tfdml.xla.is_compiling`).
+    ``SORT_ABOVE`` and ``SORT_ABOVE_XLA`` sit near the crossovers measured in
+    graph mode and under XLA on a CPU (``python benchmarks/bench_semi_hard.py
+    --crossover``; RESULTS, "Semi-hard sampler"). The threshold is chosen while
+    tracing (:func:`tfdml.xla.is_compiling`).
     Both paths are vectorised with fixed shapes and compile under XLA; no
     [B, B, B] tensor. Distances must be finite.
     """
@@ -216,8 +215,7 @@ def _first_beyond(neg_dist, d_ap):
     """[B, K] int32: for every anchor a and distance ``d_ap[a, k]``, the column n with the
     smallest ``neg_dist[a, n] > d_ap[a, k]`` (lowest index on ties); meaningless where no
     column is beyond. An arg-min over the masked [B, K, B] comparison
-    (:func:`~tfdml.samplers.base.first_argmin`: under XLA two fused reductions; the
-    sampler alone at B = 1024: 4.3 → 3.6 ms)."""
+    (:func:`~tfdml.samplers.base.first_argmin`: under XLA two fused reductions)."""
     inf = tf.constant(float("inf"), neg_dist.dtype)
     beyond = neg_dist[:, None, :] > d_ap[:, :, None]
     return base.first_argmin(tf.where(beyond, neg_dist[:, None, :], inf), axis=2)

@@ -43,10 +43,7 @@ class TopKMisplacedSampler(base.Sampler):
     sort. Above it, one descending order per row
     (:func:`~tfdml.samplers.ordering.stable_order`: TensorFlow's sort in graph
     mode, a sorting network under XLA), O(B² log B), whose cost does not grow
-    with k (ℓ_k, m = 4, forward + backward, sort / prefix path at k = 32, two
-    runs: 5.7–6.8 / 15.1–15.3 ms in graph mode and 3.3–4.6 / 4.4–6.2 ms under
-    XLA at B = 256; 54–57 / 82–87 and 40–48 / 36–38 ms at B = 1024;
-    ``benchmarks/RESULTS.md``).
+    with k (both paths at k = 32: ``benchmarks/RESULTS.md``, "Row order").
 
     Returns :class:`~tfdml.samplers.SetSelection`: [B, B] bool, row a = query,
     columns = members of P (``positive``) and N (``negative``). The loss of

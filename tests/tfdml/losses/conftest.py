@@ -159,6 +159,45 @@ def central_gradient(f, x, eps=1e-6):
     return g
 
 
+def check_xla_equals_eager_with_unknown_batch(loss, dim=6, cases=("mixed", "one_class")):
+    """``loss`` and its gradient compiled with XLA for an unknown batch size equal them eagerly."""
+    import tensorflow as tf
+
+    spec = [tf.TensorSpec([None], tf.int64), tf.TensorSpec([None, dim], tf.float32)]
+
+    def value_grad(y, e):
+        with tf.GradientTape() as tape:
+            tape.watch(e)
+            value = loss(y, e)
+        return value, tape.gradient(value, e)
+
+    jitted = tf.function(value_grad, input_signature=spec, jit_compile=True)
+    for case in cases:
+        labels = LABELS[case].astype(np.int64)
+        e = tf.constant(embeddings(len(labels), dim=dim, seed=3))
+        want_v, want_g = value_grad(tf.constant(labels), e)
+        got_v, got_g = jitted(tf.constant(labels), e)
+        np.testing.assert_allclose(got_v.numpy(), want_v.numpy(), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(got_g.numpy(), want_g.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def keras_file_round_trip(loss, path):
+    """An EmbeddingModel compiled with ``loss``, fitted one step, saved to ``path`` and
+    loaded again: ``(model, loaded)``."""
+    import keras
+
+    from tfdml import models
+
+    keras.utils.set_random_seed(0)
+    encoder = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.UnitNormalization()])
+    model = models.EmbeddingModel(encoder)
+    model.compile(optimizer="sgd", loss=loss)
+    x = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+    model.fit(x, np.repeat(np.arange(4), 2), batch_size=8, epochs=1, verbose=0)
+    model.save(str(path))
+    return model, keras.saving.load_model(str(path))
+
+
 @pytest.fixture(scope="session")
 def ref():
     return types.SimpleNamespace(
@@ -176,4 +215,6 @@ def ref():
         importance_targets=importance_targets,
         hong_weights=hong_weights,
         central_gradient=central_gradient,
+        check_xla_equals_eager_with_unknown_batch=check_xla_equals_eager_with_unknown_batch,
+        keras_file_round_trip=keras_file_round_trip,
     )

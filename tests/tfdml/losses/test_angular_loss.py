@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml import losses, models
+from tfdml import losses
 
 from tests.tfdml.losses.test_npair_loss import np_pairs
 
@@ -128,22 +128,7 @@ def test_int64_labels_beyond_float_precision(ref):
 
 def test_xla_equals_eager_with_unknown_batch(ref):
     loss = losses.AngularLoss(combine_npair=True)
-    spec = [tf.TensorSpec([None], tf.int64), tf.TensorSpec([None, 6], tf.float32)]
-
-    def value_grad(y, e):
-        with tf.GradientTape() as tape:
-            tape.watch(e)
-            value = loss(y, e)
-        return value, tape.gradient(value, e)
-
-    jitted = tf.function(value_grad, input_signature=spec, jit_compile=True)
-    for case in ("mixed", "one_class"):
-        labels = ref.LABELS[case].astype(np.int64)
-        e = tf.constant(ref.embeddings(len(labels), seed=3))
-        want_v, want_g = value_grad(tf.constant(labels), e)
-        got_v, got_g = jitted(tf.constant(labels), e)
-        np.testing.assert_allclose(got_v.numpy(), want_v.numpy(), rtol=1e-5, atol=1e-7)
-        np.testing.assert_allclose(got_g.numpy(), want_g.numpy(), rtol=1e-4, atol=1e-6)
+    ref.check_xla_equals_eager_with_unknown_batch(loss)
 
 
 def test_constructor_refuses_what_the_loss_has_no_meaning_for():
@@ -160,17 +145,9 @@ def test_constructor_refuses_what_the_loss_has_no_meaning_for():
         losses.AngularLoss(combine_npair=True, lam=-1.0)
 
 
-def test_registered_and_keras_file_round_trip(tmp_path):
+def test_registered_and_keras_file_round_trip(tmp_path, ref):
     loss = losses.get("angular", alpha=36.0, combine_npair=True, lam=2.0)
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
     assert type(restored) is losses.AngularLoss and restored.get_config() == loss.get_config()
-    keras.utils.set_random_seed(0)
-    encoder = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.UnitNormalization()])
-    model = models.EmbeddingModel(encoder)
-    model.compile(optimizer="sgd", loss=loss)
-    x = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
-    model.fit(x, np.repeat(np.arange(4), 2), batch_size=8, epochs=1, verbose=0)
-    path = str(tmp_path / "m.keras")
-    model.save(path)
-    loaded = keras.saving.load_model(path)
+    model, loaded = ref.keras_file_round_trip(loss, tmp_path / "m.keras")
     assert loaded.loss.get_config() == model.loss.get_config()

@@ -57,21 +57,4 @@ def __dir__():
     return sorted(set(globals()) | set(_EXPORTS))
 
 
-__all__ = [
-    "APPROXIMATE",
-    "BACKENDS",
-    "CALIBRATION_METRICS",
-    "Calibration",
-    "DISTANCES",
-    "FORMAT_VERSION",
-    "HNSW_DEFAULTS",
-    "IVF_DEFAULTS",
-    "Index",
-    "as_keys",
-    "calibrate",
-    "describe",
-    "describe_all",
-    "export_lookup",
-    "main",
-    "report_all",
-]
+__all__ = sorted(_EXPORTS)

@@ -1,0 +1,125 @@
+"""Kernels: the one place where a fast form of a computation is chosen over its plain path.
+
+Every sampler and metric has a **plain reference path**: short, readable in one
+screen, written from the paper's rule, and the definition of what the computation
+returns. Some computations also have **fast forms** (a sorting network where a
+compiler's sort is slow, a blocked matmul for a running count, a comparison path
+for small classes, ...). A fast form has the same signature and returns the same
+values as its reference path (tests check this on random and adversarial inputs,
+in graph mode and under XLA); it only runs faster on some device and mode.
+
+Which form runs is decided here and nowhere else, by :data:`CHOICES`: a table keyed
+by device kind, then kernel name, then mode (``"graph"`` or ``"xla"``). An entry
+holds the name of the fast form and, where it has them, its tuned parameters. A
+kernel, device kind or mode without an entry runs :data:`REFERENCE`: a device
+is measured before it gets a fast form (the CPU entries are the forms measured
+faster on CPU, benchmarks/RESULTS.md).
+
+Code asks :func:`choose` at trace time::
+
+    choice = kernels.choose("ordering")
+    if choice.form == "bitonic": ...
+
+:func:`forced` makes every :func:`choose` in its scope answer one form (the
+reference path, for tests and for comparing forms).
+"""
+
+import contextlib
+import dataclasses
+import threading
+
+REFERENCE = "reference"
+MODES = ("graph", "xla")
+DEVICE_KINDS = ("CPU", "GPU", "TPU")
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A form of a kernel: its name and its tuned parameters (a dict, possibly empty)."""
+
+    form: str = REFERENCE
+    params: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def is_reference(self):
+        return self.form == REFERENCE
+
+    def __hash__(self):
+        return hash((self.form, tuple(sorted(self.params.items()))))
+
+
+#: device kind -> kernel name -> mode -> Choice. Missing entries mean REFERENCE.
+CHOICES = {
+    "CPU": {},
+    "GPU": {},
+    "TPU": {},
+}
+
+_forced = threading.local()
+
+
+def device_kind():
+    """The kind of device the ops being built run on: "GPU" when TensorFlow sees a GPU
+    (Keras and ``tf.function`` place compute there), "TPU" under a TPU strategy,
+    else "CPU"."""
+    import tensorflow as tf
+
+    try:
+        strategy = tf.distribute.get_strategy()
+        if "TPU" in type(strategy).__name__:
+            return "TPU"
+    except (AttributeError, ValueError):  # pragma: no cover - outside any strategy scope
+        pass
+    return "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
+
+
+def current_mode():
+    """``"xla"`` while tracing for XLA (:func:`tfdml.xla.is_compiling`), else ``"graph"``
+    (graph mode and eager execution run the same TensorFlow kernels)."""
+    from tfdml import xla
+
+    return "xla" if xla.is_compiling() else "graph"
+
+
+def choose(kernel, mode=None, device=None):
+    """The :class:`Choice` for ``kernel`` on ``device`` (default :func:`device_kind`) in
+    ``mode`` (default :func:`current_mode`); the reference path when the table has no
+    entry, and whatever :func:`forced` says inside its scope."""
+    forced_form = getattr(_forced, "form", None)
+    if forced_form is not None:
+        return Choice(forced_form) if forced_form == REFERENCE else _forced_choice(kernel, mode, device, forced_form)
+    mode = mode or current_mode()
+    if mode not in MODES:
+        raise ValueError(f"Unknown kernel mode {mode!r}; use one of {MODES}.")
+    device = device or device_kind()
+    return CHOICES.get(device, {}).get(kernel, {}).get(mode, Choice())
+
+
+def _forced_choice(kernel, mode, device, form):
+    """A forced fast form keeps the parameters the table gives it anywhere (so a test can
+    run the CPU form on any machine)."""
+    for by_kernel in CHOICES.values():
+        for by_mode in by_kernel.get(kernel, {}).values():
+            if by_mode.form == form:
+                return by_mode
+    return Choice(form)
+
+
+@contextlib.contextmanager
+def forced(form=REFERENCE):
+    """Within this scope every :func:`choose` answers ``form`` (default: the reference
+    path). Affects only what is traced inside the scope."""
+    previous = getattr(_forced, "form", None)
+    _forced.form = form
+    try:
+        yield
+    finally:
+        _forced.form = previous
+
+
+def table():
+    """The table as rows ``(device, kernel, mode, form, params)``, for docs and benchmarks."""
+    return [(device, kernel, mode, choice.form, dict(choice.params))
+            for device, by_kernel in sorted(CHOICES.items())
+            for kernel, by_mode in sorted(by_kernel.items())
+            for mode, choice in sorted(by_mode.items())]

@@ -354,3 +354,17 @@ def test_check_structure_needs_no_library(tmp_path):
                        ({"training": {"epochs": "two"}}, "training.epochs must be int")):
         with pytest.raises(config.ConfigError, match=match):
             config.check_structure(bad)
+
+
+@pytest.mark.parametrize("name", sorted(loss_config._losses().LOSSES))
+def test_every_sampler_offered_for_a_loss_builds_with_it(name):
+    """valid_samplers is what errors and docs offer: each in-graph sampler it lists for a
+    loss must build with that loss (a sampler that needs euclidean distances is not
+    offered to a loss fixed to cosine)."""
+    cls = loss_config._losses().LOSSES[name]
+    if not loss_config._takes_sampler(cls):
+        pytest.skip(f"{name} builds its own fixed sampler")
+    offered = [s for s in loss_config.valid_samplers(name)
+               if s not in (loss_config.NO_SAMPLER, *loss_config.LEARNED_SAMPLERS)]
+    refused = [s for s in offered if loss_config._refuses_sampler(cls, s, seed=1, num_classes=4)]
+    assert refused == []

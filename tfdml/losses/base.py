@@ -375,6 +375,9 @@ class MetricLoss(keras.losses.Loss):
     sampler_required = False
     needs_tuples = False
     takes_distance = True
+    #: The one distance the loss's equation is written for (e.g. ``"cosine"`` for losses
+    #: of similarities), or None when ``distance`` may be any of :data:`DISTANCES`.
+    fixed_distance = None
     default_tuple_reduction = "mean"
     #: True for losses whose terms are pair terms, which ``importance=True`` weights.
     supports_importance = False
@@ -404,6 +407,11 @@ class MetricLoss(keras.losses.Loss):
                 "or importance=False."
             )
         self.distance = check_distance(distance)
+        if self.fixed_distance is not None and self.distance != self.fixed_distance:
+            raise ValueError(
+                f"{type(self).__name__} is defined on {self.fixed_distance} distances (see its "
+                f"docstring); got distance={distance!r}: use distance={self.fixed_distance!r}."
+            )
         if sampler is not None and not self.sampler_kinds:
             raise ValueError(f"{type(self).__name__} takes no sampler; got sampler={sampler!r}.")
         if sampler is None and self.sampler_required:

@@ -49,15 +49,11 @@ class BinomialDevianceLoss(base.MetricLoss):
     """
 
     sampler_kinds = ("pairs", "triplets")
+    fixed_distance = "cosine"
     supports_importance = True
     default_tuple_reduction = "mean"
 
     def __init__(self, alpha=2.0, beta=0.5, cost=25.0, balanced=True, distance="cosine", **kwargs):
-        if distance != "cosine":
-            raise ValueError(
-                f"{type(self).__name__} scores cosine similarities (Yi et al.); got "
-                f"distance={distance!r}: use distance='cosine'."
-            )
         if kwargs.get("importance") and balanced:
             raise ValueError(
                 f"{type(self).__name__}(importance=True) needs balanced=False: with balanced=True "

@@ -46,16 +46,12 @@ class MultiSimilarityLoss(base.MetricLoss):
     """
 
     sampler_kinds = ("pairs", "triplets")
+    fixed_distance = "cosine"
     default_tuple_reduction = "mean"
 
     def __init__(self, alpha=2.0, beta=50.0, lam=1.0, sampler="multi_similarity", distance="cosine", **kwargs):
         refuse_importance(type(self).__name__, kwargs,
                           "each anchor's term is a log-sum-exp over its pairs (Wang et al.'s L_MS)")
-        if distance != "cosine":
-            raise ValueError(
-                f"{type(self).__name__} scores cosine similarities (Wang et al.); got "
-                f"distance={distance!r}: use distance='cosine'."
-            )
         super().__init__(distance=distance, sampler=sampler, **kwargs)
         self.alpha = base.check_positive("alpha", alpha)
         self.beta = base.check_positive("beta", beta)

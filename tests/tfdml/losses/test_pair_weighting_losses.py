@@ -400,3 +400,10 @@ def test_lifted_far_negatives_are_not_taken_for_none(generalized):
     expected = hermans if generalized else song
     assert expected > 1e3
     np.testing.assert_allclose(float(loss([0, 0, 1], e)), expected, rtol=1e-9)
+
+
+@pytest.mark.parametrize("cls", [losses.MultiSimilarityLoss, losses.BinomialDevianceLoss])
+def test_losses_of_cosine_similarities_refuse_another_distance(cls):
+    assert cls.fixed_distance == "cosine"
+    with pytest.raises(ValueError, match=r"defined on cosine distances.*use distance='cosine'"):
+        cls(distance="euclidean")

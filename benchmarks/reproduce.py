@@ -744,8 +744,8 @@ def data_line(results):
     if known:
         parts.append(f"kanji set checksum {known[0][:12]}… ({len(results) - missing} runs)")
     if missing:
-        parts.append(f"checksum not recorded ({missing} of {len(results)} runs: they predate the record; "
-                     "the set was rebuilt during the study, so their version is not known)")
+        parts.append(f"kanji set checksum not recorded ({missing} of {len(results)} runs), so which version "
+                     "of the set they were trained on is not known")
     return "Data: " + "; ".join(parts) + "." if parts else ""
 
 
@@ -1004,6 +1004,8 @@ def results_block(out):
              "**Every claim of the four papers**, run or not (the verdict of each row is the verdict function's "
              "on its checks; an investigation is a probe of a failed claim, not a claim of a paper):", "",
              claims_table(out), "", total_cost_line(experiments, out), "",
+             data_line(list({(r["arm"], r["seed"]): r for c in experiments for a in claim_arms(c)
+                             for r in load_results(out, a)}.values())), "",
              f"Every run is reproduced by one command per experiment, `python benchmarks/reproduce.py --claim "
              f"<experiment> --seeds 0 1 2` (resumable: one JSON per arm and seed under `{where}/arms/`); "
              f"`python benchmarks/reproduce.py report` rewrites this block from those JSON files "

@@ -268,7 +268,7 @@ def test_a_verdict_refuses_results_of_two_data_set_versions(tmp_path):
     _fake_results(out, "triplet-dw-m10", [0.49, 0.54, 0.59])  # predates the record: allowed, and said
     row = rp.paper_claims.by_id("lu_t1")
     assert rp.judge_claim(row, str(out))["verdict"] in rp.verdicts.VERDICT_WORDS
-    assert "checksum not recorded (3 of 9 runs" in rp.report("lu_topk", str(out), draw=False)
+    assert "checksum not recorded (3 of 9 runs)" in rp.report("lu_topk", str(out), draw=False)
     _fake_results(out, "triplet-dw-m10", [0.49, 0.54, 0.59], checksum="b" * 64)
     with pytest.raises(rp.MixedDataVersions, match="2 versions of the kanji set"):
         rp.judge_claim(row, str(out))

@@ -332,17 +332,33 @@ def _class_order(codepoints):
     return sorted(codepoints, key=lambda c: hashlib.sha256(kanji_fonts.class_name(c).encode()).digest())
 
 
+def data_set_checksum(data_dir):
+    """The checksum of the kanji set at ``data_dir`` (its manifest's; None without a manifest)."""
+    path = os.path.join(data_dir, kanji_fonts.MANIFEST_NAME)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f).get("checksum")
+
+
 def make_view(data_dir, out, train_classes, test_classes, imbalance=0.0):
     """The budget's view of the set as an .npz for the ``npz`` source (written once).
 
     ``imbalance`` γ > 0 (Hong et al. §6.4): each training class c keeps its
     first max(4, ceil(N_c (1 − u_c))) images, u_c uniform on [0, γ], drawn
     from a generator seeded by the class's code point (the same for every
-    arm and seed)."""
+    arm and seed). The view records the checksum of the set it was cut from
+    and is not reused for another version of the set."""
     name = f"view-train{train_classes or 'all'}-test{test_classes}"
     name += f"-imbalance{imbalance}.npz" if imbalance else ".npz"
     path = os.path.join(out, name)
+    checksum = data_set_checksum(data_dir)
     if os.path.exists(path):
+        with np.load(path) as view:
+            cut_from = str(view["data_checksum"]) if "data_checksum" in view.files else ""
+        if cut_from and checksum and cut_from != checksum:
+            sys.exit(f"{path} was cut from another version of the kanji set (checksum {cut_from[:12]}…; the set at "
+                     f"{data_dir} has {checksum[:12]}…): results of two versions are never mixed; use another --out.")
         return path
     data = kanji_fonts.load_npz(data_dir)
     codes, test = data["codepoints"], data["test"]
@@ -358,7 +374,8 @@ def make_view(data_dir, out, train_classes, test_classes, imbalance=0.0):
             keep[members[max(4, math.ceil(len(members) * (1.0 - u))):]] = False
     os.makedirs(out, exist_ok=True)
     tmp = path + ".tmp.npz"
-    np.savez(tmp, images=data["images"][keep], labels=codes[keep], test=test[keep])
+    np.savez(tmp, images=data["images"][keep], labels=codes[keep], test=test[keep],
+             data_checksum=np.array(checksum or ""))
     os.replace(tmp, path)
     return path
 
@@ -599,6 +616,11 @@ def run_arm(arm, seed, out, data_dir, budget, quiet=True):
         if done.get("config_key") != key:
             sys.exit(f"{result_path} was trained with another config (budget or arm changed); "
                      f"use another --out or delete it.")
+        recorded, current = data_checksum(done), data_set_checksum(data_dir)
+        if recorded and current and recorded != current:
+            sys.exit(f"{result_path} was trained on another version of the kanji set (checksum {recorded[:12]}…; "
+                     f"the set at {data_dir} has {current[:12]}…): results of two versions are never mixed; "
+                     f"use another --out.")
         return done
     os.makedirs(arm_dir, exist_ok=True)
     # The run folder belongs to one config: a rerun resumes it only with the same one.

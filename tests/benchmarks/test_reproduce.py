@@ -276,6 +276,40 @@ def test_a_verdict_refuses_results_of_two_data_set_versions(tmp_path):
         rp.main(["report", "--out", str(out), "--results", str(tmp_path / "RESULTS.md")])
 
 
+def _versioned_copy(kanji_dir, folder, checksum):
+    """The stand-in kanji set in ``folder`` with a manifest naming ``checksum``."""
+    if not folder.exists():
+        shutil.copytree(kanji_dir, folder)
+    (folder / "manifest.json").write_text(json.dumps({"checksum": checksum}))
+    return str(folder)
+
+
+def test_a_view_cut_from_another_version_of_the_set_is_not_reused(kanji_dir, tmp_path):
+    data = _versioned_copy(kanji_dir, tmp_path / "kanji", "a" * 64)
+    view = rp.make_view(data, str(tmp_path / "out"), train_classes=4, test_classes=3)
+    assert rp.make_view(data, str(tmp_path / "out"), train_classes=4, test_classes=3) == view
+    _versioned_copy(kanji_dir, tmp_path / "kanji", "b" * 64)  # the set rebuilt
+    with pytest.raises(SystemExit, match="another version of the kanji set"):
+        rp.make_view(data, str(tmp_path / "out"), train_classes=4, test_classes=3)
+
+
+def test_a_result_of_another_version_of_the_set_is_refused_before_training(kanji_dir, tmp_path):
+    data = _versioned_copy(kanji_dir, tmp_path / "kanji", "a" * 64)
+    out, arm, budget = tmp_path / "out", "margin-dw-b80", {"steps": 2, "evaluations": 1, "train_classes": 20,
+                                                           "test_classes": 4}
+    view = rp.view_of(arm, data, str(out), budget)
+    config = rp.arm_config(arm, 0, view, budget, str(out / "arms" / arm / "seed-0"))
+    stored = {"arm": arm, "seed": 0, "config_key": rp.config_key(config), "metrics": {"map@r": 0.5},
+              "provenance": {"data": {"checksum": "c" * 64}}}
+    (out / "arms" / arm).mkdir(parents=True)
+    (out / "arms" / arm / "seed-0.json").write_text(json.dumps(stored))
+    with pytest.raises(SystemExit, match="another version of the kanji set"):
+        rp.run_arm(arm, 0, str(out), data, budget)
+    stored["provenance"]["data"]["checksum"] = "a" * 64  # the same version: read back, not retrained
+    (out / "arms" / arm / "seed-0.json").write_text(json.dumps(stored))
+    assert rp.run_arm(arm, 0, str(out), data, budget)["metrics"] == {"map@r": 0.5}
+
+
 def test_report_md_keeps_every_claim_with_results(tmp_path, capsys):
     """report.md once held only the claims of the last command: reporting lu_topk erased the
     wu_sampling report. It now holds every experiment with results, whatever --claim says."""

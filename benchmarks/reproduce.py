@@ -1140,7 +1140,8 @@ def plot_curves(claim, out, highlight, metric):
 
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--claim", action="append", choices=sorted(CLAIMS), help="claim(s) to run (repeatable)")
+    p.add_argument("--claim", action="append", choices=sorted(CLAIMS),
+                   help="experiment(s) to run, each testing the claims that name it (repeatable)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--budget", choices=sorted(BUDGETS), default="standard")
     p.add_argument("--steps", type=int, help="training steps per arm (overrides the budget)")
@@ -1190,7 +1191,10 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.list:
         for claim, spec in CLAIMS.items():
-            print(f"{claim}: {spec['source']}\n  arms: {', '.join(claim_arms(claim))}")
+            tested = ", ".join(row["id"] for row in paper_claims.rows_of(claim))
+            print(f"{claim}: {spec['source']}\n  claims: {tested}\n  arms: {', '.join(claim_arms(claim))}")
+        untested = [row["id"] for row in paper_claims.CLAIMS if row.get("untested")]
+        print(f"untested claims (reasons in RESULTS.md): {', '.join(untested)}")
         return 0
     if not args.claim:
         build_parser().error("give --claim (or --list)")

@@ -401,19 +401,30 @@ def view_test_split(view):
     return sources.npz(path=view, labels="labels", test="test").split("test")
 
 
+def view_checksum(view):
+    """The checksum of the set a view was cut from (None: not recorded)."""
+    with np.load(view) as data:
+        return (str(data["data_checksum"]) or None) if "data_checksum" in data.files else None
+
+
 def raw_pixel_floor(view, out):
     """R@1, P@5, MAP@R and NMI of L2-normalised raw pixels on the view's test
-    classes (the same images every arm is scored on); cached in floor.json."""
+    classes (the same images every arm is scored on); cached in floor.json with the
+    checksum of the set the view was cut from, and not reused for another version."""
     path = os.path.join(out, "floor.json")
+    checksum = view_checksum(view)
     if os.path.exists(path):
         with open(path) as f:
-            return json.load(f)
+            floor = json.load(f)
+        if floor.get("data_checksum") and checksum and floor["data_checksum"] != checksum:
+            sys.exit(f"{path} was scored on another version of the kanji set; use another --out.")
+        return floor
     split = view_test_split(view)
     values = evaluate_cli().baseline_metrics("raw_pixels", split, ["recall", "precision@5", "map@r", "nmi"], [1],
                                        batch_size=1024)
     floor = {"view": os.path.basename(view), "classes": int(split.num_classes),
              "images": int(split.num_examples),
-             "metrics": {k: float(values[k]) for k in FLOOR_METRICS}}
+             "metrics": {k: float(values[k]) for k in FLOOR_METRICS}, "data_checksum": checksum}
     _write_json(path, floor)
     return floor
 
@@ -1000,20 +1011,24 @@ def budget_text(out):
     if results is None:
         return ""
     config = results["config"]
+    seeds = sorted({r["seed"] for c in CLAIMS for a in claim_arms(c) for r in load_results(out, a)})
+    factor = max(arm.get(STEPS_KEY, 1) for arm in ARMS.values())
     training, model = config["training"], config["model"]
     steps = training["epochs"] * training["steps_per_epoch"]
     text = (f"Setting: `{os.path.basename(os.path.normpath(out))}` budget, a `{model['backbone']}` "
             f"({model['embedding_dim']}-d, L2-normalised), {config['optimizer']['name']} "
             f"{config['optimizer']['learning_rate']:g}, no augmentation, **{steps:,} steps** per run "
-            f"(the budget probes: 4×), {training['epochs']} evaluations on the way, one `train.py` process "
-            f"per (arm, seed), seeds 0, 1, 2; from scratch, the final step reported.")
+            f"(the budget probes: {factor}×), {training['epochs']} evaluations on the way, one `train.py` process "
+            f"per (arm, seed), seeds {', '.join(map(str, seeds))}; from scratch, the final step reported.")
     floor_path = os.path.join(out, "floor.json")
     if os.path.exists(floor_path):
         with open(floor_path) as f:
             floor = json.load(f)
         text += (f" Scored on a fixed sample of {floor['classes']} test classes ({floor['images']:,} images, the "
                  f"same for every arm and seed); raw pixels reach MAP@R {100 * floor['metrics']['map@r']:.1f} % "
-                 f"and R@1 {100 * floor['metrics']['recall@1']:.1f} % there.")
+                 f"and R@1 {100 * floor['metrics']['recall@1']:.1f} % there (`floor.json`, "
+                 + (f"kanji set checksum {floor['data_checksum'][:12]}…)." if floor.get("data_checksum")
+                    else "kanji set checksum not recorded)."))
     return text
 
 

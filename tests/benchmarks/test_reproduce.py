@@ -288,6 +288,11 @@ def test_a_view_cut_from_another_version_of_the_set_is_not_reused(kanji_dir, tmp
     data = _versioned_copy(kanji_dir, tmp_path / "kanji", "a" * 64)
     view = rp.make_view(data, str(tmp_path / "out"), train_classes=4, test_classes=3)
     assert rp.make_view(data, str(tmp_path / "out"), train_classes=4, test_classes=3) == view
+    assert rp.view_checksum(view) == "a" * 64
+    # a floor scored on another version is not reused either
+    (tmp_path / "out" / "floor.json").write_text(json.dumps({"data_checksum": "b" * 64, "metrics": {}}))
+    with pytest.raises(SystemExit, match="another version of the kanji set"):
+        rp.raw_pixel_floor(view, str(tmp_path / "out"))
     _versioned_copy(kanji_dir, tmp_path / "kanji", "b" * 64)  # the set rebuilt
     with pytest.raises(SystemExit, match="another version of the kanji set"):
         rp.make_view(data, str(tmp_path / "out"), train_classes=4, test_classes=3)

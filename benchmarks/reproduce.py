@@ -893,8 +893,9 @@ def claim_detail(row, out):
 def rule_text():
     """The verdict rule, from :mod:`verdicts`' constants (the RESULTS and report.md preamble)."""
     words = "; ".join(f"**{w}**: {meaning}" for w, meaning in verdicts.VERDICT_WORDS.items())
-    return (f"Every verdict is computed by one function (`benchmarks/verdicts.py`), declared before reading "
-            f"the results and the same for every claim. A check \"A > B\" is judged on {VERDICT_METRIC.upper()} "
+    return (f"Every verdict is computed by one function (`benchmarks/verdicts.py`), the same for every claim "
+            f"and fixed before any further run; the committed runs were made before it was written, so for "
+            f"them it is not a pre-registered rule. A check \"A > B\" is judged on {VERDICT_METRIC.upper()} "
             f"(R@1 and the paper's metric are reported, never a tie-breaker) from the **paired** differences "
             f"A_s − B_s over the seeds both arms ran (the same seed gives both the same initial weights and "
             f"batch order): a paired t-test, two-sided, with **Holm's correction across the checks of the "

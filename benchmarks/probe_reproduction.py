@@ -9,8 +9,9 @@ script tests that cause without training anything: it takes the model each
 finished (arm, seed) left in its run folder (``arms/<arm>/seed-<s>/model.keras``,
 kept on the machine that trained it, not committed) and scores it on a view
 with more test classes (more distractors per query), at more k, with the
-user's own evaluation (``tfdml_app.evaluation.run``). It then applies the claim's checks
-(``reproduce.check_outcome``: d > 2 SE holds, d < −2 SE reversed) to every
+user's own evaluation (``tfdml_app.evaluation.run``). It then judges the
+checks of the claims the experiment tests with the verdict function
+(``verdicts.judge``: paired by seed, Holm across a claim's checks) on every
 metric.
 
 The test classes of a larger view start with those of the standard one
@@ -74,14 +75,21 @@ def table(claim, scores, ks):
     for arm, seeds in scores.items():
         cells = [reproduce._fmt(*reproduce.summarise([s[m] for s in seeds.values()])) for m in names]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
-    lines += ["", "| check | " + " | ".join(f"Δ {m} ± SE" for m in names) + " |",
+    lines += ["", "| claim: check | " + " | ".join(f"Δ {m} ± SE (paired)" for m in names) + " |",
               "|---|" + "---|" * len(names)]
-    spec = reproduce.CLAIMS[claim]
-    for better, worse, tag in spec["checks"]:
-        cells = [reproduce.check_cell(*reproduce.check_outcome(
-            [s[m] for s in scores.get(better, {}).values()], [s[m] for s in scores.get(worse, {}).values()],
-            spec.get("at_least", False))) for m in names]
-        lines.append(f"| ({tag}) {better} > {worse} | " + " | ".join(cells) + " |")
+    cells = {}
+    for row in reproduce.paper_claims.rows_of(claim):  # the verdict function, metric by metric
+        for metric in names:
+            judged, _ = reproduce.verdicts.judge([
+                {"better": {int(s): v[metric] for s, v in scores.get(better, {}).items()},
+                 "worse": {int(s): v[metric] for s, v in scores.get(worse, {}).items()}}
+                for better, worse in row["checks"]])
+            for (better, worse), checked in zip(row["checks"], judged):
+                diff = "–" if checked["diff"] is None else (
+                    f"{100 * checked['diff']:+.1f}" + ("" if checked["se"] is None else f" ± {100 * checked['se']:.1f}"))
+                cells.setdefault((row["id"], better, worse), []).append(f"{diff} {checked['outcome']}")
+    for (claim_id, better, worse), row_cells in cells.items():
+        lines.append(f"| {claim_id}: {better} > {worse} | " + " | ".join(row_cells) + " |")
     return "\n".join(lines)
 
 

@@ -2,8 +2,9 @@
 
     python benchmarks/reproduce.py --list
     python benchmarks/reproduce.py --claim wu_sampling --seeds 0 1 2
-    python benchmarks/reproduce.py --claim wu_sampling --budget quick      # a few minutes
+    python benchmarks/reproduce.py --claim wu_sampling --budget quick      # the machinery only
     python benchmarks/reproduce.py --claim wu_sampling --report            # tables, verdicts, curves
+    python benchmarks/reproduce.py report                                  # RESULTS.md from the JSON
 
 Every claim is relative (A beats B), so each is a set of **arms** (one
 training config each) and **checks** (arm A scores higher than arm B). An arm
@@ -30,13 +31,16 @@ run folders and views are ignored by git), and an
 existing result whose config differs from the one asked for is refused,
 never mixed.
 
-Verdicts (``--report``): for a check "A > B" on a metric, the difference of
-the seed means d = mean_A − mean_B and its standard error
-SE = sqrt(s_A²/n_A + s_B²/n_B) (s: sample std over seeds). A check *holds*
-when d > 2·SE, is *reversed* when d < −2·SE, and is *unresolved* otherwise. A
-claim is **reproduced** when every check holds, **not reproduced** when none
-holds, **partly reproduced** otherwise. With fewer than 2 seeds there is no
-SE and no verdict.
+Claims and verdicts: every claim of the papers, run or not, is a row of
+:mod:`reproduction_claims` (its checks, or why it is untested); every verdict
+comes from one function, :func:`verdicts.judge` (paired by seed, Holm across a
+claim's checks, MAP@R; its docstring states the rule). ``--report`` writes
+``<out>/report.md``; ``python benchmarks/reproduce.py report`` also rewrites the
+generated block of RESULTS.md's "Reproduction" from the committed results.
+
+Provenance: a result records the kanji set's checksum and the command that
+builds it, the package versions and the git commit; its stored config writes the
+results folder as ``$OUT``. A verdict refuses results of two data set versions.
 """
 
 import argparse
@@ -60,6 +64,8 @@ sys.path[:0] = [ROOT, HERE]
 
 import kanji_fonts  # noqa: E402  (benchmarks/kanji_fonts.py)
 import machine  # noqa: E402
+import reproduction_claims as paper_claims  # noqa: E402
+import verdicts  # noqa: E402
 
 #: Budgets: steps of training, evaluation points along the way, classes used.
 #: ``train_classes`` None = every training class of the set.
@@ -211,53 +217,25 @@ def _learned_b80(pretrain_steps, tuples=16):
 ARMS = {**_wu_arms(), **_hong_arms(), **_lu_duan_arms()}
 
 
-# --------------------------------------------------------------------------- claims
+# --------------------------------------------------------------------------- experiments
 
-#: Each claim: the paper's source, its figures for the arms (R@1 in %, or
-#: P@k where the metric says so), and the checks (better arm, worse arm).
+#: Each experiment (``--claim``): the arms it trains for the claims of
+#: :mod:`reproduction_claims` that name it, the paper's figures for the arms
+#: (``metric``: the paper's metric, R@1 or P@5, in %), and the arms whose curves
+#: are drawn thick. The checks and verdicts live in the claims table only.
 CLAIMS = {
     "wu_sampling": {
-        "source": "Wu et al. 2017, Table 1 (SOP, batch 80, R@1 %)",
-        "claims": "(a) the sampling changes results a lot for the same loss; (b) distance weighted "
-                  "beats random and semi-hard for triplet and margin; (c) contrastive with random "
-                  "pairs is far worse than with triplet-like sampling; (d) margin beats the other "
-                  "losses whatever the sampling",
+        "source": "Wu et al. 2017, Table 1 (SOP, batch 80, R@1 %) and Fig. 6",
         "metric": "recall@1",
         "paper": {"contrastive-random-b80": 30.1, "margin-random-b80": 37.5,
                   "contrastive-semi_hard-b80": 49.4, "triplet_sq-semi_hard-b80": 49.7,
                   "triplet-semi_hard-b80": 47.4, "margin-semi_hard-b80": 61.0,
                   "contrastive-dw-b80": 39.2, "triplet_sq-dw-b80": 53.4, "triplet-dw-b80": 54.5,
                   "margin-dw-b80": 61.7},
-        "checks": [
-            # (a), (c): the sampling matters; contrastive gains from triplet-like sampling
-            ("contrastive-semi_hard-b80", "contrastive-random-b80", "a, c"),
-            ("contrastive-dw-b80", "contrastive-random-b80", "a, c"),
-            ("margin-semi_hard-b80", "margin-random-b80", "a"),
-            # (b) distance weighted beats semi-hard (triplets, margin) and random (margin)
-            ("triplet_sq-dw-b80", "triplet_sq-semi_hard-b80", "b"),
-            ("triplet-dw-b80", "triplet-semi_hard-b80", "b"),
-            ("margin-dw-b80", "margin-semi_hard-b80", "b"),
-            ("margin-dw-b80", "margin-random-b80", "b"),
-            # (d) margin beats every other loss with the same sampling
-            ("margin-random-b80", "contrastive-random-b80", "d"),
-            ("margin-semi_hard-b80", "contrastive-semi_hard-b80", "d"),
-            ("margin-semi_hard-b80", "triplet_sq-semi_hard-b80", "d"),
-            ("margin-semi_hard-b80", "triplet-semi_hard-b80", "d"),
-            ("margin-dw-b80", "contrastive-dw-b80", "d"),
-            ("margin-dw-b80", "triplet_sq-dw-b80", "d"),
-            ("margin-dw-b80", "triplet-dw-b80", "d"),
-        ],
-        # (g) Fig. 6: margin + DW converges faster than triplet + semi-hard, which
-        # converges faster than contrastive + random pairs
-        "curves": ["margin-dw-b80", "triplet-semi_hard-b80", "contrastive-random-b80"],
-        "early_checks": [("margin-dw-b80", "triplet-semi_hard-b80", "g"),
-                         ("triplet-semi_hard-b80", "contrastive-random-b80", "g")],
-        "early_at": 0.25,
+        "curves": ["margin-dw-b80", "triplet-semi_hard-b80", "contrastive-random-b80"],  # Fig. 6
     },
     "wu_batch_size": {
         "source": "Wu et al. 2017, Table 2 (SOP, R@1 %)",
-        "claims": "(e) distance weighted beats semi-hard (triplet ℓ2, margin) and margin beats "
-                  "triplet, at batch sizes 40, 80 and 120",
         "metric": "recall@1",
         "paper": {"triplet-semi_hard-b40": 44.3, "triplet-dw-b40": 52.9, "margin-random-b40": 41.9,
                   "margin-semi_hard-b40": 60.7, "margin-dw-b40": 61.1,
@@ -265,26 +243,15 @@ CLAIMS = {
                   "margin-semi_hard-b80": 61.0, "margin-dw-b80": 61.7,
                   "triplet-semi_hard-b120": 48.8, "triplet-dw-b120": 54.7, "margin-random-b120": 37.7,
                   "margin-semi_hard-b120": 59.6, "margin-dw-b120": 60.5},
-        "checks": [check for b in (40, 80, 120) for check in (
-            (f"triplet-dw-b{b}", f"triplet-semi_hard-b{b}", "e"),
-            (f"margin-dw-b{b}", f"margin-semi_hard-b{b}", "e"),
-            (f"margin-semi_hard-b{b}", f"margin-random-b{b}", "e"),
-            (f"margin-dw-b{b}", f"triplet-dw-b{b}", "e"),
-        )],
     },
     "wu_beta": {
         "source": "Wu et al. 2017, Table 3 (SOP, pre-trained, 8k iterations, R@1 %)",
-        "claims": "(f) a learned β_class scores at least as well as any fixed β0",
         "metric": "recall@1",
         "paper": {"margin-dw-b80-fixed0.8": 61.3, "margin-dw-b80-fixed1.0": 70.4,
                   "margin-dw-b80-fixed1.2": 71.1, "margin-dw-b80-fixed1.4": 67.1, "margin-dw-b80": 72.7},
-        "checks": [("margin-dw-b80", f"margin-dw-b80-fixed{b}", "f") for b in (0.8, 1.0, 1.2, 1.4)],
-        "at_least": True,  # "≥": a check also holds when unresolved (no fixed β0 significantly better)
     },
     "hong_designs": {
         "source": "Hong et al., Table 1 (CUB200, balanced contrastive, R@1 %)",
-        "claims": "without importance sampling R@1 swings with the batch design; with it, the "
-                  "design no longer matters, and IS is never worse",
         "metric": "recall@1",
         "paper": {"balanced-group2x32-nois": 51.55, "balanced-group2x32-is": 52.48,
                   "balanced-group4x16-nois": 49.75, "balanced-group4x16-is": 53.02,
@@ -292,109 +259,67 @@ CLAIMS = {
                   "balanced-group32x2-nois": 31.65, "balanced-group32x2-is": 46.12,
                   "balanced-prandom0.9-nois": 18.32, "balanced-prandom0.9-is": 52.75,
                   "balanced-prandom0.1-nois": 46.32, "balanced-prandom0.1-is": 52.99},
-        "checks": [(f"balanced-{d}-is", f"balanced-{d}-nois", "IS helps")
-                   for d in ("group32x2", "group8x8", "group4x16", "prandom0.9")]
-                  + [("balanced-group2x32-nois", "balanced-group32x2-nois", "swing without IS")],
-        "spread": ("-is", "-nois"),  # range over the group designs, with vs without IS
-        "curves": ["balanced-group4x16-is", "balanced-group4x16-nois"],  # Fig. 2
+        "curves": ["balanced-group4x16-is", "balanced-group4x16-nois"],
     },
     "hong_objective": {
-        "source": "Hong et al. §6.3, Fig. 2 (CUB200, balanced contrastive, (4,16)-group, the loss (10) "
-                  "on the training set every 100 iterations)",
-        "claims": "the training objective falls faster and lower with importance sampling (scored without "
-                  "weights, Eq. 10, on all pairs of a fixed sample of 2,048 training images)",
+        "source": "Hong et al. §6.3, Fig. 2 with the balanced contrastive loss ((4,16)-group, the loss (10) "
+                  "on a fixed sample of 2,048 training images at each evaluation)",
         "metric": "recall@1",
-        "verdict_metric": "train_objective",
         "paper": {},
-        "checks": [("balanced-group4x16-is-fig2", "balanced-group4x16-nois-fig2", "lower with IS")],
-        "early_checks": [("balanced-group4x16-is-fig2", "balanced-group4x16-nois-fig2", "faster with IS")],
-        "early_at": 0.25,
         "curves": ["balanced-group4x16-is-fig2", "balanced-group4x16-nois-fig2"],
         "curve_metric": "train_objective",
     },
     "hong_imbalance": {
         "source": "Hong et al., Fig. 3 (CUB200, balanced contrastive, (4,16)-group, R@1 vs γ)",
-        "claims": "importance sampling helps under class imbalance, for every γ",
         "metric": "recall@1",
         "paper": {},
-        "checks": [(f"balanced-group4x16{g}-is", f"balanced-group4x16{g}-nois", "IS helps")
-                   for g in ("", "-imbalance0.5", "-imbalance0.9")],
     },
     "lu_topk": {
         "source": "Lu et al. 2019, Table 1 (CUB200, P@5 %)",
-        "claims": "ℓ_k improves Precision@k over the triplet loss with semi-hard and with "
-                  "distance weighted sampling",
         "metric": "precision@5",
-        "verdict_metric": "precision@5",  # the claim is about P@k
         "paper": {"precision_at_k-m10": 55.52, "triplet-semi_hard-m10": 49.73, "triplet-dw-m10": 51.74},
-        "checks": [("precision_at_k-m10", "triplet-semi_hard-m10", "Lu"),
-                   ("precision_at_k-m10", "triplet-dw-m10", "Lu")],
     },
     "duan_dsn": {
         "source": "Duan et al. 2019, Table 3 (Cars196, triplet loss, R@1 %)",
-        "claims": "the learned sampler (DE-DSP) beats semi-hard and distance weighted sampling "
-                  "with the same loss",
         "metric": "recall@1",
         "paper": {"triplet-semi_hard-b80": 52.4, "triplet-learned-b80": 59.3},
-        "checks": [("triplet-learned-b80", "triplet-semi_hard-b80", "Duan"),
-                   ("triplet-learned-b80", "triplet-dw-b80", "Duan")],
     },
     "hong_prandom_pairs": {
-        "source": "investigation of hong_designs: Hong et al. §6.1 (p-random with 2,016 pairs per batch; "
+        "source": "investigation of hong_t1_is: Hong et al. §6.1 (p-random with 2,016 pairs per batch; "
                   "ours has 64 at the common budget)",
-        "claims": "with 4 times the pairs per batch (256: 25.6 negative pairs on average instead of 6.4), "
-                  "importance sampling stops hurting p-random 0.9",
         "metric": "recall@1",
         "paper": {},
-        "checks": [("balanced-prandom0.9-pairs256-is", "balanced-prandom0.9-pairs256-nois", "IS helps"),
-                   ("balanced-prandom0.9-pairs256-is", "balanced-prandom0.9-is", "more pairs help IS")],
     },
     "hong_lambda_2x32": {
-        "source": "investigation of hong_designs: (2, 32)-group, where IS trails no IS on MAP@R (λ = 256 is "
+        "source": "investigation of hong_t1_is: (2, 32)-group, where IS trails no IS on MAP@R (λ = 256 is "
                   "Hong's value, chosen on R@1, Fig. 4)",
-        "claims": "with importance sampling and a smaller λ (16 or 64: more weight on the positive pairs of Eq. 10), "
-                  "(2, 32)-group catches up with the run without IS",
         "metric": "recall@1",
         "paper": {},
-        "checks": [("balanced-group2x32-is-lam16", "balanced-group2x32-is", "not worse than λ = 256"),
-                   ("balanced-group2x32-is-lam64", "balanced-group2x32-is", "not worse than λ = 256"),
-                   ("balanced-group2x32-is-lam16", "balanced-group2x32-nois", "catches up"),
-                   ("balanced-group2x32-is-lam64", "balanced-group2x32-nois", "catches up")],
-        "at_least": True,  # "catches up": not significantly worse; the table shows each difference
     },
     "wu_margin_budget": {
-        "source": "investigation of wu_sampling (d) and wu_batch_size: Wu et al. 2017, Table 1 (margin + DW "
-                  "61.7 R@1 against triplet 54.5 and contrastive 39.2; ResNet-50 pre-trained, 100k+ iterations)",
-        "claims": "with 4 times the steps (8,000), margin + distance weighted gets ahead of triplet ℓ2 and "
-                  "contrastive with the same sampling, as in Wu's Table 1 (level or behind at 2,000 steps)",
+        "source": "investigation of wu_t1_d: the three losses with distance weighted sampling at 4× the steps "
+                  "(8,000)",
         "metric": "recall@1",
         "paper": {},
-        "checks": [("margin-dw-b80-x4", "triplet-dw-b80-x4", "d"),
-                   ("margin-dw-b80-x4", "contrastive-dw-b80-x4", "d"),
-                   ("margin-dw-b80-x4", "margin-dw-b80", "longer helps")],
         "curves": ["margin-dw-b80-x4", "triplet-dw-b80-x4", "contrastive-dw-b80-x4"],
     },
     "duan_dsn_causes": {
-        "source": "investigation of duan_dsn: Duan et al. 2019, Algorithm 1 line 2 (DSN pre-training) "
+        "source": "investigation of duan_t3_semi: Duan et al. 2019, Algorithm 1 line 2 (DSN pre-training) "
                   "and §5 (4 mini-batches of 30 tuples at batch 120)",
-        "claims": "pre-training the sampler network (200 pools, embedding fixed), or Duan's number of "
-                  "tuples per step (80 at batch 80), closes the learned sampler's gap to semi-hard sampling",
         "metric": "recall@1",
         "paper": {},
-        "checks": [("triplet-learned-b80-pretrain200", "triplet-learned-b80", "pre-training helps"),
-                   ("triplet-learned-b80-t20", "triplet-learned-b80", "more tuples help"),
-                   ("triplet-learned-b80-pretrain200", "triplet-semi_hard-b80", "Duan"),
-                   ("triplet-learned-b80-t20", "triplet-semi_hard-b80", "Duan")],
         "curves": ["triplet-learned-b80-pretrain200", "triplet-learned-b80-t20", "triplet-learned-b80"],
     },
 }
 
 
 def claim_arms(claim):
+    """The arms of an experiment: the paper's, those its claims' checks read, the curves'."""
     spec = CLAIMS[claim]
     names = list(spec["paper"])
-    for better, worse, _ in spec["checks"]:
-        names += [better, worse]
+    for row in paper_claims.rows_of(claim):
+        for check in row["checks"]:
+            names += paper_claims.sides(check)
     names += spec.get("curves", [])
     return list(dict.fromkeys(names))
 
@@ -407,17 +332,33 @@ def _class_order(codepoints):
     return sorted(codepoints, key=lambda c: hashlib.sha256(kanji_fonts.class_name(c).encode()).digest())
 
 
+def data_set_checksum(data_dir):
+    """The checksum of the kanji set at ``data_dir`` (its manifest's; None without a manifest)."""
+    path = os.path.join(data_dir, kanji_fonts.MANIFEST_NAME)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f).get("checksum")
+
+
 def make_view(data_dir, out, train_classes, test_classes, imbalance=0.0):
     """The budget's view of the set as an .npz for the ``npz`` source (written once).
 
     ``imbalance`` γ > 0 (Hong et al. §6.4): each training class c keeps its
     first max(4, ceil(N_c (1 − u_c))) images, u_c uniform on [0, γ], drawn
     from a generator seeded by the class's code point (the same for every
-    arm and seed)."""
+    arm and seed). The view records the checksum of the set it was cut from
+    and is not reused for another version of the set."""
     name = f"view-train{train_classes or 'all'}-test{test_classes}"
     name += f"-imbalance{imbalance}.npz" if imbalance else ".npz"
     path = os.path.join(out, name)
+    checksum = data_set_checksum(data_dir)
     if os.path.exists(path):
+        with np.load(path) as view:
+            cut_from = str(view["data_checksum"]) if "data_checksum" in view.files else ""
+        if cut_from and checksum and cut_from != checksum:
+            sys.exit(f"{path} was cut from another version of the kanji set (checksum {cut_from[:12]}…; the set at "
+                     f"{data_dir} has {checksum[:12]}…): results of two versions are never mixed; use another --out.")
         return path
     data = kanji_fonts.load_npz(data_dir)
     codes, test = data["codepoints"], data["test"]
@@ -433,7 +374,8 @@ def make_view(data_dir, out, train_classes, test_classes, imbalance=0.0):
             keep[members[max(4, math.ceil(len(members) * (1.0 - u))):]] = False
     os.makedirs(out, exist_ok=True)
     tmp = path + ".tmp.npz"
-    np.savez(tmp, images=data["images"][keep], labels=codes[keep], test=test[keep])
+    np.savez(tmp, images=data["images"][keep], labels=codes[keep], test=test[keep],
+             data_checksum=np.array(checksum or ""))
     os.replace(tmp, path)
     return path
 
@@ -459,19 +401,30 @@ def view_test_split(view):
     return sources.npz(path=view, labels="labels", test="test").split("test")
 
 
+def view_checksum(view):
+    """The checksum of the set a view was cut from (None: not recorded)."""
+    with np.load(view) as data:
+        return (str(data["data_checksum"]) or None) if "data_checksum" in data.files else None
+
+
 def raw_pixel_floor(view, out):
     """R@1, P@5, MAP@R and NMI of L2-normalised raw pixels on the view's test
-    classes (the same images every arm is scored on); cached in floor.json."""
+    classes (the same images every arm is scored on); cached in floor.json with the
+    checksum of the set the view was cut from, and not reused for another version."""
     path = os.path.join(out, "floor.json")
+    checksum = view_checksum(view)
     if os.path.exists(path):
         with open(path) as f:
-            return json.load(f)
+            floor = json.load(f)
+        if floor.get("data_checksum") and checksum and floor["data_checksum"] != checksum:
+            sys.exit(f"{path} was scored on another version of the kanji set; use another --out.")
+        return floor
     split = view_test_split(view)
     values = evaluate_cli().baseline_metrics("raw_pixels", split, ["recall", "precision@5", "map@r", "nmi"], [1],
                                        batch_size=1024)
     floor = {"view": os.path.basename(view), "classes": int(split.num_classes),
              "images": int(split.num_examples),
-             "metrics": {k: float(values[k]) for k in FLOOR_METRICS}}
+             "metrics": {k: float(values[k]) for k in FLOOR_METRICS}, "data_checksum": checksum}
     _write_json(path, floor)
     return floor
 
@@ -585,6 +538,79 @@ def attempts_seconds(ledger, now=None):
     return len(attempts), round(seconds, 1)
 
 
+#: What a result records of the software it ran with (distribution names; missing ones are skipped).
+PACKAGES = ("tfdml", "tensorflow", "tensorflow-cpu", "keras", "numpy", "pillow", "fonttools")
+#: The variable a stored config writes for the results folder (configs carry no absolute path).
+OUT_VARIABLE = "$OUT"
+
+
+def portable_config(config, out):
+    """``config`` with the results folder ``out`` written as :data:`OUT_VARIABLE`, so a stored
+    config names no folder of one machine (:func:`config_key` ignores folders)."""
+    prefix = os.path.abspath(out)
+
+    def walk(value):
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, str) and os.path.isabs(value) and (value + os.sep).startswith(prefix + os.sep):
+            return OUT_VARIABLE + value[len(prefix):]
+        return value
+
+    return walk(config)
+
+
+def kanji_build_command(manifest):
+    """The ``kanji_fonts.py`` command that builds the set a manifest describes (fonts outside the
+    default folder are named by the variable ``$FONTS_DIR``)."""
+    settings = manifest.get("settings", {})
+    fonts = [face.get("path", "") for face in manifest.get("faces", [])]
+    command = (f"python benchmarks/kanji_fonts.py --size {settings.get('size')} --chars {settings.get('chars')} "
+               f"--min-per-class {settings.get('min_per_class')}")
+    if fonts and not all(path.startswith(kanji_fonts.DEFAULT_FONTS_DIR + os.sep) for path in fonts):
+        command += " --fonts-dir $FONTS_DIR"
+    return command
+
+
+def git_commit():
+    """HEAD of the checkout that runs (``+dirty`` with uncommitted changes; None outside git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def package_versions():
+    from importlib import metadata
+
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def provenance(data_dir):
+    """What a result was made from: the kanji set (the checksum of its manifest, its settings,
+    the font packages and the command that builds it), package versions and the git commit."""
+    path = os.path.join(data_dir, kanji_fonts.MANIFEST_NAME)
+    data = {"checksum": None, "build_command": None}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+        packages = sorted({f"{face['package']}={face.get('package_version', '')}"
+                           for face in manifest.get("faces", []) if face.get("package")})
+        data = {"checksum": manifest.get("checksum"), "settings": manifest.get("settings"),
+                "font_packages": packages, "build_command": kanji_build_command(manifest)}
+    return {"data": data, "packages": package_versions(), "git_commit": git_commit(), "python": sys.version.split()[0]}
+
+
 def run_arm(arm, seed, out, data_dir, budget, quiet=True):
     """Train one (arm, seed) with train.py unless its result exists; return the result."""
     import yaml
@@ -601,6 +627,11 @@ def run_arm(arm, seed, out, data_dir, budget, quiet=True):
         if done.get("config_key") != key:
             sys.exit(f"{result_path} was trained with another config (budget or arm changed); "
                      f"use another --out or delete it.")
+        recorded, current = data_checksum(done), data_set_checksum(data_dir)
+        if recorded and current and recorded != current:
+            sys.exit(f"{result_path} was trained on another version of the kanji set (checksum {recorded[:12]}…; "
+                     f"the set at {data_dir} has {current[:12]}…): results of two versions are never mixed; "
+                     f"use another --out.")
         return done
     os.makedirs(arm_dir, exist_ok=True)
     # The run folder belongs to one config: a rerun resumes it only with the same one.
@@ -636,7 +667,8 @@ def run_arm(arm, seed, out, data_dir, budget, quiet=True):
     end_attempt(ledger)
     attempts, seconds = attempts_seconds(ledger)
     result = {
-        "arm": arm, "seed": seed, "config_key": key, "config": config,
+        "arm": arm, "seed": seed, "config_key": key, "config": portable_config(config, out),
+        "provenance": provenance(data_dir),
         "metrics": metrics, "history": _read_history(run_dir),
         # wall time of every attempt (a killed one up to its last checkpoint)
         "seconds": seconds, "attempts": attempts, "load_average_at_start": round(load, 2),
@@ -649,13 +681,12 @@ def run_arm(arm, seed, out, data_dir, budget, quiet=True):
 # --------------------------------------------------------------------------- report
 
 
-#: The metric the verdicts use unless a claim names its own: MAP@R. Chosen
-#: before any result, because on this benchmark R@1 is near its ceiling
-#: already for raw pixels (93 % on the standard view: each character has
-#: dozens of renderings, some nearly identical), so R@1 compresses
-#: differences; MAP@R ranks all R same-class images. The papers' own metric
-#: is shown and checked too.
-VERDICT_METRIC = "map@r"
+#: The metric of every verdict (:mod:`verdicts`): MAP@R, declared before any
+#: result. On this benchmark R@1 is near its ceiling already for raw pixels
+#: (93 % on the standard view: each character has dozens of renderings, some
+#: nearly identical), so R@1 compresses differences; MAP@R ranks all R
+#: same-class images. R@1 and the paper's own metric are reported beside it.
+VERDICT_METRIC = verdicts.PRIMARY_METRIC
 
 #: Figures read from the training history rather than the test metrics; lower is
 #: better. ``train_objective``: ``evaluation.objective_sample``, the loss without
@@ -684,33 +715,6 @@ def summarise(values):
     if not values:
         return None, None, 0
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None), len(values)
-
-
-def check_outcome(better, worse, at_least=False):
-    """(difference, SE, outcome) of "better > worse" from two lists of seed values."""
-    (mb, sb, nb), (mw, sw, nw) = summarise(better), summarise(worse)
-    if nb == 0 or nw == 0:
-        return None, None, "missing"
-    diff = mb - mw
-    if sb is None or sw is None:
-        return diff, None, "too few seeds"
-    se = math.sqrt(sb**2 / nb + sw**2 / nw)
-    if diff > 2 * se:
-        return diff, se, "holds"
-    if diff < -2 * se:
-        return diff, se, "reversed"
-    return diff, se, ("holds (not worse)" if at_least else "unresolved")
-
-
-def claim_verdict(outcomes):
-    if any(o in ("missing", "too few seeds") for o in outcomes):
-        return "no verdict (arms or seeds missing)"
-    held = [o.startswith("holds") for o in outcomes]
-    if all(held):
-        return "reproduced"
-    if not any(held):
-        return "not reproduced"
-    return "partly reproduced"
 
 
 def load_results(out, arm):
@@ -743,41 +747,183 @@ def _fmt(mean, std, n, scale=100.0, spec=".1f"):
     return text + (f" ± {scale * std:{spec}}" if std is not None else "") + (f" (n={n})" if n else "")
 
 
-def check_cell(diff, se, outcome, scale=100.0, spec=".1f"):
-    """A check's table cell: d ± SE (in points for a metric) and the outcome (:func:`check_outcome`)."""
-    ours = "–" if diff is None else f"{scale * diff:+{spec}}" + ("" if se is None else f" ± {scale * se:{spec}}")
-    return f"{ours} {outcome}"
+# ---- provenance of the results a verdict reads
 
 
-def _checks_table(spec, checks, metrics, out, at=None):
-    """Rows of the checks table and the outcomes per metric."""
-    lines, outcomes = [], {m: [] for m in metrics}
-    for better, worse, tag in checks:
-        pb, pw = spec["paper"].get(better), spec["paper"].get(worse)
-        known = pb is not None and pw is not None and at is None  # the tables give final figures
-        cells = [f"({tag}) {better} > {worse}", f"{pb - pw:+.1f}" if known else "–"]
-        for metric in metrics:
-            # "better > worse"; for a training figure (lower is better) on the negated values.
-            sign = -1.0 if metric in TRAINING_FIGURES else 1.0
-            values = [[None if v is None else sign * v for v in (_metric(r, metric, at) for r in load_results(out, arm))]
-                      for arm in (better, worse)]
-            diff, se, outcome = check_outcome(*values, spec.get("at_least", False))
-            outcomes[metric].append(outcome)
-            cells.append(check_cell(diff, se, outcome, *_scale(metric)))
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines, outcomes
+class MixedDataVersions(ValueError):
+    """Results of two versions of the data set in one verdict."""
 
 
-def _verdict_metrics(spec):
-    """The metrics a claim is judged on: ours (MAP@R unless the claim says) and the paper's."""
-    return list(dict.fromkeys([spec.get("verdict_metric", VERDICT_METRIC), spec["metric"]]))
+def data_checksum(result):
+    """The checksum of the kanji set a result was trained on (None: the result predates the record)."""
+    return ((result.get("provenance") or {}).get("data") or {}).get("checksum")
 
 
-def claim_verdicts(claim, out):
-    """{metric: verdict} of a claim's checks (:func:`claim_verdict`)."""
-    spec = CLAIMS[claim]
-    _, outcomes = _checks_table(spec, spec["checks"], _verdict_metrics(spec), out)
-    return {m: claim_verdict(o) for m, o in outcomes.items()}
+def check_one_data_version(results, what):
+    """Refuse results of two data set versions in one verdict; return the checksums (None: not recorded)."""
+    known = sorted({c for c in map(data_checksum, results) if c is not None})
+    if len(known) > 1:
+        raise MixedDataVersions(
+            f"{what} mixes results of {len(known)} versions of the kanji set (checksums "
+            f"{', '.join(c[:12] for c in known)}); rerun its arms on one version, into another --out")
+    return known
+
+
+def data_line(results):
+    """One line: which data set version the results record."""
+    known = check_one_data_version(results, "these results")
+    missing = sum(data_checksum(r) is None for r in results)
+    parts = []
+    if known:
+        parts.append(f"kanji set checksum {known[0][:12]}… ({len(results) - missing} runs)")
+    if missing:
+        parts.append(f"kanji set checksum not recorded ({missing} of {len(results)} runs), so which version "
+                     "of the set they were trained on is not known")
+    return "Data: " + "; ".join(parts) + "." if parts else ""
+
+
+# ---- claims and their verdicts
+
+
+def seed_values(out, side, metric, at=None):
+    """{seed: value} of one side of a check: an arm, or a contrast ``(a, b)`` (a − b per seed). A
+    training figure (lower is better) is negated, so that "better > worse" reads the same way."""
+    if isinstance(side, tuple):
+        a, b = (seed_values(out, s, metric, at) for s in side)
+        return {s: a[s] - b[s] for s in a if s in b and a[s] is not None and b[s] is not None}
+    sign = -1.0 if metric in TRAINING_FIGURES else 1.0
+    values = {}
+    for result in load_results(out, side):
+        value = _metric(result, metric, at)
+        values[result["seed"]] = None if value is None else sign * value
+    return values
+
+
+def _side_label(side):
+    return f"({side[0]} − {side[1]})" if isinstance(side, tuple) else side
+
+
+def check_label(check, at=None):
+    label = f"{_side_label(check[0])} > {_side_label(check[1])}"
+    return label if at is None else f"{label}, after {at:.1%} of the steps"
+
+
+def row_arms(row):
+    return list(dict.fromkeys(a for check in row.get("checks", ()) for a in paper_claims.sides(check)))
+
+
+def judge_claim(row, out):
+    """The verdict of one claim of :mod:`reproduction_claims` from the results in ``out``,
+    through :func:`verdicts.judge` (the one verdict function). Returns a dict: verdict,
+    reason (untested), metric, checks (the judged rows, each with its label, check and at)
+    and results (every result read). Refuses results of two data set versions."""
+    if row.get("untested"):
+        return {"verdict": verdicts.UNTESTED, "reason": row["untested"], "checks": [], "results": [],
+                "metric": None}
+    metric = row.get("metric", VERDICT_METRIC)
+    results = [r for arm in row_arms(row) for r in load_results(out, arm)]
+    check_one_data_version(results, f"claim {row['id']}")
+    specs = [{"check": check, "at": at, "kind": row.get("kind", "better"),
+              "better": seed_values(out, check[0], metric, at), "worse": seed_values(out, check[1], metric, at)}
+             for at in (row.get("at") or (None,)) for check in row["checks"]]
+    judged, verdict = verdicts.judge(specs)
+    for spec, checked in zip(specs, judged):
+        checked.update(check=spec["check"], at=spec["at"], label=check_label(spec["check"], spec["at"]))
+    reason = "arms or seeds missing" if verdict == verdicts.UNTESTED else None
+    return {"verdict": verdict, "reason": reason, "metric": metric, "checks": judged, "results": results}
+
+
+def paired_summary(out, check, metric, at=None):
+    """(paired mean difference, its SE or None, n) of a check on a reported (not judged) metric."""
+    seeds, diffs = verdicts.paired(seed_values(out, check[0], metric, at), seed_values(out, check[1], metric, at))
+    if not diffs:
+        return None, None, 0
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else None
+    return statistics.fmean(diffs), se, len(diffs)
+
+
+def _diff_cell(mean, se, metric):
+    if mean is None:
+        return "–"
+    scale, spec = _scale(metric)
+    return f"{scale * mean:+{spec}}" + ("" if se is None else f" ± {scale * se:{spec}}")
+
+
+def _p(p):
+    return "–" if p is None else (f"{p:.2g}" if p >= 0.001 else f"{p:.1e}")
+
+
+def outcome_counts(judged):
+    """'k of m hold, r reversed' of a claim's checks."""
+    outcomes = [c["outcome"] for c in judged["checks"]]
+    held = sum(o == verdicts.HOLDS for o in outcomes)
+    reversed_ = sum(o == verdicts.REVERSED for o in outcomes)
+    return f"{held} of {len(outcomes)} hold, {reversed_} reversed"
+
+
+def claim_detail(row, out):
+    """Markdown of one claim: its checks with the statistics and the verdict."""
+    judged = judge_claim(row, out)
+    spec = CLAIMS[row["experiment"]]
+    metric = judged["metric"]
+    reported = [m for m in dict.fromkeys([spec["metric"], "recall@1"]) if m != metric]
+    lines = [f"#### {row['id']} ({row['paper']}, {row['where']}): **{judged['verdict']}**", "",
+             f"Claim: {row['claim']}.", ""]
+    if row.get("protocol"):
+        lines += [f"Protocol: {row['protocol']}.", ""]
+    lines += ["| check | paper Δ | seeds | Δ " + metric + " ± SE (paired) | t | p | p Holm | p sign-flip "
+              "| p unpaired | " + " | ".join(f"Δ {m} ± SE" for m in reported) + " | outcome |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(reported) + "---|"]
+    for checked in judged["checks"]:
+        check, at = checked["check"], checked["at"]
+        pb, pw = (spec["paper"].get(s) if isinstance(s, str) else None for s in check)
+        paper = f"{pb - pw:+.1f}" if pb is not None and pw is not None and at is None else "–"
+        unpaired = checked["unpaired"][-1] if checked["unpaired"] else None
+        t = "–" if checked["t"] is None else f"{checked['t']:.2f}"
+        cells = [checked["label"], paper, str(checked["n"]), _diff_cell(checked["diff"], checked["se"], metric), t,
+                 _p(checked["p"]), _p(checked["p_holm"]), _p(checked["p_sign_flip"]), _p(unpaired)]
+        cells += [_diff_cell(*paired_summary(out, check, m, at)[:2], m) for m in reported]
+        lines.append("| " + " | ".join(cells + [checked["outcome"]]) + " |")
+    counts = outcome_counts(judged)
+    lines += ["", f"Verdict: **{judged['verdict']}** ({counts}; {metric}"
+              + (", lower is better: Δ is B − A" if metric in TRAINING_FIGURES else "") + ").", ""]
+    return "\n".join(lines)
+
+
+def rule_text():
+    """The verdict rule, from :mod:`verdicts`' constants (the RESULTS and report.md preamble)."""
+    words = "; ".join(f"**{w}**: {meaning}" for w, meaning in verdicts.VERDICT_WORDS.items())
+    return (f"Every verdict is computed by one function (`benchmarks/verdicts.py`), the same for every claim "
+            f"and fixed before any further run; the committed runs were made before it was written, so for "
+            f"them it is not a pre-registered rule. A check \"A > B\" is judged on {VERDICT_METRIC.upper()} "
+            f"(R@1 and the paper's metric are reported, never a tie-breaker) from the **paired** differences "
+            f"A_s − B_s over the seeds both arms ran (the same seed gives both the same initial weights and "
+            f"batch order): a paired t-test, two-sided, with **Holm's correction across the checks of the "
+            f"claim** at α = {verdicts.ALPHA}. It holds (or is reversed) when significant after Holm; a "
+            f"check whose difference is under {verdicts.RESOLVE_SE:g} standard errors needs at least "
+            f"{verdicts.MIN_SEEDS} seeds to be decided (else \"{verdicts.NEEDS_SEEDS}\"). The exact sign-flip "
+            f"permutation p is shown as a distribution-free cross-check: its floor is 2^(1−n), 0.25 with 3 "
+            f"seeds, so with 3 seeds no check can be significant on it. The unpaired (Welch) p is shown for "
+            f"comparison. No claim run here is a \"not worse\" claim, so no non-inferiority rule is used "
+            f"(Hong's Fig. 4 and Table 4 are such claims, untested). Verdicts: {words}.")
+
+
+def claims_table(out):
+    """Markdown: every claim of :mod:`reproduction_claims`, run or not, with its verdict."""
+    lines = ["| claim | paper | figure / table | the paper's claim | verdict | checks | how to run / why untested |",
+             "|---|---|---|---|---|---|---|"]
+    for row in paper_claims.CLAIMS:
+        judged = judge_claim(row, out)
+        if row.get("untested"):
+            how, counts = row["untested"], "–"
+        else:
+            how = f"`--claim {row['experiment']}`"
+            counts = outcome_counts(judged) if judged["checks"] else "–"
+            if judged["reason"]:
+                how += f" ({judged['reason']})"
+        lines.append(f"| {row['id']} | {row['paper']} | {row['where']} | {row['claim']} | **{judged['verdict']}** "
+                     f"| {counts} | {how} |")
+    return "\n".join(lines)
 
 
 def run_cost(results):
@@ -786,36 +932,36 @@ def run_cost(results):
     return len(seconds), sum(seconds) / 60, statistics.median(seconds) / 60 if seconds else 0.0
 
 
-def summary(claims, out):
-    """Markdown: each claim's mechanical verdicts and cost, then the total over distinct runs
-    (an arm that two claims share ran once and counts once)."""
-    lines = ["## Summary", "",
-             "| claim | source | verdict (ours) | verdict (paper's metric) | runs | minutes |",
-             "|---|---|---|---|---:|---:|"]
+def total_cost_line(claims, out):
     distinct = {}
     for claim in claims:
-        spec = CLAIMS[claim]
-        verdicts = claim_verdicts(claim, out)
-        results = [r for arm in claim_arms(claim) for r in load_results(out, arm)]
-        distinct.update(((r["arm"], r["seed"]), r) for r in results)
-        runs, minutes, _ = run_cost(results)
-        metrics = _verdict_metrics(spec)
-        cells = [f"{v} ({m})" for m, v in verdicts.items()]
-        lines.append(f"| {claim} | {spec['source']} | {cells[0]} | {cells[-1] if len(metrics) > 1 else '–'} "
-                     f"| {runs} | {minutes:.0f} |")
+        distinct.update(((r["arm"], r["seed"]), r) for arm in claim_arms(claim) for r in load_results(out, arm))
     runs, minutes, median = run_cost(list(distinct.values()))
-    lines += ["", f"Total: {runs} distinct runs (arm × seed), {minutes / 60:.1f} hours of this machine, "
-              f"{median:.1f} min per run (median; shared runs counted once).", ""]
+    return (f"Total: {runs} distinct runs (arm × seed), {minutes / 60:.1f} hours of this machine, "
+            f"{median:.1f} min per run (median; shared runs counted once).")
+
+
+def summary(claims, out):
+    """Markdown: the rule, every claim's verdict, each experiment's cost, the total over distinct
+    runs (an arm that two experiments share ran once and counts once)."""
+    lines = ["## Summary", "", rule_text(), "", claims_table(out), "",
+             "| experiment | source | runs | minutes |", "|---|---|---:|---:|"]
+    for claim in claims:
+        results = [r for arm in claim_arms(claim) for r in load_results(out, arm)]
+        runs, minutes, _ = run_cost(results)
+        lines.append(f"| {claim} | {CLAIMS[claim]['source']} | {runs} | {minutes:.0f} |")
+    lines += ["", total_cost_line(claims, out), ""]
     return "\n".join(lines)
 
 
-def report(claim, out):
-    """Markdown of one claim: table (ours vs paper), checks, verdict; writes the curves PNG."""
+def report(claim, out, draw=True):
+    """Markdown of one experiment: its arms (ours vs paper), the claims it tests with their checks
+    and verdicts, the data version, its cost; writes the curves PNG (``draw``; else names the one
+    that exists)."""
     spec = CLAIMS[claim]
     paper_metric = spec["metric"]
-    verdict_metric = spec.get("verdict_metric", VERDICT_METRIC)
-    shown = list(dict.fromkeys([paper_metric, verdict_metric, "recall@1", "map@r", "nmi"]))
-    lines = [f"### {claim}: {spec['source']}", "", f"Claim: {spec['claims']}.", ""]
+    shown = list(dict.fromkeys([paper_metric, VERDICT_METRIC, "recall@1", "nmi"]))
+    lines = [f"### {claim}: {spec['source']}", ""]
     lines += ["| arm | paper " + paper_metric + " | " + " | ".join(f"ours {m}" for m in shown) + " |",
               "|---|---:|" + "---:|" * len(shown)]
     floor_path = os.path.join(out, "floor.json")
@@ -829,39 +975,12 @@ def report(claim, out):
         lines.append(f"| {arm} | {paper if paper is not None else '–'} | "
                      + " | ".join(_fmt(*summarise([_metric(r, m) for r in results]), *_scale(m)) for m in shown)
                      + " |")
-    lines.append("")
-    lines.append("Figures in %, mean ± sample std over seeds (n seeds).")
-    metrics = _verdict_metrics(spec)
-    header = ["| check | paper Δ | " + " | ".join(f"ours Δ {m} ± SE" for m in metrics) + " |",
-              "|---|---:|" + "---|" * len(metrics)]
-    rows, outcomes = _checks_table(spec, spec["checks"], metrics, out)
-    lines += [""] + header + rows
-    if "spread" in spec:
-        for suffix in spec["spread"]:
-            means = [summarise([_metric(r, verdict_metric) for r in load_results(out, a)])[0]
-                     for a in claim_arms(claim) if a.endswith(suffix) and "group" in a]
-            means = [m for m in means if m is not None]
-            if means:
-                lines.append(f"| range of {verdict_metric} over the group designs, arms *{suffix} | | "
-                             f"{100 * (max(means) - min(means)):.1f} |" + " |" * (len(metrics) - 1))
-    verdicts = {m: claim_verdict(o) for m, o in outcomes.items()}
-    lines += ["", f"**Verdict ({verdict_metric}): {verdicts[verdict_metric]}.**"
-              + "".join(f" On {m}: {v}." for m, v in verdicts.items() if m != verdict_metric), ""]
-    tags = list(dict.fromkeys(t.strip() for _, _, tag in spec["checks"] for t in tag.split(",")))
-    if len(tags) > 1:  # sub-claims: a verdict for each, over the checks that name it
-        parts = []
-        for tag in tags:
-            mine = [o for (_, _, t), o in zip(spec["checks"], outcomes[verdict_metric])
-                    if tag in (x.strip() for x in t.split(","))]
-            parts.append(f"({tag}) {claim_verdict(mine)}")
-        lines += [f"By sub-claim ({verdict_metric}): " + "; ".join(parts) + ".", ""]
-    if spec.get("early_checks"):
-        at = spec["early_at"]
-        rows, early = _checks_table(spec, spec["early_checks"], metrics, out, at=at)
-        lines += [f"Convergence: the same comparison after {at:.0%} of the steps (the per-epoch "
-                  "evaluation):", ""] + header + rows
-        lines += ["", f"**Verdict ({verdict_metric}, early): {claim_verdict(early[verdict_metric])}.**", ""]
+    lines += ["", "Figures in %, mean ± sample std over seeds (n seeds).", ""]
     done = [r for arm in claim_arms(claim) for r in load_results(out, arm)]
+    if done:
+        lines += [data_line(done), ""]
+    for row in paper_claims.rows_of(claim):
+        lines.append(claim_detail(row, out))
     if done:
         runs, minutes, median = run_cost(done)
         seeds = sorted({r["seed"] for r in done})
@@ -869,10 +988,99 @@ def report(claim, out):
                   f"this machine, {median:.1f} min per run (median; "
                   f"load average at their starts {min(r.get('load_average_at_start', 0) for r in done):.1f}–"
                   f"{max(r.get('load_average_at_start', 0) for r in done):.1f}).", ""]
-    png = plot_curves(claim, out, spec.get("curves", ()), spec.get("curve_metric", verdict_metric))
+    if draw:
+        png = plot_curves(claim, out, spec.get("curves", ()), spec.get("curve_metric", VERDICT_METRIC))
+    else:
+        png = os.path.join(out, f"{claim}-curves.png")
+        png = png if os.path.exists(png) else None
     if png:
         lines += [f"Curves: `{os.path.basename(png)}`.", ""]
     return "\n".join(lines)
+
+
+#: The block of RESULTS.md that ``reproduce.py report`` writes (between these lines).
+RESULTS_BEGIN = ("<!-- generated by `python benchmarks/reproduce.py report` from the committed results: "
+                 "edit reproduce.py, reproduction_claims.py or verdicts.py, not this block -->")
+RESULTS_END = "<!-- end of the generated block -->"
+RESULTS_PATH = os.path.join(HERE, "RESULTS.md")
+
+
+def budget_text(out):
+    """The setting of the results in ``out`` (budget, model, view), read from a stored config and floor.json."""
+    results = next((r for c in CLAIMS for a in claim_arms(c) for r in load_results(out, a)
+                    if {"model", "optimizer", "training"} <= set(r.get("config", {}))), None)
+    if results is None:
+        return ""
+    config = results["config"]
+    seeds = sorted({r["seed"] for c in CLAIMS for a in claim_arms(c) for r in load_results(out, a)})
+    factor = max(arm.get(STEPS_KEY, 1) for arm in ARMS.values())
+    training, model = config["training"], config["model"]
+    steps = training["epochs"] * training["steps_per_epoch"]
+    text = (f"Setting: `{os.path.basename(os.path.normpath(out))}` budget, a `{model['backbone']}` "
+            f"({model['embedding_dim']}-d, L2-normalised), {config['optimizer']['name']} "
+            f"{config['optimizer']['learning_rate']:g}, no augmentation, **{steps:,} steps** per run "
+            f"(the budget probes: {factor}×), {training['epochs']} evaluations on the way, one `train.py` process "
+            f"per (arm, seed), seeds {', '.join(map(str, seeds))}; from scratch, the final step reported.")
+    floor_path = os.path.join(out, "floor.json")
+    if os.path.exists(floor_path):
+        with open(floor_path) as f:
+            floor = json.load(f)
+        text += (f" Scored on a fixed sample of {floor['classes']} test classes ({floor['images']:,} images, the "
+                 f"same for every arm and seed); raw pixels reach MAP@R {100 * floor['metrics']['map@r']:.1f} % "
+                 f"and R@1 {100 * floor['metrics']['recall@1']:.1f} % there (`floor.json`, "
+                 + (f"kanji set checksum {floor['data_checksum'][:12]}…)." if floor.get("data_checksum")
+                    else "kanji set checksum not recorded)."))
+    return text
+
+
+def results_block(out):
+    """The generated block of RESULTS' "Reproduction": setting, rule, every claim with its verdict,
+    the total cost, then each experiment's detail (the same text as report.md)."""
+    experiments = [c for c in CLAIMS if has_results(c, out)]
+    where = os.path.relpath(out, ROOT)
+    lines = [RESULTS_BEGIN, "", budget_text(out), "", rule_text(), "",
+             "**Every claim of the four papers**, run or not (the verdict of each row is the verdict function's "
+             "on its checks; an investigation is a probe of a failed claim, not a claim of a paper):", "",
+             claims_table(out), "", total_cost_line(experiments, out), "",
+             data_line(list({(r["arm"], r["seed"]): r for c in experiments for a in claim_arms(c)
+                             for r in load_results(out, a)}.values())), "",
+             f"Every run is reproduced by one command per experiment, `python benchmarks/reproduce.py --claim "
+             f"<experiment> --seeds 0 1 2` (resumable: one JSON per arm and seed under `{where}/arms/`); "
+             f"`python benchmarks/reproduce.py report` rewrites this block from those JSON files "
+             f"(`--check` fails when it is stale). The detail of every experiment follows.", ""]
+    lines += [report(c, out, draw=False) for c in experiments]
+    lines += [RESULTS_END]
+    return "\n".join(lines)
+
+
+def write_results(out, path=RESULTS_PATH, check=False):
+    """Replace the generated block of ``path`` with :func:`results_block`; with ``check``, only say
+    whether it is current. Returns True when the file is (or now is) current."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if RESULTS_BEGIN not in text or RESULTS_END not in text:
+        raise SystemExit(f"{path} has no generated reproduction block (the lines {RESULTS_BEGIN!r} ... "
+                         f"{RESULTS_END!r}); add them under its Reproduction heading.")
+    head, rest = text.split(RESULTS_BEGIN, 1)
+    _, tail = rest.split(RESULTS_END, 1)
+    new = head + results_block(out) + tail
+    if check:
+        return new == text
+    if new != text:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(new)
+        os.replace(path + ".tmp", path)
+    return True
+
+
+def write_report_md(out, draw=True):
+    """report.md of ``out``: the summary, then every experiment with results."""
+    reports = {c: report(c, out, draw) for c in CLAIMS if has_results(c, out)}
+    path = os.path.join(out, "report.md")
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write("\n".join([summary(list(reports), out)] + list(reports.values())) + "\n")
+    os.replace(path + ".tmp", path)
+    return reports
 
 
 def curve_styles(count):
@@ -948,7 +1156,8 @@ def plot_curves(claim, out, highlight, metric):
 
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--claim", action="append", choices=sorted(CLAIMS), help="claim(s) to run (repeatable)")
+    p.add_argument("--claim", action="append", choices=sorted(CLAIMS),
+                   help="experiment(s) to run, each testing the claims that name it (repeatable)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--budget", choices=sorted(BUDGETS), default="standard")
     p.add_argument("--steps", type=int, help="training steps per arm (overrides the budget)")
@@ -963,11 +1172,45 @@ def build_parser():
     return p
 
 
+def build_report_parser():
+    p = argparse.ArgumentParser(prog="reproduce.py report",
+                                description="Rewrite RESULTS.md's reproduction block and report.md from the "
+                                            "committed results, through the verdict function.")
+    p.add_argument("--out", default=os.path.join(HERE, "reproduction", "standard"), help="results folder")
+    p.add_argument("--results", default=RESULTS_PATH, help="the RESULTS.md to rewrite")
+    p.add_argument("--check", action="store_true", help="write nothing; fail when the block is stale")
+    return p
+
+
+def report_main(argv):
+    args = build_report_parser().parse_args(argv)
+    out = os.path.abspath(args.out)
+    try:
+        if args.check:
+            if not write_results(out, args.results, check=True):
+                print(f"{args.results}: the reproduction block is stale; run python benchmarks/reproduce.py report",
+                      file=sys.stderr)
+                return 1
+            return 0
+        write_report_md(out)
+        write_results(out, args.results)
+    except MixedDataVersions as err:
+        sys.exit(f"reproduce.py: {err}")
+    print(f"wrote {args.results} and {os.path.join(out, 'report.md')}")
+    return 0
+
+
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["report"]:
+        return report_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.list:
         for claim, spec in CLAIMS.items():
-            print(f"{claim}: {spec['source']}\n  arms: {', '.join(claim_arms(claim))}")
+            tested = ", ".join(row["id"] for row in paper_claims.rows_of(claim))
+            print(f"{claim}: {spec['source']}\n  claims: {tested}\n  arms: {', '.join(claim_arms(claim))}")
+        untested = [row["id"] for row in paper_claims.CLAIMS if row.get("untested")]
+        print(f"untested claims (reasons in RESULTS.md): {', '.join(untested)}")
         return 0
     if not args.claim:
         build_parser().error("give --claim (or --list)")
@@ -996,13 +1239,12 @@ def main(argv=None):
                 result = run_arm(arm, seed, out, data_dir, budget, quiet=not args.verbose)
                 print(f"    R@1 {result['metrics'].get('recall@1', float('nan')):.4f} in {result['seconds']:.0f} s",
                       flush=True)
-    reports = {c: report(c, out) for c in CLAIMS if c in args.claim or has_results(c, out)}
-    print("\n".join(reports[c] for c in args.claim))
-    # report.md holds every claim with results, not only the ones of this command
-    path = os.path.join(out, "report.md")
-    with open(path + ".tmp", "w") as f:
-        f.write("\n".join([summary(list(reports), out)] + list(reports.values())) + "\n")
-    os.replace(path + ".tmp", path)
+    try:
+        # report.md holds every experiment with results, not only the ones of this command
+        reports = write_report_md(out)
+    except MixedDataVersions as err:
+        sys.exit(f"reproduce.py: {err}")
+    print("\n".join(reports.get(c) or report(c, out) for c in args.claim))
     return 0
 
 

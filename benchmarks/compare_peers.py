@@ -839,12 +839,13 @@ def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scr
         print(f"\nSame batch, same loss? Semi-hard triplet, B = {batch}, loss value: tfdml {ours:.6f}, TF Addons "
               f"{values['TF Addons']:.6f} (tfdml − TF Addons = {ours - values['TF Addons']:.1e}); TF Similarity "
               f"{values['TF Similarity']:.6f} (one positive per anchor: another loss).")
-    if not legacy:
+    cited = [c for c in CITED if c[0] in cases]
+    if not legacy and cited:
         print("\nTF Addons and TF Similarity (TF ≤ 2.15, Keras 2) cannot be installed next to TF 2.21: figures "
               "**cited from an earlier measurement** (2026-11-23), **not in this run**, ms:\n")
         print("| loss | B | peer | ms | note |")
         print("|---|---:|---|---:|---|")
-        for case, batch, name, ms, note in CITED:
+        for case, batch, name, ms, note in cited:
             print(f"| {case} | {batch} | {name} | {ms:g} | {note} |")
 
 

@@ -3,6 +3,7 @@
     python benchmarks/bench_fit_step.py                       # margin + DW, B = 128, the three modes
     python benchmarks/bench_fit_step.py --loss triplet --sampler semi_hard --batch 64 256
     python benchmarks/bench_fit_step.py --rounds 5 --steps 40
+    python benchmarks/bench_fit_step.py --fit-startup --fit-calls 6 --fit-call-steps 5   # fixed cost per fit()
 
 The reference glyph CNN: 4 × [conv 3×3 – BN – ReLU – max-pool 2×2]
 with 32, 64, 128, 256 filters, global average pooling, Dense 128, L2
@@ -16,6 +17,14 @@ hits all modes alike): a fresh model, ``--warmup`` steps (tracing and XLA
 compilation), then ``--steps`` timed steps, each step timed by a callback.
 A mode's figure is the median step time over all its timed steps of all
 rounds; the table gives steps/s and the ratio to graph mode.
+
+``--fit-startup``: the fixed cost of one ``fit()`` call. Each round gives
+every mode a fresh compiled model and calls ``fit(steps_per_epoch=
+--fit-call-steps, epochs=1)`` on it ``--fit-calls`` times in a row, timing each
+call (wall, ``fit`` in to ``fit`` out) and each step. The step time is the
+median step of the calls after the first; a call's fixed cost is its wall time
+minus its steps × that step time (the first call's includes tracing and
+compilation, the later ones what every ``fit()`` adds to its steps).
 """
 
 import argparse
@@ -98,7 +107,64 @@ def time_mode(mode, loss_name, sampler, batch_size, warmup, steps, per_class=4):
     return timer.times
 
 
-def main():
+def fit_calls(mode, loss_name, sampler, batch_size, calls, steps, per_class=4):
+    """[(wall seconds, [step seconds])] of ``calls`` consecutive ``model.fit(steps_per_epoch=steps,
+    epochs=1)`` calls on one fresh compiled model: each call's wall time (``fit`` in, ``fit`` out)
+    and the times of its steps (the first call's include tracing and compilation)."""
+    keras.utils.set_random_seed(0)
+    model = models.EmbeddingModel(network())
+    model.compile(optimizer="adam", loss=make_loss(loss_name, sampler, batch_size // per_class),
+                  jit_compile=MODES[mode])
+    data = batches(batch_size, per_class)
+    out = []
+    for _ in range(calls):
+        timer = StepTimer(0)
+        start = time.perf_counter()
+        model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer], shuffle=False)
+        out.append((time.perf_counter() - start, timer.times))
+    return out
+
+
+def fixed_costs(calls):
+    """(median step seconds, [fixed seconds per call]) of :func:`fit_calls`' answers of one or more
+    rounds (a list of rounds): the step time is the median over the steps of every call but each
+    round's first (whose first step traces and compiles); a call's fixed cost is its wall time minus
+    its steps × that step time: what ``fit`` costs on top of its steps (data iterator, callbacks,
+    the train function's setup), the first call's compilation included."""
+    steady = [t for rounds in calls for _, times in rounds[1:] for t in times]
+    step = statistics.median(steady)
+    return step, [[wall - len(times) * step for wall, times in rounds] for rounds in calls]
+
+
+def main_fit_startup(args):
+    print(f"Machine: {machine.describe()}")
+    print(f"Fixed cost of a fit() call: {args.loss} + {args.sampler}, the glyph CNN, 32x32x1, m = {args.per_class}. "
+          f"{args.rounds} rounds, each a fresh model per mode in turn, then {args.fit_calls} consecutive "
+          f"fit(steps_per_epoch={args.fit_call_steps}, epochs=1) calls on it. Step: the median step time of the "
+          "calls after the first; fixed = the call's wall time − steps × step (medians over rounds), ms.")
+    later = "calls 2+" if args.fit_calls > 2 else "call 2"
+    print(f"| B | mode | median step | first call wall | first call fixed | {later}: median wall "
+          f"| {later}: median fixed | fixed / step |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    for batch_size in args.batch:
+        runs = {mode: [] for mode in args.modes}
+        for _ in range(args.rounds):
+            for mode in args.modes:
+                runs[mode].append(fit_calls(mode, args.loss, args.sampler, batch_size, args.fit_calls,
+                                            args.fit_call_steps, args.per_class))
+        for mode in args.modes:
+            step, fixed = fixed_costs(runs[mode])
+            first_wall = statistics.median(r[0][0] for r in runs[mode])
+            first_fixed = statistics.median(f[0] for f in fixed)
+            walls = [wall for r in runs[mode] for wall, _ in r[1:]]
+            rest = [x for f in fixed for x in f[1:]]
+            print(f"| {batch_size} | {mode} | {1000 * step:.1f} | {1000 * first_wall:.0f} | {1000 * first_fixed:.0f} "
+                  f"| {1000 * statistics.median(walls):.1f} | {1000 * statistics.median(rest):.1f} "
+                  f"| {statistics.median(rest) / step:.1f} |", flush=True)
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--loss", default="margin")
     parser.add_argument("--sampler", default="distance_weighted")
@@ -108,7 +174,16 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30)
-    args = parser.parse_args()
+    parser.add_argument("--fit-startup", action="store_true",
+                        help="time consecutive short fit() calls instead: the fixed cost of a call")
+    parser.add_argument("--fit-calls", type=int, default=6, help="--fit-startup: fit() calls per model (>= 2)")
+    parser.add_argument("--fit-call-steps", type=int, default=5, help="--fit-startup: steps per fit() call")
+    args = parser.parse_args(argv)
+    if args.fit_startup:
+        if args.fit_calls < 2 or args.fit_call_steps < 1:
+            parser.error("--fit-startup needs --fit-calls >= 2 (the first call compiles) and --fit-call-steps >= 1.")
+        main_fit_startup(args)
+        return
 
     print(f"Machine: {machine.describe()}")
     print(f"{args.loss} + {args.sampler}, 4 x [conv-BN-ReLU-pool] 32-64-128-256, GAP, Dense 128, L2; "

@@ -1,9 +1,9 @@
 """Speed of every tfdml loss + sampler pair (not a test; nothing here asserts).
 
 One forward + backward pass (loss and its gradient with respect to the
-embeddings and the loss's own trainable parameters) on a batch of 256
-L2-normalised 128-d embeddings, 64 classes × 4 examples, with the
-batch-contract columns (class sizes, importance constants, example ids).
+embeddings and the loss's own trainable parameters) on a batch of
+L2-normalised 128-d embeddings, ``--classes`` × ``--per-class`` examples
+(default 64 × 4 = 256), with the batch-contract columns (class sizes, importance constants, example ids).
 Each pair runs as a ``tf.function`` without and with ``jit_compile``, and as
 ``EmbeddingModel.compile(jit_compile="loss")`` runs it (the default on a
 CPU): a ``tf.function`` around :class:`tfdml.models.CompiledLoss`, which
@@ -16,6 +16,7 @@ Usage::
 
     python benchmarks/bench_losses.py [--runs 30] [--warmup 3] [--classes 64] [--per-class 4] [--dim 128]
                                       [--only "all pairs" N-pair ...]
+    python benchmarks/bench_losses.py --classes 256                  # B = 1024
 """
 
 import argparse
@@ -36,8 +37,9 @@ import timing  # noqa: E402  (benchmarks/timing.py)
 from tfdml import losses, models, samplers  # noqa: E402
 
 
-def cases(num_classes):
-    """(loss, sampler, factory) for every loss + sampler pair."""
+def cases(num_classes, dim=128):
+    """(loss, sampler, factory) for every loss + sampler pair; ``num_classes`` and ``dim`` size
+    the learned per-class parameters (β_class, proxies)."""
     s = samplers
     out = [
         ("contrastive (Wu §3)", "all pairs", lambda: losses.ContrastiveLoss()),
@@ -69,6 +71,18 @@ def cases(num_classes):
     ]
     if hasattr(samplers, "TopKMisplacedSampler"):
         out.append(("ℓ_k (Lu Eq. 5)", "top_k misplaced", lambda: losses.PrecisionAtKLoss(k=5)))
+    out += [
+        ("lifted structured (Song Eq. 4)", "all pairs", lambda: losses.LiftedStructuredLoss()),
+        ("lifted generalized (Hermans §2)", "all pairs", lambda: losses.LiftedStructuredLoss(generalized=True)),
+        ("binomial deviance (Yi 2014)", "all pairs", lambda: losses.BinomialDevianceLoss()),
+        ("multi-similarity (Wang 2019)", "multi_similarity", lambda: losses.MultiSimilarityLoss()),
+        ("histogram (Ustinova Eq. 4)", "all pairs", lambda: losses.HistogramLoss()),
+        ("angular (Wang 2017 Eq. 8)", "pairs by class rank", lambda: losses.AngularLoss()),
+        ("proxy NCA (Movshovitz-Attias §3)", "proxies",
+         lambda: losses.ProxyNCALoss(num_classes=num_classes, embedding_dim=dim, seed=1)),
+        ("proxy anchor (Kim Eq. 4)", "proxies",
+         lambda: losses.ProxyAnchorLoss(num_classes=num_classes, embedding_dim=dim, seed=1)),
+    ]
     return out
 
 
@@ -107,7 +121,7 @@ def step_fn(loss, jit):
     return tf.function(step, jit_compile=jit is True)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
@@ -116,7 +130,7 @@ def main():
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--only", nargs="+", default=None, metavar="TEXT",
                         help="only the rows whose 'loss | sampler' contains one of these texts")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     y, e = batch(args.classes, args.per_class, args.dim)
     print(f"Machine: {machine.describe()}")
@@ -129,7 +143,7 @@ def main():
               f"| {'jit_compile=loss':>16} |")
     print(header)
     print(f"|{'-' * 38}|{'-' * 22}|{'-' * 12}:|{'-' * 14}:|{'-' * 17}:|")
-    for name, sampler, factory in cases(args.classes):
+    for name, sampler, factory in cases(args.classes, args.dim):
         if args.only and not any(text in f"{name} | {sampler}" for text in args.only):
             continue
         fns = [step_fn(factory(), jit) for jit in MODES]

@@ -2,6 +2,7 @@
 
     python benchmarks/compare_peers.py                                # all parts: B = 256, 1024; n = 20k; fit B = 128
     python benchmarks/compare_peers.py --parts losses --batch 256 --runs 5
+    python benchmarks/compare_peers.py --parts losses --cases histogram "proxy anchor"
     python benchmarks/compare_peers.py --parts eval --large           # n = 20k and 60k
     python benchmarks/compare_peers.py --parts fit --fit-rounds 3 --fit-steps 30
     python benchmarks/compare_peers.py --threads 2 1                  # PyTorch with 2 and with 1 thread
@@ -10,13 +11,35 @@
 
 The peers are optional: ``pip install -e ".[bench]"`` installs
 pytorch-metric-learning (PML), PyTorch and faiss-cpu (install a CPU-only build
-of PyTorch first: README, "Benchmarks"). A peer that is not installed is skipped with a
-message and tfdml's side runs alone. Three parts:
+of PyTorch first: docs/guide.md, "Benchmarks and reproduction"). A peer that
+is not installed is skipped with a message and tfdml's side runs alone. To
+keep tfdml's environment unchanged (torch's requirements upgrade packages in
+it, e.g. setuptools), give the peers a venv of their own that also sees
+tfdml's packages through a ``.pth`` file, and run this script with its
+interpreter (both workers then use it)::
+
+    python -m venv PEERS
+    python -c "import site; print(site.getsitepackages()[0])" > PEERS/lib/python3.11/site-packages/tfdml-env.pth
+    PEERS/bin/pip install torch==2.13.0 pytorch-metric-learning   # torch: a CPU build (see above)
+    PEERS/bin/python benchmarks/compare_peers.py --parts losses
+
+(``python`` there is tfdml's interpreter; ``--system-site-packages`` would
+expose the base interpreter's packages, not those of tfdml's venv.) Three parts:
 
 * ``losses`` — one forward + backward of loss and miner on the same B × 128
-  L2-normalised embeddings (m = 4 per class) in each library, margins 0.2,
-  ℓ2 distance: semi-hard triplet, distance weighted + margin (β learned per
-  class on both sides), batch-hard triplet. tfdml as ``tf.function`` with and
+  L2-normalised embeddings (m = 4 per class) in each library (``--cases``):
+  the triplet cases (margins 0.2, ℓ2 distance: semi-hard triplet, distance
+  weighted + margin with β learned per class on both sides, batch-hard
+  triplet) and the other losses of tfdml against PML's implementation with
+  the same hyper-parameters (the constants below; ``settings_lines`` prints
+  them): lifted structured (Song et al. Eq. 4, PML's ``LiftedStructureLoss``)
+  and its generalized form (Hermans et al., PML's
+  ``GeneralizedLiftedStructureLoss``), multi-similarity with its miner,
+  histogram, angular, proxy NCA and proxy anchor (tfdml's proxies copied to
+  PML); binomial deviance has no PML counterpart and runs alone. Each row
+  first computes the loss on that batch on both sides and says whether the
+  values agree, or why the two are different losses (``DIFFERENT_LOSS``,
+  ``PML_FORM``). tfdml as ``tf.function`` with and
   without ``jit_compile`` (``bench_losses.step_fn``), PML eagerly, TF Addons
   and TF Similarity (the *legacy* peers, below) as ``tf.function`` without
   ``jit_compile``. Calls are interleaved (tfdml graph, tfdml XLA, PML, TF
@@ -93,7 +116,37 @@ PEERS = {  # module -> distribution, as pip names it
     "faiss": "faiss-cpu",
 }
 MARGIN = 0.2
-LOSS_CASES = ("semi-hard triplet", "distance weighted + margin", "batch-hard triplet")
+TRIPLET_CASES = ("semi-hard triplet", "distance weighted + margin", "batch-hard triplet")
+# The other losses, each with the hyper-parameters both sides are built with (tfdml's defaults; PML's
+# arguments set to them): TfdmlSide.loss and TorchSide.loss read these, nothing else.
+LIFTED_MARGIN = 1.0  # α of Song et al. Eq. 4; PML's neg_margin (pos_margin 0)
+BINOMIAL = {"alpha": 2.0, "beta": 0.5, "cost": 25.0}
+MULTI_SIMILARITY = {"alpha": 2.0, "beta": 50.0, "lam": 1.0, "epsilon": 0.1}  # PML: base = lam
+HISTOGRAM_NODES = 201  # tfdml's num_bins (R nodes on [-1, 1]); PML's n_bins counts the R - 1 intervals
+ANGLE = 45.0  # degrees
+PROXY_NCA_SCALE = 3.0  # tfdml's embedding_scale = proxy_scale; PML's softmax_scale is its square
+PROXY_ANCHOR = {"alpha": 32.0, "delta": 0.1}  # PML: margin = delta
+OTHER_CASES = ("lifted structured", "generalized lifted structured", "binomial deviance",
+               "multi-similarity + miner", "histogram", "angular", "proxy NCA", "proxy anchor")
+LOSS_CASES = TRIPLET_CASES + OTHER_CASES
+#: Why the two sides' loss values differ on the same batch; a case not listed computes the same loss
+#: (its row says "yes" when they agree within VALUE_RTOL, "NO" otherwise).
+DIFFERENT_LOSS = {
+    "semi-hard triplet": "PML takes every triplet inside the margin window and averages over the "
+                         "triplets with a positive loss",
+    "distance weighted + margin": "each side draws its own random negatives",
+    "batch-hard triplet": "PML averages over the triplets with a positive loss, tfdml over all B anchors (the "
+                          "same value while every anchor's triplet has a positive loss)",
+    "angular": "tfdml: Wang et al.'s N-pair batches (m/2 pairs per class, negatives the other classes' "
+               "pairs of the same slot); PML: every positive pair against every example of another class",
+}
+#: Cases whose tfdml value is compared with PML's in PML's form: ``TfdmlSide.pml_form``.
+PML_FORM = {
+    "proxy NCA": "PML's softmax keeps the own proxy in the denominator: PML = mean softplus(tfdml's term); "
+                 "compared in that form",
+}
+NO_PML = {"binomial deviance": "PML has no binomial deviance loss"}
+VALUE_RTOL = 1e-4
 EVAL_METHODS = {"tfdml": "tfdml.metrics", "pml": "PML AccuracyCalculator", "faiss": "faiss IndexFlatL2 + NumPy"}
 REPLY = "@@compare_peers "  # marks the worker's answers on its stdout
 
@@ -311,22 +364,40 @@ class TfdmlSide(TfSide):
                 "threads": tf.config.threading.get_intra_op_parallelism_threads() or usable_cores()}
 
     def losses(self, case, batch, per_class, dim, path):
-        """Build the graph and XLA step of ``case`` on bench_losses' batch; save that batch for PML."""
+        """Build the graph and XLA step of ``case`` on bench_losses' batch; save that batch (and a proxy
+        loss's proxies) for PML. Answers the loss value of the graph step and, for a case of ``PML_FORM``,
+        tfdml's value in PML's form."""
         import bench_losses
         import numpy as np
 
         classes = batch // per_class
         y, e = bench_losses.batch(classes, per_class, dim)
-        np.savez(path, embeddings=e.numpy(), labels=y["label"].numpy())
+        loss = self.loss(case, classes, dim)
+        arrays = {"embeddings": e.numpy(), "labels": y["label"].numpy()}
+        if hasattr(loss, "proxy_layer"):
+            arrays["proxies"] = loss.proxy_layer.proxies.numpy()
+        np.savez(path, **arrays)
         self.calls = {}
         for mode, jit in (("graph", False), ("xla", True)):
-            step = bench_losses.step_fn(self.loss(case, classes), jit)
+            step = bench_losses.step_fn(loss, jit)
             self.keep(mode, step, y, e)
-        return {"names": list(self.calls), "value": float(self.calls["graph"]()[0])}
+        pml_form = self.pml_form(case, loss, y, e) if case in PML_FORM else None
+        return {"names": list(self.calls), "value": float(self.calls["graph"]()[0]), "pml_form": pml_form}
 
     @staticmethod
-    def loss(case, num_classes):
-        from tfdml import losses
+    def pml_form(case, loss, y, e):
+        """tfdml's loss of ``case`` on (``y``, ``e``) written as PML computes it (``PML_FORM``)."""
+        import tensorflow as tf
+
+        if case == "proxy NCA":  # −log(e^{−d_y} / Σ_z e^{−d_z}) = softplus(d_y + log Σ_{z≠y} e^{−d_z})
+            terms = loss.example_terms(y["label"], e, loss.proxy_layer.proxies)
+            return float(tf.reduce_mean(tf.math.softplus(terms)))
+        raise ValueError(f"no PML form for {case!r}")
+
+    @staticmethod
+    def loss(case, num_classes, dim=128):
+        """tfdml's loss (and sampler) of ``case``, with the hyper-parameters of this module."""
+        from tfdml import losses, samplers
 
         if case == "semi-hard triplet":
             return losses.TripletLoss(margin=MARGIN, squared=False, sampler="semi_hard")
@@ -334,6 +405,23 @@ class TfdmlSide(TfSide):
             return losses.MarginLoss(alpha=MARGIN, num_classes=num_classes, sampler="distance_weighted", seed=1)
         if case == "batch-hard triplet":
             return losses.TripletLoss(margin=MARGIN, squared=False, sampler="hard")
+        if case in ("lifted structured", "generalized lifted structured"):
+            return losses.LiftedStructuredLoss(margin=LIFTED_MARGIN, generalized=case.startswith("generalized"))
+        if case == "binomial deviance":
+            return losses.BinomialDevianceLoss(**BINOMIAL)
+        if case == "multi-similarity + miner":
+            ms = dict(MULTI_SIMILARITY)
+            sampler = samplers.MultiSimilaritySampler(epsilon=ms.pop("epsilon"))
+            return losses.MultiSimilarityLoss(sampler=sampler, **ms)
+        if case == "histogram":
+            return losses.HistogramLoss(num_bins=HISTOGRAM_NODES)
+        if case == "angular":
+            return losses.AngularLoss(alpha=ANGLE)
+        if case == "proxy NCA":
+            return losses.ProxyNCALoss(num_classes=num_classes, embedding_dim=dim, embedding_scale=PROXY_NCA_SCALE,
+                                       proxy_scale=PROXY_NCA_SCALE, seed=1)
+        if case == "proxy anchor":
+            return losses.ProxyAnchorLoss(num_classes=num_classes, embedding_dim=dim, seed=1, **PROXY_ANCHOR)
         raise ValueError(f"unknown case {case!r}; choose from {LOSS_CASES}")
 
     def fit_batch(self, batch, per_class, path):
@@ -378,7 +466,7 @@ class LegacySide(TfSide):
             return {"TF Addons": tfa.losses.TripletSemiHardLoss(margin=MARGIN, distance_metric="L2"),
                     "TF Similarity": TripletLoss(distance="euclidean", positive_mining_strategy="hard",
                                                  negative_mining_strategy="semi-hard", margin=MARGIN)}
-        if case == "distance weighted + margin":
+        if case == "distance weighted + margin" or case in OTHER_CASES:
             return {}
         if case == "batch-hard triplet":
             return {"TF Addons": tfa.losses.TripletHardLoss(margin=MARGIN, distance_metric="L2"),
@@ -420,8 +508,12 @@ class TorchSide:
     """Runs in the PyTorch worker: PyTorch and pytorch-metric-learning, no TensorFlow."""
 
     def __init__(self):
+        import warnings
+
         import torch
 
+        # PML's HistogramLoss indexes with a list, which this PyTorch warns about on every call.
+        warnings.filterwarnings("ignore", category=UserWarning, module="pytorch_metric_learning")
         self.torch = torch
         self.call_ = None
 
@@ -429,8 +521,10 @@ class TorchSide:
         return {"threads": self.torch.get_num_threads()}
 
     @staticmethod
-    def loss(case, num_classes):
-        """(loss, miner) of pytorch-metric-learning for ``case``, with its default ℓ2 distance."""
+    def loss(case, num_classes, dim=128):
+        """(loss, miner or None) of pytorch-metric-learning for ``case`` with this module's
+        hyper-parameters; None for a case of ``NO_PML``. Distances are PML's defaults (ℓ2 on
+        L2-normalised embeddings, or cosine similarity) unless set here."""
         from pytorch_metric_learning import losses, miners
 
         if case == "semi-hard triplet":
@@ -441,29 +535,57 @@ class TorchSide:
                     miners.DistanceWeightedMiner(cutoff=0.5, nonzero_loss_cutoff=1.4))
         if case == "batch-hard triplet":
             return losses.TripletMarginLoss(margin=MARGIN), miners.BatchHardMiner()
+        if case == "lifted structured":  # Song et al. Eq. 4, per positive pair: tfdml's generalized=False
+            return losses.LiftedStructureLoss(neg_margin=LIFTED_MARGIN, pos_margin=0), None
+        if case == "generalized lifted structured":  # Hermans et al., per anchor: tfdml's generalized=True
+            return losses.GeneralizedLiftedStructureLoss(neg_margin=LIFTED_MARGIN, pos_margin=0), None
+        if case in NO_PML:
+            return None
+        if case == "multi-similarity + miner":
+            ms = MULTI_SIMILARITY
+            return (losses.MultiSimilarityLoss(alpha=ms["alpha"], beta=ms["beta"], base=ms["lam"]),
+                    miners.MultiSimilarityMiner(epsilon=ms["epsilon"]))
+        if case == "histogram":
+            return losses.HistogramLoss(n_bins=HISTOGRAM_NODES - 1), None
+        if case == "angular":
+            return losses.AngularLoss(alpha=ANGLE), None
+        if case == "proxy NCA":  # ‖s x̂ − s p̂‖² = s² ‖x̂ − p̂‖²: PML's LpDistance(power=2) times softmax_scale
+            return losses.ProxyNCALoss(num_classes, dim, softmax_scale=PROXY_NCA_SCALE ** 2), None
+        if case == "proxy anchor":
+            return (losses.ProxyAnchorLoss(num_classes, dim, margin=PROXY_ANCHOR["delta"],
+                                           alpha=PROXY_ANCHOR["alpha"]), None)
         raise ValueError(f"unknown case {case!r}; choose from {LOSS_CASES}")
 
     def losses(self, case, batch, per_class, path):
-        """PML's step of ``case`` (miner, loss, backward to the embeddings and β) on the saved batch."""
+        """PML's step of ``case`` (miner, loss, backward to the embeddings and the loss's parameters) on
+        the saved batch, with tfdml's proxies where it saved them. Answers what the miner selected
+        (``mined``) and the loss value; ``{"missing": why}`` for a case PML does not have."""
         import numpy as np
 
         torch = self.torch
         data = np.load(path)
         emb = torch.from_numpy(data["embeddings"]).requires_grad_()
         labels = torch.from_numpy(data["labels"].astype(np.int64))
-        loss, miner = self.loss(case, batch // per_class)
+        made = self.loss(case, batch // per_class, emb.shape[1])
+        if made is None:
+            self.call_ = None
+            return {"missing": NO_PML[case]}
+        loss, miner = made
+        if "proxies" in data:
+            with torch.no_grad():
+                loss.proxies.copy_(torch.from_numpy(data["proxies"]))
         params = list(loss.parameters())
 
         def call():
             emb.grad = None
             for p in params:
                 p.grad = None
-            value = loss(emb, labels, miner(emb, labels))
+            value = loss(emb, labels, miner(emb, labels) if miner else None)
             value.backward()
             return value.item()
 
         self.call_ = call
-        return {"triplets": len(miner(emb, labels)[0])}
+        return {"mined": mined_count(miner(emb, labels)) if miner else "no miner", "value": call()}
 
     def call(self, threads):
         self.torch.set_num_threads(threads)
@@ -496,6 +618,13 @@ class TorchSide:
             if step >= warmup:
                 times.append(time.perf_counter() - start)
         return {"times": times}
+
+
+def mined_count(indices):
+    """What a PML miner returned, as a table cell: its triplets, or its positive + negative pairs."""
+    if len(indices) == 3:
+        return f"{len(indices[0])} triplets"
+    return f"{len(indices[0])} + {len(indices[2])} pairs"
 
 
 def torch_network(embedding_dim=128, widths=(32, 64, 128, 256)):
@@ -595,31 +724,85 @@ def loss_row_cells(median, pml_columns, legacy_columns):
             + [ratio(best, median.get(c)) for c in legacy_columns])
 
 
+def settings_lines(cases):
+    """One line per case of ``cases``: the hyper-parameters both sides are built with."""
+    ms = MULTI_SIMILARITY
+    text = {
+        "semi-hard triplet": f"margin {MARGIN}, ℓ2; tfdml TripletLoss(squared=False, sampler='semi_hard'), PML "
+                             "TripletMarginLoss + TripletMarginMiner('semihard')",
+        "distance weighted + margin": f"α = margin {MARGIN}, β0 = 1.2 learned per class; tfdml MarginLoss + "
+                                      "'distance_weighted', PML MarginLoss + DistanceWeightedMiner",
+        "batch-hard triplet": f"margin {MARGIN}, ℓ2; tfdml TripletLoss(sampler='hard'), PML TripletMarginLoss + "
+                              "BatchHardMiner",
+        "lifted structured": f"Song et al. Eq. 4, α = {LIFTED_MARGIN}, euclidean, every pair; tfdml "
+                             "LiftedStructuredLoss, PML LiftedStructureLoss(neg_margin=α, pos_margin=0)",
+        "generalized lifted structured": f"Hermans et al., α = {LIFTED_MARGIN}, every pair; tfdml "
+                                         "LiftedStructuredLoss(generalized=True), PML "
+                                         "GeneralizedLiftedStructureLoss(neg_margin=α, pos_margin=0)",
+        "binomial deviance": f"α = {BINOMIAL['alpha']}, β = {BINOMIAL['beta']}, C = {BINOMIAL['cost']}, cosine, "
+                             f"every pair; tfdml BinomialDevianceLoss; {NO_PML['binomial deviance']}",
+        "multi-similarity + miner": f"α = {ms['alpha']}, β = {ms['beta']}, λ = {ms['lam']}, mining ε = "
+                                    f"{ms['epsilon']}, cosine; tfdml MultiSimilarityLoss + MultiSimilaritySampler, "
+                                    "PML MultiSimilarityLoss(base=λ) + MultiSimilarityMiner",
+        "histogram": f"{HISTOGRAM_NODES} nodes on [−1, 1], cosine, every pair; tfdml HistogramLoss(num_bins="
+                     f"{HISTOGRAM_NODES}), PML HistogramLoss(n_bins={HISTOGRAM_NODES - 1}) (intervals)",
+        "angular": f"α = {ANGLE:g}°, Eq. 8; tfdml AngularLoss, PML AngularLoss",
+        "proxy NCA": f"one proxy per class (tfdml's, copied to PML), d = ‖{PROXY_NCA_SCALE:g}x̂ − "
+                     f"{PROXY_NCA_SCALE:g}p̂‖²; tfdml ProxyNCALoss(embedding_scale = proxy_scale = "
+                     f"{PROXY_NCA_SCALE:g}), PML ProxyNCALoss(softmax_scale={PROXY_NCA_SCALE ** 2:g})",
+        "proxy anchor": f"one proxy per class (tfdml's, copied to PML), α = {PROXY_ANCHOR['alpha']:g}, δ = "
+                        f"{PROXY_ANCHOR['delta']}, cosine; tfdml ProxyAnchorLoss, PML ProxyAnchorLoss(margin=δ)",
+    }
+    return [f"- {case}: {text[case]}." for case in cases]
+
+
+def same_loss_cell(case, ours, theirs):
+    """The "same loss?" cell of a losses row: tfdml's answer ``ours`` (its ``value`` and ``pml_form``)
+    against PML's value ``theirs`` (None: PML not run or without this loss)."""
+    if case in NO_PML:
+        return "no PML counterpart"
+    if theirs is None:
+        return "–"
+    reference = ours["pml_form"] if ours.get("pml_form") is not None else ours["value"]
+    delta = reference - theirs
+    if abs(delta) <= VALUE_RTOL * max(1.0, abs(theirs)):
+        return f"yes{', in PML form' if case in PML_FORM else ''} (Δ {delta:.1e})"
+    if case in DIFFERENT_LOSS:
+        return "no: another loss (below)"
+    return f"**NO** (Δ {delta:.1e})"
+
+
 def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scratch, cases=LOSS_CASES, legacy=None):
     """The losses part; ``legacy``: the worker of TF Addons + TF Similarity, or None (the recorded figures, cited)."""
-    print(f"\n## Loss + miner, forward + backward (B × {dim}, m = {per_class}, margin {MARGIN}, ℓ2 distance)\n")
+    print(f"\n## Loss + miner, forward + backward (B × {dim} unit embeddings, m = {per_class} per class)\n")
     print(f"Median of {runs} interleaved rounds after {warmup} warm-up calls, ms. Ratios: tfdml time / peer time "
           f"(below 1: tfdml faster){', against the faster PML column' if peer and len(threads) > 1 else ''}"
-          f"{'; against TF Addons and TF Similarity with tfdml graph, the same kind of step' if legacy else ''}.")
-    print("PML's semi-hard miner returns *every* triplet with d(a,p) < d(a,n) < d(a,p) + margin; tfdml (as TF "
-          "Addons and FaceNet) takes one negative per positive pair, the nearest beyond d(a,p), else the hardest "
-          "one inside: different triplets, different work. The last column counts PML's triplets in one call "
-          "(tfdml: B·(m−1) slots). PML's distance weighted miner draws one negative per positive pair, as tfdml's "
-          "sampler does.\n")
+          f"{'; against TF Addons and TF Similarity with tfdml graph, the same kind of step' if legacy else ''}. "
+          "Forward + backward: the gradient with respect to the embeddings and the loss's own parameters "
+          "(β of the margin loss, the proxies). Each row first computes the loss on the same batch on both sides: "
+          f"\"same loss?\" says whether the values agree (relative {VALUE_RTOL:g}) or why they are different "
+          "losses. Settings, the same on both sides:\n")
+    print("\n".join(settings_lines(cases)) + "\n")
+    if set(cases) & {"semi-hard triplet", "distance weighted + margin"}:
+        print("PML's semi-hard miner returns *every* triplet with d(a,p) < d(a,n) < d(a,p) + margin; tfdml (as TF "
+              "Addons and FaceNet) takes one negative per positive pair, the nearest beyond d(a,p), else the hardest "
+              "one inside: different triplets, different work. \"PML mined\" counts what PML's miner returns in "
+              "one call (tfdml: B·(m−1) slots). PML's distance weighted miner draws one negative per positive pair, "
+              "as tfdml's sampler does.\n")
     if legacy:
         print("TF Addons and TF Similarity: `tf.function` (no `jit_compile`) of loss and gradient with respect to the "
               "embeddings, in their own worker (TF 2.15, Keras 2), on the same batch. TF Addons takes tfdml's triplets "
               "(semi-hard: every positive pair; batch-hard: one per anchor) and the same mean. **TF Similarity mines "
               "one positive per anchor**, the farthest, and for semi-hard the nearest negative beyond *that* "
               "positive, else the farthest negative: B triplets, not B·(m−1); batch-hard: the same triplets as the "
-              "others. Neither has distance weighted sampling: –.\n")
+              "others. Neither has distance weighted sampling nor the other losses: –.\n")
     pml_columns = [f"PML, {thread_label(t)}" for t in threads] if peer else ["PML"]
     legacy_columns = list(LEGACY_PEERS) if legacy else []
     columns = pml_columns + legacy_columns
     ratios = loss_ratio_columns(legacy_columns)
     print(f"| loss + miner | B | tfdml graph | tfdml XLA | {' | '.join(columns)} | {' | '.join(ratios)} "
-          "| PML triplets |")
-    print("|---|" + "---:|" * (4 + len(columns) + len(ratios)))
+          "| PML mined | tfdml loss | PML loss | same loss? |")
+    print("|---|" + "---:|" * (3 + len(columns) + len(ratios)) + "---:|---:|---:|---|")
     path = os.path.join(scratch, "losses.npz")
     check = None  # (B, tfdml's value, TF Addons' and TF Similarity's values) of the first semi-hard case
     not_run = []  # the legacy peers' cells left out, with the reason
@@ -627,11 +810,13 @@ def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scr
         for case in cases:
             ours = tfdml.ask("losses", case=case, batch=batch, per_class=per_class, dim=dim, path=path)
             contestants = {name: timed(tfdml, name=name) for name in ours["names"]}
-            count = "–"
+            mined, value = "–", None
             if peer:
-                count = peer.ask("losses", case=case, batch=batch, per_class=per_class, path=path)["triplets"]
-                for t, column in zip(threads, pml_columns):
-                    contestants[column] = timed(peer, threads=t)
+                theirs = peer.ask("losses", case=case, batch=batch, per_class=per_class, path=path)
+                if "missing" not in theirs:
+                    mined, value = theirs["mined"], theirs["value"]
+                    for t, column in zip(threads, pml_columns):
+                        contestants[column] = timed(peer, threads=t)
             if legacy:
                 theirs = legacy.ask("losses", case=case, path=path)
                 for name in theirs["names"]:
@@ -640,8 +825,13 @@ def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scr
                     check = (batch, ours["value"], theirs["values"])
                 not_run += [f"{name}, {case}, B = {batch}: {why}" for name, why in theirs["skipped"].items()]
             median = interleaved(contestants, runs, warmup)
-            cells = loss_row_cells(median, pml_columns, legacy_columns) + [str(count)]
+            cells = (loss_row_cells(median, pml_columns, legacy_columns)
+                     + [str(mined), f"{ours['value']:.6g}", "–" if value is None else f"{value:.6g}",
+                        same_loss_cell(case, ours, value)])
             print(f"| {case} | {batch} | {' | '.join(cells)} |", flush=True)
+    notes = [f"- {case}: {why}." for case, why in {**DIFFERENT_LOSS, **PML_FORM}.items() if case in cases]
+    if peer and notes:
+        print("\nDifferent losses on the same batch (\"same loss?\"):\n\n" + "\n".join(notes))
     for line in not_run:
         print(f"\nNot run: {line}.")
     if check:
@@ -649,12 +839,13 @@ def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scr
         print(f"\nSame batch, same loss? Semi-hard triplet, B = {batch}, loss value: tfdml {ours:.6f}, TF Addons "
               f"{values['TF Addons']:.6f} (tfdml − TF Addons = {ours - values['TF Addons']:.1e}); TF Similarity "
               f"{values['TF Similarity']:.6f} (one positive per anchor: another loss).")
-    if not legacy:
+    cited = [c for c in CITED if c[0] in cases]
+    if not legacy and cited:
         print("\nTF Addons and TF Similarity (TF ≤ 2.15, Keras 2) cannot be installed next to TF 2.21: figures "
               "**cited from an earlier measurement** (2026-11-23), **not in this run**, ms:\n")
         print("| loss | B | peer | ms | note |")
         print("|---|---:|---|---:|---|")
-        for case, batch, name, ms, note in CITED:
+        for case, batch, name, ms, note in cited:
             print(f"| {case} | {batch} | {name} | {ms:g} | {note} |")
 
 
@@ -721,7 +912,7 @@ def arguments(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", nargs="+", default=["losses", "eval", "fit"], choices=["losses", "eval", "fit"])
     parser.add_argument("--batch", type=int, nargs="+", default=[256, 1024], help="B of the losses part")
-    parser.add_argument("--cases", nargs="+", default=list(LOSS_CASES), choices=LOSS_CASES,
+    parser.add_argument("--cases", nargs="+", default=list(LOSS_CASES), choices=LOSS_CASES, metavar="CASE",
                         help="loss + miner cases of the losses part")
     parser.add_argument("--per-class", type=int, default=4)
     parser.add_argument("--dim", type=int, default=128)

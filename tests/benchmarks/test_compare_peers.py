@@ -62,18 +62,24 @@ def test_a_losses_row_gives_graph_and_best_mode_ratios_against_the_legacy_peers(
 def test_main_runs_tfdml_alone_when_pytorch_and_the_legacy_venv_are_missing(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "torch", None)
     cp.main(["--parts", "losses", "--batch", "16", "--runs", "1", "--warmup", "0", "--cases", "batch-hard triplet",
-             "--legacy-python", str(tmp_path / "no-venv" / "bin" / "python")])
+             "proxy anchor", "--legacy-python", str(tmp_path / "no-venv" / "bin" / "python")])
     out = capsys.readouterr().out
     assert "PyTorch + pytorch-metric-learning skipped: torch not installed: pip install -e '.[bench]'" in out
     skipped = [line for line in out.splitlines() if line.startswith("TF Addons and TF Similarity skipped")]
     assert len(skipped) == 1 and "no-venv/bin/python not found" in skipped[0] and "--make-legacy-venv" in skipped[0]
     header = next(line for line in out.splitlines() if line.startswith("| loss + miner |"))
     assert "TF Addons" not in header  # no legacy columns without the legacy worker
-    row = next(line for line in out.splitlines() if line.startswith("| batch-hard triplet | 16 |"))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert float(cells[2]) > 0 and float(cells[3]) > 0  # tfdml graph and XLA ran
-    assert cells[4:] == ["–", "–", "–", "–"]  # PML, both ratios, PML's triplets
+    assert header.endswith("| PML mined | tfdml loss | PML loss | same loss? |")
+    for case in ("batch-hard triplet", "proxy anchor"):
+        row = next(line for line in out.splitlines() if line.startswith(f"| {case} | 16 |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == len(header.strip("|").split("|"))
+        assert float(cells[2]) > 0 and float(cells[3]) > 0  # tfdml graph and XLA ran
+        assert cells[4:8] == ["–", "–", "–", "–"]  # PML, both ratios, what PML mined
+        assert float(cells[8]) > 0 and cells[9:] == ["–", "–"]  # tfdml's loss value; no PML value, no check
+    assert "- proxy anchor: one proxy per class (tfdml's, copied to PML), α = 32, δ = 0.1" in out
     assert "cited from an earlier measurement" in out and "| batch-hard triplet | 1024 | TF Addons | 8.3 |" in out
+    assert "| semi-hard triplet | 256 | TF Addons |" not in out  # only the cases of the run are cited
     assert "Load average at the end" in out
 
 
@@ -182,7 +188,8 @@ def test_pml_side_runs_on_the_batch_the_tfdml_side_saved(tmp_path):
     np.savez(path, embeddings=e, labels=np.repeat(np.arange(4), 4).astype(np.int32))
     side = cp.TorchSide()
     # Batch-hard mines one triplet per anchor: 16 anchors, each with positives and negatives.
-    assert side.losses("batch-hard triplet", batch=16, per_class=4, path=path) == {"triplets": 16}
+    answer = side.losses("batch-hard triplet", batch=16, per_class=4, path=path)
+    assert answer["mined"] == "16 triplets" and answer["value"] > 0
     assert side.call(threads=1)["seconds"] > 0
     side.losses("distance weighted + margin", batch=16, per_class=4, path=path)
     assert side.call(threads=1)["seconds"] > 0
@@ -204,3 +211,45 @@ def test_the_pytorch_network_is_the_keras_network():
     out = torch_net.eval()(torch.zeros(2, 1, 32, 32).normal_())
     assert out.shape == (2, 128)
     np.testing.assert_allclose(out.norm(dim=1).detach().numpy(), 1.0, rtol=1e-5)
+
+
+def test_every_case_has_its_settings_line_and_a_tfdml_loss():
+    assert len(set(cp.LOSS_CASES)) == len(cp.LOSS_CASES) == len(cp.settings_lines(cp.LOSS_CASES))
+    assert set(cp.DIFFERENT_LOSS) | set(cp.PML_FORM) | set(cp.NO_PML) <= set(cp.LOSS_CASES)
+    for case in cp.LOSS_CASES:
+        assert cp.TfdmlSide.loss(case, num_classes=4, dim=8).name
+    with pytest.raises(ValueError, match="unknown case 'x'"):
+        cp.TfdmlSide.loss("x", 4)
+
+
+def test_the_same_loss_cell_says_agree_differ_or_why():
+    ours = {"value": 2.0, "pml_form": None}
+    assert cp.same_loss_cell("histogram", ours, 2.0 + 1e-5) == "yes (Δ -1.0e-05)"
+    assert cp.same_loss_cell("histogram", ours, 2.1) == "**NO** (Δ -1.0e-01)"  # the same loss, another value
+    assert cp.same_loss_cell("angular", ours, 3.0) == "no: another loss (below)"
+    assert cp.same_loss_cell("angular", ours, 2.0).startswith("yes")  # different losses may agree on a batch
+    assert cp.same_loss_cell("histogram", ours, None) == "–"  # PML not run
+    assert cp.same_loss_cell("binomial deviance", ours, None) == "no PML counterpart"
+    # proxy NCA: tfdml's value in PML's form is what is compared
+    assert cp.same_loss_cell("proxy NCA", {"value": 2.0, "pml_form": 3.0}, 3.0) == "yes, in PML form (Δ 0.0e+00)"
+    # ... and must agree: PML equal to tfdml's own value is a disagreement in that form
+    assert cp.same_loss_cell("proxy NCA", {"value": 2.0, "pml_form": 3.0}, 2.0) == "**NO** (Δ 1.0e+00)"
+
+
+def test_pml_computes_the_same_loss_as_tfdml_on_the_saved_batch(tmp_path):
+    """With the shared hyper-parameters (and tfdml's proxies copied to PML), each loss PML has gives
+    tfdml's value, or tfdml's value in PML's form; those that differ say why."""
+    pytest.importorskip("torch")
+    pytest.importorskip("pytorch_metric_learning")
+    path = str(tmp_path / "batch.npz")
+    tfdml, torch_side = cp.TfdmlSide(), cp.TorchSide()
+    for case in cp.OTHER_CASES:
+        ours = tfdml.losses(case, batch=16, per_class=4, dim=8, path=path)
+        theirs = torch_side.losses(case, batch=16, per_class=4, path=path)
+        if case in cp.NO_PML:
+            assert theirs == {"missing": cp.NO_PML[case]}
+            continue
+        assert torch_side.call(threads=1)["seconds"] > 0
+        cell = cp.same_loss_cell(case, ours, theirs["value"])
+        assert cell.startswith("no: another loss") if case in cp.DIFFERENT_LOSS else cell.startswith("yes"), (
+            case, ours, theirs)

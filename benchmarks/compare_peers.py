@@ -59,9 +59,8 @@ expose the base interpreter's packages, not those of tfdml's venv.) Three parts:
 TensorFlow and PyTorch never share a process: each side runs in a worker
 process of its own (this script with ``--worker``) that imports only its
 library, and this process interleaves their calls. In one process, PML ran
-many times slower once TensorFlow had been imported and run (semi-hard at
-B = 64: 1–10 ms alone, 240 ms next to it, on the loaded 2-core development
-machine), and a tfdml call right after a PML call was slower too. The tfdml
+many times slower once TensorFlow had been imported and run, and a tfdml call
+right after a PML call was slower too. The tfdml
 worker saves the batch it times to a file that the PyTorch worker reads, so
 both sides see the same numbers.
 
@@ -77,8 +76,8 @@ interpreter (``--legacy-python``; by default ``~/.cache/tfdml/legacy-peers``'s
 if it exists), a venv that ``--make-legacy-venv [DIR]`` makes with Python
 3.9–3.11 (TF 2.15 has wheels for no other) and the pins of ``LEGACY_PINS``.
 That worker imports neither tfdml nor Keras 3. Without it the losses part
-says so in one line and prints the recorded figures for them, cited, not
-measured. The peers: TF Addons' ``TripletSemiHardLoss`` and
+says so in one line and points to their last measured table in
+benchmarks/RESULTS.md. The peers: TF Addons' ``TripletSemiHardLoss`` and
 ``TripletHardLoss`` (ℓ2, margin 0.2) and TF Similarity's ``TripletLoss``
 (distance ``"euclidean"``, margin 0.2, positive mining ``"hard"``, negative
 mining ``"semi-hard"`` or ``"hard"``). TF Addons' semi-hard loss is tfdml's
@@ -157,22 +156,13 @@ LEGACY_PINS = ("tensorflow-cpu==2.15.1", "tensorflow-addons==0.23.0", "tensorflo
 LEGACY_PYTHONS = ("3.9", "3.10", "3.11")  # TF 2.15 has wheels for these only
 LEGACY_VENV = os.path.join("~", ".cache", "tfdml", "legacy-peers")  # the default DIR; used if it exists
 LEGACY_PEERS = ("TF Addons", "TF Similarity")
+LEGACY_CASES = ("semi-hard triplet", "batch-hard triplet")  # the losses the legacy peers have
 LEGACY_DISTRIBUTIONS = {"TensorFlow": "tensorflow-cpu", "TF Addons": "tensorflow-addons",
                         "TF Similarity": "tensorflow-similarity"}
-# Peak bytes per B³ of TF Addons' semi-hard step, which tiles [B², B] tensors: RSS 0.76 / 2.5 / 19 GiB at
-# B = 256 / 512 / 1024, measured (TF 2.15.1, 2-core development machine).
+# Peak bytes per B³ of TF Addons' semi-hard step, which tiles [B², B] tensors (its peak RSS grows as B³;
+# RESULTS.md, "Peers side by side").
 TFA_SEMI_HARD_BYTES = 19
 
-# Recorded figures for the peers that need TF <= 2.15 / Keras 2 (forward + backward, ms).
-CITED = [
-    ("semi-hard triplet", 256, "TF Similarity", 1.5, "one positive per anchor"),
-    ("semi-hard triplet", 256, "TF Addons", 58.0, ""),
-    ("semi-hard triplet", 1024, "TF Similarity", 14.5, "one positive per anchor"),
-    ("batch-hard triplet", 256, "TF Similarity", 1.3, ""),
-    ("batch-hard triplet", 256, "TF Addons", 1.1, ""),
-    ("batch-hard triplet", 1024, "TF Similarity", 12.4, ""),
-    ("batch-hard triplet", 1024, "TF Addons", 8.3, ""),
-]
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -773,7 +763,7 @@ def same_loss_cell(case, ours, theirs):
 
 
 def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scratch, cases=LOSS_CASES, legacy=None):
-    """The losses part; ``legacy``: the worker of TF Addons + TF Similarity, or None (the recorded figures, cited)."""
+    """The losses part; ``legacy``: the worker of TF Addons + TF Similarity, or None (not run; RESULTS.md has their last figures)."""
     print(f"\n## Loss + miner, forward + backward (B × {dim} unit embeddings, m = {per_class} per class)\n")
     print(f"Median of {runs} interleaved rounds after {warmup} warm-up calls, ms. Ratios: tfdml time / peer time "
           f"(below 1: tfdml faster){', against the faster PML column' if peer and len(threads) > 1 else ''}"
@@ -839,14 +829,10 @@ def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scr
         print(f"\nSame batch, same loss? Semi-hard triplet, B = {batch}, loss value: tfdml {ours:.6f}, TF Addons "
               f"{values['TF Addons']:.6f} (tfdml − TF Addons = {ours - values['TF Addons']:.1e}); TF Similarity "
               f"{values['TF Similarity']:.6f} (one positive per anchor: another loss).")
-    cited = [c for c in CITED if c[0] in cases]
-    if not legacy and cited:
-        print("\nTF Addons and TF Similarity (TF ≤ 2.15, Keras 2) cannot be installed next to TF 2.21: figures "
-              "**cited from an earlier measurement** (2026-11-23), **not in this run**, ms:\n")
-        print("| loss | B | peer | ms | note |")
-        print("|---|---:|---|---:|---|")
-        for case, batch, name, ms, note in cited:
-            print(f"| {case} | {batch} | {name} | {ms:g} | {note} |")
+    if not legacy and any(case in LEGACY_CASES for case in cases):
+        print("\nTF Addons and TF Similarity (TF ≤ 2.15, Keras 2) cannot be installed next to TF 2.21 and were "
+              "not run: their last measured figures are in benchmarks/RESULTS.md (\"Peers side by side\"); "
+              "make their venv with --make-legacy-venv to measure them in this run.")
 
 
 def part_eval(sizes, repeat, with_pml, with_faiss):

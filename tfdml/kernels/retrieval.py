@@ -38,7 +38,7 @@ def count_or_sort(num_positives, num_pairs, max_positives, max_positives_large, 
     ``num_positives <= max_positives``, or ``<= max_positives_large`` with at
     least ``large_from_pairs`` pairs (counting is faster per call once compiled,
     but compiles for longer as the positives grow, which a small evaluation does
-    not earn back); else ``"sorting"``."""
+    not earn back; benchmarks/RESULTS.md, "Evaluation"); else ``"sorting"``."""
     if num_positives <= max_positives:
         return "counting"
     if num_positives <= max_positives_large and num_pairs >= large_from_pairs:

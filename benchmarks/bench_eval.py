@@ -14,7 +14,7 @@ leave-one-out retrieval with euclidean distance. Methods:
   of the positives; time independent of k);
 * ``tfdml_count`` / ``tfdml_sort`` — the same with every chunk counted by
   comparisons / every score row sorted, whatever the class sizes (the two
-  paths ``retrieval.counts_by_comparison`` chooses between; with
+  forms ``count_or_sort`` chooses between, tfdml.kernels.retrieval; with
   ``--classes`` to set P);
 * ``sklearn`` — ``NearestNeighbors(algorithm="brute").kneighbors`` with
   k = 1001, then the metrics from the neighbour labels in NumPy;
@@ -46,6 +46,7 @@ import os
 import subprocess
 import sys
 import time
+import unittest.mock
 
 # This checkout's tfdml first (also in the child processes), not an installed one.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -157,13 +158,16 @@ def _neighbours_needed(labels, ks):
 def _compute(method, x, labels, dim, chunk_size, ks=KS):
     kmax = _neighbours_needed(labels, ks)
     if method in ("tfdml", "tfdml_count", "tfdml_sort"):
+        from tfdml import kernels
         from tfdml.metrics import retrieval
 
-        if method != "tfdml":  # this child process only
-            limit = 0 if method == "tfdml_sort" else 2**31
-            retrieval.MAX_COMPARE_POSITIVES = retrieval.MAX_COMPARE_POSITIVES_LARGE = limit
-        res = retrieval.retrieval_metrics(x, labels, metrics=("recall", "map@r", "r_precision"),
-                                          ks=ks, chunk_size=chunk_size)
+        table = {}
+        if method != "tfdml":  # one form of the chunk counts on CPU, for this call
+            form = kernels.Choice("sorting" if method == "tfdml_sort" else "counting")
+            table = {"positive_counts": {mode: form for mode in kernels.MODES}}
+        with unittest.mock.patch.dict(kernels.CHOICES["CPU"], table):
+            res = retrieval.retrieval_metrics(x, labels, metrics=("recall", "map@r", "r_precision"),
+                                              ks=ks, chunk_size=chunk_size)
         res.pop("num_excluded_queries")
         return res
     if method == "pml":

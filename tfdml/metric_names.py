@@ -8,9 +8,46 @@ section and ``evaluate.py``. What each name computes is listed in
 :mod:`tfdml.metrics`.
 """
 
-#: Every metric name :func:`tfdml.metrics.parse_metrics` accepts (besides recall@k / precision@k).
-METRICS = ("recall", "precision", "map@r", "r_precision", "map", "mrr", "nmi", "ami", "f1",
-           "verification")
+import dataclasses
+
+from tfdml import registry
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltinMetric:
+    """The entry of a metric tfdml computes itself, together with the others of its
+    ``family`` ("retrieval": one ranking; "clustering": one k-means; "verification")."""
+
+    family: str
+
+
+#: Other names of metrics (lower case) → their names.
+ALIASES = {"mapr": "map@r", "map_at_r": "map@r", "rprecision": "r_precision",
+           "r-precision": "r_precision", "auc": "verification", "roc_auc": "verification",
+           "eer": "verification", "verification_accuracy": "verification",
+           "mean_reciprocal_rank": "mrr", "adjusted_mutual_info": "ami"}
+
+
+def _check_metric(name, fn):
+    if name != name.lower():
+        raise ValueError(f"A metric name is lower case (names are matched case-blind), got {name!r}.")
+    if name in ALIASES:
+        raise ValueError(f"{name!r} is an alias of {ALIASES[name]!r}; choose another metric name.")
+    if not callable(fn) or isinstance(fn, BuiltinMetric):
+        raise ValueError(f"register({name!r}) needs a callable metric(embeddings, labels, **options) "
+                         f"returning a number, got {fn!r}.")
+
+
+#: Every metric name :func:`tfdml.metrics.parse_metrics` accepts (besides recall@k /
+#: precision@k and :data:`ALIASES`): a :class:`tfdml.registry.Registry` of the
+#: built-in names (:class:`BuiltinMetric` entries) and of the metrics registered
+#: with :func:`tfdml.metrics.register` (their functions).
+METRICS = registry.Registry("metric", check=_check_metric)
+METRICS.update({name: BuiltinMetric(family) for family, names in (
+    ("retrieval", ("recall", "precision", "map@r", "r_precision", "map", "mrr")),
+    ("clustering", ("nmi", "ami", "f1")),
+    ("verification", ("verification",)),
+) for name in names})
 
 #: The metrics computed when none are named: Recall@k (Wu §5), MAP@R and R-precision
 #: (Musgrave et al. 2020) and NMI (Wu §5).

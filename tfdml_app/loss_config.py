@@ -59,7 +59,8 @@ VALIDATION_NUM_CLASSES = 2
 def _init_parameters(cls):
     """The keyword arguments ``cls(...)`` accepts, by name. A constructor that
     passes ``**kwargs`` on (``super().__init__(**kwargs)``, as a user's loss may)
-    also takes those of the next ``__init__`` up its class hierarchy."""
+    also takes those of the next ``__init__`` up its class hierarchy, except the
+    ones the class sets itself (a loss's ``fixed_arguments``)."""
     params = dict(inspect.signature(cls.__init__).parameters)
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         parents = [c for c in cls.__mro__[1:] if "__init__" in vars(c)]
@@ -68,7 +69,8 @@ def _init_parameters(cls):
             params = {n: p for n, p in params.items()
                       if p.kind not in (inspect.Parameter.VAR_KEYWORD,
                                         inspect.Parameter.VAR_POSITIONAL)}
-            params.update({n: p for n, p in inherited.items() if n not in params})
+            fixed = getattr(cls, "fixed_arguments", {})
+            params.update({n: p for n, p in inherited.items() if n not in params and n not in fixed})
     return params
 
 

@@ -1,6 +1,6 @@
 """User code for ``train.py --import tests.tfdml_app.extension_module``: one new sampler,
-one new batch design and one new data source, each added through its registry in this
-one file. ``USED`` collects the parts a run called."""
+one new batch design, one new data source and one new metric, each added through its
+registry in this one file. ``USED`` collects the parts a run called."""
 
 import numpy as np
 import tfdml
@@ -40,3 +40,10 @@ def extension_source(classes=10, per_class=8, dim=4, seed=0):
     labels = np.repeat(np.arange(classes), per_class)
     features = (centres[labels] + rng.normal(size=(len(labels), dim))).astype(np.float32)
     return sources.arrays(features, labels)
+
+
+@tfdml.metrics.register("extension_metric")
+def extension_metric(embeddings, labels, **options):
+    """The mean norm of the embeddings (1 for unit-norm ones), noting its use."""
+    USED.add("metric")
+    return float(np.mean(np.linalg.norm(embeddings, axis=1)))

@@ -55,7 +55,7 @@ def test_impossible_combinations():
         config.validate({"design": {"name": "p_random", "p": 1.5}, "loss": {"name": "contrastive"}})
     with pytest.raises(config.ConfigError, match=r"design.m = 1"):
         config.validate({"design": {"m": 1}})
-    with pytest.raises(config.ConfigError, match=r"evaluation.metrics: Unknown metric 'recal'; choose from"):
+    with pytest.raises(config.ConfigError, match=r"evaluation.metrics: Unknown metric 'recal' \(did you mean 'recall'\?\); choose from"):
         config.validate({"evaluation": {"metrics": ["recal"]}})
     # Distance weighted sampling assumes euclidean distances on the unit sphere.
     with pytest.raises(config.ConfigError, match=r"assumes unit-norm embeddings.*model.normalize: true"):

@@ -1,5 +1,6 @@
-"""Every kind of part is added the same way: a module registers a sampler, a batch design
-and a data source through their registries, and ``train.py --import`` trains with them."""
+"""Every kind of part is added the same way: a module registers a sampler, a batch design,
+a data source and a metric through their registries, and ``train.py --import`` trains
+and evaluates with them."""
 
 import json
 import os
@@ -12,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MODULE = "tests.tfdml_app.extension_module"
 
 
-def test_train_py_trains_with_a_sampler_a_design_and_a_source_registered_by_an_imported_module(
+def test_train_py_trains_with_a_sampler_a_design_a_source_and_a_metric_registered_by_an_imported_module(
         tmp_path, monkeypatch, capsys):
     import tfdml
     import train
@@ -26,7 +27,7 @@ def test_train_py_trains_with_a_sampler_a_design_and_a_source_registered_by_an_i
         "model: {backbone: mlp, backbone_options: {width: 8}, embedding_dim: 4}\n"
         "loss: {name: margin, sampler: extension_sampler}\n"
         "training: {epochs: 1, steps_per_epoch: 2}\n"
-        "evaluation: {metrics: [recall], ks: [1], baseline: null}\n")
+        "evaluation: {metrics: [recall, extension_metric], ks: [1], baseline: null}\n")
     out = tmp_path / "run"
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -34,15 +35,19 @@ def test_train_py_trains_with_a_sampler_a_design_and_a_source_registered_by_an_i
         code = train.main(["--import", MODULE, "--config", str(cfg), "--quiet", "--set", f"output_dir={out}"])
         assert code == 0, capsys.readouterr().err
         assert (out / "finished.json").exists()
-        assert sys.modules[MODULE].USED == {"sampler", "design own", "source"}
+        assert sys.modules[MODULE].USED == {"sampler", "design own", "source", "metric"}
         resolved = yaml.safe_load((out / "config.yaml").read_text())
         assert (resolved["data"]["source"], resolved["design"]["name"], resolved["loss"]["sampler"]) == (
             "extension_source", "extension_design", "extension_sampler")
-        assert json.loads((out / "metrics.json").read_text())["info"]["data"]["source"] == "extension_source"
+        record = json.loads((out / "metrics.json").read_text())
+        assert record["info"]["data"]["source"] == "extension_source"
+        assert list(record["metrics"])[:2] == ["recall@1", "extension_metric"]
+        assert record["metrics"]["extension_metric"] == pytest.approx(1.0, abs=1e-5)  # unit-norm embeddings
     finally:
         tfdml.samplers.SAMPLERS.pop("extension_sampler", None)
         designs.DESIGNS.pop("extension_design", None)
         sources.SOURCES.pop("extension_source", None)
+        tfdml.metrics.METRICS.pop("extension_metric", None)
         sys.modules.pop(MODULE, None)
 
 

@@ -55,6 +55,19 @@ CHOICES = {
     "TPU": {},
 }
 
+# ---- retrieval metrics (tfdml.metrics.retrieval; forms in kernels/counting.py, kernels/retrieval.py) ----
+CHOICES["CPU"].update({
+    # Counts of values >= each threshold: under XLA one variadic reduction per `group`
+    # thresholds (wider ones compile for longer and run no faster); graph mode: the reference.
+    "count_at_least": {"xla": Choice("variadic_reduce", {"group": 64})},
+    # A chunk of queries' counts, chosen once per evaluation on the host (so the same in
+    # both modes): counted under XLA up to `max_positives` positives per query, or up to
+    # `max_positives_large` from `large_from_pairs` query-gallery pairs on; else sorted.
+    "positive_counts": {mode: Choice("count_or_sort", {"max_positives": 64, "max_positives_large": 256,
+                                                       "large_from_pairs": 2**25})
+                        for mode in MODES},
+})
+
 _forced = threading.local()
 
 

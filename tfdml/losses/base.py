@@ -384,6 +384,9 @@ class MetricLoss(keras.losses.Loss):
     #: The batch columns ``importance=True`` reads (:mod:`tfdml.importance`), checked by
     #: :meth:`input_checks`.
     importance_columns = ("class_size", "w_pos", "w_neg")
+    #: Base arguments the loss sets itself, each with why (a loss that passes the others
+    #: on as ``**kwargs`` refuses these with :func:`refuse_fixed`; configs do not offer them).
+    fixed_arguments = {}
 
     def __init__(
         self,

@@ -90,23 +90,18 @@ class NPairLoss(base.MetricLoss):
 
     Args:
       l2_reg: weight of the ℓ2 regulariser (Sohn uses 0.002).
+      **kwargs: the base arguments of :class:`~tfdml.losses.base.MetricLoss`
+        (``tuple_reduction``, ``name``, ...), except ``distance``.
     """
 
     needs_tuples = False  # p-random positive pairs form one N-pair batch (see above)
     takes_distance = False
     default_tuple_reduction = "mean"
+    fixed_arguments = {"distance": "scores dot products of the embeddings (Sohn 2016; Duan et al. Eq. 9)"}
 
-    def __init__(
-        self,
-        l2_reg=0.002,
-        tuple_reduction=None,
-        name=None,
-        reduction="sum_over_batch_size",
-        dtype=None,
-    ):
-        super().__init__(
-            tuple_reduction=tuple_reduction, name=name, reduction=reduction, dtype=dtype
-        )
+    def __init__(self, l2_reg=0.002, **kwargs):
+        base.refuse_fixed("NPairLoss", kwargs, **self.fixed_arguments)
+        super().__init__(**kwargs)
         self.l2_reg = base.check_positive("l2_reg", l2_reg, allow_zero=True)
 
     def compute(self, targets, embeddings):

@@ -27,33 +27,23 @@ class PrecisionAtKLoss(base.MetricLoss):
     Args:
       k: the k of Prec@k (5 in the paper).
       gamma: margin γ > 0 (0.1 in the paper).
+      **kwargs: the base arguments of :class:`~tfdml.losses.base.MetricLoss`
+        (``tuple_reduction``, ``name``, ...), except ``distance`` and ``sampler``.
     """
 
     sampler_kinds = ("sets",)
     needs_tuples = True  # the misplaced sets of a query among several candidates
     takes_distance = False
     default_tuple_reduction = "sum"
+    fixed_arguments = {"distance": "scores cosine similarities (Lu et al. §3.1)",
+                       "sampler": "selects the misplaced sets with TopKMisplacedSampler(k) (Eq. 6-10)"}
 
-    def __init__(
-        self,
-        k=5,
-        gamma=0.1,
-        tuple_reduction=None,
-        name=None,
-        reduction="sum_over_batch_size",
-        dtype=None,
-    ):
+    def __init__(self, k=5, gamma=0.1, **kwargs):
+        base.refuse_fixed("PrecisionAtKLoss", kwargs, **self.fixed_arguments)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}.")
         sampler = base._samplers_module().TopKMisplacedSampler(k=k)
-        super().__init__(
-            distance="cosine",
-            sampler=sampler,
-            tuple_reduction=tuple_reduction,
-            name=name,
-            reduction=reduction,
-            dtype=dtype,
-        )
+        super().__init__(distance="cosine", sampler=sampler, **kwargs)
         self.k = k
         self.gamma = base.check_positive("gamma", gamma)
 

@@ -26,6 +26,10 @@ name               key(s) in the result                        source
 =================  ==========================================  =====================
 
 ``"recall@5"`` / ``"precision@5"`` are accepted as names too (they add k=5).
+Names are looked up in :data:`METRICS`, a :class:`tfdml.registry.Registry`:
+a metric registered with :func:`register` is selected by its name like the
+built-in ones (``metrics=``, a config's ``evaluation.metrics``,
+``evaluate.py --metrics``) and gives one key, its name.
 Retrieval results also carry ``num_queries`` (queries scored) and
 ``num_excluded_queries`` (queries whose class has no other example in the
 gallery: excluded, see :mod:`tfdml.metrics.retrieval`). Every metric is
@@ -56,16 +60,34 @@ from tfdml.metrics.verification import (
     verification_metrics,
 )
 
+from tfdml.metric_names import ALIASES as _ALIASES
 from tfdml.metric_names import DEFAULT_KS, DEFAULT_METRICS, METRICS  # the one table of names and defaults
+from tfdml.metric_names import BuiltinMetric as _BuiltinMetric
+from tfdml.registry import did_you_mean as _did_you_mean
 
 VERIFICATION_KEYS = ("verification_accuracy", "verification_accuracy_std", "roc_auc", "eer")
 #: Keys where smaller is better (for ModelCheckpoint / EarlyStopping ``mode``).
 LOWER_IS_BETTER = ("eer",)
 
-_ALIASES = {"mapr": "map@r", "map_at_r": "map@r", "rprecision": "r_precision",
-            "r-precision": "r_precision", "auc": "verification", "roc_auc": "verification",
-            "eer": "verification", "verification_accuracy": "verification",
-            "mean_reciprocal_rank": "mrr", "adjusted_mutual_info": "ami"}
+
+
+def register(name):
+    """Decorator: make ``fn`` a metric named ``name`` (:data:`METRICS`), selected by name
+    wherever metric names are (``metrics=``, configs' ``evaluation.metrics``, ``evaluate.py``).
+
+    ``fn(embeddings, labels, *, gallery, gallery_labels, distance, seed)``
+    returns one number, the value of the key ``name`` (larger is better):
+    ``embeddings`` float32 [N, d] and ``labels`` [N] as NumPy arrays, the
+    separate gallery and its labels (or ``None``: leave-one-out within
+    ``embeddings``), the distance the retrieval metrics rank by, and the
+    seed of the evaluation. ``name``: a lower-case Python identifier that is
+    neither taken nor an alias.
+
+        @tfdml.metrics.register("spread")
+        def spread(embeddings, labels, **options):
+            return float(embeddings.std(axis=0).mean())
+    """
+    return METRICS.register(name)
 
 
 def parse_metrics(metrics=DEFAULT_METRICS, ks=DEFAULT_KS):
@@ -98,8 +120,8 @@ def parse_metrics(metrics=DEFAULT_METRICS, ks=DEFAULT_KS):
                 name = prefix[:-1]
         if name not in METRICS:
             raise ValueError(
-                f"Unknown metric {raw!r}; choose from {', '.join(METRICS)} "
-                "(or recall@k / precision@k)."
+                f"Unknown metric {raw!r}{_did_you_mean(name, METRICS)}; choose from "
+                f"{', '.join(METRICS)} (or recall@k / precision@k)."
             )
         if name not in names:
             names.append(name)
@@ -193,9 +215,27 @@ def evaluate_embeddings(embeddings, labels, metrics=DEFAULT_METRICS, ks=DEFAULT_
                                 scores=scores, values=values)
         fpr, tpr, _ = verification.roc(scores, issame)
         details["roc"] = (fpr, tpr)
+    registered = [n for n in names if not isinstance(METRICS[n], _BuiltinMetric)]
+    if registered and gallery is not None:
+        gallery = knn.as_embeddings(gallery, "gallery")
+        gallery_labels = None if gallery_labels is None else np.asarray(gallery_labels).reshape(-1)
+    for name in registered:
+        results[name] = _registered_value(name, METRICS[name](
+            embeddings, labels, gallery=gallery, gallery_labels=gallery_labels, distance=distance,
+            seed=seed))
     ordered = {k: results[k] for k in metric_keys(names, ks) if k in results}
     ordered.update({k: v for k, v in results.items() if k not in ordered})
     return (ordered, details) if return_details else ordered
+
+
+def _registered_value(name, value):
+    """The number a registered metric returned, as a float, or a ValueError saying what it returned."""
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(())[()]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise ValueError(f"The metric {name!r} returned {value!r}; a registered metric returns one "
+                         "number (the value of its key).")
+    return float(value)
 
 
 def per_class_csv(per_class, path=None, class_names=None):
@@ -235,7 +275,7 @@ __all__ = [
     "DEFAULT_KS", "DEFAULT_METRICS", "LOWER_IS_BETTER", "METRICS", "ami", "clustering",
     "clustering_metrics", "eer", "evaluate_embeddings", "kfold_accuracy", "kmeans", "knn",
     "metric_keys", "nearest_neighbors", "nmi", "pair_scores", "pairwise_f1", "parse_metrics",
-    "per_class_csv",
+    "per_class_csv", "register",
     "retrieval", "retrieval_metrics", "roc_auc", "sample_pairs", "verification",
     "verification_metrics",
 ]

@@ -17,16 +17,18 @@ is a function of these ranks, for all k at once:
 
 Each is averaged over the queries that have at least one positive.
 
-How the ranks are found without sorting the gallery, per chunk of queries:
-one matmul gives the [chunk, N] scores (:func:`tfdml.metrics.knn.scores`),
-the R positives' scores are gathered and sorted (they are known by label),
-and one pass over each score row counts, for every positive score at once,
-how many items score at least as high (:func:`tfdml.xla.count_at_least`, a
-variadic reduction under XLA). For very large classes (more than
-:data:`MAX_COMPARE_POSITIVES` positives, :func:`counts_by_comparison`) each
-score row is sorted instead (NumPy). Memory grows with ``chunk × N``; time
-does not depend on k, so Recall@1000 costs the same as Recall@1 (no
-``top_k`` over 1000 columns).
+How the ranks are found, per chunk of queries, without a top-k over the gallery
+(:func:`chunk_counts`, the reference path): one matmul gives the [chunk, N]
+scores (:func:`tfdml.metrics.knn.scores`), the R positives' scores are
+gathered and sorted (they are known by label), and for every positive score
+the items scoring at least as high are counted, by its position in the
+sorted score row; the ranks follow from these counts (:func:`positive_ranks`).
+Memory grows with ``chunk × N``; time does not depend on k, so Recall@1000
+costs the same as Recall@1 (no ``top_k`` over 1000 columns). Faster forms of
+the counts (comparisons counted by one variadic reduction under XLA,
+:func:`count_at_least`; NumPy sorting) live in :mod:`tfdml.kernels.retrieval`
+and :mod:`tfdml.kernels.counting`, chosen by :data:`tfdml.kernels.CHOICES` in
+:func:`chunk_counter` and :func:`count_at_least`; they return the same counts.
 
 Conventions:
 
@@ -50,7 +52,8 @@ Conventions:
 import numpy as np
 import tensorflow as tf
 
-from tfdml import xla as _xla
+from tfdml import kernels
+from tfdml.kernels import counting as _counting
 from tfdml.metrics import knn as _knn
 
 #: Metric names this module computes ("recall" and "precision" take ks).
@@ -82,30 +85,25 @@ def _positive_table(gallery_ids, num_classes):
     return table
 
 
-#: Positives per query up to which each chunk is counted by comparisons under
-#: XLA (:func:`tfdml.xla.count_at_least`: one pass over the scores per 64
-#: positives); above it (see :func:`counts_by_comparison`) each score row is
-#: sorted with NumPy instead (cost ∝ log N per score).
-MAX_COMPARE_POSITIVES = 64
+def count_at_least(values, thresholds):
+    """int32 [R, P]: ``out[i, j] = #{n : values[i, n] >= thresholds[i, j]}``.
 
-#: Positives up to which an evaluation of at least :data:`COUNT_LARGE_FROM_PAIRS`
-#: query–gallery pairs is counted too. Counting is faster on every call once
-#: compiled, but its first call compiles for longer as P grows, which a small
-#: evaluation does not earn back; from that many pairs on, later calls repay it
-#: (benchmarks/RESULTS.md, "Evaluation", counting against sorting).
-MAX_COMPARE_POSITIVES_LARGE = 256
-COUNT_LARGE_FROM_PAIRS = 2**25
-
-
-def counts_by_comparison(num_positives, num_pairs):
-    """Whether an evaluation whose largest class gives ``num_positives`` positives per
-    query, scoring ``num_pairs`` query–gallery pairs, is counted (else sorted)."""
-    if num_positives <= MAX_COMPARE_POSITIVES:
-        return True
-    return num_positives <= MAX_COMPARE_POSITIVES_LARGE and num_pairs >= COUNT_LARGE_FROM_PAIRS
+    ``values`` float [R, N], ``thresholds`` [R, P] of the same dtype; exact
+    integer counts (IEEE comparisons: ±0 are equal, a NaN value reaches
+    nothing and a NaN threshold is reached by nothing). The reference compares
+    every pair and sums (it may hold the ``[R, P, N]`` comparisons in memory);
+    the ``"variadic_reduce"`` form (:mod:`tfdml.kernels.counting`, under XLA)
+    reads the values once per group of thresholds and stores none of them.
+    """
+    values = tf.convert_to_tensor(values)
+    thresholds = tf.convert_to_tensor(thresholds, values.dtype)
+    choice = kernels.choose("count_at_least")
+    if choice.form == "variadic_reduce" and _counting.can_run(thresholds):
+        return _counting.count_at_least(values, thresholds, **choice.params)
+    return tf.reduce_sum(tf.cast(values[:, None, :] >= thresholds[:, :, None], tf.int32), axis=2)
 
 
-def _positive_thresholds(s, pos_idx):
+def positive_thresholds(s, pos_idx):
     """Positive scores ascending [c, P] (+inf padded) and R [c, 1], from the scores ``s``."""
     valid = pos_idx >= 0
     num_pos = tf.reduce_sum(tf.cast(valid, tf.int32), axis=1, keepdims=True)
@@ -113,43 +111,44 @@ def _positive_thresholds(s, pos_idx):
     return tf.sort(tf.where(valid, pos_s, _INF), axis=1), num_pos
 
 
-def _scores_and_thresholds(query, gallery, gallery_norms, pos_idx, self_index):
+def scores_and_thresholds(query, gallery, gallery_norms, pos_idx, self_index):
     """Scores [c, N] (self: -inf), positive scores ascending [c, P] (+inf padded), R [c, 1]."""
     s = _knn.exclude_self(_knn.scores(query, gallery, gallery_norms), self_index)
-    thr, num_pos = _positive_thresholds(s, pos_idx)
+    thr, num_pos = positive_thresholds(s, pos_idx)
     return s, thr, num_pos
 
 
-_scores_and_thresholds_xla = tf.function(_scores_and_thresholds, jit_compile=True)
+scores_and_thresholds_xla = tf.function(scores_and_thresholds, jit_compile=True)
 
 
-@tf.function(jit_compile=True)
-def _at_least_by_counting(query, gallery, gallery_norms, pos_idx, self_index):
-    """``(at_least, thr, num_pos)``: at_least[i, j] = items scoring >= thr[i, j], the query excluded.
+def chunk_counts(query, gallery, gallery_norms, pos_idx, self_index):
+    """``(at_least, thr, num_pos)`` of a chunk of queries, the reference path.
 
-    The counts of all P thresholds of a row come from one pass over its scores
-    (:func:`tfdml.xla.count_at_least`: a variadic reduction into which XLA
-    fuses the comparisons and the scores' elementwise expansion), the same
-    shape of work as a row minimum of the distance matrix. The query itself
-    is not set to −∞ in the [c, N] scores (one more pass over them): its own
-    score is compared with the thresholds and taken out of the counts. The
-    positive indices never hold the query itself (:func:`positive_ranks`)."""
-    s = _knn.scores(query, gallery, gallery_norms)
-    thr, num_pos = _positive_thresholds(s, pos_idx)
-    at_least = _xla.count_at_least(s, thr)
-    self_s = tf.gather(s, tf.maximum(self_index, 0)[:, None], batch_dims=1)
-    self_counted = (self_s >= thr) & (self_index >= 0)[:, None]
-    return at_least - tf.cast(self_counted, tf.int32), thr, num_pos
+    ``thr`` [c, P]: each query's positive scores ascending (+inf padded),
+    ``num_pos`` [c, 1]: R, and ``at_least[i, j]``: the gallery items other
+    than query ``i`` (its own score is −∞) scoring at least ``thr[i, j]``:
+    ``N`` minus the position of ``thr[i, j]`` in the sorted score row. The
+    fast forms (:mod:`tfdml.kernels.retrieval`) return the same.
+    """
+    s, thr, num_pos = scores_and_thresholds(query, gallery, gallery_norms, pos_idx, self_index)
+    below = tf.searchsorted(tf.sort(s, axis=1), thr, side="left")
+    return tf.shape(s)[1] - below, thr, num_pos
 
 
-def _at_least_by_sorting(query, gallery, gallery_norms, pos_idx, self_index):
-    s, thr, num_pos = _scores_and_thresholds_xla(query, gallery, gallery_norms, pos_idx, self_index)
-    s, thr = s.numpy(), thr.numpy()
-    s.sort(axis=1)
-    at_least = np.empty(thr.shape, np.int64)
-    for i in range(s.shape[0]):
-        at_least[i] = s.shape[1] - np.searchsorted(s[i], thr[i], side="left")
-    return at_least, thr, num_pos.numpy()
+chunk_counts_xla = tf.function(chunk_counts, jit_compile=True)
+
+
+def chunk_counter(num_positives, num_pairs):
+    """The function that counts each chunk of an evaluation whose largest class gives
+    ``num_positives`` positives per query, scoring ``num_pairs`` query–gallery pairs:
+    :func:`chunk_counts` (compiled by XLA) or the form the kernels table chooses."""
+    from tfdml.kernels import retrieval as fast  # it builds on this module
+
+    choice = kernels.choose("positive_counts")
+    form = choice.form
+    if form == "count_or_sort":
+        form = fast.count_or_sort(num_positives, num_pairs, **choice.params)
+    return fast.FORMS.get(form, chunk_counts_xla)
 
 
 def _ranks(at_least, thr, num_pos):
@@ -185,7 +184,7 @@ def positive_ranks(query, query_ids, gallery=None, gallery_ids=None, distance="e
     chunk = min(_knn.chunk_size_for(gallery.shape[0], chunk_size), query.shape[0])
     query, gallery = _knn.ranking_frame(query, gallery, distance)
     g, g_norms = _knn.gallery_tensors(gallery)  # the norms once, not once per chunk
-    by_comparison = counts_by_comparison(table.shape[1], query.shape[0] * gallery.shape[0])
+    counts = chunk_counter(table.shape[1], query.shape[0] * gallery.shape[0])
     for start in range(0, query.shape[0], chunk):
         stop = min(start + chunk, query.shape[0])
         size = stop - start
@@ -202,7 +201,6 @@ def positive_ranks(query, query_ids, gallery=None, gallery_ids=None, distance="e
             q = np.concatenate([q, np.zeros((pad, q.shape[1]), q.dtype)])
             idx = np.concatenate([idx, np.full((pad, idx.shape[1]), -1, idx.dtype)])
             self_index = np.concatenate([self_index, np.full(pad, -1, np.int32)])
-        counts = _at_least_by_counting if by_comparison else _at_least_by_sorting
         at_least, thr, r = counts(
             tf.constant(q), g, g_norms, tf.constant(idx, tf.int32), tf.constant(self_index))
         yield start, _ranks(at_least, thr, r)[:size], num_pos

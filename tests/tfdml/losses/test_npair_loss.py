@@ -66,3 +66,22 @@ def test_npair_pairs_from_pair_id(ref):
     assert len(np_pairs(labels, pair_id)) == 3  # the negative pair 2 (labels 2, 0) is no N-pair
     got = NPairLoss()({"label": labels, "pair_id": pair_id}, e)
     np.testing.assert_allclose(float(got), expected, rtol=1e-5)
+
+
+def test_npair_takes_the_base_arguments_through_kwargs_and_refuses_a_distance():
+    import inspect
+
+    import keras
+
+    assert list(inspect.signature(NPairLoss.__init__).parameters) == ["self", "l2_reg", "kwargs"]
+    loss = NPairLoss(l2_reg=0.01, tuple_reduction="sum", name="np", dtype="float64", seed=3)
+    config = loss.get_config()
+    assert config == {"name": "np", "reduction": "sum_over_batch_size", "dtype": "float64",
+                      "tuple_reduction": "sum", "l2_reg": 0.01}
+    assert keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss)).get_config() == config
+    with pytest.raises(ValueError, match="NPairLoss scores dot products .* and takes no distance; remove distance"):
+        NPairLoss(distance="cosine")
+    with pytest.raises(ValueError, match="NPairLoss takes no sampler"):
+        NPairLoss(sampler="hard")
+    with pytest.raises(ValueError, match="NPairLoss has no importance-weighted form"):
+        NPairLoss(importance=True)

@@ -86,3 +86,26 @@ def test_lk_pair_id_and_mean_reduction(ref):
     np.testing.assert_allclose(float(PrecisionAtKLoss(k=2, gamma=0.2)(y, e)), expected, rtol=1e-5)
     mean = PrecisionAtKLoss(k=2, gamma=0.2, tuple_reduction="mean")(y, e)
     np.testing.assert_allclose(float(mean), expected / len(labels), rtol=1e-5)
+
+
+@needs_top_k
+def test_lk_takes_the_base_arguments_through_kwargs_and_refuses_what_it_fixes():
+    import inspect
+
+    import keras
+
+    from tfdml.losses import PrecisionAtKLoss
+
+    assert list(inspect.signature(PrecisionAtKLoss.__init__).parameters) == ["self", "k", "gamma", "kwargs"]
+    loss = PrecisionAtKLoss(k=3, gamma=0.2, tuple_reduction="mean", name="lk", dtype="float64", seed=4)
+    assert (loss.distance, type(loss.sampler).__name__, loss.sampler.k) == ("cosine", "TopKMisplacedSampler", 3)
+    config = loss.get_config()
+    assert config == {"name": "lk", "reduction": "sum_over_batch_size", "dtype": "float64",
+                      "tuple_reduction": "mean", "k": 3, "gamma": 0.2}
+    assert keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss)).get_config() == config
+    with pytest.raises(ValueError, match=r"PrecisionAtKLoss scores cosine similarities .* and takes no distance; "
+                                         r"remove distance"):
+        PrecisionAtKLoss(distance="euclidean")
+    with pytest.raises(ValueError, match=r"PrecisionAtKLoss selects .*TopKMisplacedSampler\(k\).* and takes no "
+                                         r"sampler; remove sampler"):
+        PrecisionAtKLoss(sampler="top_k")

@@ -62,6 +62,59 @@ def test_parse_metrics():
         metrics.parse_metrics(["recall"], ks=[0])
 
 
+def test_unknown_names_suggest_the_closest_registered_one():
+    with pytest.raises(ValueError, match=r"Unknown metric 'Recal' \(did you mean 'recall'\?\); choose from recall, "):
+        metrics.parse_metrics(["Recal"])
+
+
+@pytest.fixture
+def spread_metric():
+    """A metric registered by name, as user code registers one; removed after the test."""
+    seen = []
+
+    @metrics.register("spread")
+    def spread(embeddings, labels, *, gallery, gallery_labels, distance, seed):
+        seen.append((embeddings.shape, labels.shape, gallery, distance, seed))
+        return float(np.mean(np.std(embeddings, axis=0)))
+
+    yield spread, seen
+    del metrics.METRICS["spread"]
+
+
+def test_a_registered_metric_is_used_by_name(blobs, spread_metric):
+    spread, seen = spread_metric
+    x, labels = blobs
+    assert metrics.METRICS["spread"] is spread
+    assert metrics.parse_metrics(["recall", "Spread"], ks=[1]) == (("recall", "spread"), (1,))
+    assert metrics.metric_keys(["spread", "nmi"]) == ["spread", "nmi"]
+    out = metrics.evaluate_embeddings(x, labels, ["recall", "spread"], ks=[1], distance="cosine", seed=3)
+    assert list(out)[:2] == ["recall@1", "spread"]
+    assert out["spread"] == float(np.mean(np.std(x, axis=0)))
+    assert seen == [((60, 4), (60,), None, "cosine", 3)]
+
+
+def test_registering_a_metric_refuses_what_could_not_be_selected(spread_metric):
+    for name, match in [("recall", "already registered"), ("mapr", "alias of 'map@r'"),
+                        ("Spread2", "lower case"), ("map@5", "Python identifier"),
+                        ("spread", "already registered")]:
+        with pytest.raises(ValueError, match=match):
+            metrics.register(name)(lambda embeddings, labels, **options: 0.0)
+    with pytest.raises(ValueError, match="callable"):
+        metrics.register("constant")(0.5)
+    assert "constant" not in metrics.METRICS
+
+
+def test_a_registered_metric_returns_one_number(blobs):
+    x, labels = blobs
+    metrics.register("pair")(lambda embeddings, labels, **options: (1.0, 2.0))
+    try:
+        with pytest.raises(ValueError, match=r"metric 'pair' returned \(1.0, 2.0\); a registered metric returns one "
+                                             r"number"):
+            metrics.evaluate_embeddings(x, labels, ["pair"])
+    finally:
+        del metrics.METRICS["pair"]
+
+
 def test_bad_inputs(blobs):
     x, labels = blobs
     with pytest.raises(ValueError, match="labels"):

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score
 
+from tfdml import kernels
 from tfdml.metrics import retrieval
 from tfdml.metrics.retrieval import retrieval_metrics
 
@@ -192,25 +193,16 @@ def test_positive_table():
     np.testing.assert_array_equal(table, [[1, -1, -1], [3, -1, -1], [0, 2, 4], [-1, -1, -1]])
 
 
-def test_counts_by_comparison_up_to_64_positives_or_256_on_large_evaluations():
-    large = retrieval.COUNT_LARGE_FROM_PAIRS
-    assert retrieval.counts_by_comparison(1, 1) and retrieval.counts_by_comparison(64, 1)
-    assert not retrieval.counts_by_comparison(65, large - 1)
-    assert retrieval.counts_by_comparison(65, large) and retrieval.counts_by_comparison(256, large)
-    assert not retrieval.counts_by_comparison(257, 2**40)
-
-
-@pytest.mark.parametrize("limit", [2, 256])
-def test_large_classes_sorting_path_equals_brute_force(monkeypatch, limit):
-    # 69 positives per query: above the limit (2) the score rows are sorted,
-    # below it (256) they are counted by comparisons (tfdml.xla.count_at_least),
-    # in two passes (64 + 5 positives).
-    monkeypatch.setattr(retrieval, "MAX_COMPARE_POSITIVES", limit)
+@pytest.mark.parametrize("form", ["sorting", "counting", "reference"])
+def test_large_classes_every_form_equals_brute_force(form):
+    # 69 positives per query, counted by every form of the chunk counts
+    # (tfdml.kernels.retrieval; tests/tfdml/kernels compares the forms directly).
     rng = np.random.default_rng(5)
     labels = np.repeat([0, 1], 70)
     x = rng.standard_normal((140, 3)).astype(np.float32)
     ref, _ = brute_metrics(brute_rankings(x, labels, None, None, "euclidean"), (1, 10))
-    got = retrieval_metrics(x, labels, metrics=ALL, ks=(1, 10), chunk_size=9)
+    with kernels.forced(form):
+        got = retrieval_metrics(x, labels, metrics=ALL, ks=(1, 10), chunk_size=9)
     for key, value in ref.items():
         assert got[key] == pytest.approx(value, abs=1e-12), key
 
@@ -234,21 +226,22 @@ def test_unit_vectors_give_the_same_metrics_by_cosine_and_euclidean(loo):
         assert got["cosine"][name] == pytest.approx(ref[name], abs=1e-12), name
 
 
+@pytest.mark.parametrize("form", ["counting", "reference"])
 @pytest.mark.parametrize("loo", [True, False])
-def test_counting_path_with_a_padded_last_chunk_equals_brute_force(loo):
-    """The counting path (classes within MAX_COMPARE_POSITIVES), its query taken out of its own
-    counts in leave-one-out, and a last chunk padded with rows that have no positives.
-    (Ties: test_ties_rank_negatives_first.)"""
+def test_counting_path_with_a_padded_last_chunk_equals_brute_force(form, loo):
+    """The counting form (the CPU's choice for small classes) and the reference, the query
+    taken out of its own counts in leave-one-out, and a last chunk padded with rows that
+    have no positives. (Ties: test_ties_rank_negatives_first.)"""
     rng = np.random.default_rng(11)
     labels = rng.integers(0, 6, 61)
     x = rng.standard_normal((61, 3)).astype(np.float32)
     g_labels = rng.integers(0, 6, 43)
     g = rng.standard_normal((43, 3)).astype(np.float32)
     gallery, gallery_labels = (None, None) if loo else (g, g_labels)
-    assert np.bincount(labels if loo else g_labels).max() <= retrieval.MAX_COMPARE_POSITIVES
     # 61 queries in chunks of 7: the last chunk holds 5 and is padded with 2 rows
     ref, _ = brute_metrics(brute_rankings(x, labels, gallery, gallery_labels, "euclidean"), KS)
-    got = retrieval_metrics(x, labels, gallery, gallery_labels, metrics=ALL, ks=KS, chunk_size=7)
+    with kernels.forced(form):
+        got = retrieval_metrics(x, labels, gallery, gallery_labels, metrics=ALL, ks=KS, chunk_size=7)
     for key, value in ref.items():
         assert got[key] == pytest.approx(value, abs=1e-12), key
 
@@ -263,13 +256,12 @@ def tied_data():
     return x, labels
 
 
-@pytest.mark.parametrize("limit", [0, 256], ids=["sorting", "counting"])
+@pytest.mark.parametrize("form", ["sorting", "counting", "reference"])
 @pytest.mark.parametrize("loo", [True, False])
-def test_mrr_with_exact_ties_equals_brute_force_on_both_paths(monkeypatch, limit, loo):
+def test_mrr_with_exact_ties_equals_brute_force_on_every_form(form, loo):
     """MRR = mean of 1 / r_1, r_1 the rank of the first positive, negatives tied with it
-    first (as every retrieval metric here); the counting and the sorting path give the
+    first (as every retrieval metric here); every form of the chunk counts gives the
     same integer ranks, hence the same MRR."""
-    monkeypatch.setattr(retrieval, "MAX_COMPARE_POSITIVES", limit)
     x, labels = tied_data()
     # A separate gallery of symmetric pairs too (its mean is exactly 0).
     in_gallery = np.tile(np.arange(40) >= 15, 2)
@@ -278,8 +270,9 @@ def test_mrr_with_exact_ties_equals_brute_force_on_both_paths(monkeypatch, limit
         else (x[~in_gallery], labels[~in_gallery], x[in_gallery], labels[in_gallery]))
     rows = brute_rankings(query, q_labels, gallery, g_labels, "euclidean")
     ref, excluded = brute_metrics(rows, (1,))
-    got = retrieval_metrics(query, q_labels, gallery, g_labels, metrics=("recall", "mrr"),
-                            ks=(1,), chunk_size=7)
+    with kernels.forced(form):
+        got = retrieval_metrics(query, q_labels, gallery, g_labels, metrics=("recall", "mrr"),
+                                ks=(1,), chunk_size=7)
     assert got["mrr"] == pytest.approx(ref["mrr"], abs=1e-12)
     assert got["recall@1"] == pytest.approx(ref["recall@1"], abs=1e-12)
     # Ties do occur, and the brute force counts them pessimistically.

@@ -9,7 +9,7 @@ positive score in the sorted score row. The forms here return the same
 
 * ``"counting"`` (:func:`at_least_by_counting`, compiled by XLA): no sort;
   the items scoring at least each positive score are counted by comparisons
-  (:func:`tfdml.metrics.retrieval.count_at_least`; on CPU one pass over the
+  (:func:`tfdml.metrics.chunk_scores.count_at_least`; on CPU one pass over the
   scores per group of thresholds, :mod:`tfdml.kernels.counting`), and the
   query's own score, rather than set to −∞ (one more pass over the scores),
   is compared with the thresholds and taken out of the counts. Its compile
@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdml.metrics import knn as _knn
-from tfdml.metrics import retrieval as _metric
+from tfdml.metrics import chunk_scores as _metric
 
 
 def count_or_sort(num_positives, num_pairs, max_positives, max_positives_large, large_from_pairs):

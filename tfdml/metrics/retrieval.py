@@ -53,14 +53,17 @@ import numpy as np
 import tensorflow as tf
 
 from tfdml import kernels
-from tfdml.kernels import counting as _counting
+from tfdml.kernels import retrieval as fast
 from tfdml.metrics import knn as _knn
+from tfdml.metrics.chunk_scores import (  # noqa: F401 - part of this module's API
+    count_at_least,
+    positive_thresholds,
+    scores_and_thresholds,
+    scores_and_thresholds_xla,
+)
 
 #: Metric names this module computes ("recall" and "precision" take ks).
 RANK_METRICS = ("recall", "precision", "map@r", "r_precision", "map", "mrr")
-
-_INF = np.float32(np.inf)
-
 
 def encode_labels(query_labels, gallery_labels=None):
     """Integer class ids for query (and gallery) labels, sharing one vocabulary."""
@@ -85,42 +88,6 @@ def _positive_table(gallery_ids, num_classes):
     return table
 
 
-def count_at_least(values, thresholds):
-    """int32 [R, P]: ``out[i, j] = #{n : values[i, n] >= thresholds[i, j]}``.
-
-    ``values`` float [R, N], ``thresholds`` [R, P] of the same dtype; exact
-    integer counts (IEEE comparisons: ±0 are equal, a NaN value reaches
-    nothing and a NaN threshold is reached by nothing). The reference compares
-    every pair and sums (it may hold the ``[R, P, N]`` comparisons in memory);
-    the ``"variadic_reduce"`` form (:mod:`tfdml.kernels.counting`, under XLA)
-    reads the values once per group of thresholds and stores none of them.
-    """
-    values = tf.convert_to_tensor(values)
-    thresholds = tf.convert_to_tensor(thresholds, values.dtype)
-    choice = kernels.choose("count_at_least")
-    if choice.form == "variadic_reduce" and _counting.can_run(thresholds):
-        return _counting.count_at_least(values, thresholds, **choice.params)
-    return tf.reduce_sum(tf.cast(values[:, None, :] >= thresholds[:, :, None], tf.int32), axis=2)
-
-
-def positive_thresholds(s, pos_idx):
-    """Positive scores ascending [c, P] (+inf padded) and R [c, 1], from the scores ``s``."""
-    valid = pos_idx >= 0
-    num_pos = tf.reduce_sum(tf.cast(valid, tf.int32), axis=1, keepdims=True)
-    pos_s = tf.gather(s, tf.maximum(pos_idx, 0), batch_dims=1)
-    return tf.sort(tf.where(valid, pos_s, _INF), axis=1), num_pos
-
-
-def scores_and_thresholds(query, gallery, gallery_norms, pos_idx, self_index):
-    """Scores [c, N] (self: -inf), positive scores ascending [c, P] (+inf padded), R [c, 1]."""
-    s = _knn.exclude_self(_knn.scores(query, gallery, gallery_norms), self_index)
-    thr, num_pos = positive_thresholds(s, pos_idx)
-    return s, thr, num_pos
-
-
-scores_and_thresholds_xla = tf.function(scores_and_thresholds, jit_compile=True)
-
-
 def chunk_counts(query, gallery, gallery_norms, pos_idx, self_index):
     """``(at_least, thr, num_pos)`` of a chunk of queries, the reference path.
 
@@ -142,8 +109,6 @@ def chunk_counter(num_positives, num_pairs):
     """The function that counts each chunk of an evaluation whose largest class gives
     ``num_positives`` positives per query, scoring ``num_pairs`` query–gallery pairs:
     :func:`chunk_counts` (compiled by XLA) or the form the kernels table chooses."""
-    from tfdml.kernels import retrieval as fast  # it builds on this module
-
     choice = kernels.choose("positive_counts")
     form = choice.form
     if form == "count_or_sort":

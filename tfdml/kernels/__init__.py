@@ -128,7 +128,9 @@ def table():
 # --- samplers ------------------------------------------------------------------------
 # The forms measured faster on CPU (benchmarks/RESULTS.md: "Semi-hard sampler", "Row
 # order"), in the mode each is chosen for today. The forms themselves: tfdml/kernels/
-# argmin.py, running_count.py, sorting.py, semi_hard.py, top_k.py, distance_weighted.py.
+# argmin.py, running_count.py, sorting.py, semi_hard.py, top_k.py, distance_weighted.py,
+# triplet_slots.py.
+_LISTED_PER_ANCHOR = 16  # valid slots listed per anchor under XLA: m-per-class batches with m <= 17
 CHOICES["CPU"].update({
     # samplers.base.first_argmin / first_argmax: TensorFlow's one-pass arg-min kernel in
     # graph mode; under XLA the reference's two fused reductions.
@@ -148,6 +150,9 @@ CHOICES["CPU"].update({
     "top_k": {mode: Choice("prefix", {"up_to": 16}) for mode in MODES},
     # samplers.DistanceWeightedSampler: the draw searches only the valid slots, compacted
     # (graph mode: a shape known at run time) or listed `width` per anchor (XLA).
-    "distance_weighted": {"graph": Choice("valid_slots"), "xla": Choice("listed_slots", {"width": 16})},
+    "distance_weighted": {"graph": Choice("valid_slots"), "xla": Choice("listed_slots", {"width": _LISTED_PER_ANCHOR})},
+    # losses.MetricLoss's triplet losses: on the valid slots alone (graph mode, a shape known
+    # at run time; MetricLoss.sample) or on `width` listed per anchor (XLA; over_triplets).
+    "triplet_slots": {"graph": Choice("valid_slots"), "xla": Choice("listed_slots", {"width": _LISTED_PER_ANCHOR})},
 })
 # --- end samplers --------------------------------------------------------------------

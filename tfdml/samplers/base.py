@@ -124,9 +124,10 @@ def valid_triplets(selection):
     )
 
 
-#: Valid slots per anchor up to which a grid selection is compacted under XLA
-#: (:func:`compact_grid`): m-per-class batches with m ≤ 17 fit.
-GRID_WIDTH = 16
+#: Valid slots per anchor up to which a grid selection is compacted on CPU under XLA
+#: (:func:`compact_grid`; the kernels table's ``"triplet_slots"``): m-per-class batches
+#: with m ≤ 17 fit.
+GRID_WIDTH = kernels.CHOICES["CPU"]["triplet_slots"]["xla"].params["width"]
 
 
 def compact_grid(selection, width=GRID_WIDTH):

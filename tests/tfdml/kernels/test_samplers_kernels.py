@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml import kernels, masks, samplers
-from tfdml.kernels import argmin, distance_weighted, running_count, semi_hard, sorting, top_k
+from tfdml import kernels, losses, masks, samplers
+from tfdml import targets as targets_lib
+from tfdml.kernels import argmin, distance_weighted, running_count, semi_hard, sorting, top_k, triplet_slots
+from tfdml.losses import base as losses_base
 from tfdml.samplers import base, ordering
 from tfdml.samplers import distance_weighted as dw_sampler
 from tfdml.samplers import semi_hard as semi_hard_sampler
@@ -22,6 +24,7 @@ MODULES = {
     "semi_hard": semi_hard,
     "top_k": top_k,
     "distance_weighted": distance_weighted,
+    "triplet_slots": triplet_slots,
 }
 #: (mode, unknown shapes)
 MODES = [("graph", False), ("xla", False), ("graph", True), ("xla", True)]
@@ -90,6 +93,8 @@ def test_the_cpu_choices_are_the_measured_ones():
         ("top_k", "xla"): ("prefix", {"up_to": 16}),
         ("distance_weighted", "graph"): ("valid_slots", {}),
         ("distance_weighted", "xla"): ("listed_slots", {"width": 16}),
+        ("triplet_slots", "graph"): ("valid_slots", {}),
+        ("triplet_slots", "xla"): ("listed_slots", {"width": 16}),
     }
 
 
@@ -362,3 +367,66 @@ def test_distance_weighted_sampler_same_selection(mode):
     form = "valid_slots" if mode == "graph" else "listed_slots"
     fast, ref = _both(select, (d, y, seed), None, form, mode, False, "dw_sampler")
     _assert_equal(fast, ref)
+
+
+# --- the slots a triplet loss computes on -------------------------------------------
+
+
+def _grid(name):
+    """A semi-hard grid selection of a B = 12 batch (3 or 5 valid slots per anchor)."""
+    d, y, _, _, cand = _semi_hard_case(name)
+    return d, y, tuple(t.numpy() for t in samplers.SemiHardSampler()(d, y, cand))
+
+
+def _triplet_counts(anchor, positive, negative, mask):
+    """int32 [B, B, B]: how often each valid triplet (a, p, n) occurs."""
+    index = tf.clip_by_value(tf.stack([anchor, positive, negative], axis=1), 0, B - 1)
+    return tf.tensor_scatter_nd_add(tf.zeros([B, B, B], tf.int32), index, tf.cast(mask, tf.int32))
+
+
+def _with_listed_width(monkeypatch, width):
+    choice = kernels.Choice("listed_slots", {"width": width})
+    monkeypatch.setitem(kernels.CHOICES["CPU"], "triplet_slots", {"graph": kernels.Choice("valid_slots"),
+                                                                 "xla": choice})
+
+
+GRID_SPECS = [tf.TensorSpec([None], tf.int32)] * 3 + [tf.TensorSpec([None], tf.bool)]
+
+
+@pytest.mark.parametrize("mode,unknown", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("width", [16, 2])  # every anchor's valid slots listed / the whole grid
+def test_listed_slots_equal_the_whole_grid(mode, unknown, width, monkeypatch):
+    """MetricLoss.over_triplets and triplets_to_pairs on the listed slots: the same
+    triplets and pair counts as on all B² slots."""
+    _with_listed_width(monkeypatch, width)
+    loss = losses.TripletLoss()
+
+    def both(anchor, positive, negative, mask):
+        grid = samplers.GridTripletSelection(anchor, positive, negative, mask)
+        on = loss.over_triplets(grid, lambda s: _triplet_counts(s.anchor, s.positive, s.negative, s.mask))
+        return on, tuple(losses_base.triplets_to_pairs(grid, B))
+
+    for name in ("m_per_class", "uneven"):
+        _, _, grid = _grid(name)
+        fast, ref = _both(both, grid, GRID_SPECS, "listed_slots", mode, unknown, ("listed", width))
+        _assert_equal(fast, ref)
+        assert fast[0].sum() == grid[3].sum() > 0
+
+
+@pytest.mark.parametrize("unknown", [False, True], ids=["graph", "graph-unknown"])
+def test_valid_slots_keep_the_same_triplets(unknown):
+    """MetricLoss.sample cut to the valid slots (graph mode only): the same triplets as
+    the whole selection."""
+    loss = losses.TripletLoss()
+    specs = [tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None], tf.int32)]
+
+    def triplets(d, y):
+        s = loss.sample(d, targets_lib.unpack(y), tf.zeros([tf.shape(y)[0], 4]))
+        return _triplet_counts(s.anchor, s.positive, s.negative, s.mask), tf.shape(s.mask)[0]
+
+    for name in ("m_per_class", "uneven"):
+        d, y, _, _, _ = _semi_hard_case(name)
+        (fast, slots), (ref, all_slots) = _both(triplets, (d, y), specs, "valid_slots", "graph", unknown,
+                                               "valid_slots")
+        np.testing.assert_array_equal(fast, ref)
+        assert 0 < slots == ref.sum() < all_slots == B * B

@@ -340,9 +340,9 @@ def test_compiled_loss_runs_without_xla_where_the_loss_says_xla_is_slower(batch,
 
 def test_jit_compile_loss_fit_with_a_class_semi_hard_sorts_trains_as_graph_mode():
     """A user's pipeline of unknown batch size whose batches alternate between small classes
-    (semi-hard's compare path) and a class of more than SORT_ABOVE_XLA + 1 examples (its
-    sort path, under XLA the sorting network of samplers.ordering): training follows graph
-    mode."""
+    (semi-hard's compare path) and a class of more than the CPU table's XLA sort_above + 1
+    examples (its sort path, under XLA the sorting network of samplers.ordering): training
+    follows graph mode."""
     from tfdml import kernels
 
     rng = np.random.default_rng(4)

@@ -6,7 +6,7 @@ class, B = 64 … 1024, with three samplers in the same process:
 
 * before: the sort-only sampler of commit 0ae0a2c (kept below, verbatim, as
   the reference) with that commit's ``tf.gather_nd`` in the loss;
-* after: ``samplers.SemiHardSampler`` (the path :func:`semi_hard.plan` picks)
+* after: ``samplers.SemiHardSampler`` (the path :func:`tfdml.kernels.semi_hard.plan` picks)
   in ``losses.TripletLoss``;
 * hard: ``samplers.HardSampler`` (batch-hard), the yardstick of the issue.
 
@@ -17,9 +17,10 @@ after ``--warmup`` calls, milliseconds, and the ratios. The selections of
 before and after are checked to agree on every valid slot first.
 
 ``--crossover`` times the sampler alone, compare path against sort path
-(forced through ``semi_hard.SORT_ABOVE`` and ``SORT_ABOVE_XLA``), for larger
-classes, to place those thresholds. ``--profile`` lists the op types that take the most time
-in one graph-mode call of the sampler alone (TF step stats, no XLA).
+(forced through the ``sort_above`` of the CPU table's ``"semi_hard"`` entries,
+``tfdml.kernels.CHOICES``), for larger classes, to place those thresholds.
+``--profile`` lists the op types that take the most time in one graph-mode call
+of the sampler alone (TF step stats, no XLA).
 
 Usage::
 
@@ -39,8 +40,9 @@ import tensorflow as tf  # noqa: E402
 import machine  # noqa: E402  (benchmarks/machine.py)
 import timing  # noqa: E402  (benchmarks/timing.py)
 
-from tfdml import losses, samplers  # noqa: E402
-from tfdml.samplers import base, semi_hard  # noqa: E402
+from tfdml import kernels, losses, samplers  # noqa: E402
+from tfdml.kernels import semi_hard  # noqa: E402
+from tfdml.samplers import base  # noqa: E402
 
 
 class SortOnlySemiHard(base.Sampler):
@@ -135,12 +137,14 @@ def sampler_call(sampler, jit, sort_above=None):
 
     def call(d, y):
         if "f" not in traced:
-            saved = semi_hard.SORT_ABOVE, semi_hard.SORT_ABOVE_XLA
-            semi_hard.SORT_ABOVE = semi_hard.SORT_ABOVE_XLA = sort_above
+            table = kernels.CHOICES["CPU"]["semi_hard"]
+            saved = dict(table)
+            for mode, choice in saved.items():
+                table[mode] = kernels.Choice(choice.form, {**choice.params, "sort_above": sort_above})
             try:
                 traced["f"] = fn.get_concrete_function(d, y)
             finally:
-                semi_hard.SORT_ABOVE, semi_hard.SORT_ABOVE_XLA = saved
+                table.update(saved)
         return traced["f"](d, y)
 
     return call
@@ -168,7 +172,9 @@ def table(args):
         check_same(y, e)
         for jit in (False, True):
             branch = int(semi_hard.plan(y, compiled=jit))
-            path = "sort" if branch == len(semi_hard.WIDTHS) else f"compare K={semi_hard.WIDTHS[branch]}"
+            widths = kernels.choose("semi_hard", mode="xla" if jit else "graph").params.get("widths", ())
+            path = ("reference" if branch < 0 else "sort" if branch == len(widths)
+                    else f"compare K={widths[branch]}")
             fns = [
                 loss_step(SortOnlySemiHard(), jit, before=True),
                 loss_step(samplers.SemiHardSampler(), jit),

@@ -340,13 +340,13 @@ def test_compiled_loss_runs_without_xla_where_the_loss_says_xla_is_slower(batch,
 
 def test_jit_compile_loss_fit_with_a_class_semi_hard_sorts_trains_as_graph_mode():
     """A user's pipeline of unknown batch size whose batches alternate between small classes
-    (semi-hard's compare path) and a class of more than SORT_ABOVE_XLA + 1 examples (its
-    sort path, under XLA the sorting network of samplers.ordering): training follows graph
-    mode."""
-    from tfdml.samplers import semi_hard
+    (semi-hard's compare path) and a class of more than the CPU table's XLA sort_above + 1
+    examples (its sort path, under XLA the sorting network of samplers.ordering): training
+    follows graph mode."""
+    from tfdml import kernels
 
     rng = np.random.default_rng(4)
-    big = semi_hard.SORT_ABOVE_XLA + 2
+    big = kernels.CHOICES["CPU"]["semi_hard"]["xla"].params["sort_above"] + 2
     labels = [np.repeat(np.arange(50), 4), np.concatenate([np.zeros(big), np.repeat(np.arange(1, 4), 3)])]
     batches = [(rng.random((len(y), 8, 8, 1)).astype("float32"), {"label": y.astype("int64")})
                for y in labels]

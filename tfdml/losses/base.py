@@ -32,6 +32,7 @@ from tfdml import distance_names
 from tfdml import distances as distances_lib
 from tfdml import errors
 from tfdml import importance as importance_lib
+from tfdml import kernels
 from tfdml import masks as masks_lib
 from tfdml import targets as targets_lib
 from tfdml import xla
@@ -93,13 +94,28 @@ def triplets_to_pairs(selection, batch_size, dtype=tf.float32):
     if not isinstance(selection, samplers.GridTripletSelection):
         return PairWeights(counts(selection, selection.positive), counts(selection, selection.negative))
     pos = tf.reshape(tf.cast(selection.mask, dtype), [batch_size, batch_size])  # slot a·B + p is the pair (a, p)
-    if not xla.is_compiling():
+    width = listed_slots()
+    if width is None:
         return PairWeights(pos, counts(selection, selection.negative))
-    # Under XLA (fixed shapes) scatter the B·GRID_WIDTH listed valid slots rather than all B².
-    narrow, widest = samplers.base.compact_grid(selection)
-    neg = tf.cond(widest <= samplers.base.GRID_WIDTH,
+    # Scatter the B·width listed valid slots rather than all B² (the same counts).
+    narrow, widest = samplers.base.compact_grid(selection, width)
+    neg = tf.cond(widest <= width,
                   lambda: counts(narrow, narrow.negative), lambda: counts(selection, selection.negative))
     return PairWeights(pos, neg)
+
+
+def listed_slots():
+    """How many valid slots per anchor a grid selection is compacted to, or None.
+
+    The reference path computes a triplet loss on all B² slots of a grid selection,
+    weighted by 0 where not valid. A device may compute on fewer
+    (:data:`tfdml.kernels.CHOICES`, ``"triplet_slots"``): ``"listed_slots"`` lists up
+    to ``width`` valid slots per anchor (fixed shapes, :func:`~tfdml.samplers.base.
+    compact_grid`; this answers its width), ``"valid_slots"`` keeps the valid slots
+    alone (:meth:`MetricLoss.sample`; a shape known at run time, so never under XLA).
+    The same triplets, so the same loss."""
+    choice = kernels.choose("triplet_slots")
+    return choice.params["width"] if choice.form == "listed_slots" else None
 
 
 def all_pairs(labels, candidates, dtype=tf.float32):
@@ -474,11 +490,12 @@ class MetricLoss(keras.losses.Loss):
     def sample(self, dist, targets, embeddings, candidates=None):
         """Run the sampler on ``dist`` (no gradient) with this call's seed.
 
-        Outside XLA a triplet selection is cut to its valid slots
+        Where the table chooses ``"valid_slots"`` (:func:`listed_slots`; on CPU in
+        graph mode) a triplet selection is cut to its valid slots
         (:func:`tfdml.samplers.base.valid_triplets`): the loss then gathers, and its
-        gradient scatters, B·(m − 1) semi-hard triplets rather than B² slots. Under
-        XLA, which needs fixed shapes, the selection keeps its T slots; the triplet
-        losses compact it there with :meth:`over_triplets`."""
+        gradient scatters, B·(m − 1) semi-hard triplets rather than B² slots. Never
+        under XLA, which needs fixed shapes: there the selection keeps its T slots
+        and :meth:`over_triplets` may compact it."""
         if candidates is None:
             candidates = self.candidates(targets)
         selection = self.sampler(
@@ -489,7 +506,8 @@ class MetricLoss(keras.losses.Loss):
             embedding_dim=embeddings.shape[-1],
         )
         samplers = _samplers_module()
-        if isinstance(selection, samplers.TripletSelection) and not xla.is_compiling():
+        if (isinstance(selection, samplers.TripletSelection) and not xla.is_compiling()
+                and kernels.choose("triplet_slots").form == "valid_slots"):
             selection = samplers.base.valid_triplets(selection)
         return selection
 
@@ -502,21 +520,23 @@ class MetricLoss(keras.losses.Loss):
         return self.sampler.xla_is_slower(targets_lib.unpack(y_true).label)
 
     def over_triplets(self, selection, compute):
-        """``compute(selection)``; under XLA, for a grid selection (B² slots), on its valid
-        slots alone whenever every anchor has at most ``GRID_WIDTH`` of them.
+        """``compute(selection)``; where the table chooses ``"listed_slots"``
+        (:func:`listed_slots`; on CPU under XLA), for a grid selection (B² slots), on
+        its valid slots alone whenever every anchor has at most ``width`` of them.
 
-        Outside XLA :meth:`sample` has already cut the selection to its valid slots.
-        Under XLA the shape must be fixed, so the valid slots are compacted to B·16
+        The shape stays fixed: the valid slots are compacted to B·width
         (:func:`tfdml.samplers.base.compact_grid`) and a ``tf.cond`` takes that
-        form, or the full grid when some anchor has more valid slots (a class of more
-        than 17 examples). Both give the same result; ``compute`` returns the same
-        shapes for both (the triplet losses: their scalar loss)."""
+        form, or the full grid when some anchor has more valid slots (width 16: a
+        class of more than 17 examples). Both give the same result; ``compute``
+        returns the same shapes for both (the triplet losses: their scalar loss).
+        In graph mode on CPU :meth:`sample` has already cut the selection to its
+        valid slots."""
         samplers = _samplers_module()
-        if not (isinstance(selection, samplers.GridTripletSelection) and xla.is_compiling()):
+        width = listed_slots()
+        if not (isinstance(selection, samplers.GridTripletSelection) and width is not None):
             return compute(selection)
-        narrow, widest = samplers.base.compact_grid(selection)
-        return tf.cond(widest <= samplers.base.GRID_WIDTH,
-                       lambda: compute(narrow), lambda: compute(selection))
+        narrow, widest = samplers.base.compact_grid(selection, width)
+        return tf.cond(widest <= width, lambda: compute(narrow), lambda: compute(selection))
 
     def importance_weights(self, targets, dtype):
         """W_ij [B, B] when built with ``importance=True`` and the batch has the columns, else None."""

@@ -26,10 +26,11 @@ with and without XLA.
 import collections
 import math
 
-import numpy as np
 import tensorflow as tf
 
-from tfdml import masks, xla
+from tfdml import kernels, masks
+from tfdml.kernels import argmin as _argmin
+from tfdml.kernels import running_count as _running_count
 
 PairSelection = collections.namedtuple("PairSelection", ["pos_weight", "neg_weight"])
 PairSelection.__doc__ = """Selected pairs as [B, B] float32 multiplicities (0 = not selected; diagonal 0)."""
@@ -123,9 +124,10 @@ def valid_triplets(selection):
     )
 
 
-#: Valid slots per anchor up to which a grid selection is compacted under XLA
-#: (:func:`compact_grid`): m-per-class batches with m ≤ 17 fit.
-GRID_WIDTH = 16
+#: Valid slots per anchor up to which a grid selection is compacted on CPU under XLA
+#: (:func:`compact_grid`; the kernels table's ``"triplet_slots"``): m-per-class batches
+#: with m ≤ 17 fit.
+GRID_WIDTH = kernels.CHOICES["CPU"]["triplet_slots"]["xla"].params["width"]
 
 
 def compact_grid(selection, width=GRID_WIDTH):
@@ -160,28 +162,16 @@ def row_columns(mask, width):
     return column, tf.reduce_sum(mask, axis=1)
 
 
-#: Columns per block of :func:`running_count`.
-RUNNING_COUNT_BLOCK = 64
+def running_count(mask):
+    """``tf.cumsum(mask, axis=1)``: int32 [R, N] running count of a 0/1 int32 [R, N] mask.
 
-
-def running_count(mask, block=RUNNING_COUNT_BLOCK):
-    """``tf.cumsum(mask, axis=1)`` of a 0/1 int32 [R, N] mask, by blocks of ``block`` columns.
-
-    Within a block, one matmul with a triangular matrix of ones; across blocks,
-    the cumulative sum of the block totals (``block`` times fewer elements).
-    Exact: the counts are integers below 2²⁴, which float32 holds exactly
-    whatever the summation order. Under XLA on CPU, ``tf.cumsum`` lowers to a
-    reduce-window, slower than this (benchmarks/RESULTS.md, "Semi-hard sampler").
-    """
-    rows, n = tf.shape(mask)[0], tf.shape(mask)[1]
-    blocks = (n + block - 1) // block
-    x = tf.pad(tf.cast(mask, tf.float32), tf.stack([[0, 0], [0, blocks * block - n]]))
-    x = tf.reshape(x, tf.stack([rows, blocks, block]))
-    upper = tf.constant(np.triu(np.ones((block, block), np.float32)))  # upper[i, j] = 1 for i <= j
-    within = tf.einsum("rbi,ij->rbj", x, upper)
-    before = tf.cumsum(within[:, :, -1], axis=1, exclusive=True)
-    total = tf.reshape(within + before[:, :, None], tf.stack([rows, blocks * block]))
-    return tf.cast(total[:, :n], tf.int32)
+    The reference path is ``tf.cumsum`` itself; a device may run a fast form
+    (:data:`tfdml.kernels.CHOICES`, ``"running_count"``: on CPU a blocked matmul,
+    :mod:`tfdml.kernels.running_count`), equal on every mask."""
+    choice = kernels.choose("running_count")
+    if choice.form == "blocked_matmul":
+        return _running_count.blocked_matmul(mask, **choice.params)
+    return tf.cumsum(tf.cast(mask, tf.int32), axis=1)
 
 
 def uniform01(shape, seed):
@@ -219,15 +209,15 @@ def gather_rows(params, indices):
 
 
 def first_argmin(values, axis=-1):
-    """``tf.argmin(values, axis)`` as int32: the lowest index holding the minimum.
+    """int32: the lowest index holding the minimum of ``values`` along ``axis``.
 
-    In graph mode and eagerly, ``tf.argmin`` itself. Under XLA two plain reductions,
-    the minimum and then the lowest index holding it: XLA fuses each with the
-    elementwise work before it into one vectorised loop, while it runs an arg-min, a
-    (value, index) reduction, element by element on CPU. The same answer on finite and
-    infinite values (−0.0 and +0.0 tie, as in ``tf.argmin``); not for NaN."""
-    if not xla.is_compiling():
-        return tf.argmin(values, axis=axis, output_type=tf.int32)
+    The reference path: the minimum, then the lowest index holding it (two plain
+    reductions, which XLA fuses with the elementwise work before them). −0.0 and
+    +0.0 tie; the same answer on infinite values; not for NaN. A device may run a
+    fast form (:data:`tfdml.kernels.CHOICES`, ``"first_argmin"``: on CPU in graph
+    mode ``tf.argmin``, :mod:`tfdml.kernels.argmin`)."""
+    if kernels.choose("first_argmin").form == "one_pass":
+        return _argmin.one_pass(values, axis=axis)
     rank = values.shape.rank
     axis = axis % rank
     size = tf.shape(values)[axis]
@@ -237,9 +227,9 @@ def first_argmin(values, axis=-1):
 
 
 def first_argmax(values, axis=-1):
-    """``tf.argmax(values, axis)`` as int32 (lowest index on ties); see :func:`first_argmin`."""
-    if not xla.is_compiling():
-        return tf.argmax(values, axis=axis, output_type=tf.int32)
+    """int32: the lowest index holding the maximum (:func:`first_argmin` of ``-values``)."""
+    if kernels.choose("first_argmin").form == "one_pass":
+        return _argmin.one_pass(values, axis=axis, largest=True)
     return first_argmin(-values, axis=axis)
 
 

@@ -5,7 +5,8 @@ import math
 import keras
 import tensorflow as tf
 
-from tfdml import xla
+from tfdml import kernels, xla
+from tfdml.kernels import distance_weighted as _fast
 from tfdml.samplers import base
 
 # Distances are clipped just below 2 (the diameter of the unit sphere) so that
@@ -119,7 +120,7 @@ def _probabilities(dist, labels, candidates, embedding_dim, cutoff, nonzero_loss
     return tf.where(tf.reduce_any(weighted, axis=1, keepdims=True), weight, uniform)
 
 
-def _draw(cdf, last, uniform, rows):
+def draw(cdf, last, uniform, rows):
     """Inverse-CDF draw: for each uniform in [0, 1) (any shape) and its row a of ``cdf``
     (the same shape), the first column whose cumulative probability exceeds it, the
     uniform scaled to the row's total mass (1 up to rounding); never past ``last[a]``."""
@@ -128,28 +129,20 @@ def _draw(cdf, last, uniform, rows):
     return tf.minimum(drawn, tf.gather(last, rows))
 
 
-def _draw_on_grid(cdf, last, uniform, valid):
-    """[B, B] negatives of the valid slots (0 elsewhere) for XLA's fixed shapes.
-
-    When no anchor has more than ``base.GRID_WIDTH`` valid slots (m-per-class batches
-    with m ≤ 17), each anchor's valid slots are listed in [B, GRID_WIDTH] and only
-    those are searched, then written back to their columns; otherwise every slot of
-    the grid is searched. The same negatives either way."""
-    size = tf.shape(cdf)[0]
-    rows = tf.broadcast_to(tf.range(size)[:, None], tf.shape(valid))
-    column, count = base.row_columns(valid, base.GRID_WIDTH)
-
-    def every_slot():
-        return tf.where(valid, _draw(cdf, last, uniform, rows), 0)
-
-    def listed_slots():
-        listed = tf.range(base.GRID_WIDTH)[None, :] < count[:, None]
-        anchor = tf.broadcast_to(tf.range(size)[:, None], tf.shape(column))
-        drawn = tf.where(listed, _draw(cdf, last, base.gather_rows(uniform, column), anchor), 0)
-        # Unlisted slots point at column N − 1 with value 0; a maximum keeps a listed one there.
-        return tf.tensor_scatter_nd_max(tf.zeros_like(rows), tf.stack([anchor, column], axis=-1), drawn)
-
-    return tf.cond(tf.reduce_max(count) <= base.GRID_WIDTH, listed_slots, every_slot)
+def draw_negatives(cdf, last, uniform, valid):
+    """[B, B] int32: the negative drawn for every valid slot (a, p) by :func:`draw` with
+    its uniform ``uniform[a, p]``, 0 elsewhere. The reference path draws for every slot;
+    a device may search only the valid ones (:data:`tfdml.kernels.CHOICES`,
+    ``"distance_weighted"``; :mod:`tfdml.kernels.distance_weighted`), with the same
+    negatives. A form whose shapes depend on the data runs only outside XLA, which
+    needs fixed shapes."""
+    choice = kernels.choose("distance_weighted")
+    if choice.form == "valid_slots" and not xla.is_compiling():
+        return _fast.valid_slots(cdf, last, uniform, valid)
+    if choice.form == "listed_slots":
+        return _fast.listed_slots(cdf, last, uniform, valid, **choice.params)
+    rows = tf.broadcast_to(tf.range(tf.shape(cdf)[0])[:, None], tf.shape(valid))
+    return tf.where(valid, draw(cdf, last, uniform, rows), 0)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -219,13 +212,7 @@ class DistanceWeightedSampler(base.Sampler):
         valid = tf.logical_and(pos, tf.reduce_any(neg, axis=1, keepdims=True))
         # One uniform per slot (a, p); only the valid slots are searched (B·(m − 1) of the B²).
         uniform = tf.cast(base.uniform01(tf.stack([size, size]), seed), dist.dtype)
-        if xla.is_compiling():
-            negative = _draw_on_grid(cdf, last, uniform, valid)
-        else:
-            slots = tf.where(valid, name="valid_slots")
-            slots = tf.cast(slots, tf.int32)
-            drawn = _draw(cdf, last, tf.gather_nd(uniform, slots), slots[:, 0])
-            negative = tf.scatter_nd(slots, drawn, tf.stack([size, size]))
+        negative = draw_negatives(cdf, last, uniform, valid)
         rows = tf.range(size, dtype=tf.int32)
         return base.GridTripletSelection(
             tf.repeat(rows, size), tf.tile(rows, [size]), tf.reshape(negative, [-1]), tf.reshape(valid, [-1])

@@ -9,8 +9,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml import losses, masks, samplers
-from tfdml.samplers import semi_hard
+from tfdml import kernels, losses, masks, samplers
+from tfdml.kernels import semi_hard
+
+# The CPU table's parameters of the fast form (the paths this file exercises).
+_CPU = kernels.CHOICES["CPU"]["semi_hard"]
+WIDTHS = _CPU["graph"].params["widths"]
+SORT_ABOVE, SORT_ABOVE_XLA = _CPU["graph"].params["sort_above"], _CPU["xla"].params["sort_above"]
 
 # The brute-force reference of test_semi_hard_and_hard.py (loaded by path: tests are no package).
 _spec = importlib.util.spec_from_file_location(
@@ -20,9 +25,9 @@ _reference = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_reference)
 _brute_semi_hard = _reference._brute_semi_hard
 
-SORT = len(semi_hard.WIDTHS)
+SORT = len(WIDTHS)
 
-LOOP = len(semi_hard.WIDTHS) - 1
+LOOP = len(WIDTHS) - 1
 
 # (name, class sizes, the path plan() must pick in graph mode, under XLA)
 LAYOUTS = [
@@ -33,8 +38,8 @@ LAYOUTS = [
     ("fives", [5, 5, 2, 4], LOOP, LOOP),  # P = 4: the loop, one step
     ("one_big", [12, 2, 3, 1, 4], LOOP, LOOP),  # P = 11: the loop, three steps
     # SORT_ABOVE < P <= SORT_ABOVE_XLA: graph mode sorts, XLA compares
-    ("many_positives", [semi_hard.SORT_ABOVE + 2, 3, 2, 4], SORT, LOOP),
-    ("very_many", [semi_hard.SORT_ABOVE_XLA + 2, 3, 2, 4], SORT, SORT),  # P > both: sort
+    ("many_positives", [SORT_ABOVE + 2, 3, 2, 4], SORT, LOOP),
+    ("very_many", [SORT_ABOVE_XLA + 2, 3, 2, 4], SORT, SORT),  # P > both: sort
 ]
 
 
@@ -112,7 +117,7 @@ def test_each_path_matches_brute_force(name, sizes, path, mode):
 @pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
 def test_plan_follows_the_mode_being_traced(jit):
     # P = SORT_ABOVE + 1: the sampler traced in graph mode sorts, traced for XLA compares.
-    _, y = _batch([semi_hard.SORT_ABOVE + 2, 3, 2, 4], 0, ties=True)
+    _, y = _batch([SORT_ABOVE + 2, 3, 2, 4], 0, ties=True)
     expected = LOOP if jit else SORT
     assert int(tf.function(semi_hard.plan, jit_compile=jit)(y)) == expected
     assert int(semi_hard.plan(y)) == SORT  # eagerly: graph mode's threshold
@@ -120,12 +125,13 @@ def test_plan_follows_the_mode_being_traced(jit):
 
 def _forced(sort_above, fn, *args):
     """``fn(*args)`` traced with both sort thresholds at ``sort_above`` (-1: always sort)."""
-    saved = semi_hard.SORT_ABOVE, semi_hard.SORT_ABOVE_XLA
-    semi_hard.SORT_ABOVE = semi_hard.SORT_ABOVE_XLA = sort_above
+    saved = dict(_CPU)
+    for mode in kernels.MODES:
+        _CPU[mode] = kernels.Choice("compare_or_sort", {"widths": WIDTHS, "sort_above": sort_above})
     try:
         return fn(*args)
     finally:
-        semi_hard.SORT_ABOVE, semi_hard.SORT_ABOVE_XLA = saved
+        _CPU.update(saved)
 
 
 @pytest.mark.parametrize("mode", ["eager", "xla"])

@@ -5,16 +5,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml import masks, samplers
-from tfdml.samplers import top_k
+from tfdml import kernels, masks, samplers
 
-PATHS = {"prefix": 10**9, "sort": 0}  # top_k.PREFIX_UP_TO forcing each path
+PATHS = {"prefix": 10**9, "sort": 0}  # the CPU table's up_to forcing each path
 
 
 @pytest.fixture(params=sorted(PATHS), autouse=True)
 def path(request, monkeypatch):
     """Every test runs on both paths: k passes per ranking, and one sort per row."""
-    monkeypatch.setattr(top_k, "PREFIX_UP_TO", PATHS[request.param])
+    forced = {mode: kernels.Choice("prefix", {"up_to": PATHS[request.param]}) for mode in kernels.MODES}
+    monkeypatch.setitem(kernels.CHOICES["CPU"], "top_k", forced)
     return request.param
 
 

@@ -1,0 +1,52 @@
+"""Fast forms of :func:`tfdml.samplers.distance_weighted.draw_negatives`: the negatives
+of only the valid slots are searched, where the reference path searches every slot of
+the [B, B] grid. Both return the same [B, B] int32 (0 outside the valid slots).
+
+* ``valid_slots``: the valid slots listed by ``tf.where`` (a shape known at run time:
+  graph mode and eagerly only) and their draws scattered back;
+* ``listed_slots``: fixed shapes, for XLA (below).
+"""
+
+import tensorflow as tf
+
+from tfdml.samplers import base
+
+FORMS = ("valid_slots", "listed_slots")
+
+
+def _draw():
+    """The sampler's inverse-CDF draw (imported when called: that module imports this one)."""
+    from tfdml.samplers import distance_weighted
+
+    return distance_weighted.draw
+
+
+def valid_slots(cdf, last, uniform, valid):
+    """Only the valid slots, compacted by ``tf.where``; not for XLA."""
+    draw = _draw()
+    slots = tf.cast(tf.where(valid, name="valid_slots"), tf.int32)
+    drawn = draw(cdf, last, tf.gather_nd(uniform, slots), slots[:, 0])
+    return tf.scatter_nd(slots, drawn, tf.shape(valid))
+
+
+def listed_slots(cdf, last, uniform, valid, width):
+    """Fixed shapes (XLA): when no anchor has more than ``width`` valid slots (with
+    ``width`` = 16, m-per-class batches with m ≤ 17), each anchor's valid slots are
+    listed in [B, width] and only those are searched, then written back to their
+    columns; otherwise every slot of the grid is searched."""
+    draw = _draw()
+    size = tf.shape(cdf)[0]
+    rows = tf.broadcast_to(tf.range(size)[:, None], tf.shape(valid))
+    column, count = base.row_columns(valid, width)
+
+    def every_slot():
+        return tf.where(valid, draw(cdf, last, uniform, rows), 0)
+
+    def only_listed():
+        listed = tf.range(width)[None, :] < count[:, None]
+        anchor = tf.broadcast_to(tf.range(size)[:, None], tf.shape(column))
+        drawn = tf.where(listed, draw(cdf, last, base.gather_rows(uniform, column), anchor), 0)
+        # Unlisted slots point at column N − 1 with value 0; a maximum keeps a listed one there.
+        return tf.tensor_scatter_nd_max(tf.zeros_like(rows), tf.stack([anchor, column], axis=-1), drawn)
+
+    return tf.cond(tf.reduce_max(count) <= width, only_listed, every_slot)

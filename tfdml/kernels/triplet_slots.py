@@ -1,0 +1,15 @@
+"""Forms in which a triplet loss holds a grid selection (:func:`tfdml.losses.base.listed_slots`).
+
+The reference path computes on all B² slots, weighted by 0 where not valid. Both
+forms compute on the same valid triplets, so the loss is the same:
+
+* ``valid_slots``: the valid slots alone (:func:`tfdml.samplers.base.valid_triplets`,
+  a shape known at run time: graph mode and eagerly only; under XLA the reference runs);
+* ``listed_slots``: up to ``width`` valid slots per anchor, fixed shapes
+  (:func:`tfdml.samplers.base.compact_grid`), the whole grid when an anchor has more.
+
+The helpers live in :mod:`tfdml.samplers.base` beside the selections they read; the
+choice is made in :mod:`tfdml.losses.base`.
+"""
+
+FORMS = ("valid_slots", "listed_slots")

@@ -60,7 +60,9 @@ def _init_parameters(cls):
     """The keyword arguments ``cls(...)`` accepts, by name. A constructor that
     passes ``**kwargs`` on (``super().__init__(**kwargs)``, as a user's loss may)
     also takes those of the next ``__init__`` up its class hierarchy, except the
-    ones the class sets itself (a loss's ``fixed_arguments``)."""
+    ones the class sets itself (a loss's ``fixed_arguments``) and those it refuses
+    by its kind (``importance`` without ``supports_importance``, ``sampler``
+    without ``sampler_kinds``)."""
     params = dict(inspect.signature(cls.__init__).parameters)
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         parents = [c for c in cls.__mro__[1:] if "__init__" in vars(c)]
@@ -69,7 +71,11 @@ def _init_parameters(cls):
             params = {n: p for n, p in params.items()
                       if p.kind not in (inspect.Parameter.VAR_KEYWORD,
                                         inspect.Parameter.VAR_POSITIONAL)}
-            fixed = getattr(cls, "fixed_arguments", {})
+            fixed = set(getattr(cls, "fixed_arguments", {}))
+            if not getattr(cls, "supports_importance", True):
+                fixed.add("importance")
+            if not getattr(cls, "sampler_kinds", True):
+                fixed.add("sampler")
             params.update({n: p for n, p in inherited.items() if n not in params and n not in fixed})
     return params
 

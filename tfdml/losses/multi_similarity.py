@@ -46,6 +46,7 @@ class MultiSimilarityLoss(base.MetricLoss):
     """
 
     sampler_kinds = ("pairs", "triplets")
+    memory_refusal = None  # pair / triplet terms of the [B, M] matrix: a memory adds candidates
     default_tuple_reduction = "mean"
 
     def __init__(self, alpha=2.0, beta=50.0, lam=1.0, sampler="multi_similarity", distance="cosine", **kwargs):

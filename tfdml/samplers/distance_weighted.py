@@ -158,8 +158,9 @@ class DistanceWeightedSampler(base.Sampler):
 
     Wu et al. §5: "we use all positive pairs, and sample one negative for
     each anchor of each positive pair" (kind ``"triplets"``). For every ordered
-    candidate positive pair (a, p), slot ``a * B + p`` of the returned
-    :class:`~tfdml.samplers.TripletSelection` (T = B·B) holds a negative n
+    candidate positive pair (a, p), slot ``a * M + p`` of the returned
+    :class:`~tfdml.samplers.TripletSelection` (T = B·M: B anchors, M candidates,
+    M = B for the batch alone) holds a negative n
     drawn independently from
 
         Pr(n* = n | a) ∝ min(λ, q(D_an)^{-1})               (Wu et al., §4)
@@ -210,25 +211,25 @@ class DistanceWeightedSampler(base.Sampler):
 
     def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
         dim = self._dim(embedding_dim)
-        size = tf.shape(dist)[0]
+        size, columns = tf.shape(dist)[0], tf.shape(dist)[1]
         probs = _probabilities(dist, labels, candidates, dim, self.cutoff, self.nonzero_loss_cutoff, self.lam)
         cdf = tf.cumsum(probs, axis=1)
         # Guard against u rounding onto the total: never past the last column of positive mass.
-        last = size - 1 - tf.argmax(tf.reverse(tf.cast(probs > 0, tf.int32), axis=[1]), axis=1, output_type=tf.int32)
+        last = columns - 1 - tf.argmax(tf.reverse(tf.cast(probs > 0, tf.int32), axis=[1]), axis=1, output_type=tf.int32)
         pos, neg = base.split_candidates(labels, candidates)
         valid = tf.logical_and(pos, tf.reduce_any(neg, axis=1, keepdims=True))
         # One uniform per slot (a, p); only the valid slots are searched (B·(m − 1) of the B²).
-        uniform = tf.cast(base.uniform01(tf.stack([size, size]), seed), dist.dtype)
+        uniform = tf.cast(base.uniform01(tf.stack([size, columns]), seed), dist.dtype)
         if xla.is_compiling():
             negative = _draw_on_grid(cdf, last, uniform, valid)
         else:
             slots = tf.where(valid, name="valid_slots")
             slots = tf.cast(slots, tf.int32)
             drawn = _draw(cdf, last, tf.gather_nd(uniform, slots), slots[:, 0])
-            negative = tf.scatter_nd(slots, drawn, tf.stack([size, size]))
-        rows = tf.range(size, dtype=tf.int32)
+            negative = tf.scatter_nd(slots, drawn, tf.stack([size, columns]))
         return base.GridTripletSelection(
-            tf.repeat(rows, size), tf.tile(rows, [size]), tf.reshape(negative, [-1]), tf.reshape(valid, [-1])
+            tf.repeat(tf.range(size, dtype=tf.int32), columns), tf.tile(tf.range(columns, dtype=tf.int32), [size]),
+            tf.reshape(negative, [-1]), tf.reshape(valid, [-1])
         )
 
     def get_config(self):

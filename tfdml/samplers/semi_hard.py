@@ -95,8 +95,9 @@ class SemiHardSampler(base.Sampler):
       negative.
     * ``"drop"``: the slot is masked out.
 
-    Returns :class:`~tfdml.samplers.TripletSelection` with T = B·B: slot
-    ``a * B + p`` holds (a, p, n*_ap) for every ordered pair; ``mask`` is true
+    Returns :class:`~tfdml.samplers.TripletSelection` with T = B·M (B anchors, M
+    candidates; M = B for the batch alone): slot ``a * M + p`` holds (a, p, n*_ap)
+    for every ordered pair; ``mask`` is true
     where (a, p) is a candidate positive pair and a negative was chosen.
     Invalid slots hold the anchor's hardest-inside negative (an index in range).
 
@@ -137,7 +138,7 @@ class SemiHardSampler(base.Sampler):
         self.fallback = fallback
 
     def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
-        size = tf.shape(dist)[0]
+        size, columns = tf.shape(dist)[0], tf.shape(dist)[1]
         pos, neg = base.split_candidates(labels, candidates)
         inf = tf.constant(float("inf"), dist.dtype)
         num_neg = tf.reduce_sum(tf.cast(neg, tf.int32), axis=1)
@@ -147,7 +148,7 @@ class SemiHardSampler(base.Sampler):
             semi_hard, found = _by_sorting(dist, neg)
         else:
             layout = _class_layout(int_labels)
-            others = tf.reduce_max(layout[3]) - 1
+            others = tf.reduce_max(layout[3][:size]) - 1
             branches = [
                 (lambda k=k: _by_comparing(dist, pos, neg_dist, layout, k)) for k in WIDTHS
             ] + [lambda: _by_sorting(dist, neg)]
@@ -161,9 +162,8 @@ class SemiHardSampler(base.Sampler):
             valid = tf.logical_and(pos, (num_neg > 0)[:, None])
         else:
             valid = found
-        rows = tf.range(size, dtype=tf.int32)
-        anchor = tf.repeat(rows, size)
-        positive = tf.tile(rows, [size])
+        anchor = tf.repeat(tf.range(size, dtype=tf.int32), columns)
+        positive = tf.tile(tf.range(columns, dtype=tf.int32), [size])
         return base.GridTripletSelection(
             anchor, positive, tf.reshape(negative, [-1]), tf.reshape(valid, [-1])
         )
@@ -182,6 +182,8 @@ def _by_comparing(dist, pos, neg_dist, layout, width):
     columns. One step when P ≤ K, else ⌈P / K⌉ steps of a ``tf.while_loop``."""
     order, where, start, count = layout
     size = tf.shape(dist)[0]
+    # The anchors are the first B candidates: their places in the layout of all M.
+    where, start, count = where[:size], start[:size], count[:size]
     own = where - start  # offset of each anchor within its class's run
     rows = tf.broadcast_to(tf.range(size)[:, None], tf.stack([size, width]))
     offsets = tf.range(width, dtype=tf.int32)
@@ -189,7 +191,8 @@ def _by_comparing(dist, pos, neg_dist, layout, width):
     def step(c, semi_hard):
         k = c * width + offsets[None, :]
         mate = k < count[:, None] - 1  # slot k holds a class mate of the anchor
-        members = tf.minimum(start[:, None] + k + tf.cast(k >= own[:, None], tf.int32), size - 1)
+        members = tf.minimum(start[:, None] + k + tf.cast(k >= own[:, None], tf.int32),
+                             tf.shape(order)[0] - 1)
         column = tf.gather(order, members)  # [B, K]: the class mates of this step
         d_ap = base.gather_rows(dist, column)
         nearest = _first_beyond(neg_dist, d_ap)
@@ -222,8 +225,8 @@ def _first_beyond(neg_dist, d_ap):
 
 
 def _by_sorting(dist, neg):
-    """Sort path: ``(n*, found)`` [B, B] for every column, from one stable row sort."""
-    size = tf.shape(dist)[0]
+    """Sort path: ``(n*, found)`` [B, M] for every column, from one stable row sort."""
+    size, columns = tf.shape(dist)[0], tf.shape(dist)[1]
     num_neg = tf.reduce_sum(tf.cast(neg, tf.int32), axis=1)
     # 1-2. Each row's columns ordered by (D_aj, negatives first, index).
     order = ordering.stable_order(dist, first=neg)
@@ -232,11 +235,11 @@ def _by_sorting(dist, neg):
     sorted_neg = base.gather_rows(neg, order)
     below = base.running_count(tf.cast(sorted_neg, tf.int32))
     # 4. The negatives in increasing distance: by_rank[a, t] = column of the t-th negative.
-    slot = tf.where(sorted_neg, below - 1, size)  # non-negatives go to a spare slot
-    flat_slot = tf.reshape(slot + (tf.range(size) * (size + 1))[:, None], [-1])
-    by_rank = tf.math.unsorted_segment_max(tf.reshape(order, [-1]), flat_slot, size * (size + 1))
-    by_rank = tf.reshape(by_rank, tf.stack([size, size + 1]))
+    slot = tf.where(sorted_neg, below - 1, columns)  # non-negatives go to a spare slot
+    flat_slot = tf.reshape(slot + (tf.range(size) * (columns + 1))[:, None], [-1])
+    by_rank = tf.math.unsorted_segment_max(tf.reshape(order, [-1]), flat_slot, size * (columns + 1))
+    by_rank = tf.reshape(by_rank, tf.stack([size, columns + 1]))
     # 5. Back to columns: first[a, p] = rank of the first negative beyond D_ap.
     first = base.gather_rows(below, base.invert_permutation_rows(order))
     found = first < num_neg[:, None]
-    return base.gather_rows(by_rank, tf.minimum(first, size - 1)), found
+    return base.gather_rows(by_rank, tf.minimum(first, columns - 1)), found

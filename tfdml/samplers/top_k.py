@@ -127,7 +127,7 @@ def _by_prefixes(key, candidates, pos, neg, k):
 
 def _by_sorting(key, pos, neg, k):
     """The sets from one descending sort per row, O(B² log B)."""
-    size = tf.shape(key)[0]
+    size = tf.shape(key)[1]
     order = ordering.stable_order(-key)  # decreasing key, ties: lower index first
     sorted_pos = base.gather_rows(pos, order)
     sorted_neg = base.gather_rows(neg, order)

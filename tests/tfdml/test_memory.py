@@ -324,3 +324,114 @@ def test_memory_needs_example_ids_and_no_pair_ids(rng):
 def test_bad_memory_options_are_refused(bad, match):
     with pytest.raises(ValueError, match=match):
         losses.ContrastiveLoss(memory=bad)
+
+
+# -- static shapes, XLA -----------------------------------------------------------------------
+
+SELECTING = {
+    "hard": lambda: samplers.HardSampler(),
+    "semi_hard": lambda: samplers.SemiHardSampler(),
+    "random": lambda: samplers.RandomPairSampler(num_pairs=12),
+    "multi_similarity": lambda: samplers.MultiSimilaritySampler(),
+    "top_k": lambda: samplers.TopKMisplacedSampler(k=3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SELECTING))
+def test_xla_selection_over_batch_and_memory_equals_graph(rng, name):
+    dist, labels, mask = _inputs(rng)
+    sampler = SELECTING[name]()
+    spec = (tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None], tf.int64),
+            tf.TensorSpec([None, None], tf.bool))
+
+    def run(d, y, c):
+        return tuple(sampler(d, y, candidates=c, seed=tf.constant([5, 6]), embedding_dim=D))
+
+    graph = tf.function(run, input_signature=spec)(dist, labels, mask)
+    xla = tf.function(run, input_signature=spec, jit_compile=True)(dist, labels, mask)
+    for g, x in zip(graph, xla):
+        np.testing.assert_array_equal(x.numpy(), g.numpy())
+
+
+def test_xla_distance_weighted_draws_over_batch_and_memory_follow_the_cdf(rng):
+    dist, labels, mask = _inputs(rng)
+    sampler = samplers.DistanceWeightedSampler(nonzero_loss_cutoff=None)
+    seed = tf.constant([7, 8])
+    spec = (tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None], tf.int64),
+            tf.TensorSpec([None, None], tf.bool))
+    sel = tf.function(lambda d, y, c: tuple(sampler(d, y, candidates=c, seed=seed, embedding_dim=D)),
+                      input_signature=spec, jit_compile=True)(dist, labels, mask)
+    cdf = np.cumsum(sampler.probabilities(dist, labels, mask, embedding_dim=D).numpy(), axis=1)
+    u = samplers.base.uniform01(list(mask.shape), seed).numpy() * cdf[:, -1:]
+    pos, neg = _split(labels, mask)
+    valid = sel[3].numpy().reshape(mask.shape)
+    np.testing.assert_array_equal(valid, pos & neg.any(axis=1, keepdims=True))
+    a, p = np.nonzero(valid)
+    got = sel[2].numpy().reshape(mask.shape)[a, p]
+    below = np.where(got > 0, cdf[a, np.maximum(got - 1, 0)], 0.0)
+    assert np.all(below <= u[a, p] + 1e-5) and np.all(u[a, p] < cdf[a, got] + 1e-5)
+    assert np.all(neg[a, got])
+
+
+def _tiny_data(n=22):
+    """22 examples (batches of 8: a partial last batch of 6), 4 dimensions, 5 classes."""
+    r = np.random.default_rng(3)
+    x = r.normal(size=(n, 6)).astype(np.float32)
+    y = {"label": (np.arange(n) // 2 % 5).astype(np.int64), "example_id": np.arange(n, dtype=np.int64)}
+    return x, y
+
+
+def _tiny_model(loss, jit_compile, strategy=None):
+    import keras
+
+    from tfdml import models
+
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        keras.utils.set_random_seed(1)
+        encoder = keras.Sequential([keras.Input((6,)), keras.layers.Dense(D, name="embedding"),
+                                    keras.layers.UnitNormalization()])
+        model = models.EmbeddingModel(encoder)
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss(), jit_compile=jit_compile)
+    return model
+
+
+def _semi_hard_with_memory():
+    return losses.TripletLoss(sampler="semi_hard", memory={"size": 12, "warmup_steps": 1, "embedding_dim": D})
+
+
+def _fit(model, epochs=2, batch=8):
+    x, y = _tiny_data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)  # unknown batch size, partial last batch
+    return model.fit(ds, epochs=epochs, verbose=0).history["loss"]
+
+
+def test_step_with_a_memory_compiles_once_and_xla_loss_and_graph_agree():
+    runs = {}
+    for mode in (False, True, "loss"):
+        model = _tiny_model(_semi_hard_with_memory, mode)
+        runs[mode] = (_fit(model), model)
+        memory = model._metric_loss.memory
+        assert int(memory.steps.numpy()) == 6 and int(memory.filled.numpy()) == 12
+    graph_loss, graph = runs[False]
+    for mode in (True, "loss"):
+        loss, model = runs[mode]
+        np.testing.assert_allclose(loss, graph_loss, rtol=1e-4)
+        for a, b in zip(model.weights, graph.weights):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-3, atol=1e-5)
+    # One trace for batches of 8 and the partial batch of 6.
+    assert runs["loss"][1]._loss_call._value_and_gradients.experimental_get_tracing_count() == 1
+
+
+def test_evaluation_neither_uses_nor_writes_the_memory():
+    model = _tiny_model(_semi_hard_with_memory, False)
+    _fit(model, epochs=1)
+    memory = model._metric_loss.memory
+    before = [v.numpy().copy() for v in memory.weights]
+    x, y = _tiny_data()
+    with_memory = model.evaluate(x[:8], {k: v[:8] for k, v in y.items()}, batch_size=8, verbose=0)[0]
+    for a, v in zip(before, memory.weights):
+        np.testing.assert_array_equal(v.numpy(), a)
+    plain = losses.TripletLoss(sampler="semi_hard")
+    expected = float(plain({k: v[:8] for k, v in y.items()}, model(x[:8])))
+    assert with_memory == pytest.approx(expected, rel=1e-5)

@@ -393,6 +393,7 @@ def _tiny_model(loss, jit_compile, strategy=None):
                                     keras.layers.UnitNormalization()])
         model = models.EmbeddingModel(encoder)
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss(), jit_compile=jit_compile)
+        model.build((None, 6))
     return model
 
 
@@ -435,3 +436,44 @@ def test_evaluation_neither_uses_nor_writes_the_memory():
     plain = losses.TripletLoss(sampler="semi_hard")
     expected = float(plain({k: v[:8] for k, v in y.items()}, model(x[:8])))
     assert with_memory == pytest.approx(expected, rel=1e-5)
+
+
+# -- runs: backups, resume, export --------------------------------------------------------------
+
+
+def test_kill_and_resume_equals_uninterrupted(tmp_path):
+    from tfdml import runs
+
+    uninterrupted = _tiny_model(_semi_hard_with_memory, False)
+    _fit(uninterrupted, epochs=2)
+    first = _tiny_model(_semi_hard_with_memory, False)
+    _fit(first, epochs=1)  # then the process is killed: only the backup of epoch 1 survives
+    memory = first._metric_loss.memory
+    assert int(memory.filled.numpy()) == 12 and {id(v) for v in memory.weights} <= {id(v) for v in first.weights}
+    backup = runs.Backup(str(tmp_path / "backup"))
+    backup.save(first, 1)
+    resumed = _tiny_model(_semi_hard_with_memory, False)
+    backup.restore(resumed)
+    restored = resumed._metric_loss.memory
+    for a, b in zip(restored.weights, memory.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    x, y = _tiny_data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    resumed.fit(ds, epochs=2, initial_epoch=1, verbose=0)
+    assert len(resumed.weights) == len(uninterrupted.weights)
+    for a, b in zip(resumed.weights, uninterrupted.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(resumed._metric_loss.memory.example_ids.numpy(),
+                                  uninterrupted._metric_loss.memory.example_ids.numpy())
+
+
+def test_memory_is_not_part_of_the_exported_encoder(tmp_path):
+    model = _tiny_model(_semi_hard_with_memory, False)
+    _fit(model, epochs=1)
+    path = str(tmp_path / "exported")
+    model.export(path)
+    loaded = tf.saved_model.load(path)
+    names = [v.name for v in loaded.variables]
+    assert len(names) == len(model.encoder.weights) and not any("memory" in n for n in names)
+    x, _ = _tiny_data()
+    np.testing.assert_allclose(loaded.serve(x[:4]).numpy(), model(x[:4]).numpy(), rtol=1e-5, atol=1e-6)

@@ -477,3 +477,22 @@ def test_memory_is_not_part_of_the_exported_encoder(tmp_path):
     assert len(names) == len(model.encoder.weights) and not any("memory" in n for n in names)
     x, _ = _tiny_data()
     np.testing.assert_allclose(loaded.serve(x[:4]).numpy(), model(x[:4]).numpy(), rtol=1e-5, atol=1e-6)
+
+
+# -- distribution --------------------------------------------------------------------------------
+
+
+def test_mirrored_strategy_memory_holds_the_global_batch_and_equals_one_device(mirrored_strategy):
+    one = _tiny_model(_semi_hard_with_memory, False)
+    one_loss = _fit(one)
+    two = _tiny_model(_semi_hard_with_memory, False, strategy=mirrored_strategy)
+    two_loss = _fit(two)
+    np.testing.assert_allclose(two_loss, one_loss, rtol=1e-5)
+    single = one._metric_loss.memory
+    mirrored = two._metric_loss.memory
+    for a, b in zip(mirrored.weights, single.weights):
+        local = mirrored_strategy.experimental_local_results(a.value)
+        assert len(local) == 2
+        for replica in local:  # identical on every replica, and the one-device memory
+            np.testing.assert_allclose(replica.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(mirrored.example_ids.numpy(), single.example_ids.numpy())

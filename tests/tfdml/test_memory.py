@@ -496,3 +496,14 @@ def test_mirrored_strategy_memory_holds_the_global_batch_and_equals_one_device(m
         for replica in local:  # identical on every replica, and the one-device memory
             np.testing.assert_allclose(replica.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(mirrored.example_ids.numpy(), single.example_ids.numpy())
+
+
+def test_the_guide_s_memory_example_runs(capsys):
+    import os
+    import re
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    guide = open(os.path.join(root, "docs", "guide.md"), encoding="utf-8").read()
+    example = next(b for b in re.findall(r"```python\n(.*?)```", guide, flags=re.S) if "memory=" in b)
+    exec(compile(example, "docs/guide.md", "exec"), {"__name__": "guide_memory_example"})
+    assert "32 embeddings in the memory" in capsys.readouterr().out

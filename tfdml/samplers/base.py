@@ -1,18 +1,19 @@
 """Base class and selection types shared by every in-graph sampler.
 
-A sampler looks at a [B, B] matrix of the batch (a distance, except for
+A sampler looks at a [B, M] matrix of the batch's B anchors against M candidates,
+the batch first (M = B: the batch alone; a distance, except for
 :class:`~tfdml.samplers.TopKMisplacedSampler`, which takes similarity
 scores), the labels and the candidate-pair mask of
 :func:`tfdml.masks.candidate_mask`, and returns a fixed-shape selection that a
 loss turns into its pair, triplet or set terms:
 
-* ``kind == "pairs"``: :class:`PairSelection`, two [B, B] float32 matrices of
+* ``kind == "pairs"``: :class:`PairSelection`, two [B, M] float32 matrices of
   multiplicities (0 = not selected, the diagonal is always 0);
 * ``kind == "triplets"``: :class:`TripletSelection`, [T] int32 indices of
   anchor, positive and negative plus a [T] bool mask of the valid slots, where
   T is a fixed function of B; the indices of invalid slots are in range but
   meaningless;
-* ``kind == "sets"``: :class:`SetSelection`, two [B, B] bool matrices, row a
+* ``kind == "sets"``: :class:`SetSelection`, two [B, M] bool matrices, row a
   holding query a's misplaced positive set P and negative set N (Lu et al.
   2019, §3.3).
 
@@ -32,7 +33,7 @@ import tensorflow as tf
 from tfdml import masks, xla
 
 PairSelection = collections.namedtuple("PairSelection", ["pos_weight", "neg_weight"])
-PairSelection.__doc__ = """Selected pairs as [B, B] float32 multiplicities (0 = not selected; diagonal 0)."""
+PairSelection.__doc__ = """Selected pairs as [B, M] float32 multiplicities (0 = not selected; column a of row a 0)."""
 
 TripletSelection = collections.namedtuple(
     "TripletSelection", ["anchor", "positive", "negative", "mask"]
@@ -51,7 +52,7 @@ class GridTripletSelection(TripletSelection):
     __slots__ = ()
 
 SetSelection = collections.namedtuple("SetSelection", ["positive", "negative"])
-SetSelection.__doc__ = """[B, B] bool: row a = query a, columns = its misplaced sets P (positive) and N (negative)."""
+SetSelection.__doc__ = """[B, M] bool: row a = query a, columns = its misplaced sets P (positive) and N (negative)."""
 
 KINDS = ("pairs", "triplets", "sets")
 
@@ -350,11 +351,12 @@ class Sampler:
 
     ``sampler(dist, labels, candidates=None, seed=None, embedding_dim=None)``
 
-    * ``dist``: [B, B] float matrix. A DISTANCE (larger = farther) for every
+    * ``dist``: [B, M] float matrix of B anchors against M ≥ B candidates, the
+      anchors first (M = B: the batch against itself). A DISTANCE (larger = farther) for every
       sampler except :class:`~tfdml.samplers.TopKMisplacedSampler`, which takes
       SCORES (larger = closer; Lu et al.'s ŝ of Eq. 4).
-    * ``labels``: [B] integer class ids.
-    * ``candidates``: [B, B] bool mask from :func:`tfdml.masks.candidate_mask`;
+    * ``labels``: [M] integer class ids of the candidates (the anchors' first).
+    * ``candidates``: [B, M] bool mask (:func:`tfdml.masks.candidate_mask` for M = B);
       ``None`` means all off-diagonal pairs. Only candidate pairs are selected;
       the diagonal is never selected, whatever the mask says.
     * ``seed``: shape-[2] integer tensor for the stateless random ops, required

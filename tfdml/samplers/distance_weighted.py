@@ -71,7 +71,7 @@ def distance_weighted_probabilities(
     nonzero_loss_cutoff=1.4,
     lam=None,
 ):
-    """[B, B] row-stochastic Pr(n* = n | a) of distance weighted sampling (Wu et al. 2017, §4).
+    """[B, M] row-stochastic Pr(n* = n | a) of distance weighted sampling (Wu et al. 2017, §4).
 
         Pr(n* = n | a) ∝ min(λ, q(D_an)^{-1})                 (Wu et al., §4)
 
@@ -129,7 +129,7 @@ def _draw(cdf, last, uniform, rows):
 
 
 def _draw_on_grid(cdf, last, uniform, valid):
-    """[B, B] negatives of the valid slots (0 elsewhere) for XLA's fixed shapes.
+    """[B, M] negatives of the valid slots (0 elsewhere) for XLA's fixed shapes.
 
     When no anchor has more than ``base.GRID_WIDTH`` valid slots (m-per-class batches
     with m ≤ 17), each anchor's valid slots are listed in [B, GRID_WIDTH] and only
@@ -200,7 +200,7 @@ class DistanceWeightedSampler(base.Sampler):
         self.embedding_dim = None if embedding_dim is None else _check_embedding_dim(embedding_dim, owner)
 
     def probabilities(self, dist, labels, candidates=None, embedding_dim=None):
-        """The [B, B] sampling distribution this sampler draws from."""
+        """The [B, M] sampling distribution this sampler draws from."""
         return distance_weighted_probabilities(
             dist, labels, candidates, self._dim(embedding_dim), self.cutoff, self.nonzero_loss_cutoff, self.lam
         )

@@ -173,7 +173,7 @@ class SemiHardSampler(base.Sampler):
 
 
 def _by_comparing(dist, pos, neg_dist, layout, width):
-    """Compare path: ``(n*, found)`` [B, B], meaningful where ``pos``.
+    """Compare path: ``(n*, found)`` [B, M], meaningful where ``pos``.
 
     Step c takes, for every anchor a, its class mates number c·K … c·K + K − 1
     (in index order, a itself skipped), compares their distances D_ap with every

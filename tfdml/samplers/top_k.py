@@ -45,7 +45,7 @@ class TopKMisplacedSampler(base.Sampler):
     mode, a sorting network under XLA), O(B² log B), whose cost does not grow
     with k (both paths at k = 32: ``benchmarks/RESULTS.md``, "Row order").
 
-    Returns :class:`~tfdml.samplers.SetSelection`: [B, B] bool, row a = query,
+    Returns :class:`~tfdml.samplers.SetSelection`: [B, M] bool, row a = query,
     columns = members of P (``positive``) and N (``negative``). The loss of
     Eq. 5 is then ``Σ_N ŝ − Σ_P ŝ`` per row.
 
@@ -96,7 +96,7 @@ def _first_members(key, member, count):
 
 
 def _ranked_at_or_before(key, value, index):
-    """[B, B]: column j ranks at or before the member (value, index) of its row."""
+    """[B, M]: column j ranks at or before the member (value, index) of its row."""
     columns = tf.range(tf.shape(key)[1], dtype=tf.int32)[None, :]
     return tf.logical_or(key > value, tf.logical_and(key == value, columns <= index))
 

@@ -507,3 +507,18 @@ def test_the_guide_s_memory_example_runs(capsys):
     example = next(b for b in re.findall(r"```python\n(.*?)```", guide, flags=re.S) if "memory=" in b)
     exec(compile(example, "docs/guide.md", "exec"), {"__name__": "guide_memory_example"})
     assert "32 embeddings in the memory" in capsys.readouterr().out
+
+
+def test_keras_round_trip_keeps_the_loss_s_memory(tmp_path):
+    import keras
+
+    loss = _semi_hard_with_memory()
+    again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
+    assert (again.memory.size, again.memory.warmup_steps, again.memory.embedding_dim) == (12, 1, D)
+    model = _tiny_model(_semi_hard_with_memory, False)
+    _fit(model, epochs=1)
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    for a, b in zip(loaded._metric_loss.memory.weights, model._metric_loss.memory.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -197,6 +197,9 @@ def build_loss(cfg, num_classes):
     cls = _losses().LOSSES[name]
     params = _init_parameters(cls)
     _check_option_names("loss.options", section["options"], cls, name)
+    if "memory" in section["options"]:
+        raise ConfigError("loss.options has 'memory': set the cross-batch memory in loss.memory "
+                          "({size: K, warmup_steps: S}), which sizes it for model.embedding_dim.")
     sampler = _sampler_argument(section, cls)
     kwargs = dict(section["options"])
     if sampler is not _DEFAULT:

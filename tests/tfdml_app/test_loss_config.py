@@ -48,6 +48,7 @@ def test_memory_is_validated_with_every_loss_and_sampler(name, sampler):
     ({"name": "contrastive", "memory": {"size": 8, "depth": 2}}, r"unknown option\(s\) \['depth'\]"),
     ({"name": "contrastive", "memory": {"size": 8, "embedding_dim": 2}}, "model.embedding_dim"),
     ({"name": "npair"}, "cannot use a cross-batch memory: "),
+    ({"name": "contrastive", "memory": None, "options": {"memory": {"size": 8}}}, "set the cross-batch memory in loss.memory"),
 ])
 def test_bad_memory_configs_are_refused_with_the_reason(loss, match):
     section = {"memory": {"size": 8}, **loss}

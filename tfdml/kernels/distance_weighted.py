@@ -1,6 +1,7 @@
 """Fast forms of :func:`tfdml.samplers.distance_weighted.draw_negatives`: the negatives
 of only the valid slots are searched, where the reference path searches every slot of
-the [B, B] grid. Both return the same [B, B] int32 (0 outside the valid slots).
+the [B, M] grid (B anchors, M candidates). Both return the same [B, M] int32 (0
+outside the valid slots).
 
 * ``valid_slots``: the valid slots listed by ``tf.where`` (a shape known at run time:
   graph mode and eagerly only) and their draws scattered back;

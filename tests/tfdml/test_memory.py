@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml import losses, memory as memory_lib, samplers, targets as targets_lib
-from tfdml.samplers import top_k
+from tfdml import kernels, losses, memory as memory_lib, samplers, targets as targets_lib
 
 B, K, D = 6, 5, 4
 
@@ -133,13 +132,16 @@ def test_hard_sampler_over_batch_and_memory_equals_brute_force(rng):
 
 
 @pytest.mark.parametrize("fallback", ["hardest_inside", "drop"])
-@pytest.mark.parametrize("path", ["compare", "sort"])
+@pytest.mark.parametrize("path", ["compare", "sort", "reference"])
 def test_semi_hard_sampler_over_batch_and_memory_equals_brute_force(rng, monkeypatch, fallback, path):
+    """Both branches of the CPU fast form (tfdml.kernels.semi_hard) and the reference path."""
     if path == "sort":
-        monkeypatch.setattr(samplers.semi_hard, "SORT_ABOVE", -1)
+        choice = kernels.Choice("compare_or_sort", {"widths": (1, 2, 3, 4), "sort_above": -1})
+        monkeypatch.setitem(kernels.CHOICES["CPU"], "semi_hard", {mode: choice for mode in kernels.MODES})
     dist, labels, mask = _inputs(rng)
     m = dist.shape[1]
-    sel = samplers.SemiHardSampler(fallback=fallback)(dist, labels, candidates=mask)
+    with kernels.forced(kernels.REFERENCE if path == "reference" else "compare_or_sort"):
+        sel = samplers.SemiHardSampler(fallback=fallback)(dist, labels, candidates=mask)
     got = {(a, p): n for a, p, n, v in zip(sel.anchor.numpy(), sel.positive.numpy(),
                                           sel.negative.numpy(), sel.mask.numpy()) if v}
     pos, neg = _split(labels, mask)
@@ -202,13 +204,13 @@ def test_other_pair_samplers_over_batch_and_memory_equal_brute_force(rng, name):
     np.testing.assert_array_equal(sel.neg_weight.numpy(), neg.astype(np.float32))
 
 
-@pytest.mark.parametrize("prefix_up_to", [10**9, 0])  # both paths of the top-k sampler
-def test_top_k_sampler_over_batch_and_memory_equals_brute_force(rng, monkeypatch, prefix_up_to):
-    monkeypatch.setattr(top_k, "PREFIX_UP_TO", prefix_up_to)
+@pytest.mark.parametrize("form", ["prefix", kernels.REFERENCE])  # the CPU fast form and the reference path
+def test_top_k_sampler_over_batch_and_memory_equals_brute_force(rng, form):
     dist, labels, mask = _inputs(rng)
     scores = -dist
     k = 3
-    sel = samplers.TopKMisplacedSampler(k=k)(scores, labels, candidates=mask)
+    with kernels.forced(form):
+        sel = samplers.TopKMisplacedSampler(k=k)(scores, labels, candidates=mask)
     pos, neg = _split(labels, mask)
     for a in range(B):
         ranked = sorted(np.flatnonzero(mask[a]), key=lambda j: (-scores[a, j], j))  # Lu et al. §3.3

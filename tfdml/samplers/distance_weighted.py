@@ -138,9 +138,9 @@ def draw_negatives(cdf, last, uniform, valid):
     needs fixed shapes."""
     choice = kernels.choose("distance_weighted")
     if choice.form == "valid_slots" and not xla.is_compiling():
-        return _fast.valid_slots(cdf, last, uniform, valid)
+        return _fast.valid_slots(cdf, last, uniform, valid, draw)
     if choice.form == "listed_slots":
-        return _fast.listed_slots(cdf, last, uniform, valid, **choice.params)
+        return _fast.listed_slots(cdf, last, uniform, valid, draw, **choice.params)
     rows = tf.broadcast_to(tf.range(tf.shape(cdf)[0])[:, None], tf.shape(valid))
     return tf.where(valid, draw(cdf, last, uniform, rows), 0)
 

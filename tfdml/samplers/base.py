@@ -1,3 +1,4 @@
+# Over 400 lines: the selection types, the Sampler contract and the row helpers (gather, count, arg-min, draws) that every sampler shares.
 """Base class and selection types shared by every in-graph sampler.
 
 A sampler looks at a [B, M] matrix of the batch's B anchors against M candidates,

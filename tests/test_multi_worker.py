@@ -91,3 +91,16 @@ def test_two_workers_short(tmp_path):
 def test_two_workers_default_config(tmp_path):
     outputs = _run_two_workers(tmp_path, [], timeout=3000)
     _check(tmp_path, outputs)
+
+
+@pytest.mark.slow
+def test_two_workers_with_a_cross_batch_memory(tmp_path):
+    """The memory holds the global batch on both workers: identical memories and weights."""
+    sets = ["--set", "data.source=digits", "--set", "training.epochs=1",
+            "--set", "training.steps_per_epoch=3", "--set", "model.backbone_options={width: 4}",
+            "--set", "evaluation.metrics=[recall]", "--set", "loss.memory={size: 96, warmup_steps: 1}"]
+    outputs = _run_two_workers(tmp_path, sets, timeout=600)
+    _check(tmp_path, outputs)
+    chief = _weights(os.path.join(tmp_path, "model.keras"))
+    filled = [v for k, v in chief.items() if "memory" in k and np.ndim(v) == 0 and int(v) == 80]
+    assert filled, sorted(k for k in chief if "memory" in k)  # 2 steps after the warm-up, 40 each

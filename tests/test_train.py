@@ -143,7 +143,8 @@ def _weights(path):
 @pytest.mark.parametrize("loss, state", [
     ({"name": "margin", "sampler": "distance_weighted"}, "margin_parameters"),
     ({"name": "proxy_anchor"}, "proxies"),  # learned proxies, at 100x the learning rate
-], ids=["margin", "proxy_anchor"])
+    ({"name": "triplet", "sampler": "semi_hard", "memory": {"size": 48, "warmup_steps": 3}}, "memory"),
+], ids=["margin", "proxy_anchor", "memory"])
 def test_resume_after_kill_reaches_the_same_weights(tmp_path, loss, state):
     """Kill after epoch 2 of 4, rerun: same final weights (the encoder's, the loss's learned
     parameters: β or the proxies, the optimizer's state) as an uninterrupted run.

@@ -25,12 +25,15 @@ def same_label(labels):
 
 
 def split_by_label(labels, candidates):
-    """``(positive, negative)`` [B, B]: the ``candidates`` of equal / different label.
+    """``(positive, negative)`` [B, M]: the ``candidates`` of equal / different label.
 
-    The one place where positive and negative pairs are told apart: losses,
-    samplers and the learned sampler's pools use it.
+    ``candidates`` is [B, M] (M = B: the batch against itself) and ``labels`` the M
+    candidates' labels, the B anchors' first (a cross-batch memory appends its entries
+    after the batch, :mod:`tfdml.memory`). The one place where positive and negative
+    pairs are told apart: losses, samplers and the learned sampler's pools use it.
     """
-    same = same_label(labels)
+    labels = tf.reshape(labels, [-1])
+    same = tf.equal(labels[: tf.shape(candidates)[0], None], labels[None, :])
     return tf.logical_and(candidates, same), tf.logical_and(candidates, tf.logical_not(same))
 
 

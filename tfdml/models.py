@@ -44,6 +44,8 @@ and adds what plain ``keras.Model.fit`` lacks for metric learning:
   elementwise code is faster for the [B, B] work of mining and pair terms.
 """
 
+import contextlib
+
 import keras
 import tensorflow as tf
 from tensorflow.python.eager import record as _tf_record
@@ -502,19 +504,25 @@ class EmbeddingModel(keras.Model):
             if replicas > 1:  # every replica's loss must see every replica's rows
                 bad_rows = nonfinite_rows(y_pred)
         self._count_invalid_inputs(y, global_batch=replicas > 1)
-        if sample_weight is None and self.jit_compile_loss:
-            value = self._loss_call(y, y_pred, training=training)
-        elif sample_weight is None:
-            value = self._metric_loss(y, y_pred)
-        elif isinstance(self._metric_loss, keras.losses.Loss) and replicas == 1:
-            # A Keras loss applies its own rule (a tfdml loss refuses, naming the fix).
-            value = self._metric_loss(y, y_pred, sample_weight=sample_weight)
-        else:  # a plain function, or weights of this replica's rows only: never dropped
-            loss_base.refuse_sample_weight(getattr(self._metric_loss, "__name__", "This loss"))
+        memory = getattr(self._metric_loss, "memory", None)
+        # A cross-batch memory (tfdml.memory) serves training only: evaluation scores the batch.
+        with memory.paused() if memory is not None and not training else contextlib.nullcontext():
+            value = self._loss_value(y, y_pred, sample_weight, replicas, training)
         loss = nan_unless_finite(value, bad_rows)
         if replicas > 1:
             loss = loss / tf.cast(replicas, loss.dtype)
         return with_additional_losses(loss, self.losses)
+
+    def _loss_value(self, y, y_pred, sample_weight, replicas, training):
+        if sample_weight is None and self.jit_compile_loss:
+            return self._loss_call(y, y_pred, training=training)
+        if sample_weight is None:
+            return self._metric_loss(y, y_pred)
+        if isinstance(self._metric_loss, keras.losses.Loss) and replicas == 1:
+            # A Keras loss applies its own rule (a tfdml loss refuses, naming the fix).
+            return self._metric_loss(y, y_pred, sample_weight=sample_weight)
+        # A plain function, or weights of this replica's rows only: never dropped.
+        loss_base.refuse_sample_weight(getattr(self._metric_loss, "__name__", "This loss"))
 
     def get_config(self):
         config = super().get_config()

@@ -187,6 +187,10 @@ SCHEMA = {
         "sampler": _Field((str, type(None)), None, _sampler_names,
                           doc="a tfdml.samplers name, 'learned' (tfdml.dsn), 'none', or None: the loss's default"),
         "sampler_options": _Field(dict, {}, doc="keyword arguments of the sampler (None: of the loss's default)"),
+        "memory": _Field((dict, type(None)), None,
+                         doc="cross-batch memory (tfdml.memory; Wang et al. 2020, XBM): {size: K, "
+                             "warmup_steps: S}, the anchors of each batch mined against the batch and "
+                             "the last K training embeddings after S steps; None: the batch alone"),
     },
     "optimizer": {
         "name": _Field(str, "adam", OPTIMIZERS),

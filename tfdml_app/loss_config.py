@@ -213,6 +213,9 @@ def build_loss(cfg, num_classes):
     cls = _losses().LOSSES[name]
     params = _init_parameters(cls)
     _check_option_names("loss.options", section["options"], cls, name)
+    if "memory" in section["options"]:
+        raise ConfigError("loss.options has 'memory': set the cross-batch memory in loss.memory "
+                          "({size: K, warmup_steps: S}), which sizes it for model.embedding_dim.")
     sampler = _sampler_argument(section, cls)
     kwargs = dict(section["options"])
     if sampler is not _DEFAULT:
@@ -223,12 +226,46 @@ def build_loss(cfg, num_classes):
         kwargs.setdefault("num_classes", num_classes)
     if "embedding_dim" in params:
         kwargs.setdefault("embedding_dim", cfg["model"]["embedding_dim"])
+    if section.get("memory") is not None:
+        kwargs["memory"] = _memory_argument(cfg, cls)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:
         if "sampler" in kwargs and _refuses_sampler(cls, sampler, cfg["seed"], num_classes):
             raise _misfit(name, section["sampler"], str(err)) from None
         raise ConfigError(f"loss.options for {name!r}: {err}") from None
+
+
+def _memory_argument(cfg, cls):
+    """``loss.memory`` as the loss's ``memory`` argument (:mod:`tfdml.memory`), with the
+    embedding size of the model (so a resumed run restores it before its first step), or a
+    :class:`ConfigError` saying why the loss or the sampler cannot use one (the loss itself
+    refuses importance weights with a memory)."""
+    section = cfg["loss"]
+    name, memory = section["name"], dict(section["memory"])
+    where = f"loss.memory = {section['memory']!r}"
+    if cls.memory_refusal is not None:
+        takers = [n for n, c in _losses().LOSSES.items() if c.memory_refusal is None]
+        raise ConfigError(f"{where}: {name} cannot use a cross-batch memory: {cls.memory_refusal}. "
+                          f"Remove loss.memory, or use one of {', '.join(takers)}.")
+    if section["sampler"] in LEARNED_SAMPLERS:
+        raise ConfigError(f"{where}: the learned sampler (tfdml.dsn) draws its tuples from a pool of the "
+                          "batch with its own network, not from an anchors x candidates matrix; remove "
+                          "loss.memory, or use an in-graph sampler.")
+    if "embedding_dim" in memory:
+        raise ConfigError(f"{where}: the memory's embedding size is model.embedding_dim; remove "
+                          "loss.memory.embedding_dim.")
+    try:
+        _memory().get(memory)  # checks the options; without embedding_dim it holds no variables yet
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{where}: {err}") from None
+    return {**memory, "embedding_dim": cfg["model"]["embedding_dim"]}
+
+
+def _memory():
+    from tfdml import memory
+
+    return memory
 
 
 def _refuses_sampler(cls, sampler, seed, num_classes):
@@ -270,6 +307,13 @@ def check_loss(cfg):
     from pipelines import designs
 
     design = cfg["design"]["name"]
+    if getattr(loss, "memory", None) is not None and designs.DESIGNS[design].pairs_only:
+        raise ConfigError(
+            f"loss.memory with design.name = {design!r}: the design gives isolated pairs (a pair_id "
+            "per pair), and a memory would pair every anchor with past examples the design never "
+            f"pairs it with; use design "
+            f"{' or '.join(repr(n) for n, c in designs.DESIGNS.items() if c.grouped_by_class)}, or "
+            "remove loss.memory.")
     if not designs.DESIGNS[design].pairs_only:
         return
     name, sampler = cfg["loss"]["name"], getattr(loss, "sampler", None)

@@ -1,6 +1,7 @@
 """Fast forms of :func:`tfdml.samplers.distance_weighted.draw_negatives`: the negatives
 of only the valid slots are searched, where the reference path searches every slot of
-the [B, B] grid. Both return the same [B, B] int32 (0 outside the valid slots).
+the [B, M] grid (B anchors, M candidates). Both return the same [B, M] int32 (0
+outside the valid slots).
 
 * ``valid_slots``: the valid slots listed by ``tf.where`` (a shape known at run time:
   graph mode and eagerly only) and their draws scattered back;
@@ -14,27 +15,21 @@ from tfdml.samplers import base
 FORMS = ("valid_slots", "listed_slots")
 
 
-def _draw():
-    """The sampler's inverse-CDF draw (imported when called: that module imports this one)."""
-    from tfdml.samplers import distance_weighted
-
-    return distance_weighted.draw
-
-
-def valid_slots(cdf, last, uniform, valid):
-    """Only the valid slots, compacted by ``tf.where``; not for XLA."""
-    draw = _draw()
+def valid_slots(cdf, last, uniform, valid, draw):
+    """Only the valid slots, compacted by ``tf.where``; not for XLA. ``draw``: the sampler's
+    inverse-CDF draw (:func:`tfdml.samplers.distance_weighted.draw`, passed in: that module
+    imports this one)."""
     slots = tf.cast(tf.where(valid, name="valid_slots"), tf.int32)
     drawn = draw(cdf, last, tf.gather_nd(uniform, slots), slots[:, 0])
     return tf.scatter_nd(slots, drawn, tf.shape(valid))
 
 
-def listed_slots(cdf, last, uniform, valid, width):
+def listed_slots(cdf, last, uniform, valid, draw, width):
     """Fixed shapes (XLA): when no anchor has more than ``width`` valid slots (with
     ``width`` = 16, m-per-class batches with m ≤ 17), each anchor's valid slots are
     listed in [B, width] and only those are searched, then written back to their
-    columns; otherwise every slot of the grid is searched."""
-    draw = _draw()
+    columns; otherwise every slot of the grid is searched. ``draw`` as for
+    :func:`valid_slots`."""
     size = tf.shape(cdf)[0]
     rows = tf.broadcast_to(tf.range(size)[:, None], tf.shape(valid))
     column, count = base.row_columns(valid, width)

@@ -1,24 +1,25 @@
 """Fast form of the semi-hard selection of :class:`tfdml.samplers.SemiHardSampler`.
 
 ``compare_or_sort(dist, labels, pos, neg, widths, sort_above)`` returns what the
-sampler's reference path returns: ``(nearest, found)`` [B, B], ``found[a, p]`` where
+sampler's reference path returns: ``(nearest, found)`` [B, M] (B anchors, M candidates,
+the anchors first; ``labels`` the M candidates'), ``found[a, p]`` where
 (a, p) is a candidate positive pair with a candidate negative n farther than the
 positive (D_an > D_ap), ``nearest[a, p]`` the nearest such n (lowest index on ties)
 where ``found``. Two paths give that selection, every slot included; the run-time
 choice (:func:`plan`, a ``tf.switch_case``) depends on P = (size of the largest class
-in the batch) − 1, the most positives an anchor can have:
+of an anchor among the candidates) − 1, the most positives an anchor can have:
 
 * compare (P ≤ ``sort_above``, integer labels; the usual batch of m examples per
   class): one sort of the B labels groups the classes (O(B log B)); each anchor's
   class mates are compared with all its negatives K at a time (K from ``widths``, the
   smallest holding P; above the last, ⌈P / K⌉ steps of a ``tf.while_loop``): a
-  masked arg-min over a [B, K, B] tensor (first minimum = lower index on ties), whose
-  B·K answers are scattered to their columns. O(B²·P) work, no row sort;
+  masked arg-min over a [B, K, M] tensor (first minimum = lower index on ties), whose
+  B·K answers are scattered to their columns. O(B·M·P) work, no row sort;
 * sort (larger classes, or labels that are not integers): one stable row-wise order
   of the distances (negatives ranked before other columns at equal distance;
-  :func:`~tfdml.samplers.ordering.stable_order`) and a running count, O(B² log B).
+  :func:`~tfdml.samplers.ordering.stable_order`) and a running count, O(B·M log M).
 
-Both are vectorised with fixed shapes and compile under XLA; no [B, B, B] tensor.
+Both are vectorised with fixed shapes and compile under XLA; no [B, M, M] tensor.
 The CPU table puts ``sort_above`` near the crossovers measured in graph mode and
 under XLA (``python benchmarks/bench_semi_hard.py --crossover``; RESULTS,
 "Semi-hard sampler").
@@ -33,7 +34,8 @@ FORMS = ("compare_or_sort",)
 
 
 def compare_or_sort(dist, labels, pos, neg, widths, sort_above):
-    """``(nearest, found)`` [B, B] of the semi-hard rule by the compare or the sort path."""
+    """``(nearest, found)`` [B, M] of the semi-hard rule by the compare or the sort path."""
+    size = tf.shape(dist)[0]
     inf = tf.constant(float("inf"), dist.dtype)
     neg_dist = tf.where(neg, dist, -inf)  # D_an on the candidate negatives, -inf elsewhere
     int_labels = _integer_labels(labels)
@@ -41,7 +43,7 @@ def compare_or_sort(dist, labels, pos, neg, widths, sort_above):
         nearest, found = _by_sorting(dist, neg)
     else:
         layout = _class_layout(int_labels)
-        others = tf.reduce_max(layout[3]) - 1
+        others = tf.reduce_max(layout[3][:size]) - 1  # the anchors' classes among the candidates
         branches = [
             (lambda k=k: _by_comparing(dist, neg_dist, layout, k, loop=k == widths[-1])) for k in widths
         ] + [lambda: _by_sorting(dist, neg)]
@@ -101,15 +103,17 @@ def _class_layout(labels):
 
 
 def _by_comparing(dist, neg_dist, layout, width, loop):
-    """Compare path: ``(n*, found)`` [B, B], meaningful where ``pos``.
+    """Compare path: ``(n*, found)`` [B, M], meaningful where ``pos``.
 
     Step c takes, for every anchor a, its class mates number c·K … c·K + K − 1
     (in index order, a itself skipped), compares their distances D_ap with every
     D_an and keeps the nearest negative beyond (:func:`_first_beyond`, over a
-    [B, K, B] comparison; lower index on ties); the B·K answers are scattered to their
+    [B, K, M] comparison; lower index on ties); the B·K answers are scattered to their
     columns. One step when P ≤ K (not ``loop``), else ⌈P / K⌉ steps of a ``tf.while_loop``."""
     order, where, start, count = layout
     size = tf.shape(dist)[0]
+    # The anchors are the first B candidates: their places in the layout of all M.
+    where, start, count = where[:size], start[:size], count[:size]
     own = where - start  # offset of each anchor within its class's run
     rows = tf.broadcast_to(tf.range(size)[:, None], tf.stack([size, width]))
     offsets = tf.range(width, dtype=tf.int32)
@@ -117,7 +121,8 @@ def _by_comparing(dist, neg_dist, layout, width, loop):
     def step(c, semi_hard):
         k = c * width + offsets[None, :]
         mate = k < count[:, None] - 1  # slot k holds a class mate of the anchor
-        members = tf.minimum(start[:, None] + k + tf.cast(k >= own[:, None], tf.int32), size - 1)
+        members = tf.minimum(start[:, None] + k + tf.cast(k >= own[:, None], tf.int32),
+                             tf.shape(order)[0] - 1)
         column = tf.gather(order, members)  # [B, K]: the class mates of this step
         d_ap = base.gather_rows(dist, column)
         nearest = _first_beyond(neg_dist, d_ap)
@@ -142,7 +147,7 @@ def _by_comparing(dist, neg_dist, layout, width, loop):
 def _first_beyond(neg_dist, d_ap):
     """[B, K] int32: for every anchor a and distance ``d_ap[a, k]``, the column n with the
     smallest ``neg_dist[a, n] > d_ap[a, k]`` (lowest index on ties); meaningless where no
-    column is beyond. An arg-min over the masked [B, K, B] comparison
+    column is beyond. An arg-min over the masked [B, K, M] comparison
     (:func:`~tfdml.samplers.base.first_argmin`)."""
     inf = tf.constant(float("inf"), neg_dist.dtype)
     beyond = neg_dist[:, None, :] > d_ap[:, :, None]
@@ -150,8 +155,8 @@ def _first_beyond(neg_dist, d_ap):
 
 
 def _by_sorting(dist, neg):
-    """Sort path: ``(n*, found)`` [B, B] for every column, from one stable row sort."""
-    size = tf.shape(dist)[0]
+    """Sort path: ``(n*, found)`` [B, M] for every column, from one stable row sort."""
+    size, columns = tf.shape(dist)[0], tf.shape(dist)[1]
     num_neg = tf.reduce_sum(tf.cast(neg, tf.int32), axis=1)
     # 1-2. Each row's columns ordered by (D_aj, negatives first, index).
     order = ordering.stable_order(dist, first=neg)
@@ -160,11 +165,11 @@ def _by_sorting(dist, neg):
     sorted_neg = base.gather_rows(neg, order)
     below = base.running_count(tf.cast(sorted_neg, tf.int32))
     # 4. The negatives in increasing distance: by_rank[a, t] = column of the t-th negative.
-    slot = tf.where(sorted_neg, below - 1, size)  # non-negatives go to a spare slot
-    flat_slot = tf.reshape(slot + (tf.range(size) * (size + 1))[:, None], [-1])
-    by_rank = tf.math.unsorted_segment_max(tf.reshape(order, [-1]), flat_slot, size * (size + 1))
-    by_rank = tf.reshape(by_rank, tf.stack([size, size + 1]))
+    slot = tf.where(sorted_neg, below - 1, columns)  # non-negatives go to a spare slot
+    flat_slot = tf.reshape(slot + (tf.range(size) * (columns + 1))[:, None], [-1])
+    by_rank = tf.math.unsorted_segment_max(tf.reshape(order, [-1]), flat_slot, size * (columns + 1))
+    by_rank = tf.reshape(by_rank, tf.stack([size, columns + 1]))
     # 5. Back to columns: first[a, p] = rank of the first negative beyond D_ap.
     first = base.gather_rows(below, base.invert_permutation_rows(order))
     found = first < num_neg[:, None]
-    return base.gather_rows(by_rank, tf.minimum(first, size - 1)), found
+    return base.gather_rows(by_rank, tf.minimum(first, columns - 1)), found

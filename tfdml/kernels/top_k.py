@@ -1,12 +1,12 @@
 """Fast form of :class:`tfdml.samplers.TopKMisplacedSampler`'s sets (Lu et al. 2019, §3.3).
 
 ``prefix(key, candidates, pos, neg, k)`` returns what the sampler's reference path
-returns (``(P, N)`` as [B, B] bool). Every set is cut at the j-th member (j ≤ k) of
+returns (``(P, N)`` as [B, M] bool). Every set is cut at the j-th member (j ≤ k) of
 the ranking of the candidates, of the positives or of the negatives, so it finds
 those k first members by k passes of (max, lowest index among the maxima) per
-ranking and compares every column with the cut: O(k·B²), no sort. The table's
+ranking and compares every column with the cut: O(k·B·M), no sort. The table's
 ``up_to`` is the largest k it is chosen for: above it the reference's one
-descending order per row, O(B² log B), whose cost does not grow with k, is cheaper
+descending order per row, O(B·M log M), whose cost does not grow with k, is cheaper
 (both at k = 32: ``benchmarks/RESULTS.md``, "Row order").
 """
 
@@ -37,14 +37,14 @@ def _first_members(key, member, count):
 
 
 def _ranked_at_or_before(key, value, index):
-    """[B, B]: column j ranks at or before the member (value, index) of its row."""
+    """[B, M]: column j ranks at or before the member (value, index) of its row."""
     columns = tf.range(tf.shape(key)[1], dtype=tf.int32)[None, :]
     return tf.logical_or(key > value, tf.logical_and(key == value, columns <= index))
 
 
 def prefix(key, candidates, pos, neg, k):
-    """``(misplaced_pos, misplaced_neg)`` [B, B] from the first k members of three rankings,
-    O(k·B²), no sort."""
+    """``(misplaced_pos, misplaced_neg)`` [B, M] from the first k members of three rankings,
+    O(k·B·M), no sort."""
     n_plus = tf.reduce_sum(tf.cast(pos, tf.int32), axis=1, keepdims=True)
     case1 = n_plus < k
     # K: every candidate when there are fewer than k, else those up to the k-th.

@@ -1,6 +1,6 @@
 """Forms in which a triplet loss holds a grid selection (:func:`tfdml.losses.base.listed_slots`).
 
-The reference path computes on all B² slots, weighted by 0 where not valid. Both
+The reference path computes on all B·M slots of the grid, weighted by 0 where not valid. Both
 forms compute on the same valid triplets, so the loss is the same:
 
 * ``valid_slots``: the valid slots alone (:func:`tfdml.samplers.base.valid_triplets`,

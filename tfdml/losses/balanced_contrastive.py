@@ -41,6 +41,9 @@ class BalancedContrastiveLoss(WeightedContrastiveLoss):
       importance: weight each pair by W_ij (default True).
     """
 
+    memory_refusal = ("its η_ij (Hong et al. Eq. 15) reads the class size of both ends of a "
+                      "negative pair from the batch, which memory rows do not keep")
+
     def __init__(self, margin=1.0, lam=256.0, num_classes=None, importance=True, **kwargs):
         base.refuse_fixed(type(self).__name__, kwargs,
                           eta="weighs negative pairs by class sizes (Eq. 15, with lam)")

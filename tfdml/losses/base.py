@@ -74,30 +74,33 @@ class SeedState(keras.layers.Layer):
         return config
 
 
-def triplets_to_pairs(selection, batch_size, dtype=tf.float32):
-    """Pair multiplicities [B, B] of a ``TripletSelection``.
+def triplets_to_pairs(selection, batch_size, dtype=tf.float32, columns=None):
+    """Pair multiplicities [B, M] of a ``TripletSelection`` (M = ``columns``, the
+    candidates; default B, the batch alone).
 
     Each selected triplet (a, p, n) (``mask`` true) adds 1 to the positive pair
     (a, p) and 1 to the negative pair (a, n); this is how Wu et al. 2017 §5
     feed pair losses (contrastive, margin) from triplet samplers: one negative
     per end of each positive pair.
     """
-    zeros = tf.zeros([batch_size, batch_size], dtype)
+    columns = batch_size if columns is None else columns
+    zeros = tf.zeros(tf.stack([batch_size, columns]), dtype)
 
     def counts(selection, other):
         """Multiplicity of the pairs (anchor, other) over the selection's valid slots."""
         rows = tf.clip_by_value(tf.cast(selection.anchor, tf.int32), 0, batch_size - 1)
-        columns = tf.clip_by_value(tf.cast(other, tf.int32), 0, batch_size - 1)
-        return tf.tensor_scatter_nd_add(zeros, tf.stack([rows, columns], axis=1), tf.cast(selection.mask, dtype))
+        cols = tf.clip_by_value(tf.cast(other, tf.int32), 0, columns - 1)
+        return tf.tensor_scatter_nd_add(zeros, tf.stack([rows, cols], axis=1), tf.cast(selection.mask, dtype))
 
     samplers = _samplers_module()
     if not isinstance(selection, samplers.GridTripletSelection):
         return PairWeights(counts(selection, selection.positive), counts(selection, selection.negative))
-    pos = tf.reshape(tf.cast(selection.mask, dtype), [batch_size, batch_size])  # slot a·B + p is the pair (a, p)
+    # slot a·M + p is the pair (a, p)
+    pos = tf.reshape(tf.cast(selection.mask, dtype), tf.stack([batch_size, columns]))
     width = listed_slots()
     if width is None:
         return PairWeights(pos, counts(selection, selection.negative))
-    # Scatter the B·width listed valid slots rather than all B² (the same counts).
+    # Scatter the B·width listed valid slots rather than all B·M (the same counts).
     narrow, widest = samplers.base.compact_grid(selection, width)
     neg = tf.cond(widest <= width,
                   lambda: counts(narrow, narrow.negative), lambda: counts(selection, selection.negative))
@@ -107,8 +110,8 @@ def triplets_to_pairs(selection, batch_size, dtype=tf.float32):
 def listed_slots():
     """How many valid slots per anchor a grid selection is compacted to, or None.
 
-    The reference path computes a triplet loss on all B² slots of a grid selection,
-    weighted by 0 where not valid. A device may compute on fewer
+    The reference path computes a triplet loss on all B·M slots (B anchors, M
+    candidates) of a grid selection, weighted by 0 where not valid. A device may compute on fewer
     (:data:`tfdml.kernels.CHOICES`, ``"triplet_slots"``): ``"listed_slots"`` lists up
     to ``width`` valid slots per anchor (fixed shapes, :func:`~tfdml.samplers.base.
     compact_grid`; this answers its width), ``"valid_slots"`` keeps the valid slots
@@ -124,17 +127,24 @@ def all_pairs(labels, candidates, dtype=tf.float32):
     return PairWeights(tf.cast(pos, dtype), tf.cast(neg, dtype))
 
 
-def select_pairs(selection, batch_size, dtype=tf.float32):
-    """Pair multiplicities from a ``PairSelection`` or a ``TripletSelection``."""
+def select_pairs(selection, batch_size, dtype=tf.float32, columns=None):
+    """Pair multiplicities [B, M] from a ``PairSelection`` or a ``TripletSelection``
+    (M = ``columns``, default B)."""
     if hasattr(selection, "pos_weight"):
         return PairWeights(
             tf.cast(selection.pos_weight, dtype), tf.cast(selection.neg_weight, dtype)
         )
     if hasattr(selection, "anchor"):
-        return triplets_to_pairs(selection, batch_size, dtype)
+        return triplets_to_pairs(selection, batch_size, dtype, columns)
     raise ValueError(
         f"Expected a PairSelection or a TripletSelection, got {type(selection).__name__}."
     )
+
+
+def _memory_module():
+    from tfdml import memory  # tfdml.memory imports nothing of the losses
+
+    return memory
 
 
 def _samplers_module():
@@ -385,6 +395,11 @@ class MetricLoss(keras.losses.Loss):
       name, reduction, dtype: as for ``keras.losses.Loss``. ``call`` returns a
         scalar, which Keras' scalar reductions leave as it is; ``"none"`` is
         refused (:func:`check_scalar_reduction`).
+      memory: a cross-batch memory (:mod:`tfdml.memory`: ``None``, a dict such as
+        ``{"size": 4096, "warmup_steps": 1000}`` or a ``CrossBatchMemory``) for the
+        losses whose ``memory_refusal`` is None: the anchors of the batch are mined
+        and scored against the batch and the memory (Wang et al. 2020, XBM), and the
+        batch is written to it after the loss. Not with ``importance=True``.
     """
 
     sampler_kinds = ()
@@ -403,6 +418,12 @@ class MetricLoss(keras.losses.Loss):
     #: Base arguments the loss sets itself, each with why (a loss that passes the others
     #: on as ``**kwargs`` refuses these with :func:`refuse_fixed`; configs do not offer them).
     fixed_arguments = {}
+    #: Why a cross-batch memory (:mod:`tfdml.memory`) cannot supply this loss's candidates,
+    #: or None when its terms are functions of the anchors × candidates matrix of
+    #: :meth:`distances`, :meth:`candidates` and :meth:`candidate_labels` (the memory's
+    #: rows are candidates, never anchors).
+    memory_refusal = ("its terms are not computed from the anchors x candidates matrix of "
+                      "MetricLoss.distances / candidates, which is where a memory adds its rows")
 
     def __init__(
         self,
@@ -414,6 +435,7 @@ class MetricLoss(keras.losses.Loss):
         reduction="sum_over_batch_size",
         dtype=None,
         importance=False,
+        memory=None,
     ):
         check_scalar_reduction(type(self).__name__, reduction)
         super().__init__(name=name, reduction=reduction, dtype=dtype)
@@ -455,12 +477,31 @@ class MetricLoss(keras.losses.Loss):
         self._seed_state = None
         if self.sampler is not None and getattr(self.sampler, "needs_seed", False):
             self._seed_state = SeedState(seed, name=f"{self.name}_seed")
+        self._candidates_view = None
+        self.memory = None
+        if memory is not None:
+            self._check_memory()
+            self.memory = _memory_module().get(memory, name=f"{self.name}_memory")
+
+    def _check_memory(self):
+        """Refuse a memory this loss cannot use, naming why."""
+        owner = type(self).__name__
+        if self.memory_refusal is not None:
+            raise ValueError(f"{owner} cannot use a cross-batch memory: {self.memory_refusal}. "
+                             "Remove memory, or use a pair or triplet loss such as contrastive or triplet.")
+        if self.importance:
+            raise ValueError(
+                f"{owner}(importance=True) with a cross-batch memory: the importance weights of "
+                "memory pairs (W = P_U/Q with Q the probability that the design puts a pair in the "
+                "batch x memory of the last K/B batches) are not derived yet; use importance=False "
+                "with a memory, or importance=True without one.")
 
     # -- state ---------------------------------------------------------------
     @property
     def parameter_layers(self):
-        """Keras layers holding this loss's state (learned parameters, seeds)."""
-        return [self._seed_state] if self._seed_state is not None else []
+        """Keras layers holding this loss's state (learned parameters, seeds, a memory)."""
+        layers = [self._seed_state] if self._seed_state is not None else []
+        return layers + ([self.memory] if self.memory is not None else [])
 
     def next_seed(self):
         """The sampler seed of this call ([2] int32), or ``None`` without randomness."""
@@ -481,11 +522,29 @@ class MetricLoss(keras.losses.Loss):
 
     # -- batch helpers -------------------------------------------------------
     def distances(self, embeddings):
-        return distance_matrix(embeddings, self.distance)
+        """[B, M] distances of the anchors (the batch) to the candidates: the batch itself
+        (M = B), followed by a memory's rows while :meth:`compute` runs with one."""
+        square = distance_matrix(embeddings, self.distance)
+        view = self._candidates_view
+        if view is None:
+            return square
+        cross = distances_lib.pairwise(embeddings, view.embeddings, distance=self.distance)
+        if distances_lib.is_similarity(self.distance):
+            cross = 1.0 - cross
+        return tf.concat([square, tf.cast(cross, square.dtype)], axis=1)
 
-    @staticmethod
-    def candidates(targets):
+    def candidates(self, targets):
+        """[B, M] bool: the candidate pairs (:func:`tfdml.masks.candidate_mask`; with a
+        memory, its usable rows after the batch's columns)."""
+        if self._candidates_view is not None:
+            return self._candidates_view.mask
         return masks_lib.candidate_mask(targets.label, targets.pair_id)
+
+    def candidate_labels(self, targets):
+        """[M] labels of the candidates (the batch's, then a memory's rows)."""
+        if self._candidates_view is not None:
+            return self._candidates_view.labels
+        return targets.label
 
     def sample(self, dist, targets, embeddings, candidates=None):
         """Run the sampler on ``dist`` (no gradient) with this call's seed.
@@ -500,7 +559,7 @@ class MetricLoss(keras.losses.Loss):
             candidates = self.candidates(targets)
         selection = self.sampler(
             tf.stop_gradient(dist),
-            targets.label,
+            self.candidate_labels(targets),
             candidates=candidates,
             seed=self.next_seed(),
             embedding_dim=embeddings.shape[-1],
@@ -521,7 +580,7 @@ class MetricLoss(keras.losses.Loss):
 
     def over_triplets(self, selection, compute):
         """``compute(selection)``; where the table chooses ``"listed_slots"``
-        (:func:`listed_slots`; on CPU under XLA), for a grid selection (B² slots), on
+        (:func:`listed_slots`; on CPU under XLA), for a grid selection (B·M slots), on
         its valid slots alone whenever every anchor has at most ``width`` of them.
 
         The shape stays fixed: the valid slots are compacted to B·width
@@ -556,11 +615,11 @@ class MetricLoss(keras.losses.Loss):
         sampler's pairs (a triplet selection converted by :func:`triplets_to_pairs`)."""
         candidates = self.candidates(targets)
         if self.sampler is None:
-            return all_pairs(targets.label, candidates, dist.dtype)
+            return all_pairs(self.candidate_labels(targets), candidates, dist.dtype)
         selection = self.sample(dist, targets, embeddings, candidates)
         # Not through over_triplets: the selection carries no gradient, so only the
         # negatives' scatter is compacted (triplets_to_pairs), not the loss's terms.
-        return select_pairs(selection, tf.shape(dist)[0], dist.dtype)
+        return select_pairs(selection, tf.shape(dist)[0], dist.dtype, tf.shape(dist)[1])
 
     def reduce(self, losses, counts, weights=None, extra=None):
         return reductions.reduce_tuples(
@@ -595,14 +654,31 @@ class MetricLoss(keras.losses.Loss):
             )
         checks = self.input_checks()
         if not checks:
-            return self.compute(targets, tf.cast(embeddings, self.dtype))
+            return self._compute_with_memory(targets, tf.cast(embeddings, self.dtype))
         if tf.executing_eagerly():
             for check in checks:
                 check.raise_if_broken(type(self).__name__, targets)
         invalid = tf.add_n([check.invalid_rows(targets) for check in checks])
         for check in checks:
             targets = check.clean(targets)
-        return nan_if_invalid(self.compute(targets, tf.cast(embeddings, self.dtype)), invalid)
+        return nan_if_invalid(self._compute_with_memory(targets, tf.cast(embeddings, self.dtype)), invalid)
+
+    def _compute_with_memory(self, targets, embeddings):
+        """:meth:`compute`; with a memory that is not paused, against the batch and the
+        memory (:mod:`tfdml.memory`), then the batch is written to the memory."""
+        memory = self.memory
+        if memory is None or memory.is_paused:
+            return self.compute(targets, embeddings)
+        batch_candidates = masks_lib.candidate_mask(targets.label, targets.pair_id)
+        self._candidates_view = memory.candidates(targets, embeddings, batch_candidates)
+        try:
+            value = self.compute(targets, embeddings)
+        finally:
+            self._candidates_view = None
+        with tf.control_dependencies([value]):
+            updates = memory.update(targets, embeddings)
+        with tf.control_dependencies(updates):
+            return tf.identity(value)
 
     def compute(self, targets, embeddings):
         raise NotImplementedError
@@ -620,4 +696,7 @@ class MetricLoss(keras.losses.Loss):
         config["tuple_reduction"] = self.tuple_reduction
         if self.supports_importance:
             config["importance"] = self.importance
+        if self.memory is not None:
+            config["memory"] = {"size": self.memory.size, "warmup_steps": self.memory.warmup_steps,
+                                "embedding_dim": self.memory.embedding_dim}
         return config

@@ -50,6 +50,7 @@ class BinomialDevianceLoss(base.MetricLoss):
 
     sampler_kinds = ("pairs", "triplets")
     fixed_distance = "cosine"
+    memory_refusal = None  # pair / triplet terms of the [B, M] matrix: a memory adds candidates
     supports_importance = True
     default_tuple_reduction = "mean"
 

@@ -52,6 +52,7 @@ class ContrastiveLoss(base.MetricLoss):
     """
 
     sampler_kinds = ("pairs", "triplets")
+    memory_refusal = None  # pair / triplet terms of the [B, M] matrix: a memory adds candidates
     supports_importance = True
     default_tuple_reduction = "mean"
 

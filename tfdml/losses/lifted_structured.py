@@ -51,6 +51,9 @@ class LiftedStructuredLoss(base.MetricLoss):
     """
 
     sampler_kinds = ("pairs", "triplets")
+    memory_refusal = ("Song et al. Eq. 4 adds the negatives of the positive pair's other end j "
+                      "(log Σ e^{α − D_jl}), and a memory row is a candidate, never an anchor "
+                      "whose negatives are known")
     needs_tuples = True
     default_tuple_reduction = "mean"
 

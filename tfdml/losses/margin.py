@@ -157,6 +157,7 @@ class MarginLoss(base.MetricLoss):
     """
 
     sampler_kinds = ("pairs", "triplets")
+    memory_refusal = None  # pair / triplet terms of the [B, M] matrix: a memory adds candidates
     supports_importance = True
     default_tuple_reduction = "mean_active"
 

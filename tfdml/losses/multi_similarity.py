@@ -47,6 +47,7 @@ class MultiSimilarityLoss(base.MetricLoss):
 
     sampler_kinds = ("pairs", "triplets")
     fixed_distance = "cosine"
+    memory_refusal = None  # pair / triplet terms of the [B, M] matrix: a memory adds candidates
     default_tuple_reduction = "mean"
 
     def __init__(self, alpha=2.0, beta=50.0, lam=1.0, sampler="multi_similarity", distance="cosine", **kwargs):

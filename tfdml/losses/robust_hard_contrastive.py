@@ -35,6 +35,7 @@ class RobustHardContrastiveLoss(base.MetricLoss):
     needs_tuples = True  # the hardest negative of each positive pair's anchor
     default_tuple_reduction = "mean"
     supports_importance = True
+    memory_refusal = None  # pair terms of the [B, M] matrix: a memory adds candidates
 
     def __init__(self, alpha=1.0, beta=0.5, **kwargs):
         super().__init__(**kwargs)
@@ -48,7 +49,7 @@ class RobustHardContrastiveLoss(base.MetricLoss):
 
     def compute(self, targets, embeddings):
         dist = self.distances(embeddings)
-        pairs = base.all_pairs(targets.label, self.candidates(targets), dist.dtype)
+        pairs = base.all_pairs(self.candidate_labels(targets), self.candidates(targets), dist.dtype)
         positive_term = tf.square(tf.nn.relu(dist - self.alpha))
         eligible = (pairs.neg_weight > 0) & (dist > self.beta)
         negative_term = tf.square(tf.nn.relu(self.alpha - dist))

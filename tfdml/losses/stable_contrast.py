@@ -39,6 +39,7 @@ class StableContrastLoss(base.MetricLoss):
     """
 
     sampler_kinds = ("triplets",)
+    memory_refusal = None  # pair / triplet terms of the [B, M] matrix: a memory adds candidates
     sampler_required = True
     needs_tuples = True
     default_tuple_reduction = "mean"

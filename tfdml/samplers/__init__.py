@@ -1,7 +1,9 @@
 """In-graph samplers: fixed-shape selections of pairs, triplets or sets.
 
 Each sampler is called as ``sampler(dist, labels, candidates=None, seed=None,
-embedding_dim=None)`` on a [B, B] matrix of the batch and returns one of
+embedding_dim=None)`` on a [B, M] matrix of the batch's B anchors against M
+candidates (the batch itself, M = B, or the batch followed by a cross-batch
+memory, :mod:`tfdml.memory`) and returns one of
 :class:`PairSelection`, :class:`TripletSelection` or :class:`SetSelection`
 (see :mod:`tfdml.samplers.base`). ``dist`` is a distance (larger = farther),
 except for :class:`TopKMisplacedSampler`, which takes similarity scores.

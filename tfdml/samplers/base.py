@@ -1,18 +1,20 @@
+# Over 400 lines: the selection types, the Sampler contract and the row helpers (gather, count, arg-min, draws) that every sampler shares.
 """Base class and selection types shared by every in-graph sampler.
 
-A sampler looks at a [B, B] matrix of the batch (a distance, except for
+A sampler looks at a [B, M] matrix of the batch's B anchors against M candidates,
+the batch first (M = B: the batch alone; a distance, except for
 :class:`~tfdml.samplers.TopKMisplacedSampler`, which takes similarity
 scores), the labels and the candidate-pair mask of
 :func:`tfdml.masks.candidate_mask`, and returns a fixed-shape selection that a
 loss turns into its pair, triplet or set terms:
 
-* ``kind == "pairs"``: :class:`PairSelection`, two [B, B] float32 matrices of
+* ``kind == "pairs"``: :class:`PairSelection`, two [B, M] float32 matrices of
   multiplicities (0 = not selected, the diagonal is always 0);
 * ``kind == "triplets"``: :class:`TripletSelection`, [T] int32 indices of
   anchor, positive and negative plus a [T] bool mask of the valid slots, where
   T is a fixed function of B; the indices of invalid slots are in range but
   meaningless;
-* ``kind == "sets"``: :class:`SetSelection`, two [B, B] bool matrices, row a
+* ``kind == "sets"``: :class:`SetSelection`, two [B, M] bool matrices, row a
   holding query a's misplaced positive set P and negative set N (Lu et al.
   2019, §3.3).
 
@@ -33,7 +35,7 @@ from tfdml.kernels import argmin as _argmin
 from tfdml.kernels import running_count as _running_count
 
 PairSelection = collections.namedtuple("PairSelection", ["pos_weight", "neg_weight"])
-PairSelection.__doc__ = """Selected pairs as [B, B] float32 multiplicities (0 = not selected; diagonal 0)."""
+PairSelection.__doc__ = """Selected pairs as [B, M] float32 multiplicities (0 = not selected; column a of row a 0)."""
 
 TripletSelection = collections.namedtuple(
     "TripletSelection", ["anchor", "positive", "negative", "mask"]
@@ -42,22 +44,29 @@ TripletSelection.__doc__ = """[T] int32 anchor / positive / negative indices and
 
 
 class GridTripletSelection(TripletSelection):
-    """A :class:`TripletSelection` of T = B·B slots laid out as the grid of ordered pairs:
-    slot a·B + p holds anchor a and positive p (one negative per pair, as the semi-hard
-    and distance weighted samplers choose). A loss may then read D_ap as the [B, B]
-    matrix itself instead of gathering it (:func:`tfdml.losses.triplet.anchor_positive`),
+    """A :class:`TripletSelection` of T = B·M slots laid out as the grid of ordered pairs
+    of B anchors and M candidates (M = B for the batch alone): slot a·M + p holds anchor
+    a and positive p (one negative per pair, as the semi-hard and distance weighted
+    samplers choose). A loss may then read D_ap as the [B, M] matrix itself instead of
+    gathering it (:func:`tfdml.losses.triplet.anchor_positive`),
     which under XLA saves a B² gather and, in the gradient, a B² scatter."""
 
     __slots__ = ()
 
 SetSelection = collections.namedtuple("SetSelection", ["positive", "negative"])
-SetSelection.__doc__ = """[B, B] bool: row a = query a, columns = its misplaced sets P (positive) and N (negative)."""
+SetSelection.__doc__ = """[B, M] bool: row a = query a, columns = its misplaced sets P (positive) and N (negative)."""
 
 KINDS = ("pairs", "triplets", "sets")
 
 
 def _prepare(dist, labels, candidates):
-    """Stopped float matrix, flat labels and the candidate mask (diagonal removed)."""
+    """Stopped float matrix, flat labels and the candidate mask (the anchors' own columns removed).
+
+    ``dist`` is [B, M]: row a is anchor a, column j candidate j, and the first B
+    candidates are the anchors themselves in the same order (M = B: the batch against
+    itself; M > B: the batch followed by other candidates, e.g. a cross-batch memory,
+    :mod:`tfdml.memory`). ``labels`` are the M candidates' labels (the anchors' are
+    the first B); ``candidates`` is [B, M]. Column a of row a is never a candidate."""
     dist = tf.convert_to_tensor(dist)
     if not dist.dtype.is_floating:
         dist = tf.cast(dist, tf.float32)
@@ -66,26 +75,31 @@ def _prepare(dist, labels, candidates):
     dist = tf.stop_gradient(dist)
     if dist.shape.rank is not None and dist.shape.rank != 2:
         raise ValueError(
-            f"A sampler needs a [B, B] matrix of the batch, got shape {dist.shape}; "
+            f"A sampler needs a [B, M] matrix of the batch against its candidates, got shape {dist.shape}; "
             "compute it with tfdml.distances.pairwise(embeddings)."
         )
-    if dist.shape.rank == 2 and None not in dist.shape.as_list() and dist.shape[0] != dist.shape[1]:
+    if dist.shape.rank == 2 and None not in dist.shape.as_list() and dist.shape[0] > dist.shape[1]:
         raise ValueError(
-            f"A sampler needs a square [B, B] matrix of the batch against itself, got shape {dist.shape}."
+            f"A sampler needs a [B, M] matrix of B anchors against M >= B candidates (the batch "
+            f"first), got shape {dist.shape}."
         )
     labels = tf.reshape(tf.convert_to_tensor(labels), [-1])
+    if None not in (labels.shape[0], dist.shape[-1]) and labels.shape[0] != dist.shape[-1]:
+        raise ValueError(
+            f"A sampler needs one label per candidate column: got {labels.shape[0]} labels for a "
+            f"matrix of shape {dist.shape} (the labels of the M candidates, the anchors' first)."
+        )
+    own = tf.eye(tf.shape(dist)[0], tf.shape(dist)[1], dtype=tf.bool)
     if candidates is None:
-        candidates = masks.candidate_mask(labels)
+        candidates = tf.logical_not(own)
     else:
-        candidates = tf.cast(tf.convert_to_tensor(candidates), tf.bool)
-        size = tf.shape(candidates)[0]
-        candidates = tf.logical_and(candidates, tf.logical_not(tf.eye(size, dtype=tf.bool)))
+        candidates = tf.logical_and(tf.cast(tf.convert_to_tensor(candidates), tf.bool), tf.logical_not(own))
     return dist, labels, candidates
 
 
 def split_candidates(labels, candidates):
-    """``(positive, negative)`` [B, B] bool masks: candidate pairs of equal / different label
-    (:func:`tfdml.masks.split_by_label`)."""
+    """``(positive, negative)`` [B, M] bool masks: candidate pairs of equal / different label
+    (:func:`tfdml.masks.split_by_label`; ``labels`` are the M candidates', anchors first)."""
     return masks.split_by_label(labels, candidates)
 
 
@@ -139,10 +153,10 @@ def compact_grid(selection, width=GRID_WIDTH):
     order, exactly when ``widest <= width``; the caller picks it or the full grid
     with a ``tf.cond`` (``MetricLoss.over_triplets``). Anchor a's k-th valid column
     is found by binary lifting on the running count of its row."""
-    size = tf.cast(tf.math.sqrt(tf.cast(tf.shape(selection.mask)[0], tf.float64)), tf.int32)
-    column, count = row_columns(tf.reshape(selection.mask, tf.stack([size, size])), width)
+    size, columns = grid_shape(selection)
+    column, count = row_columns(tf.reshape(selection.mask, tf.stack([size, columns])), width)
     k = tf.range(width)[None, :]
-    negative = gather_rows(tf.reshape(selection.negative, tf.stack([size, size])), column)
+    negative = gather_rows(tf.reshape(selection.negative, tf.stack([size, columns])), column)
     narrow = TripletSelection(
         tf.repeat(tf.range(size), width),
         tf.reshape(column, [-1]),
@@ -150,6 +164,13 @@ def compact_grid(selection, width=GRID_WIDTH):
         tf.reshape(k < count[:, None], [-1]),
     )
     return narrow, tf.reduce_max(count)
+
+
+def grid_shape(selection):
+    """``(B, M)`` (scalar int32 tensors) of a :class:`GridTripletSelection` of B anchors
+    and M candidates: its positives run through the M columns of every anchor."""
+    columns = tf.maximum(tf.reduce_max(selection.positive) + 1, 1)
+    return tf.shape(selection.mask)[0] // columns, columns
 
 
 def row_columns(mask, width):
@@ -321,11 +342,12 @@ class Sampler:
 
     ``sampler(dist, labels, candidates=None, seed=None, embedding_dim=None)``
 
-    * ``dist``: [B, B] float matrix. A DISTANCE (larger = farther) for every
+    * ``dist``: [B, M] float matrix of B anchors against M ≥ B candidates, the
+      anchors first (M = B: the batch against itself). A DISTANCE (larger = farther) for every
       sampler except :class:`~tfdml.samplers.TopKMisplacedSampler`, which takes
       SCORES (larger = closer; Lu et al.'s ŝ of Eq. 4).
-    * ``labels``: [B] integer class ids.
-    * ``candidates``: [B, B] bool mask from :func:`tfdml.masks.candidate_mask`;
+    * ``labels``: [M] integer class ids of the candidates (the anchors' first).
+    * ``candidates``: [B, M] bool mask (:func:`tfdml.masks.candidate_mask` for M = B);
       ``None`` means all off-diagonal pairs. Only candidate pairs are selected;
       the diagonal is never selected, whatever the mask says.
     * ``seed``: shape-[2] integer tensor for the stateless random ops, required

@@ -72,7 +72,7 @@ def distance_weighted_probabilities(
     nonzero_loss_cutoff=1.4,
     lam=None,
 ):
-    """[B, B] row-stochastic Pr(n* = n | a) of distance weighted sampling (Wu et al. 2017, §4).
+    """[B, M] row-stochastic Pr(n* = n | a) of distance weighted sampling (Wu et al. 2017, §4).
 
         Pr(n* = n | a) ∝ min(λ, q(D_an)^{-1})                 (Wu et al., §4)
 
@@ -130,7 +130,7 @@ def draw(cdf, last, uniform, rows):
 
 
 def draw_negatives(cdf, last, uniform, valid):
-    """[B, B] int32: the negative drawn for every valid slot (a, p) by :func:`draw` with
+    """[B, M] int32: the negative drawn for every valid slot (a, p) by :func:`draw` with
     its uniform ``uniform[a, p]``, 0 elsewhere. The reference path draws for every slot;
     a device may search only the valid ones (:data:`tfdml.kernels.CHOICES`,
     ``"distance_weighted"``; :mod:`tfdml.kernels.distance_weighted`), with the same
@@ -138,9 +138,9 @@ def draw_negatives(cdf, last, uniform, valid):
     needs fixed shapes."""
     choice = kernels.choose("distance_weighted")
     if choice.form == "valid_slots" and not xla.is_compiling():
-        return _fast.valid_slots(cdf, last, uniform, valid)
+        return _fast.valid_slots(cdf, last, uniform, valid, draw)
     if choice.form == "listed_slots":
-        return _fast.listed_slots(cdf, last, uniform, valid, **choice.params)
+        return _fast.listed_slots(cdf, last, uniform, valid, draw, **choice.params)
     rows = tf.broadcast_to(tf.range(tf.shape(cdf)[0])[:, None], tf.shape(valid))
     return tf.where(valid, draw(cdf, last, uniform, rows), 0)
 
@@ -151,8 +151,9 @@ class DistanceWeightedSampler(base.Sampler):
 
     Wu et al. §5: "we use all positive pairs, and sample one negative for
     each anchor of each positive pair" (kind ``"triplets"``). For every ordered
-    candidate positive pair (a, p), slot ``a * B + p`` of the returned
-    :class:`~tfdml.samplers.TripletSelection` (T = B·B) holds a negative n
+    candidate positive pair (a, p), slot ``a * M + p`` of the returned
+    :class:`~tfdml.samplers.TripletSelection` (T = B·M: B anchors, M candidates,
+    M = B for the batch alone) holds a negative n
     drawn independently from
 
         Pr(n* = n | a) ∝ min(λ, q(D_an)^{-1})               (Wu et al., §4)
@@ -175,7 +176,7 @@ class DistanceWeightedSampler(base.Sampler):
     valid slots are searched, and the negative of an invalid slot is 0); it gives
     the same negatives with and without ``jit_compile`` (up to float rounding of
     the CDF, i.e. unless a uniform falls within ~1e-7 of a bin edge). Cost
-    O(B² + B·(m − 1)·log B) with m examples per class.
+    O(B·M + B·(m − 1)·log M) for M candidates with m examples per class.
     """
 
     kind = "triplets"
@@ -192,7 +193,7 @@ class DistanceWeightedSampler(base.Sampler):
         self.embedding_dim = None if embedding_dim is None else _check_embedding_dim(embedding_dim, owner)
 
     def probabilities(self, dist, labels, candidates=None, embedding_dim=None):
-        """The [B, B] sampling distribution this sampler draws from."""
+        """The [B, M] sampling distribution this sampler draws from."""
         return distance_weighted_probabilities(
             dist, labels, candidates, self._dim(embedding_dim), self.cutoff, self.nonzero_loss_cutoff, self.lam
         )
@@ -203,19 +204,19 @@ class DistanceWeightedSampler(base.Sampler):
 
     def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
         dim = self._dim(embedding_dim)
-        size = tf.shape(dist)[0]
+        size, columns = tf.shape(dist)[0], tf.shape(dist)[1]
         probs = _probabilities(dist, labels, candidates, dim, self.cutoff, self.nonzero_loss_cutoff, self.lam)
         cdf = tf.cumsum(probs, axis=1)
         # Guard against u rounding onto the total: never past the last column of positive mass.
-        last = size - 1 - tf.argmax(tf.reverse(tf.cast(probs > 0, tf.int32), axis=[1]), axis=1, output_type=tf.int32)
+        last = columns - 1 - tf.argmax(tf.reverse(tf.cast(probs > 0, tf.int32), axis=[1]), axis=1, output_type=tf.int32)
         pos, neg = base.split_candidates(labels, candidates)
         valid = tf.logical_and(pos, tf.reduce_any(neg, axis=1, keepdims=True))
-        # One uniform per slot (a, p); only the valid slots are searched (B·(m − 1) of the B²).
-        uniform = tf.cast(base.uniform01(tf.stack([size, size]), seed), dist.dtype)
+        # One uniform per slot (a, p); only the valid slots are searched (B·(m − 1) of the B·M).
+        uniform = tf.cast(base.uniform01(tf.stack([size, columns]), seed), dist.dtype)
         negative = draw_negatives(cdf, last, uniform, valid)
-        rows = tf.range(size, dtype=tf.int32)
         return base.GridTripletSelection(
-            tf.repeat(rows, size), tf.tile(rows, [size]), tf.reshape(negative, [-1]), tf.reshape(valid, [-1])
+            tf.repeat(tf.range(size, dtype=tf.int32), columns), tf.tile(tf.range(columns, dtype=tf.int32), [size]),
+            tf.reshape(negative, [-1]), tf.reshape(valid, [-1])
         )
 
     def get_config(self):

@@ -18,7 +18,8 @@ class HardSampler(base.Sampler):
         n*_a = argmin_{n candidate negative of a} D_an,
 
     ties going to the lower index. Returns
-    :class:`~tfdml.samplers.TripletSelection` with T = B (slot a = anchor a);
+    :class:`~tfdml.samplers.TripletSelection` with T = B (slot a = anchor a; the
+    positive and negative are columns of the [B, M] matrix);
     ``mask`` is true where a has at least one candidate positive and one
     candidate negative.
     """

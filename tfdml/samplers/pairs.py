@@ -37,9 +37,9 @@ class RandomPairSampler(base.Sampler):
     whenever the batch has at least one candidate pair (all zeros otherwise).
 
     Args:
-      num_pairs: number of draws per batch; ``None`` (default) draws B.
+      num_pairs: number of draws per batch; ``None`` (default) draws B (the anchors).
 
-    Needs ``seed``. Cost: O(B² + num_pairs).
+    Needs ``seed``. Cost: O(B·M + num_pairs) for B anchors and M candidates.
     """
 
     kind = "pairs"
@@ -49,21 +49,22 @@ class RandomPairSampler(base.Sampler):
         self.num_pairs = base.check_positive_int(num_pairs, "num_pairs", "RandomPairSampler", allow_none=True)
 
     def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
-        size = tf.shape(candidates)[0]
-        num_pairs = size if self.num_pairs is None else self.num_pairs
+        rows, cols = tf.shape(candidates)[0], tf.shape(candidates)[1]
+        cells = rows * cols
+        num_pairs = rows if self.num_pairs is None else self.num_pairs
         flat = tf.reshape(candidates, [-1])
         total = tf.reduce_sum(tf.cast(flat, tf.int32))
         draws = base.uniform_int([num_pairs], seed, total)  # rank of the drawn candidate, 0-based
         # Flat positions of the candidates in order: compacted[r] = position of the r-th candidate.
         rank = tf.cumsum(tf.cast(flat, tf.int32), exclusive=True)
-        slot = tf.where(flat, rank, size * size)  # non-candidates go to a spare last slot
-        positions = tf.range(size * size, dtype=tf.int32)
-        compacted = tf.math.unsorted_segment_max(positions, slot, size * size + 1)
+        slot = tf.where(flat, rank, cells)  # non-candidates go to a spare last slot
+        positions = tf.range(cells, dtype=tf.int32)
+        compacted = tf.math.unsorted_segment_max(positions, slot, cells + 1)
         position = tf.gather(compacted, tf.minimum(draws, tf.maximum(total - 1, 0)))
-        position = tf.clip_by_value(position, 0, size * size - 1)
+        position = tf.clip_by_value(position, 0, cells - 1)
         ones = tf.fill([num_pairs], tf.cast(total > 0, tf.float32))
-        counts = tf.math.unsorted_segment_sum(ones, position, size * size)
-        counts = tf.reshape(counts, [size, size])
+        counts = tf.math.unsorted_segment_sum(ones, position, cells)
+        counts = tf.reshape(counts, tf.stack([rows, cols]))
         pos, neg = base.split_candidates(labels, candidates)
         zeros = tf.zeros_like(counts)
         return base.PairSelection(tf.where(pos, counts, zeros), tf.where(neg, counts, zeros))

@@ -32,8 +32,9 @@ class SemiHardSampler(base.Sampler):
       negative.
     * ``"drop"``: the slot is masked out.
 
-    Returns :class:`~tfdml.samplers.TripletSelection` with T = B·B: slot
-    ``a * B + p`` holds (a, p, n*_ap) for every ordered pair; ``mask`` is true
+    Returns :class:`~tfdml.samplers.TripletSelection` with T = B·M (B anchors, M
+    candidates; M = B for the batch alone): slot ``a * M + p`` holds (a, p, n*_ap)
+    for every ordered pair; ``mask`` is true
     where (a, p) is a candidate positive pair and a negative was chosen.
     Invalid slots hold the anchor's hardest-inside negative (an index in range).
 
@@ -55,7 +56,7 @@ class SemiHardSampler(base.Sampler):
         self.fallback = fallback
 
     def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
-        size = tf.shape(dist)[0]
+        size, columns = tf.shape(dist)[0], tf.shape(dist)[1]
         pos, neg = base.split_candidates(labels, candidates)
         semi_hard, found = semi_hard_negatives(dist, labels, pos, neg)
         # The least violating negative (largest D_an, lower index on ties); also fills
@@ -67,9 +68,8 @@ class SemiHardSampler(base.Sampler):
             valid = tf.logical_and(pos, tf.reduce_any(neg, axis=1)[:, None])
         else:
             valid = found
-        rows = tf.range(size, dtype=tf.int32)
-        anchor = tf.repeat(rows, size)
-        positive = tf.tile(rows, [size])
+        anchor = tf.repeat(tf.range(size, dtype=tf.int32), columns)
+        positive = tf.tile(tf.range(columns, dtype=tf.int32), [size])
         return base.GridTripletSelection(
             anchor, positive, tf.reshape(negative, [-1]), tf.reshape(valid, [-1])
         )
@@ -79,7 +79,7 @@ class SemiHardSampler(base.Sampler):
 
 
 def semi_hard_negatives(dist, labels, pos, neg):
-    """``(nearest, found)`` [B, B]: ``found[a, p]`` where ``pos[a, p]`` and some n with
+    """``(nearest, found)`` [B, M]: ``found[a, p]`` where ``pos[a, p]`` and some n with
     ``neg[a, n]`` has D_an > D_ap; ``nearest[a, p]`` the n of least such D_an, lowest
     index on ties (meaningful where ``found``). The form is chosen here
     (:func:`tfdml.kernels.choose`); every form gives the same answer."""
@@ -90,7 +90,7 @@ def semi_hard_negatives(dist, labels, pos, neg):
 
 
 def _reference(dist, pos, neg):
-    """The rule, one anchor at a time (a [B, B] comparison of positives by negatives each)."""
+    """The rule, one anchor at a time (an [M, M] comparison of positives by negatives each)."""
     inf = tf.constant(float("inf"), dist.dtype)
 
     def one_anchor(row):

@@ -43,7 +43,7 @@ class TopKMisplacedSampler(base.Sampler):
     ``"top_k"``; on CPU for k up to the table's ``up_to``, k passes per ranking
     and no sort, :mod:`tfdml.kernels.top_k`).
 
-    Returns :class:`~tfdml.samplers.SetSelection`: [B, B] bool, row a = query,
+    Returns :class:`~tfdml.samplers.SetSelection`: [B, M] bool, row a = query,
     columns = members of P (``positive``) and N (``negative``). The loss of
     Eq. 5 is then ``Σ_N ŝ − Σ_P ŝ`` per row.
 
@@ -72,9 +72,9 @@ class TopKMisplacedSampler(base.Sampler):
 
 
 def reference(key, candidates, pos, neg, k):
-    """``(P, N)`` [B, B] bool from one descending order per row (``key``: the candidates'
-    scores, -inf elsewhere), O(B² log B)."""
-    size = tf.shape(key)[0]
+    """``(P, N)`` [B, M] bool from one descending order per row (``key``: the candidates'
+    scores, -inf elsewhere), O(B·M log M)."""
+    size = tf.shape(key)[1]
     order = ordering.stable_order(-key)  # decreasing key, ties: lower index first
     sorted_pos = base.gather_rows(pos, order)
     sorted_neg = base.gather_rows(neg, order)

@@ -208,9 +208,14 @@ def test_ordering_one_key_everywhere_keeps_index_order(form):
 # --- semi-hard ----------------------------------------------------------------------
 
 B = 12  # one batch size for every semi-hard / top-k / distance weighted case: one compile per form
+EXTRA = 7  # candidates after the batch in the non-square [B, M] cases (as a cross-batch memory adds)
+M = B + EXTRA
 
 
 def _semi_hard_case(name):
+    """(D, labels, pos, neg, candidates) of B anchors; "memory": [B, M], the batch followed by
+    EXTRA candidates (labels of all M, some of the anchors' classes, one class only there;
+    some extra candidates are no anchor's candidate, as a memory's copy of an anchor)."""
     rng = np.random.default_rng(len(name))
     y = {
         "m_per_class": np.repeat(np.arange(3), 4),
@@ -218,18 +223,25 @@ def _semi_hard_case(name):
         "one_class": np.zeros(B, int),
         "all_distinct": np.arange(B),
         "pairs": np.repeat(np.arange(6), 2),
+        "memory": np.repeat(np.arange(4), 3),
     }[name]
     y = rng.permutation(y).astype(np.int32)
-    d = np.round(rng.uniform(0.0, 2.0, size=(B, B)), 1).astype(np.float32)  # ties
-    special = rng.random((B, B)) < 0.25
+    columns = B
+    if name == "memory":
+        y = np.concatenate([y, rng.choice(np.array([0, 1, 1, 2, 9], np.int32), size=EXTRA)])
+        columns = M
+    d = np.round(rng.uniform(0.0, 2.0, size=(B, columns)), 1).astype(np.float32)  # ties
+    special = rng.random((B, columns)) < 0.25
     d[special] = rng.choice(np.array([-0.0, 0.0, HUGE, TINY, 2 * TINY], np.float32), size=int(special.sum()))
     pair_id = np.arange(B) % 3 if name == "uneven" else None
-    cand = masks.candidate_mask(y, pair_id).numpy()
+    cand = masks.candidate_mask(y, pair_id).numpy()[:B]
+    if name == "memory":
+        cand[np.arange(B), B + np.arange(B) % EXTRA] &= np.arange(B) % 2 == 0  # a memory's copy of an anchor
     pos, neg = (m.numpy() for m in masks.split_by_label(y, cand))
     return d, y, pos, neg, cand
 
 
-SEMI_HARD_CASES = ["m_per_class", "uneven", "one_class", "all_distinct", "pairs"]
+SEMI_HARD_CASES = ["m_per_class", "uneven", "one_class", "all_distinct", "pairs", "memory"]
 #: the table's parameters, and a sort threshold below every class: the sort branch
 SEMI_HARD_PARAMS = {"table": None, "always_sort": -1}
 
@@ -283,19 +295,20 @@ def test_semi_hard_sampler_same_selection_every_slot(mode):
     def select(d, y, c):
         return [tuple(samplers.SemiHardSampler(f)(d, y, c)) for f in ("hardest_inside", "drop")]
 
-    for name in ("m_per_class", "uneven"):
+    for name in ("m_per_class", "uneven", "memory"):
         d, y, _, _, cand = _semi_hard_case(name)
         fast, ref = _both(select, (d, y, cand), None, "compare_or_sort", mode, False, "semi_hard_sampler")
         _assert_equal(fast, ref)
+        assert fast[0][0].shape == (B * d.shape[1],)
 
 
 # --- top-k misplaced sets -----------------------------------------------------------
 
 
-def _scores(seed):
+def _scores(seed, columns=B):
     rng = np.random.default_rng(seed)
-    s = np.round(rng.uniform(-1.0, 1.0, size=(B, B)), 1).astype(np.float32)  # ties
-    special = rng.random((B, B)) < 0.2
+    s = np.round(rng.uniform(-1.0, 1.0, size=(B, columns)), 1).astype(np.float32)  # ties
+    special = rng.random((B, columns)) < 0.2
     s[special] = rng.choice(np.array([-0.0, 0.0, HUGE, -HUGE, TINY, -TINY], np.float32), size=int(special.sum()))
     return s
 
@@ -310,29 +323,32 @@ def test_top_k_prefix_equals_reference(mode, unknown):
         def sets(s, y, c, k=k):
             return tuple(samplers.TopKMisplacedSampler(k)(s, y, c))
 
-        for seed, y in enumerate([np.repeat(np.arange(3), 4), np.zeros(B), np.arange(B)]):
+        # the last: [B, M], B anchors against the batch and EXTRA more candidates
+        for seed, y in enumerate([np.repeat(np.arange(3), 4), np.zeros(B), np.arange(B), np.arange(M) % 4]):
             y = y.astype(np.int32)
-            cand = masks.candidate_mask(y, np.arange(B) % 2 if seed == 0 else None).numpy()
-            fast, ref = _both(sets, (_scores(seed), y, cand), specs, "prefix", mode, unknown, ("top_k", k))
+            cand = masks.candidate_mask(y, np.arange(len(y)) % 2 if seed == 0 else None).numpy()[:B]
+            scores = _scores(seed, len(y))
+            fast, ref = _both(sets, (scores, y, cand), specs, "prefix", mode, unknown, ("top_k", k))
             _assert_equal(fast, ref)
+            assert fast[0].shape == scores.shape
 
 
 # --- distance weighted draws --------------------------------------------------------
 
 
-def _draw_inputs(per_anchor):
-    """cdf, last, uniform, valid of a [B, B] grid; at most ``per_anchor`` valid slots a row."""
-    rng = np.random.default_rng(per_anchor)
-    probs = rng.random((B, B)).astype(np.float32) * (rng.random((B, B)) < 0.6)
+def _draw_inputs(per_anchor, columns=B):
+    """cdf, last, uniform, valid of a [B, columns] grid; at most ``per_anchor`` valid slots a row."""
+    rng = np.random.default_rng(per_anchor + columns)
+    probs = rng.random((B, columns)).astype(np.float32) * (rng.random((B, columns)) < 0.6)
     probs[0] = 0.0  # a row without mass
-    probs[1] = np.where(np.arange(B) == 3, 1.0, 0.0)  # one column holds it all
+    probs[1] = np.where(np.arange(columns) == 3, 1.0, 0.0)  # one column holds it all
     cdf = np.cumsum(probs, axis=1).astype(np.float32)
-    last = (B - 1 - np.argmax((probs > 0)[:, ::-1], axis=1)).astype(np.int32)
-    uniform = rng.random((B, B)).astype(np.float32)
+    last = (columns - 1 - np.argmax((probs > 0)[:, ::-1], axis=1)).astype(np.int32)
+    uniform = rng.random((B, columns)).astype(np.float32)
     uniform[2, :3] = [0.0, np.float32(1 - 2**-24), 0.5]
-    valid = np.zeros((B, B), bool)
+    valid = np.zeros((B, columns), bool)
     for a in range(B):
-        valid[a, rng.permutation(B)[: rng.integers(0, per_anchor + 1)]] = True
+        valid[a, rng.permutation(columns)[: rng.integers(0, per_anchor + 1)]] = True
     return cdf, last, uniform, valid
 
 
@@ -345,20 +361,22 @@ def test_distance_weighted_draws_equal_reference(mode, unknown, form, monkeypatc
                         {"graph": kernels.Choice("valid_slots"), "xla": kernels.Choice("listed_slots", {"width": 4})})
     specs = [tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None], tf.int32),
              tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None, None], tf.bool)]
-    for per_anchor in (3, B):  # within the width, past it
-        args = _draw_inputs(per_anchor)
+    # within the width, past it; [B, B] and [B, M] (EXTRA candidates after the batch)
+    for per_anchor, columns in ((3, B), (B, B), (3, M), (M, M)):
+        args = _draw_inputs(per_anchor, columns)
         fast, ref = _both(dw_sampler.draw_negatives, args, specs, form, mode, unknown, "draw")
         np.testing.assert_array_equal(fast, ref)
         assert not ref[~args[3]].any() and ref[args[3]].max() > 0
 
 
 @pytest.mark.parametrize("mode", ["graph", "xla"])
-def test_distance_weighted_sampler_same_selection(mode):
-    y = np.repeat(np.arange(3), 4).astype(np.int32)
+@pytest.mark.parametrize("columns", [B, M], ids=["square", "anchors_x_candidates"])
+def test_distance_weighted_sampler_same_selection(mode, columns):
+    y = (np.arange(columns) % 3).astype(np.int32)
     rng = np.random.default_rng(5)
-    x = rng.normal(size=(B, 8))
+    x = rng.normal(size=(columns, 8))
     x /= np.linalg.norm(x, axis=1, keepdims=True)
-    d = np.linalg.norm(x[:, None] - x[None], axis=-1).astype(np.float32)
+    d = np.linalg.norm(x[:B, None] - x[None], axis=-1).astype(np.float32)  # [B, columns]
     seed = np.array([3, 4], np.int32)
 
     def select(d, y, seed):
@@ -367,21 +385,23 @@ def test_distance_weighted_sampler_same_selection(mode):
     form = "valid_slots" if mode == "graph" else "listed_slots"
     fast, ref = _both(select, (d, y, seed), None, form, mode, False, "dw_sampler")
     _assert_equal(fast, ref)
+    assert fast[0].shape == (B * columns,) and fast[3].any()
 
 
 # --- the slots a triplet loss computes on -------------------------------------------
 
 
 def _grid(name):
-    """A semi-hard grid selection of a B = 12 batch (3 or 5 valid slots per anchor)."""
+    """A semi-hard grid selection of a B = 12 batch (3 or 5 valid slots per anchor; "memory":
+    B anchors against M candidates)."""
     d, y, _, _, cand = _semi_hard_case(name)
     return d, y, tuple(t.numpy() for t in samplers.SemiHardSampler()(d, y, cand))
 
 
-def _triplet_counts(anchor, positive, negative, mask):
-    """int32 [B, B, B]: how often each valid triplet (a, p, n) occurs."""
-    index = tf.clip_by_value(tf.stack([anchor, positive, negative], axis=1), 0, B - 1)
-    return tf.tensor_scatter_nd_add(tf.zeros([B, B, B], tf.int32), index, tf.cast(mask, tf.int32))
+def _triplet_counts(anchor, positive, negative, mask, columns=B):
+    """int32 [B, M, M]: how often each valid triplet (a, p, n) occurs (M = ``columns``)."""
+    index = tf.clip_by_value(tf.stack([anchor, positive, negative], axis=1), 0, columns - 1)
+    return tf.tensor_scatter_nd_add(tf.zeros([B, columns, columns], tf.int32), index, tf.cast(mask, tf.int32))
 
 
 def _with_listed_width(monkeypatch, width):
@@ -397,20 +417,23 @@ GRID_SPECS = [tf.TensorSpec([None], tf.int32)] * 3 + [tf.TensorSpec([None], tf.b
 @pytest.mark.parametrize("width", [16, 2])  # every anchor's valid slots listed / the whole grid
 def test_listed_slots_equal_the_whole_grid(mode, unknown, width, monkeypatch):
     """MetricLoss.over_triplets and triplets_to_pairs on the listed slots: the same
-    triplets and pair counts as on all B² slots."""
+    triplets and pair counts as on all B·M slots (M = B, and B anchors against M candidates)."""
     _with_listed_width(monkeypatch, width)
     loss = losses.TripletLoss()
 
-    def both(anchor, positive, negative, mask):
-        grid = samplers.GridTripletSelection(anchor, positive, negative, mask)
-        on = loss.over_triplets(grid, lambda s: _triplet_counts(s.anchor, s.positive, s.negative, s.mask))
-        return on, tuple(losses_base.triplets_to_pairs(grid, B))
+    for name in ("m_per_class", "uneven", "memory"):
+        d, _, grid = _grid(name)
+        columns = d.shape[1]
 
-    for name in ("m_per_class", "uneven"):
-        _, _, grid = _grid(name)
-        fast, ref = _both(both, grid, GRID_SPECS, "listed_slots", mode, unknown, ("listed", width))
+        def both(anchor, positive, negative, mask, columns=columns):
+            grid = samplers.GridTripletSelection(anchor, positive, negative, mask)
+            on = loss.over_triplets(grid, lambda s: _triplet_counts(s.anchor, s.positive, s.negative, s.mask, columns))
+            return on, tuple(losses_base.triplets_to_pairs(grid, B, columns=columns))
+
+        fast, ref = _both(both, grid, GRID_SPECS, "listed_slots", mode, unknown, ("listed", width, columns))
         _assert_equal(fast, ref)
         assert fast[0].sum() == grid[3].sum() > 0
+        assert fast[1][0].shape == (B, columns)
 
 
 @pytest.mark.parametrize("unknown", [False, True], ids=["graph", "graph-unknown"])

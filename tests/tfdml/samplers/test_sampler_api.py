@@ -114,7 +114,9 @@ def test_get_names_and_errors():
 
 
 def test_bad_matrix_shape():
-    with pytest.raises(ValueError, match=r"\[B, B\]"):
+    with pytest.raises(ValueError, match=r"\[B, M\] matrix of B anchors against M >= B"):
+        samplers.HardSampler()(np.zeros((4, 3), np.float32), [0, 0, 1])
+    with pytest.raises(ValueError, match=r"one label per candidate column: got 3 labels"):
         samplers.HardSampler()(np.zeros((3, 4), np.float32), [0, 0, 1])
 
 

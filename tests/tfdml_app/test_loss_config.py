@@ -1,0 +1,62 @@
+"""loss.memory in configs: validated with every loss and sampler before any work; refused
+combinations say why."""
+
+import pytest
+
+from tfdml import losses
+from tfdml_app import config, loss_config
+
+MEMORY = {"size": 64, "warmup_steps": 2}
+
+
+def _combinations():
+    for name, cls in sorted(losses.LOSSES.items()):
+        for sampler in loss_config.valid_samplers(name):
+            yield name, sampler
+
+
+@pytest.mark.parametrize("name, sampler", list(_combinations()))
+def test_memory_is_validated_with_every_loss_and_sampler(name, sampler):
+    cls = losses.LOSSES[name]
+    options = {"importance": False} if "importance" in loss_config._init_parameters(cls) else {}
+    cfg = {"loss": {"name": name, "sampler": sampler, "memory": MEMORY, "options": options}}
+    if cls.memory_refusal is not None:
+        with pytest.raises(config.ConfigError, match="cannot use a cross-batch memory: "):
+            config.validate(cfg)
+    elif sampler in loss_config.LEARNED_SAMPLERS:
+        with pytest.raises(config.ConfigError, match="the learned sampler .* not from an anchors x candidates"):
+            config.validate(cfg)
+    else:
+        try:
+            resolved = config.validate(cfg)
+        except config.ConfigError as err:  # a refusal that is not the memory's
+            assert "memory" not in str(err), str(err)
+            with pytest.raises(config.ConfigError):
+                config.validate({"loss": {k: v for k, v in cfg["loss"].items() if k != "memory"}})
+            return
+        assert resolved["loss"]["memory"] == MEMORY
+        loss = loss_config.build_loss(resolved, 3)
+        assert (loss.memory.size, loss.memory.warmup_steps) == (64, 2)
+        assert loss.memory.embedding_dim == resolved["model"]["embedding_dim"]
+
+
+@pytest.mark.parametrize("loss, match", [
+    ({"name": "contrastive", "options": {"importance": True}}, "importance weights of memory pairs .* not derived yet"),
+    ({"name": "weighted_contrastive"}, "not derived yet"),
+    ({"name": "contrastive", "memory": {"warmup_steps": 3}}, "give its size"),
+    ({"name": "contrastive", "memory": {"size": 0}}, "size must be an integer >= 1"),
+    ({"name": "contrastive", "memory": {"size": 8, "depth": 2}}, r"unknown option\(s\) \['depth'\]"),
+    ({"name": "contrastive", "memory": {"size": 8, "embedding_dim": 2}}, "model.embedding_dim"),
+    ({"name": "npair"}, "cannot use a cross-batch memory: "),
+    ({"name": "contrastive", "memory": None, "options": {"memory": {"size": 8}}}, "set the cross-batch memory in loss.memory"),
+])
+def test_bad_memory_configs_are_refused_with_the_reason(loss, match):
+    section = {"memory": {"size": 8}, **loss}
+    with pytest.raises(config.ConfigError, match=match):
+        config.validate({"loss": section})
+
+
+def test_memory_with_isolated_pairs_is_refused():
+    with pytest.raises(config.ConfigError, match="design gives isolated pairs"):
+        config.validate({"design": {"name": "p_random"},
+                         "loss": {"name": "contrastive", "sampler": "none", "memory": {"size": 8}}})

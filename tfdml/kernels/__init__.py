@@ -55,7 +55,7 @@ CHOICES = {
     "TPU": {},
 }
 
-# ---- retrieval metrics (tfdml.metrics.retrieval; forms in kernels/counting.py, kernels/retrieval.py) ----
+# --- retrieval metrics (tfdml.metrics.retrieval; forms in kernels/counting.py, kernels/retrieval.py) ---
 CHOICES["CPU"].update({
     # Counts of values >= each threshold: under XLA one variadic reduction per `group`
     # thresholds (wider ones compile for longer and run no faster); graph mode: the reference.
@@ -67,6 +67,38 @@ CHOICES["CPU"].update({
                                                        "large_from_pairs": 2**25})
                         for mode in MODES},
 })
+
+# --- samplers ------------------------------------------------------------------------
+# The forms measured faster on CPU (benchmarks/RESULTS.md: "Semi-hard sampler", "Row
+# order"), in the mode each is chosen for today. The forms themselves: tfdml/kernels/
+# argmin.py, running_count.py, sorting.py, semi_hard.py, top_k.py, distance_weighted.py,
+# triplet_slots.py.
+_LISTED_PER_ANCHOR = 16  # valid slots listed per anchor under XLA: m-per-class batches with m <= 17
+CHOICES["CPU"].update({
+    # samplers.base.first_argmin / first_argmax: TensorFlow's one-pass arg-min kernel in
+    # graph mode; under XLA the reference's two fused reductions.
+    "first_argmin": {"graph": Choice("one_pass")},
+    # samplers.base.running_count: a triangular matmul per block of columns.
+    "running_count": {mode: Choice("blocked_matmul", {"block": 64}) for mode in MODES},
+    # samplers.ordering.stable_order (keys of at most 32 bits): one int64 per entry holding
+    # the key's bits and its tie rank, sorted by TensorFlow's sort / a bitonic network.
+    "ordering": {"graph": Choice("packed_sort"), "xla": Choice("bitonic")},
+    # samplers.SemiHardSampler: per class compare path (K positives per step, K from
+    # widths) while the largest class has at most sort_above + 1 members, else the sort path.
+    "semi_hard": {
+        "graph": Choice("compare_or_sort", {"widths": (1, 2, 3, 4), "sort_above": 40}),
+        "xla": Choice("compare_or_sort", {"widths": (1, 2, 3, 4), "sort_above": 64}),
+    },
+    # samplers.TopKMisplacedSampler: k passes per ranking instead of a sort, for k <= up_to.
+    "top_k": {mode: Choice("prefix", {"up_to": 16}) for mode in MODES},
+    # samplers.DistanceWeightedSampler: the draw searches only the valid slots, compacted
+    # (graph mode: a shape known at run time) or listed `width` per anchor (XLA).
+    "distance_weighted": {"graph": Choice("valid_slots"), "xla": Choice("listed_slots", {"width": _LISTED_PER_ANCHOR})},
+    # losses.MetricLoss's triplet losses: on the valid slots alone (graph mode, a shape known
+    # at run time; MetricLoss.sample) or on `width` listed per anchor (XLA; over_triplets).
+    "triplet_slots": {"graph": Choice("valid_slots"), "xla": Choice("listed_slots", {"width": _LISTED_PER_ANCHOR})},
+})
+# --- end samplers --------------------------------------------------------------------
 
 _forced = threading.local()
 
@@ -137,35 +169,3 @@ def table():
             for kernel, by_mode in sorted(by_kernel.items())
             for mode, choice in sorted(by_mode.items())]
 
-
-# --- samplers ------------------------------------------------------------------------
-# The forms measured faster on CPU (benchmarks/RESULTS.md: "Semi-hard sampler", "Row
-# order"), in the mode each is chosen for today. The forms themselves: tfdml/kernels/
-# argmin.py, running_count.py, sorting.py, semi_hard.py, top_k.py, distance_weighted.py,
-# triplet_slots.py.
-_LISTED_PER_ANCHOR = 16  # valid slots listed per anchor under XLA: m-per-class batches with m <= 17
-CHOICES["CPU"].update({
-    # samplers.base.first_argmin / first_argmax: TensorFlow's one-pass arg-min kernel in
-    # graph mode; under XLA the reference's two fused reductions.
-    "first_argmin": {"graph": Choice("one_pass")},
-    # samplers.base.running_count: a triangular matmul per block of columns.
-    "running_count": {mode: Choice("blocked_matmul", {"block": 64}) for mode in MODES},
-    # samplers.ordering.stable_order (keys of at most 32 bits): one int64 per entry holding
-    # the key's bits and its tie rank, sorted by TensorFlow's sort / a bitonic network.
-    "ordering": {"graph": Choice("packed_sort"), "xla": Choice("bitonic")},
-    # samplers.SemiHardSampler: per class compare path (K positives per step, K from
-    # widths) while the largest class has at most sort_above + 1 members, else the sort path.
-    "semi_hard": {
-        "graph": Choice("compare_or_sort", {"widths": (1, 2, 3, 4), "sort_above": 40}),
-        "xla": Choice("compare_or_sort", {"widths": (1, 2, 3, 4), "sort_above": 64}),
-    },
-    # samplers.TopKMisplacedSampler: k passes per ranking instead of a sort, for k <= up_to.
-    "top_k": {mode: Choice("prefix", {"up_to": 16}) for mode in MODES},
-    # samplers.DistanceWeightedSampler: the draw searches only the valid slots, compacted
-    # (graph mode: a shape known at run time) or listed `width` per anchor (XLA).
-    "distance_weighted": {"graph": Choice("valid_slots"), "xla": Choice("listed_slots", {"width": _LISTED_PER_ANCHOR})},
-    # losses.MetricLoss's triplet losses: on the valid slots alone (graph mode, a shape known
-    # at run time; MetricLoss.sample) or on `width` listed per anchor (XLA; over_triplets).
-    "triplet_slots": {"graph": Choice("valid_slots"), "xla": Choice("listed_slots", {"width": _LISTED_PER_ANCHOR})},
-})
-# --- end samplers --------------------------------------------------------------------

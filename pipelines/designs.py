@@ -4,7 +4,7 @@
 A design turns a training split into an infinite stream of batches
 
     (x [B, ...], {"label", "class_size", "w_pos", "w_neg"[, "pair_id"], "example_id"
-                  [, "w_triplet"]})
+                  [, "w_triplet"][, "w_memory"]})
 
 following the batch contract of docs/design.md. Every batch is drawn by stateless
 TensorFlow ops keyed by ``(seed, step)``: the same seed gives the same batches,
@@ -40,6 +40,14 @@ and W_ij = w_neg·N_i·N_j (negative), where the design writes into every row
 Group and m-per-class batches also carry ``w_triplet`` = L(L−1)/T (T = the
 number of ordered triplets of the split), the constant of the triplet weights
 W_apn = w_triplet·N_a(N_a−1)·N_n derived in :mod:`tfdml.importance`.
+
+Group batches alone carry ``w_memory`` = N(N−1)·(mn/L)², the constant of the weights
+of a cross-batch memory's pairs (:func:`tfdml.importance.memory_pair_weights`): with
+π_i = mn/(L N_i) the probability that example i is in a batch, N(N−1)·π_i·π_j =
+w_memory/(N_i N_j). Those weights need the memory's batches to be independent of the
+current one, which holds for the group design (every batch drawn afresh) and not for
+m-per-class (classes without replacement within an epoch) nor p-random (isolated
+pairs, which a memory refuses), so these carry no ``w_memory``.
 
 For pairs, W equals Eq. 24 / Eq. 25 exactly: the normalising constant is 1 (the
 factor 1/(N(N−1)) of P_U is kept). E_Q[W] = 1, and the mini-batch loss of
@@ -142,6 +150,7 @@ class DesignPlan:
         self.w_pos = None
         self.w_neg = None
         self.w_triplet = None  # designs whose batches hold triplets (tfdml.importance)
+        self.w_memory = None  # designs with independent batches (tfdml.importance.memory_pair_weights)
 
     @property
     def max_size(self):
@@ -224,6 +233,7 @@ class Design:
         w_pos = tf.constant(plan.w_pos, tf.float32)
         w_neg = tf.constant(plan.w_neg, tf.float32)
         w_triplet = None if plan.w_triplet is None else tf.constant(plan.w_triplet, tf.float32)
+        w_memory = None if plan.w_memory is None else tf.constant(plan.w_memory, tf.float32)
         batch = self.batch_size
         base = tf.constant([seed, 0x5EED], tf.int64)
 
@@ -246,6 +256,8 @@ class Design:
                 cols["pair_id"] = pair_id
             if w_triplet is not None:
                 cols["w_triplet"] = tf.fill([plan.chunk, batch], w_triplet)
+            if w_memory is not None:
+                cols["w_memory"] = tf.fill([plan.chunk, batch], w_memory)
             return cols
 
         ds = self._chunks(plan, seed).map(make, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
@@ -429,8 +441,10 @@ class GroupDesign(Design):
     ``GroupDesign(m, n)`` or ``GroupDesign(m, batch_size=B)`` (n = B / m).
     Needs m ≥ 2 and n ≥ 2 (Eq. 9 / 25 divide by m−1 and n−1). Classes with
     fewer than m examples are left out (see the module docstring). Columns:
-    label, class_size, w_pos, w_neg (Eq. 25), example_id. The batch is grouped
-    by class: rows [k·m, (k+1)·m) share a class.
+    label, class_size, w_pos, w_neg (Eq. 25), example_id, w_triplet and
+    w_memory (the memory pairs' constant N(N−1)·(mn/L)², see the module
+    docstring: batches are drawn independently). The batch is grouped by
+    class: rows [k·m, (k+1)·m) share a class.
     """
 
     name = "group"
@@ -446,7 +460,10 @@ class GroupDesign(Design):
         return {"m": self.m, "n": self.n}
 
     def _plan(self, labels):
-        return _group_plan(labels, self.m, self.n, repr(self))
+        plan = _group_plan(labels, self.m, self.n, repr(self))
+        inclusion = self.batch_size / plan.num_classes  # π_i·N_i (module docstring)
+        plan.w_memory = plan.num_examples * (plan.num_examples - 1.0) * inclusion ** 2
+        return plan
 
     def _draw(self, plan, consts, key, extra):
         k_class, k_example = tf.unstack(tf.random.experimental.stateless_split(key, 2))

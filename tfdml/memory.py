@@ -13,6 +13,8 @@ distances.
 * ``embeddings`` [K, d] (stored without gradient: the memory is a constant of the step),
 * ``labels`` [K] int64 and ``example_ids`` [K] int64 (the ``example_id`` column of the
   batch contract, :mod:`tfdml.targets`),
+* ``class_sizes`` [K] float32 (the ``class_size`` column, 0 for a batch without it: the
+  importance weights of memory pairs read N_j, :func:`tfdml.importance.memory_pair_weights`),
 * ``filled`` (rows holding an entry, ≤ K), ``position`` (the next row written) and
   ``steps`` (training calls seen), int64 scalars.
 
@@ -41,10 +43,12 @@ import contextlib
 import keras
 import tensorflow as tf
 
-Candidates = collections.namedtuple("Candidates", ["embeddings", "labels", "mask"])
+Candidates = collections.namedtuple("Candidates",
+                                    ["embeddings", "labels", "mask", "class_sizes", "usable"])
 Candidates.__doc__ = """What a loss mines against with a memory: the memory's ``embeddings``
-[K, d] (no gradient), the ``labels`` [B + K] of all candidates (the batch's first) and the
-candidate ``mask`` [B, B + K]."""
+[K, d] (no gradient), the ``labels`` [B + K] of all candidates (the batch's first), the
+candidate ``mask`` [B, B + K], the memory rows' ``class_sizes`` [K] and ``usable`` [K]
+(the rows in use this step: filled and past the warm-up)."""
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -88,6 +92,7 @@ class CrossBatchMemory(keras.layers.Layer):
         self.embeddings = state("embeddings", (self.size, self.embedding_dim), "float32")
         self.labels = state("labels", (self.size,), "int64")
         self.example_ids = state("example_ids", (self.size,), "int64")
+        self.class_sizes = state("class_sizes", (self.size,), "float32")
         self.filled = state("filled", (), "int64")
         self.position = state("position", (), "int64")
         self.steps = state("steps", (), "int64")
@@ -116,8 +121,8 @@ class CrossBatchMemory(keras.layers.Layer):
 
     def reset(self):
         """Empty the memory and restart its warm-up."""
-        for variable in (self.embeddings, self.labels, self.example_ids, self.filled, self.position,
-                         self.steps):
+        for variable in (self.embeddings, self.labels, self.example_ids, self.class_sizes, self.filled,
+                         self.position, self.steps):
             variable.assign(tf.zeros_like(variable))
 
     # -- the step ---------------------------------------------------------------------
@@ -141,7 +146,7 @@ class CrossBatchMemory(keras.layers.Layer):
         mask = tf.concat([tf.cast(batch_candidates, tf.bool), memory_mask], axis=1)
         labels = tf.concat([tf.cast(targets.label, tf.int64), self.labels], axis=0)
         stored = tf.stop_gradient(tf.cast(self.embeddings, embeddings.dtype))
-        return Candidates(stored, labels, mask)
+        return Candidates(stored, labels, mask, self.class_sizes, usable)
 
     def update(self, targets, embeddings):
         """Write the batch (its last K rows when B > K) at ``position`` once the warm-up is
@@ -149,6 +154,8 @@ class CrossBatchMemory(keras.layers.Layer):
         self._ensure_built(embeddings)
         ids = _example_ids(targets)
         labels = tf.cast(targets.label, tf.int64)
+        class_sizes = (tf.zeros_like(labels, tf.float32) if targets.class_size is None
+                       else tf.cast(targets.class_size, tf.float32))
         batch = tf.cast(tf.shape(embeddings)[0], tf.int64)
         size = tf.constant(self.size, tf.int64)
         written = tf.minimum(batch, size)
@@ -168,6 +175,7 @@ class CrossBatchMemory(keras.layers.Layer):
             self.embeddings.assign(merged(self.embeddings, tf.stop_gradient(embeddings))),
             self.labels.assign(merged(self.labels, labels)),
             self.example_ids.assign(merged(self.example_ids, ids)),
+            self.class_sizes.assign(merged(self.class_sizes, class_sizes)),
             self.filled.assign(tf.where(active, tf.minimum(self.filled + written, size), self.filled)),
             self.position.assign(tf.where(active, tf.math.floormod(self.position + written, size),
                                           self.position)),

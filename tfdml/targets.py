@@ -13,6 +13,10 @@ column                  dtype      meaning
 ``w_triplet``           float32    optional design constant (group, m-per-class):
                                    W_apn = w_triplet·N_a(N_a−1)·N_n for a triplet
                                    (:func:`tfdml.importance.triplet_weights`)
+``w_memory``            float32    optional design constant ((m, n)-group only):
+                                   N(N−1)·(mn/L)², the weights of a cross-batch
+                                   memory's pairs
+                                   (:func:`tfdml.importance.memory_pair_weights`)
 ``pair_id``             integer    optional: only pairs sharing it are scored
 ``example_id``          integer    optional: index of the example in the training
                                    split (for per-image parameters, Wu's β_img)
@@ -35,7 +39,7 @@ import warnings
 
 import tensorflow as tf
 
-COLUMNS = ("label", "class_size", "w_pos", "w_neg", "pair_id", "example_id", "w_triplet")
+COLUMNS = ("label", "class_size", "w_pos", "w_neg", "pair_id", "example_id", "w_triplet", "w_memory")
 REQUIRED_COLUMNS = ("label",)
 
 Targets = collections.namedtuple("Targets", COLUMNS)
@@ -99,8 +103,9 @@ def unpack(y_true):
             "pair_id": None,
             "example_id": None,
             "w_triplet": None,
+            "w_memory": None,
         }
-        for name in ("class_size", "w_pos", "w_neg", "w_triplet"):
+        for name in ("class_size", "w_pos", "w_neg", "w_triplet", "w_memory"):
             if name in y_true and y_true[name] is not None:
                 cols[name] = _flat(y_true[name], tf.float32)
         for name in ("pair_id", "example_id"):

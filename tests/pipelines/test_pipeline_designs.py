@@ -257,6 +257,19 @@ def test_weights_method_matches_columns():
     np.testing.assert_allclose(w_neg, L * (L - 1) * (m * n - 1) / (m * (n - 1) * N * (N - 1)))
 
 
+
+def test_only_the_group_design_carries_the_memory_pair_constant():
+    # w_memory = N(N−1)·(mn/L)²: N(N−1)·π_i·π_j = w_memory / (N_i N_j), π_i = mn/(L N_i) the
+    # chance that an example is in a batch (tfdml.importance.memory_pair_weights).
+    labels = labels_for(SIZES_MANY)
+    N, L, m, n = SIZES_MANY.sum(), len(SIZES_MANY), 2, 3
+    cols = next(iter(designs.GroupDesign(m, n).index_batches(labels, seed=0)))
+    assert cols["w_memory"].dtype == tf.float32
+    np.testing.assert_allclose(cols["w_memory"].numpy(), N * (N - 1) * (m * n / L) ** 2, rtol=1e-6)
+    # m-per-class batches of one epoch are dependent, p-random has isolated pairs: no column.
+    for design in (designs.MPerClassDesign(m, n), designs.PRandomDesign(0.5, 4)):
+        assert "w_memory" not in next(iter(design.index_batches(labels, seed=0)))
+
 # --- determinism ---------------------------------------------------------------------
 
 

@@ -302,10 +302,136 @@ def test_every_loss_takes_or_refuses_a_memory_with_the_reason(name):
                 or "unexpected keyword argument 'memory'" in str(err.value))
 
 
-@pytest.mark.parametrize("name", ["contrastive", "triplet", "margin"])
-def test_importance_weights_with_a_memory_are_refused_as_not_derived(name):
-    with pytest.raises(ValueError, match=r"importance=True\) with a cross-batch memory: .* not derived yet"):
-        losses.get(name, memory={"size": K}, importance=True)
+# -- importance weights of memory pairs (tfdml.importance.memory_pair_weights) ------------
+
+# A split small enough to enumerate every (m, n)-group batch: classes of 2, 3 and 3 examples,
+# m = n = 2 (B = 4), and a memory of K = B rows holding the previous batch.
+SPLIT = np.array([0, 0, 1, 1, 1, 2, 2, 2])
+GROUP_M = GROUP_N = 2
+
+
+def _group_batches():
+    """Every (m, n)-group batch of SPLIT (example ids) with its probability (Hong §4.2)."""
+    import itertools
+    from math import comb
+
+    classes = np.unique(SPLIT)
+    members = {c: np.flatnonzero(SPLIT == c) for c in classes}
+    out = []
+    for chosen in itertools.combinations(classes, GROUP_N):
+        subsets = [list(itertools.combinations(members[c], GROUP_M)) for c in chosen]
+        p = 1.0 / comb(len(classes), GROUP_N) / np.prod([len(s) for s in subsets])
+        for parts in itertools.product(*subsets):
+            out.append((np.concatenate(parts), p))
+    return out
+
+
+def _group_columns(ids, w_memory_scale=1.0):
+    from pipelines import designs
+
+    plan = designs.GroupDesign(GROUP_M, GROUP_N).validate(SPLIT)
+    b = len(ids)
+    return {"label": SPLIT[ids].astype(np.int64), "example_id": ids.astype(np.int64),
+            "class_size": plan.class_size[ids], "w_pos": np.full(b, plan.w_pos, np.float32),
+            "w_neg": np.full(b, plan.w_neg, np.float32),
+            "w_memory": np.full(b, plan.w_memory * w_memory_scale, np.float32)}
+
+
+def _expected_loss_with_a_full_memory(x, margin, w_memory_scale=1.0):
+    """E over (previous batch, current batch) of the importance-weighted contrastive loss of
+    the current batch against a memory holding the previous one (batches independent)."""
+    loss = losses.ContrastiveLoss(margin=margin, importance=True,
+                                  memory={"size": GROUP_M * GROUP_N, "embedding_dim": x.shape[1]})
+    step = tf.function(lambda y, e: loss(y, e))
+    batches = _group_batches()
+    total = 0.0
+    for past, p in batches:
+        for now, q in batches:
+            loss.memory.reset()
+            _write(loss.memory, x[past], _group_columns(past, w_memory_scale))
+            y = {k: tf.constant(v) for k, v in _group_columns(now, w_memory_scale).items()}
+            total += p * q * float(step(y, tf.constant(x[now])))
+    return total
+
+
+def _uniform_pairs_loss(x, margin):
+    d = np.linalg.norm(x[:, None] - x[None, :], axis=-1)
+    same = SPLIT[:, None] == SPLIT[None, :]
+    terms = np.where(same, d ** 2, np.maximum(margin - d, 0.0) ** 2)
+    off = ~np.eye(len(SPLIT), dtype=bool)
+    return terms[off].mean()
+
+
+def test_importance_weighted_loss_with_a_memory_is_unbiased_for_the_uniform_pairs_loss():
+    # Exact expectation (every pair of independent group batches, with its probability):
+    # no sampling error, so the tolerance is float32 rounding only.
+    x = np.random.default_rng(7).normal(size=(len(SPLIT), 3)).astype(np.float32)
+    margin = 2.5
+    expected = _expected_loss_with_a_full_memory(x, margin)
+    assert expected == pytest.approx(_uniform_pairs_loss(x, margin), rel=1e-4)
+
+
+def test_importance_weighted_loss_with_a_memory_over_the_group_design_s_stream_is_unbiased():
+    # The design's own (seeded, stateless) stream through a loss whose memory fills itself: the
+    # values of every third step share no batch (K = 2B), so they are independent draws.
+    from pipelines import designs
+
+    x = np.random.default_rng(7).normal(size=(len(SPLIT), 3)).astype(np.float32)
+    margin, steps = 2.5, 600
+    loss = losses.ContrastiveLoss(margin=margin, importance=True, memory={"size": 2 * GROUP_M * GROUP_N})
+    step = tf.function(lambda y, e: loss(y, e))
+    stream = designs.GroupDesign(GROUP_M, GROUP_N).index_batches(SPLIT, seed=3).take(steps)
+    values = [float(step(cols, tf.gather(x, cols["example_id"]))) for cols in stream]
+    assert int(loss.memory.filled.numpy()) == 2 * GROUP_M * GROUP_N
+    draws = np.array(values[2::3])  # from step 2 on the memory holds two whole batches
+    error = draws.std(ddof=1) / np.sqrt(len(draws))
+    assert abs(draws.mean() - _uniform_pairs_loss(x, margin)) < 3 * error
+
+
+def test_memory_pair_weights_without_the_memory_term_are_biased():
+    # w_memory = 0 drops phi*pi_i*pi_j from E_ij: memory pairs are then weighted as if only
+    # the batch design put them there, and the expectation misses the uniform-pairs loss.
+    x = np.random.default_rng(7).normal(size=(len(SPLIT), 3)).astype(np.float32)
+    margin = 2.5
+    dropped = _expected_loss_with_a_full_memory(x, margin, w_memory_scale=0.0)
+    target = _uniform_pairs_loss(x, margin)
+    assert abs(dropped - target) > 0.05 * target
+
+
+def test_memory_pair_weights_with_an_empty_memory_are_the_batch_weights(rng):
+    ids = np.array([0, 1, 2, 3])
+    y, x = _group_columns(ids), rng.normal(size=(4, D)).astype(np.float32)
+    with_memory = losses.ContrastiveLoss(importance=True, memory={"size": 4})
+    assert float(with_memory(y, x)) == pytest.approx(float(losses.ContrastiveLoss(importance=True)(y, x)),
+                                                     rel=1e-6)
+
+
+def test_memory_pair_weights_need_the_group_design_s_column(rng):
+    ids = np.array([0, 1, 2, 3])
+    y, x = _group_columns(ids), rng.normal(size=(4, D)).astype(np.float32)
+    del y["w_memory"]  # what an m-per-class batch carries
+    loss = losses.ContrastiveLoss(importance=True, memory={"size": 4})
+    with pytest.raises(ValueError, match=r"no 'w_memory' column.*\(m, n\)-group design"):
+        loss(y, x)
+
+
+def test_memory_pair_weights_need_a_memory_of_whole_batches(rng):
+    ids = np.array([0, 1, 2, 3])
+    y, x = _group_columns(ids), rng.normal(size=(4, D)).astype(np.float32)
+    loss = losses.ContrastiveLoss(importance=True, memory={"size": 6})
+    with pytest.raises(ValueError, match="multiple of the batch size"):
+        loss(y, x)
+
+
+@pytest.mark.parametrize("name, kwargs, match", [
+    ("triplet", {}, "triplet weights .* not derived"),
+    ("contrastive", {"sampler": "random"}, "all pairs"),
+    ("contrastive", {"tuple_reduction": "mean_active"}, 'tuple_reduction="mean"'),
+    ("margin", {}, "derived for the contrastive losses"),
+])
+def test_importance_weights_with_a_memory_are_refused_where_not_derived(name, kwargs, match):
+    with pytest.raises(ValueError, match=r"importance=True\) with a cross-batch memory: .*" + match):
+        losses.get(name, memory={"size": K}, importance=True, **kwargs)
 
 
 def test_memory_needs_example_ids_and_no_pair_ids(rng):

@@ -313,7 +313,8 @@ def index_check(column, argument, size, what):
 
 #: The lower bound of each importance column (:mod:`tfdml.importance`): a class size N_c
 #: counts the example itself, the design constants are >= 0.
-IMPORTANCE_LOWER_BOUNDS = {"class_size": 1.0, "w_pos": 0.0, "w_neg": 0.0, "w_triplet": 0.0}
+IMPORTANCE_LOWER_BOUNDS = {"class_size": 1.0, "w_pos": 0.0, "w_neg": 0.0, "w_triplet": 0.0,
+                           "w_memory": 0.0}
 
 
 def importance_check(column):
@@ -399,7 +400,12 @@ class MetricLoss(keras.losses.Loss):
         ``{"size": 4096, "warmup_steps": 1000}`` or a ``CrossBatchMemory``) for the
         losses whose ``memory_refusal`` is None: the anchors of the batch are mined
         and scored against the batch and the memory (Wang et al. 2020, XBM), and the
-        batch is written to it after the loss. Not with ``importance=True``.
+        batch is written to it after the loss. With ``importance=True`` (losses whose
+        ``memory_importance`` is True, all pairs, ``tuple_reduction="mean"``) every pair,
+        of the batch or against the memory, is weighted by
+        :func:`tfdml.importance.memory_pair_weights` and the sum divided by that
+        function's fixed C: unbiased for the loss over all pairs of the split with the
+        (m, n)-group design (its ``w_memory`` column) and a memory of whole batches.
     """
 
     sampler_kinds = ()
@@ -424,6 +430,10 @@ class MetricLoss(keras.losses.Loss):
     #: rows are candidates, never anchors).
     memory_refusal = ("its terms are not computed from the anchors x candidates matrix of "
                       "MetricLoss.distances / candidates, which is where a memory adds its rows")
+    #: True when ``importance=True`` with a memory is derived for this loss: its value is a
+    #: weighted sum of pair terms over all pairs of the [B, M] matrix, reduced by
+    #: :meth:`reduce` (:func:`tfdml.importance.memory_pair_weights`).
+    memory_importance = False
 
     def __init__(
         self,
@@ -478,6 +488,7 @@ class MetricLoss(keras.losses.Loss):
         if self.sampler is not None and getattr(self.sampler, "needs_seed", False):
             self._seed_state = SeedState(seed, name=f"{self.name}_seed")
         self._candidates_view = None
+        self._importance_denominator = None
         self.memory = None
         if memory is not None:
             self._check_memory()
@@ -489,12 +500,26 @@ class MetricLoss(keras.losses.Loss):
         if self.memory_refusal is not None:
             raise ValueError(f"{owner} cannot use a cross-batch memory: {self.memory_refusal}. "
                              "Remove memory, or use a pair or triplet loss such as contrastive or triplet.")
-        if self.importance:
-            raise ValueError(
-                f"{owner}(importance=True) with a cross-batch memory: the importance weights of "
-                "memory pairs (W = P_U/Q with Q the probability that the design puts a pair in the "
-                "batch x memory of the last K/B batches) are not derived yet; use importance=False "
-                "with a memory, or importance=True without one.")
+        if not self.importance:
+            return
+        where = f"{owner}(importance=True) with a cross-batch memory: "
+        fix = " Use importance=False with a memory, or importance=True without one."
+        if "w_triplet" in self.importance_columns:
+            raise ValueError(where + "the triplet weights of memory tuples are not derived (the "
+                             "memory pairs' weights are, tfdml.importance.memory_pair_weights, for "
+                             "the contrastive losses)." + fix)
+        if not self.memory_importance:
+            raise ValueError(where + "the weights of memory pairs are derived for the contrastive "
+                             "losses over all pairs (tfdml.importance.memory_pair_weights), whose "
+                             f"value is a weighted sum of pair terms; not for {owner}'s terms." + fix)
+        if self.sampler is not None:
+            raise ValueError(where + "the weights of memory pairs are derived for all pairs of "
+                             "the batch and the memory (tfdml.importance.memory_pair_weights); "
+                             "remove the sampler." + fix)
+        if self.tuple_reduction != "mean":
+            raise ValueError(where + "the weighted pair terms are divided by a fixed expected "
+                             'number of pairs (tfdml.importance.memory_pair_weights); use '
+                             'tuple_reduction="mean".' + fix)
 
     # -- state ---------------------------------------------------------------
     @property
@@ -518,7 +543,8 @@ class MetricLoss(keras.losses.Loss):
         :class:`tfdml.models.EmbeddingModel` raises the error after the step."""
         if not self.importance:
             return []
-        return [importance_check(column) for column in self.importance_columns]
+        columns = self.importance_columns + (("w_memory",) if self.memory is not None else ())
+        return [importance_check(column) for column in columns]
 
     # -- batch helpers -------------------------------------------------------
     def distances(self, embeddings):
@@ -598,8 +624,21 @@ class MetricLoss(keras.losses.Loss):
         return tf.cond(widest <= width, lambda: compute(narrow), lambda: compute(selection))
 
     def importance_weights(self, targets, dtype):
-        """W_ij [B, B] when built with ``importance=True`` and the batch has the columns, else None."""
-        return importance_matrix(targets, dtype) if self.importance else None
+        """W_ij [B, B] when built with ``importance=True`` and the batch has the columns, else
+        None. While :meth:`compute` runs with a memory: W_ij [B, B + K] of
+        :func:`tfdml.importance.memory_pair_weights`, whose fixed denominator :meth:`reduce`
+        then divides by."""
+        if not self.importance:
+            return None
+        view = self._candidates_view
+        if view is None:
+            return importance_matrix(targets, dtype)
+        result = importance_lib.memory_pair_weights(
+            targets, view.labels[tf.shape(targets.label)[0]:], view.class_sizes, view.usable)
+        if result is None:
+            return None
+        weights, self._importance_denominator = result
+        return tf.cast(weights, dtype)
 
     def triplet_importance_weights(self, targets, selection, dtype):
         """W_apn [T] of a ``TripletSelection`` (:func:`tfdml.importance.triplet_weights`)
@@ -622,6 +661,13 @@ class MetricLoss(keras.losses.Loss):
         return select_pairs(selection, tf.shape(dist)[0], dist.dtype, tf.shape(dist)[1])
 
     def reduce(self, losses, counts, weights=None, extra=None):
+        """:func:`tfdml.losses.reductions.reduce_tuples`; weighted terms against a memory
+        (:meth:`importance_weights`) are summed and divided by the fixed denominator of
+        :func:`tfdml.importance.memory_pair_weights` instead."""
+        fixed = self._importance_denominator
+        if fixed is not None and weights is not None:
+            total = reductions.reduce_tuples(losses, counts, "sum", weights=weights, extra=extra)
+            return total / tf.cast(fixed, total.dtype)
         return reductions.reduce_tuples(
             losses, counts, self.tuple_reduction, weights=weights, extra=extra
         )
@@ -675,6 +721,7 @@ class MetricLoss(keras.losses.Loss):
             value = self.compute(targets, embeddings)
         finally:
             self._candidates_view = None
+            self._importance_denominator = None
         with tf.control_dependencies([value]):
             updates = memory.update(targets, embeddings)
         with tf.control_dependencies(updates):

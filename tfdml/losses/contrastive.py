@@ -40,7 +40,9 @@ class ContrastiveLoss(base.MetricLoss):
     W_ij = P_U/Q (Hong et al. Eq. 23 with Eq. 24 / 25), read from the batch's
     importance columns: with all pairs and ``squared=True`` this is Hong's
     "contrastive loss with importance sampling" (:class:`WeightedContrastiveLoss`
-    with η = 1); with ``squared=False`` the same for draft Eq. 18.
+    with η = 1); with ``squared=False`` the same for draft Eq. 18. With a
+    cross-batch memory (all pairs, (m, n)-group design) the batch's and the
+    memory's pairs take :func:`tfdml.importance.memory_pair_weights`.
 
     Args:
       margin: α > 0.
@@ -53,6 +55,7 @@ class ContrastiveLoss(base.MetricLoss):
 
     sampler_kinds = ("pairs", "triplets")
     memory_refusal = None  # pair / triplet terms of the [B, M] matrix: a memory adds candidates
+    memory_importance = True  # a weighted sum of pair terms (tfdml.importance.memory_pair_weights)
     supports_importance = True
     default_tuple_reduction = "mean"
 

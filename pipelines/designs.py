@@ -168,6 +168,10 @@ class Design:
     #: True when a batch is isolated pairs marked by ``pair_id`` (p-random): a loss or
     #: sampler that needs tuples would score nothing on it.
     pairs_only = False
+    #: True when every batch is drawn independently of the others, so that a cross-batch
+    #: memory's composition gives its pairs' sampling probability: the design writes the
+    #: ``w_memory`` column (:func:`tfdml.importance.memory_pair_weights`).
+    independent_batches = False
     #: Config keys that name a constructor argument differently, e.g. ``{"n": "classes_per_batch"}``.
     config_aliases = {}
 
@@ -449,6 +453,7 @@ class GroupDesign(Design):
 
     name = "group"
     grouped_by_class = True
+    independent_batches = True
 
     def __init__(self, m, n=None, batch_size=None):
         self.m = _positive_int(m, "m", 2, " (a class needs two examples in a batch to give a positive pair)")

@@ -240,7 +240,8 @@ def _memory_argument(cfg, cls):
     """``loss.memory`` as the loss's ``memory`` argument (:mod:`tfdml.memory`), with the
     embedding size of the model (so a resumed run restores it before its first step), or a
     :class:`ConfigError` saying why the loss or the sampler cannot use one (the loss itself
-    refuses importance weights with a memory)."""
+    refuses the importance weights with a memory that are not derived for it, and
+    :func:`check_loss` the designs whose memory gives no weights)."""
     section = cfg["loss"]
     name, memory = section["name"], dict(section["memory"])
     where = f"loss.memory = {section['memory']!r}"
@@ -314,6 +315,27 @@ def check_loss(cfg):
             f"pairs it with; use design "
             f"{' or '.join(repr(n) for n, c in designs.DESIGNS.items() if c.grouped_by_class)}, or "
             "remove loss.memory.")
+    if (getattr(loss, "memory", None) is not None and getattr(loss, "importance", False)
+            and not designs.DESIGNS[design].independent_batches):
+        takers = [n for n, c in designs.DESIGNS.items() if c.independent_batches]
+        raise ConfigError(
+            f"loss.memory with importance weights and design.name = {design!r}: the weights of "
+            "memory pairs need batches drawn independently of each other, so that the memory's "
+            "composition gives each pair's sampling probability (tfdml.importance."
+            "memory_pair_weights); the design's batches are not (m-per-class draws classes "
+            f"without replacement within an epoch). Use design {' or '.join(map(repr, takers))}, "
+            "importance: false, or no loss.memory.")
+    if getattr(loss, "memory", None) is not None and getattr(loss, "importance", False):
+        section = cfg["design"]
+        try:
+            batch = designs.DESIGNS[design].from_config({**section, **section["options"]}).batch_size
+        except (TypeError, ValueError):
+            batch = None  # the design's own validation reports it
+        if batch and loss.memory.size % batch:
+            raise ConfigError(
+                f"loss.memory.size = {loss.memory.size} with importance weights: the memory must hold "
+                f"whole batches (tfdml.importance.memory_pair_weights), a multiple of the batch size "
+                f"{batch}; use size {max(1, loss.memory.size // batch) * batch}.")
     if not designs.DESIGNS[design].pairs_only:
         return
     name, sampler = cfg["loss"]["name"], getattr(loss, "sampler", None)

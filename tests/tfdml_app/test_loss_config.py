@@ -41,8 +41,11 @@ def test_memory_is_validated_with_every_loss_and_sampler(name, sampler):
 
 
 @pytest.mark.parametrize("loss, match", [
-    ({"name": "contrastive", "options": {"importance": True}}, "importance weights of memory pairs .* not derived yet"),
-    ({"name": "weighted_contrastive"}, "not derived yet"),
+    ({"name": "contrastive", "options": {"importance": True}},
+     "importance weights and design.name = 'm_per_class': .* Use design 'group'"),
+    ({"name": "weighted_contrastive"}, "importance weights and design.name = 'm_per_class'"),
+    ({"name": "triplet", "options": {"importance": True}}, "triplet weights of memory tuples are not derived"),
+    ({"name": "contrastive", "sampler": "random", "options": {"importance": True}}, "remove the sampler"),
     ({"name": "contrastive", "memory": {"warmup_steps": 3}}, "give its size"),
     ({"name": "contrastive", "memory": {"size": 0}}, "size must be an integer >= 1"),
     ({"name": "contrastive", "memory": {"size": 8, "depth": 2}}, r"unknown option\(s\) \['depth'\]"),
@@ -54,6 +57,22 @@ def test_bad_memory_configs_are_refused_with_the_reason(loss, match):
     section = {"memory": {"size": 8}, **loss}
     with pytest.raises(config.ConfigError, match=match):
         config.validate({"loss": section})
+
+
+@pytest.mark.parametrize("name", ["contrastive", "weighted_contrastive"])
+def test_memory_with_importance_weights_is_accepted_with_the_group_design(name):
+    resolved = config.validate({"design": {"name": "group", "m": 2, "n": 4},
+                                "loss": {"name": name, "sampler": "none", "memory": {"size": 8},
+                                         "options": {"importance": True}}})
+    loss = loss_config.build_loss(resolved, 3)
+    assert loss.importance and loss.memory.size == 8
+
+
+def test_memory_with_importance_weights_must_hold_whole_batches():
+    with pytest.raises(config.ConfigError, match="multiple of the batch size 8; use size 8"):
+        config.validate({"design": {"name": "group", "m": 2, "n": 4},
+                         "loss": {"name": "contrastive", "sampler": "none", "memory": {"size": 12},
+                                  "options": {"importance": True}}})
 
 
 def test_memory_with_isolated_pairs_is_refused():

@@ -388,6 +388,21 @@ def test_importance_weighted_loss_with_a_memory_over_the_group_design_s_stream_i
     assert abs(draws.mean() - _uniform_pairs_loss(x, margin)) < 3 * error
 
 
+def test_memory_pair_weights_under_xla_equal_graph(rng):
+    x = rng.normal(size=(len(SPLIT), 3)).astype(np.float32)
+    past, now = np.array([0, 1, 2, 3]), np.array([2, 4, 5, 6])
+    values = []
+    for jit in (False, True):
+        loss = losses.ContrastiveLoss(margin=2.5, importance=True, memory={"size": 4})
+        step = tf.function(lambda y, e: loss(y, e), jit_compile=jit)
+        for ids in (past, now):
+            value = float(step({k: tf.constant(v) for k, v in _group_columns(ids).items()},
+                               tf.constant(x[ids])))
+        values.append(value)
+    assert int(loss.memory.filled.numpy()) == 4
+    assert values[1] == pytest.approx(values[0], rel=1e-5)
+
+
 def test_memory_pair_weights_without_the_memory_term_are_biased():
     # w_memory = 0 drops phi*pi_i*pi_j from E_ij: memory pairs are then weighted as if only
     # the batch design put them there, and the expectation misses the uniform-pairs loss.

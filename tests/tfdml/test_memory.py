@@ -403,6 +403,24 @@ def test_memory_pair_weights_under_xla_equal_graph(rng):
     assert values[1] == pytest.approx(values[0], rel=1e-5)
 
 
+def test_group_design_batches_train_with_importance_weights_and_a_memory():
+    import keras
+
+    from pipelines import designs
+    from tfdml import models
+
+    labels = np.repeat(np.arange(8), 4)
+    features = np.random.default_rng(0).normal(size=(32, 16)).astype(np.float32)
+    data = designs.GroupDesign(2, 4).index_batches(labels, seed=0).take(4).map(
+        lambda cols: (tf.gather(features, cols["example_id"]), cols))
+    encoder = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8), keras.layers.UnitNormalization()])
+    model = models.EmbeddingModel(encoder)
+    loss = losses.ContrastiveLoss(importance=True, memory={"size": 16})
+    model.compile(optimizer="adam", loss=loss, jit_compile=True)
+    history = model.fit(data, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0]) and int(loss.memory.filled.numpy()) == 16
+
+
 def test_memory_pair_weights_without_the_memory_term_are_biased():
     # w_memory = 0 drops phi*pi_i*pi_j from E_ij: memory pairs are then weighted as if only
     # the batch design put them there, and the expectation misses the uniform-pairs loss.

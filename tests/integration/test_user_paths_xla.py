@@ -222,7 +222,7 @@ def test_readme_batch_designs_snippet(jit_compile):
     x_spec, y_spec = namespace["batches"].element_spec
     assert x_spec.shape == (20, 28, 28, 1)  # the snippet's comment
     assert set(y_spec) == {"label", "class_size", "w_pos", "w_neg", "example_id",
-                           "w_triplet"}
+                           "w_triplet", "w_memory"}
     assert int(model.optimizer.iterations) == 3
     assert any(not np.array_equal(b, w.numpy()) for b, w in zip(before, model.trainable_weights))
 

@@ -29,7 +29,7 @@ def test_nan_tests_pass_with_the_other_onednn_setting():
     other = "0" if current != "0" else "1"
     env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": other, "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *NAN_TESTS],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", *NAN_TESTS],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, f"TF_ENABLE_ONEDNN_OPTS={other}:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"

@@ -112,7 +112,7 @@ def valid_samplers(loss_name):
     cls = _losses().LOSSES[loss_name]
     samplers = _samplers()
     names = [n for n in samplers.SAMPLERS
-             if samplers.get(n).kind in cls.sampler_kinds and _distance_fits(cls, samplers.get(n))]
+             if samplers.get(n).kind in cls.sampler_kinds and _fits_distance(cls, samplers.get(n))]
     if not cls.sampler_kinds or (_takes_sampler(cls) and not cls.sampler_required):
         names.append(NO_SAMPLER)
     if _dsn().kind_for_loss(cls) is not None:
@@ -120,11 +120,11 @@ def valid_samplers(loss_name):
     return names
 
 
-def _distance_fits(loss_cls, sampler):
-    """False when the sampler assumes a distance the loss's equation excludes."""
-    required = getattr(sampler, "requires_distance", None)
-    fixed = getattr(loss_cls, "fixed_distance", None)
-    return required is None or fixed is None or not loss_cls.takes_distance or required == fixed
+def _fits_distance(loss_cls, sampler):
+    """The loss's own rule (:meth:`tfdml.losses.MetricLoss.fits_sampler_distance`); a
+    registered loss without it fits every sampler's distance."""
+    fits = getattr(loss_cls, "fits_sampler_distance", None)
+    return fits is None or fits(sampler)
 
 
 def _misfit(loss_name, sampler, reason):

@@ -435,6 +435,15 @@ class MetricLoss(keras.losses.Loss):
     #: :meth:`reduce` (:func:`tfdml.importance.memory_pair_weights`).
     memory_importance = False
 
+    @classmethod
+    def fits_sampler_distance(cls, sampler, distance=None):
+        """False when ``sampler`` assumes a distance (its ``requires_distance``) that this
+        loss does not compute with: ``distance``, or when None the loss's
+        :attr:`fixed_distance` (None: any distance, so it fits)."""
+        required = getattr(sampler, "requires_distance", None)
+        distance = cls.fixed_distance if distance is None else distance
+        return required is None or not cls.takes_distance or distance is None or distance == required
+
     def __init__(
         self,
         distance="euclidean",
@@ -473,8 +482,8 @@ class MetricLoss(keras.losses.Loss):
                 f"{' or '.join(kind.rstrip('s') for kind in self.sampler_kinds)} sampler{example}."
             )
         self.sampler = resolve_sampler(sampler, self.sampler_kinds, type(self).__name__)
-        required = getattr(self.sampler, "requires_distance", None)
-        if required is not None and self.takes_distance and self.distance != required:
+        if not self.fits_sampler_distance(self.sampler, self.distance):
+            required = self.sampler.requires_distance
             raise ValueError(
                 f"{type(self.sampler).__name__} assumes {required} distances between unit-norm "
                 f"embeddings, but {type(self).__name__} was built with distance={self.distance!r}; "

@@ -239,13 +239,15 @@ class CompiledLoss:
     def __init__(self, loss, variables):
         self.loss = loss
         self.variables = variables
+        # autograph=False: the loss is plain TensorFlow (as keras.losses.Loss.__call__,
+        # which autograph leaves unconverted); converting it would only cost tracing time.
         self._value_and_gradients = tf.function(self._value_and_gradients_fn, jit_compile=True,
-                                                reduce_retracing=True)
-        self._value = tf.function(self._value_fn, jit_compile=True, reduce_retracing=True)
+                                                reduce_retracing=True, autograph=False)
+        self._value = tf.function(self._value_fn, jit_compile=True, reduce_retracing=True, autograph=False)
         # The same functions without XLA, for the batches where the loss reports XLA slower.
         self._graph_value_and_gradients = tf.function(self._value_and_gradients_fn,
-                                                      reduce_retracing=True)
-        self._graph_value = tf.function(self._value_fn, reduce_retracing=True)
+                                                      reduce_retracing=True, autograph=False)
+        self._graph_value = tf.function(self._value_fn, reduce_retracing=True, autograph=False)
 
     def _value_fn(self, y, y_pred):
         return self.loss(y, y_pred)

@@ -33,7 +33,7 @@ def can_run(thresholds):
 def _sum_reducer(width):
     """The reducer of a variadic reduction of ``width`` int32 counts: elementwise sums."""
 
-    @tf.function(input_signature=[tf.TensorSpec([], tf.int32)] * (2 * width))
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int32)] * (2 * width), autograph=False)
     def add(*pairs):
         return [pairs[i] + pairs[width + i] for i in range(width)]
 

@@ -57,7 +57,7 @@ def count_chunk(query, gallery, gallery_norms, pos_idx, self_index):
     return at_least - tf.cast(self_counted, tf.int32), thr, num_pos
 
 
-at_least_by_counting = tf.function(count_chunk, jit_compile=True)
+at_least_by_counting = tf.function(count_chunk, jit_compile=True, autograph=False)
 
 
 def at_least_by_sorting(query, gallery, gallery_norms, pos_idx, self_index):

@@ -24,6 +24,7 @@ from call to call, and restored from a checkpoint together with the model.
 
 import collections
 import inspect
+import re
 
 import keras
 import tensorflow as tf
@@ -200,6 +201,15 @@ def importance_matrix(targets, dtype):
     carries no importance columns (plain labels): every pair then weighs 1."""
     w = importance_lib.pair_weights(targets)
     return None if w is None else tf.cast(w, dtype)
+
+
+def scope_name(name):
+    """``name`` as a TensorFlow root name scope (``[A-Za-z0-9.][A-Za-z0-9_.\\-/>]*``): any
+    other character becomes ``_``, a leading ``_``/``-``/``/``/``>`` is dropped; ``"loss"`` if
+    nothing is left. Keras names a loss after its class, so a class ``_Private`` is named
+    ``__private``, which TensorFlow refuses as a root scope in graph mode."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.\-/>]", "_", str(name)).lstrip("_-/>")
+    return cleaned or "loss"
 
 
 def refuse_sample_weight(owner):
@@ -682,6 +692,7 @@ class MetricLoss(keras.losses.Loss):
         )
 
     # -- keras.losses.Loss ---------------------------------------------------
+    @tf.autograph.experimental.do_not_convert
     def __call__(self, y_true, y_pred, sample_weight=None):
         """As ``keras.losses.Loss.__call__``, except that ``y_true`` is not cast
         to the loss dtype: labels and ids are identities, and a float (float32
@@ -691,10 +702,16 @@ class MetricLoss(keras.losses.Loss):
 
         ``call`` returns the scalar loss of the whole batch (its tuples span
         examples), so a per-example ``sample_weight`` has nothing to weight:
-        it is refused rather than applied to the scalar."""
+        it is refused rather than applied to the scalar.
+
+        Like ``keras.losses.Loss.__call__`` (Keras is on autograph's do-not-convert
+        list), the loss is not converted by autograph inside a caller's
+        ``tf.function``: ``compute`` and everything it calls is plain TensorFlow
+        (``tf.cond`` / ``tf.while_loop``, never a Python ``if`` on a tensor), so
+        converting it would only cost tracing time."""
         if sample_weight is not None:
             refuse_sample_weight(type(self).__name__)
-        with tf.name_scope(self.name):
+        with tf.name_scope(scope_name(self.name)):
             y_pred = tf.convert_to_tensor(y_pred)
             if y_pred.dtype != self.dtype:
                 y_pred = tf.cast(y_pred, self.dtype)

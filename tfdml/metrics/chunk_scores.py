@@ -47,4 +47,4 @@ def scores_and_thresholds(query, gallery, gallery_norms, pos_idx, self_index):
     return s, thr, num_pos
 
 
-scores_and_thresholds_xla = tf.function(scores_and_thresholds, jit_compile=True)
+scores_and_thresholds_xla = tf.function(scores_and_thresholds, jit_compile=True, autograph=False)

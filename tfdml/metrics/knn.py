@@ -263,7 +263,7 @@ def self_indices(start, size, leave_one_out):
     return np.full(size, -1, np.int32)
 
 
-@tf.function(reduce_retracing=True)
+@tf.function(reduce_retracing=True, autograph=False)
 def _topk_chunk(query, gallery, gallery_squared_norms, self_index, k):
     s = exclude_self(scores(query, gallery, gallery_squared_norms), self_index)
     return tf.math.top_k(s, k=k, sorted=True)

@@ -102,7 +102,7 @@ def chunk_counts(query, gallery, gallery_norms, pos_idx, self_index):
     return tf.shape(s)[1] - below, thr, num_pos
 
 
-chunk_counts_xla = tf.function(chunk_counts, jit_compile=True)
+chunk_counts_xla = tf.function(chunk_counts, jit_compile=True, autograph=False)
 
 
 def chunk_counter(num_positives, num_pairs):

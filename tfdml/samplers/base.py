@@ -374,7 +374,10 @@ class Sampler:
         batch of isolated pairs (the p-random design) never has."""
         return self.kind != "pairs"
 
+    @tf.autograph.experimental.do_not_convert
     def __call__(self, dist, labels, candidates=None, seed=None, embedding_dim=None):
+        """The selection (see the class); plain TensorFlow, not converted by autograph
+        inside a caller's ``tf.function`` (as :meth:`tfdml.losses.MetricLoss.__call__`)."""
         dist, labels, candidates = _prepare(dist, labels, candidates)
         if self.needs_seed:
             seed = check_seed(seed, type(self).__name__)

@@ -297,3 +297,55 @@ def test_losses_take_the_base_arguments_through_kwargs_and_refuse_what_they_fix(
         losses.BalancedContrastiveLoss(num_classes=3, eta=2.0)
     with pytest.raises(ValueError, match="takes no sampler"):
         losses.WeightedContrastiveLoss(sampler="hard")
+
+
+class PythonIfLoss(losses.ContrastiveLoss):
+    """A contrastive loss whose compute branches with a Python ``if`` on a tensor: only
+    autograph could turn it into a graph."""
+
+    def compute(self, targets, embeddings):
+        if tf.reduce_sum(embeddings) > 0:
+            return super().compute(targets, embeddings)
+        return tf.constant(0.0)
+
+
+class _PythonIfSampler(samplers.AllPairsSampler):
+    def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
+        if tf.reduce_sum(dist) > 0:
+            return super().sample(dist, labels, candidates, seed=seed, embedding_dim=embedding_dim)
+        return super().sample(dist, labels, candidates, seed=seed, embedding_dim=embedding_dim)
+
+
+def test_losses_and_samplers_are_plain_tensorflow_not_converted_by_autograph(ref):
+    """A loss or sampler called in a caller's tf.function is traced as written, as Keras traces
+    keras.losses.Loss (converting every module of the library would only cost tracing time):
+    a Python `if` on a tensor in a subclass is refused in graph mode, not silently converted."""
+    y, e = batch(ref)
+
+    @tf.function
+    def loss_step(y, e):
+        return PythonIfLoss()(y, e)
+
+    @tf.function
+    def sampler_step(d, labels):
+        return _PythonIfSampler()(d, labels)
+
+    with pytest.raises(TypeError, match="Python .?bool"):
+        loss_step(y, e)
+    with pytest.raises(TypeError, match="Python .?bool"):
+        sampler_step(tf.ones([4, 4]), tf.constant([0, 0, 1, 1]))
+    # Eagerly the same subclass runs: the contract is only that nothing converts it.
+    assert np.isfinite(float(PythonIfLoss()(y, e)))
+
+
+class _PrivateNameLoss(losses.ContrastiveLoss):
+    """Keras names a loss after its class: here "__private_name_loss", which TensorFlow
+    refuses as a root name scope."""
+
+
+@pytest.mark.parametrize("name", [None, "_x", "my loss (v2)", "é"])
+def test_any_class_or_given_name_traces_in_a_tf_function(ref, name):
+    y, e = batch(ref)
+    loss = _PrivateNameLoss() if name is None else losses.ContrastiveLoss(name=name)
+    value = tf.function(lambda y, e: loss(y, e))(y, e)
+    np.testing.assert_allclose(float(value), float(losses.ContrastiveLoss()(y, e)), rtol=1e-6)

@@ -809,6 +809,58 @@ def test_resuming_with_another_config_is_refused_naming_the_keys(tmp_path):
     assert fit.run(changed, verbose=0, fresh=True)["resumed_from_epoch"] == 0
 
 
+def test_a_mixed_bfloat16_run_trains_resumes_only_with_its_policy_and_exports_float32(tmp_path):
+    """model.dtype_policy: mixed_bfloat16 computes the backbone in bfloat16 with float32
+    variables and a float32 head; the loss is finite, the global policy is the one before
+    the run, a resume with another policy is refused, both exports serve float32."""
+    before = keras.config.dtype_policy().name
+    cfg = small_cfg(tmp_path, **{"model.dtype_policy": "mixed_bfloat16", "evaluation.metrics": ["recall"],
+                                 "evaluation.ks": [1]})
+    with pytest.raises(KeyboardInterrupt):
+        fit.run(cfg, verbose=0, callbacks=[_KillAfterEpoch(1)])
+    assert keras.config.dtype_policy().name == before
+    other = small_cfg(tmp_path, **{"evaluation.metrics": ["recall"], "evaluation.ks": [1]})
+    with pytest.raises(ExperimentError, match=r"another config \(differing: model.dtype_policy\)"):
+        fit.run(other, verbose=0)
+    result = fit.run(cfg, verbose=0)
+    assert result["resumed_from_epoch"] == 1 and np.isfinite(result["history"]["loss"]).all()
+    assert keras.config.dtype_policy().name == before
+
+    from pipelines import sources
+
+    x = sources.get_source("digits").split("test").images[:8].astype("float32")
+    model = keras.saving.load_model(os.path.join(tmp_path, "model.keras"))
+    assert model.encoder.get_layer("small_cnn").get_layer("conv0").compute_dtype == "bfloat16"
+    assert model.encoder.get_layer("embedding").compute_dtype == "float32"
+    # The encoder's weights and the loss's state (β; the sampler's seed is an integer).
+    assert {v.dtype for v in model.variables if "int" not in v.dtype} == {"float32"}
+    embeddings = model.predict(x, verbose=0)
+    assert embeddings.dtype == np.float32 and np.isfinite(embeddings).all()
+    loaded = tf.saved_model.load(os.path.join(tmp_path, "saved_model"))  # keep a reference
+    served = loaded.serve(tf.constant(x))
+    assert served.dtype == tf.float32
+    # The same unit vectors (up to bfloat16 rounding, 8 bits of mantissa, in the backbone).
+    np.testing.assert_allclose(served.numpy(), embeddings, atol=0.05)
+
+
+@pytest.mark.parametrize("loss, extra", [
+    pytest.param({"name": "triplet", "sampler": "semi_hard", "memory": {"size": 48, "warmup_steps": 1}}, {},
+                 id="memory"),
+    pytest.param({"name": "triplet", "sampler": "learned",
+                  "sampler_options": {"tuples_per_minibatch": 4, "minibatches": 2, "pretrain_steps": 1}},
+                 {"design.m": 6}, id="learned", marks=pytest.mark.slow),
+])
+def test_mixed_bfloat16_with_the_cross_batch_memory_and_the_learned_sampler(tmp_path, loss, extra):
+    """The memory and the learned sampler see the float32 embeddings of the head. The
+    learned sampler's variant is slow, as test_learned_sampler_runs_from_a_config."""
+    cfg = small_cfg(tmp_path, loss=loss, **{"training.epochs": 1, "training.steps_per_epoch": 3,
+                                            "model.dtype_policy": "mixed_bfloat16", "evaluation.metrics": ["recall"],
+                                            "evaluation.ks": [1], **extra})
+    result = fit.run(cfg, verbose=0)
+    assert np.isfinite(result["history"]["loss"]).all()
+    assert 0.0 <= result["metrics"]["recall@1"] <= 1.0
+
+
 def test_a_finished_run_is_not_overwritten(finished_run, capsys, monkeypatch):
     cfg, _, out = finished_run
     before = os.path.getmtime(os.path.join(out, "model.keras"))

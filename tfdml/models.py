@@ -65,6 +65,30 @@ def get_backbone(name, input_shape, **kwargs):
     return backbones_lib.get_backbone(name, input_shape=input_shape, **kwargs)
 
 
+#: The Keras dtype policies :func:`dtype_policy_scope` builds an encoder under (the
+#: config's ``model.dtype_policy``): ``"float32"``, or ``"mixed_bfloat16"``: bfloat16
+#: compute with float32 variables (needs no loss scaling, unlike ``"mixed_float16"``).
+DTYPE_POLICIES = ("float32", "mixed_bfloat16")
+
+
+@contextlib.contextmanager
+def dtype_policy_scope(policy):
+    """Keras' global dtype policy set to ``policy`` (one of :data:`DTYPE_POLICIES`) inside
+    the block, and the previous one restored after it, also when the block raises.
+
+    The layers created inside keep ``policy``: build the backbone and
+    :func:`build_encoder` inside, the loss and the model that wraps the encoder outside.
+    Raises ValueError for another name."""
+    if policy not in DTYPE_POLICIES:
+        raise ValueError(f"dtype policy {policy!r} is not supported; use one of: {', '.join(DTYPE_POLICIES)}.")
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
 def build_encoder(backbone, embedding_dim=128, normalize=True, name="encoder"):
     """``backbone`` followed by a linear embedding head (Dense to ``embedding_dim``).
 
@@ -72,12 +96,19 @@ def build_encoder(backbone, embedding_dim=128, normalize=True, name="encoder"):
     §3: embeddings on the unit sphere, which distance weighted sampling
     assumes). The head layer is named ``embedding`` so that it can be given its
     own learning rate.
+
+    The head computes in the variable dtype of Keras' global dtype policy: under
+    ``mixed_bfloat16`` (:func:`dtype_policy_scope`) the backbone computes in
+    bfloat16 and the head in float32, so the embeddings that the loss, the
+    metrics and the exports see are float32 (as Keras' mixed precision guide
+    keeps a model's outputs).
     """
+    head_dtype = keras.config.dtype_policy().variable_dtype
     inputs = keras.Input(shape=backbone.input_shape[1:], name="input")
     features = backbone(inputs)
-    emb = keras.layers.Dense(embedding_dim, name="embedding")(features)
+    emb = keras.layers.Dense(embedding_dim, name="embedding", dtype=head_dtype)(features)
     if normalize:
-        emb = keras.layers.UnitNormalization(name="l2_normalize")(emb)
+        emb = keras.layers.UnitNormalization(name="l2_normalize", dtype=head_dtype)(emb)
     return keras.Model(inputs, emb, name=name)
 
 

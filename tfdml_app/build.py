@@ -91,11 +91,14 @@ def build_model(cfg, input_shape, num_classes, num_examples):
         # (None = from scratch, never an implicit download), pipeline images in [0, 1].
         options.setdefault("weights", m["weights"])
         options.setdefault("input_range", (0.0, 1.0))
-    try:
-        backbone = models.get_backbone(m["backbone"], input_shape, **options)
-    except (TypeError, ValueError, ImportError, FileNotFoundError) as err:
-        raise ExperimentError(f"model: {err}") from None
-    encoder = models.build_encoder(backbone, m["embedding_dim"], normalize=m["normalize"])
+    # The dtype policy applies to the encoder's layers only (the loss's state and the
+    # learned sampler's network stay float32) and is not left set after the build.
+    with models.dtype_policy_scope(m["dtype_policy"]):
+        try:
+            backbone = models.get_backbone(m["backbone"], input_shape, **options)
+        except (TypeError, ValueError, ImportError, FileNotFoundError) as err:
+            raise ExperimentError(f"model: {err}") from None
+        encoder = models.build_encoder(backbone, m["embedding_dim"], normalize=m["normalize"])
     loss = build_loss(cfg, num_classes, num_examples)
     if cfg["loss"]["sampler"] in config_lib.LEARNED_SAMPLERS:
         model = build_dsn_model(cfg, encoder, loss)

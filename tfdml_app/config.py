@@ -116,6 +116,12 @@ def _jit_compile_choices():
     return models.JIT_COMPILE_CHOICES
 
 
+def _dtype_policies():
+    from tfdml import models
+
+    return models.DTYPE_POLICIES
+
+
 def _distance_names():
     from tfdml.metrics import knn
 
@@ -180,6 +186,10 @@ SCHEMA = {
         "weights": _Field((str, type(None)), None, doc="pretrained weights: None, 'imagenet', 'bundled' or a path"),
         "embedding_dim": _Field(int, 64, check=_at_least(1)),
         "normalize": _Field(bool, True, doc="L2-normalise embeddings"),
+        "dtype_policy": _Field(str, "float32", _dtype_policies,
+                               doc="Keras dtype policy of the backbone: 'mixed_bfloat16' computes it "
+                                   "in bfloat16 (variables, embedding head, embeddings and loss stay "
+                                   "float32)"),
     },
     "loss": {
         "name": _Field(str, "margin", _loss_names, doc="a tfdml.losses.LOSSES name"),

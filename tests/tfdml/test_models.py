@@ -397,3 +397,35 @@ def test_export_serves_the_encoder_without_the_loss_state(tmp_path):
     assert {tuple(v.shape) for v in served.variables} == {(4, 3), (3,)}
     np.testing.assert_allclose(served.serve(tf.constant(x)).numpy(), model.predict(x, verbose=0),
                                atol=1e-6)
+
+
+def test_dtype_policy_scope_builds_a_bfloat16_backbone_with_a_float32_head_and_restores_the_policy():
+    """Under mixed_bfloat16 the backbone computes in bfloat16, every variable and the
+    head stay float32, so the embeddings are float32; the global policy is restored
+    after the block, also when it raises."""
+    before = keras.config.dtype_policy().name
+    with models.dtype_policy_scope("mixed_bfloat16"):
+        encoder = models.build_encoder(models.small_cnn((8, 8, 1), width=4), embedding_dim=8)
+    assert keras.config.dtype_policy().name == before
+    backbone = encoder.get_layer("small_cnn")
+    assert backbone.get_layer("conv0").compute_dtype == "bfloat16"
+    assert encoder.get_layer("embedding").compute_dtype == "float32"
+    assert encoder.get_layer("l2_normalize").compute_dtype == "float32"
+    assert {v.dtype for v in encoder.variables} == {"float32"}
+    x, y = _data()
+    model = models.EmbeddingModel(encoder)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=losses.MarginLoss(num_classes=4),
+                  jit_compile=False)
+    history = model.fit(x, y, epochs=1, batch_size=16, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert model(x).dtype == tf.float32
+    with pytest.raises(RuntimeError), models.dtype_policy_scope("mixed_bfloat16"):
+        raise RuntimeError("a failing build")
+    assert keras.config.dtype_policy().name == before
+
+
+def test_dtype_policy_scope_refuses_other_policies():
+    """mixed_float16 would need loss scaling, which the tfdml train steps do not do."""
+    with pytest.raises(ValueError, match=r"'mixed_float16' is not supported.*float32, mixed_bfloat16"):
+        with models.dtype_policy_scope("mixed_float16"):
+            pass

@@ -77,6 +77,22 @@ def test_jit_compile_takes_the_models_choices():
         config.validate({"loss": {"name": "triplet", "sampler": "learned"}, "training": {"jit_compile": "loss"}})
 
 
+def test_dtype_policy_takes_the_models_choices():
+    from tfdml import models
+
+    assert config.validate({})["model"]["dtype_policy"] == "float32"
+    for value in models.DTYPE_POLICIES:
+        assert config.validate({"model": {"dtype_policy": value}})["model"]["dtype_policy"] == value
+    with pytest.raises(config.ConfigError, match=r"^model.dtype_policy = 'mixed_bfloat' is not valid \(did you mean "
+                                                 r"'mixed_bfloat16'\?\); choose one of: float32, mixed_bfloat16\.$"):
+        config.load(None, ["model.dtype_policy=mixed_bfloat"])
+    with pytest.raises(config.ConfigError, match=r"model.dtype_policy = 'mixed_float16'.*choose one of"):
+        config.validate({"model": {"dtype_policy": "mixed_float16"}})
+    # Part of the model: a resume with another policy is refused.
+    assert "model.dtype_policy" in config.resume_differences(
+        config.validate({}), config.validate({"model": {"dtype_policy": "mixed_bfloat16"}}))
+
+
 def test_overrides_are_parsed_as_yaml():
     cfg = config.load(None, ["training.epochs=2", "loss.options={alpha: 0.3}", "output_dir=/tmp/x"])
     assert cfg["training"]["epochs"] == 2

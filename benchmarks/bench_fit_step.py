@@ -10,7 +10,10 @@ with 32, 64, 128, 256 filters, global average pooling, Dense 128, L2
 normalisation, on 32×32×1 inputs, trained by ``EmbeddingModel.fit`` with
 Adam on m-per-class batches (m = 4, or `--per-class`) held in memory. Modes: ``graph``
 (``jit_compile=False``), ``xla`` (``True``: the whole step, convolutions
-included) and ``loss`` (only the loss and its sampler, with their gradient).
+included) and ``loss`` (only the loss and its sampler, with their gradient);
+each also as ``MODE:mixed_bfloat16`` (``--modes loss loss:mixed_bfloat16``): the
+convolutional part computes in bfloat16, the head in float32, as a config's
+``model.dtype_policy`` builds the encoder.
 
 Each round runs every mode once, in turn (so a change of the machine's load
 hits all modes alike): a fresh model, ``--warmup`` steps (tracing and XLA
@@ -45,19 +48,34 @@ import machine  # noqa: E402
 from tfdml import losses, models  # noqa: E402
 
 MODES = {"graph": False, "xla": True, "loss": models.LOSS_ONLY}
+#: Every mode name: a mode of MODES, alone (float32) or with ":" and another dtype policy of
+#: tfdml.models.DTYPE_POLICIES, e.g. "loss:mixed_bfloat16" (the network computes in bfloat16).
+MODE_NAMES = list(MODES) + [f"{m}:{p}" for p in models.DTYPE_POLICIES if p != "float32" for m in MODES]
 
 
-def network(embedding_dim=128, widths=(32, 64, 128, 256)):
-    inputs = keras.Input((32, 32, 1))
-    x = inputs
-    for width in widths:
-        x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False)(x)
-        x = keras.layers.BatchNormalization()(x)
-        x = keras.layers.ReLU()(x)
-        x = keras.layers.MaxPooling2D()(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    x = keras.layers.Dense(embedding_dim)(x)
-    x = keras.layers.UnitNormalization()(x)
+def parse_mode(name):
+    """``(jit_compile, dtype policy)`` of a mode name of :data:`MODE_NAMES`."""
+    mode, _, policy = name.partition(":")
+    if name not in MODE_NAMES:
+        raise ValueError(f"unknown mode {name!r}; choose from {', '.join(MODE_NAMES)}")
+    return MODES[mode], policy or "float32"
+
+
+def network(embedding_dim=128, widths=(32, 64, 128, 256), dtype_policy="float32"):
+    """The glyph CNN; its convolutional part computes under ``dtype_policy``
+    (:func:`tfdml.models.dtype_policy_scope`), the embedding head in float32 (as
+    :func:`tfdml.models.build_encoder` builds it)."""
+    with models.dtype_policy_scope(dtype_policy):
+        inputs = keras.Input((32, 32, 1))
+        x = inputs
+        for width in widths:
+            x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False)(x)
+            x = keras.layers.BatchNormalization()(x)
+            x = keras.layers.ReLU()(x)
+            x = keras.layers.MaxPooling2D()(x)
+        x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Dense(embedding_dim, dtype="float32")(x)
+    x = keras.layers.UnitNormalization(dtype="float32")(x)
     return keras.Model(inputs, x)
 
 
@@ -98,9 +116,10 @@ def make_loss(name, sampler, num_classes):
 
 def time_mode(mode, loss_name, sampler, batch_size, warmup, steps, per_class=4):
     keras.utils.set_random_seed(0)
-    model = models.EmbeddingModel(network())
+    jit_compile, policy = parse_mode(mode)
+    model = models.EmbeddingModel(network(dtype_policy=policy))
     model.compile(optimizer="adam", loss=make_loss(loss_name, sampler, batch_size // per_class),
-                  jit_compile=MODES[mode])
+                  jit_compile=jit_compile)
     timer = StepTimer(warmup)
     model.fit(batches(batch_size, per_class), steps_per_epoch=warmup + steps, epochs=1, verbose=0,
               callbacks=[timer], shuffle=False)
@@ -112,9 +131,10 @@ def fit_calls(mode, loss_name, sampler, batch_size, calls, steps, per_class=4):
     epochs=1)`` calls on one fresh compiled model: each call's wall time (``fit`` in, ``fit`` out)
     and the times of its steps (the first call's include tracing and compilation)."""
     keras.utils.set_random_seed(0)
-    model = models.EmbeddingModel(network())
+    jit_compile, policy = parse_mode(mode)
+    model = models.EmbeddingModel(network(dtype_policy=policy))
     model.compile(optimizer="adam", loss=make_loss(loss_name, sampler, batch_size // per_class),
-                  jit_compile=MODES[mode])
+                  jit_compile=jit_compile)
     data = batches(batch_size, per_class)
     out = []
     for _ in range(calls):
@@ -170,7 +190,8 @@ def main(argv=None):
     parser.add_argument("--sampler", default="distance_weighted")
     parser.add_argument("--batch", type=int, nargs="+", default=[128])
     parser.add_argument("--per-class", type=int, default=4, help="m, examples per class in a batch")
-    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODE_NAMES,
+                        help="graph, xla, loss; with ':mixed_bfloat16' the network computes in bfloat16")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30)

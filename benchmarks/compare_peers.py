@@ -908,7 +908,9 @@ def arguments(argv=None):
     parser.add_argument("--large", action="store_true", help="add n = 60,000 to the eval part")
     parser.add_argument("--repeat", type=int, default=3, help="calls per eval process (the first is cold)")
     parser.add_argument("--fit-batch", type=int, default=128)
-    parser.add_argument("--fit-modes", nargs="+", default=["graph", "xla", "loss"], choices=["graph", "xla", "loss"])
+    parser.add_argument("--fit-modes", nargs="+", default=["graph", "xla", "loss"],
+                        help="modes of bench_fit_step.py (graph, xla, loss; ':mixed_bfloat16' after one "
+                             "computes the network in bfloat16)")
     parser.add_argument("--fit-rounds", type=int, default=3)
     parser.add_argument("--fit-warmup", type=int, default=5)
     parser.add_argument("--fit-steps", type=int, default=30)

@@ -38,3 +38,20 @@ def test_fit_startup_needs_two_calls(capsys):
     with pytest.raises(SystemExit):
         bench_fit_step.main(["--fit-startup", "--fit-calls", "1"])
     assert "--fit-startup needs --fit-calls >= 2" in capsys.readouterr().err
+
+
+def test_a_mode_names_its_jit_compile_and_dtype_policy():
+    assert bench_fit_step.parse_mode("graph") == (False, "float32")
+    assert bench_fit_step.parse_mode("loss:mixed_bfloat16") == ("loss", "mixed_bfloat16")
+    with pytest.raises(ValueError, match="choose from"):
+        bench_fit_step.parse_mode("loss:mixed_float16")
+
+
+def test_a_mixed_bfloat16_mode_trains_a_bfloat16_network_with_a_float32_head(capsys):
+    net = bench_fit_step.network(embedding_dim=8, widths=(4,), dtype_policy="mixed_bfloat16")
+    assert net.layers[1].compute_dtype == "bfloat16"  # the first convolution
+    assert net.output.dtype == "float32"
+    bench_fit_step.main(["--batch", "8", "--modes", "graph", "graph:mixed_bfloat16", "--rounds", "1",
+                         "--warmup", "1", "--steps", "2"])
+    out = capsys.readouterr().out
+    assert "| 8 | graph:mixed_bfloat16 |" in out

@@ -140,6 +140,10 @@ class TfdmlMemory:
                 "rows": filled}
 
     def peak_rss(self):
+        """The worker's peak resident set, its libraries imported (a row's growth is then the row's own)."""
+        import bench_losses  # noqa: F401
+        from tfdml import losses  # noqa: F401
+
         return {"bytes": peak_rss_bytes()}
 
 
@@ -196,6 +200,9 @@ class TorchMemory:
         return {"value": value, "bytes": sum(b.numel() * b.element_size() for b in buffers)}
 
     def peak_rss(self):
+        """The worker's peak resident set, its libraries imported (a row's growth is then the row's own)."""
+        import pytorch_metric_learning.losses  # noqa: F401
+
         return {"bytes": peak_rss_bytes()}
 
 

@@ -5,6 +5,7 @@ installed. No timing is asserted."""
 
 import importlib.util
 import os
+import re
 import sys
 
 import numpy as np
@@ -66,6 +67,7 @@ def test_the_tfdml_side_fills_the_memory_before_the_timed_step(tmp_path):
     assert set(saved["memory_labels"]) <= set(saved["labels"])  # past examples of the batch's classes
     for name in answer["names"]:
         assert side.call(name)["seconds"] > 0
+    assert side.peak_rss()["bytes"] >= answer["bytes"]  # the worker holds at least the memory's buffers
 
 
 def test_fill_batches_are_other_examples_and_hold_k_rows():
@@ -105,3 +107,18 @@ def test_pml_cross_batch_memory_computes_the_same_loss_as_tfdml(tmp_path):
                 case, size, ours, theirs)
             assert theirs["bytes"] == (size + 8) * 8 * 4 + (size + 8) * 8  # float32 embeddings, int64 labels
             assert torch_side.call(threads=1)["seconds"] > 0
+
+
+def test_the_guide_s_memory_section_names_both_commands_as_they_parse():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import reproduce
+
+    guide = open(os.path.join(ROOT, "docs", "guide.md"), encoding="utf-8").read()
+    section = " ".join(guide.split("## Cross-batch memory", 1)[1].split("\n## ", 1)[0].split())
+    commands = dict((script, args.split()) for script, args in
+                    re.findall(r"`python benchmarks/(\w+)\.py ([^`]+)`", section))
+    assert set(commands) == {"compare_peers", "reproduce"}
+    assert "memory" in cp.arguments(commands["compare_peers"]).parts
+    claim = reproduce.build_parser().parse_args(commands["reproduce"]).claim
+    assert claim == ["xbm_memory"] and {row["id"] for row in reproduce.paper_claims.rows_of("xbm_memory")} == {
+        "xbm_size", "xbm_ms", "xbm_size_is"}

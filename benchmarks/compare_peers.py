@@ -1,6 +1,6 @@
 """tfdml next to its peers on this machine: PML, PyTorch, faiss, TF Addons, TF Similarity.
 
-    python benchmarks/compare_peers.py                                # all parts: B = 256, 1024; n = 20k; fit B = 128
+    python benchmarks/compare_peers.py                                # losses, eval, fit: B = 256, 1024; n = 20k; fit B = 128
     python benchmarks/compare_peers.py --parts losses --batch 256 --runs 5
     python benchmarks/compare_peers.py --parts losses --cases histogram "proxy anchor"
     python benchmarks/compare_peers.py --parts eval --large           # n = 20k and 60k

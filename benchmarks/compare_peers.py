@@ -1,10 +1,11 @@
 """tfdml next to its peers on this machine: PML, PyTorch, faiss, TF Addons, TF Similarity.
 
-    python benchmarks/compare_peers.py                                # all parts: B = 256, 1024; n = 20k; fit B = 128
+    python benchmarks/compare_peers.py                                # losses, eval, fit: B = 256, 1024; n = 20k; fit B = 128
     python benchmarks/compare_peers.py --parts losses --batch 256 --runs 5
     python benchmarks/compare_peers.py --parts losses --cases histogram "proxy anchor"
     python benchmarks/compare_peers.py --parts eval --large           # n = 20k and 60k
     python benchmarks/compare_peers.py --parts fit --fit-rounds 3 --fit-steps 30
+    python benchmarks/compare_peers.py --parts memory --memory-sizes 1024 8192 32768   # peers_memory.py
     python benchmarks/compare_peers.py --threads 2 1                  # PyTorch with 2 and with 1 thread
     python benchmarks/compare_peers.py --make-legacy-venv             # TF Addons + TF Similarity, once
     python benchmarks/compare_peers.py --parts losses --legacy-python PATH/bin/python
@@ -24,7 +25,9 @@ interpreter (both workers then use it)::
     PEERS/bin/python benchmarks/compare_peers.py --parts losses
 
 (``python`` there is tfdml's interpreter; ``--system-site-packages`` would
-expose the base interpreter's packages, not those of tfdml's venv.) Three parts:
+expose the base interpreter's packages, not those of tfdml's venv.) Four parts
+(the fourth, ``memory``, a cross-batch memory's step in tfdml and in PML, is
+described in peers_memory.py):
 
 * ``losses`` — one forward + backward of loss and miner on the same B × 128
   L2-normalised embeddings (m = 4 per class) in each library (``--cases``):
@@ -104,9 +107,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(HERE), HERE]
+
+import peers_memory  # noqa: E402  (benchmarks/peers_memory.py: the memory part)
 
 BENCH_HINT = "pip install -e '.[bench]'"
 PEERS = {  # module -> distribution, as pip names it
@@ -343,7 +349,7 @@ class TfSide:
         return {"seconds": time.perf_counter() - start}
 
 
-class TfdmlSide(TfSide):
+class TfdmlSide(TfSide, peers_memory.TfdmlMemory):
     """Runs in the tfdml worker: TensorFlow, tfdml and the existing benchmark helpers."""
 
     def info(self):
@@ -494,7 +500,7 @@ def legacy_step(loss, y, e):
     return value, tape.gradient(value, e)
 
 
-class TorchSide:
+class TorchSide(peers_memory.TorchMemory):
     """Runs in the PyTorch worker: PyTorch and pytorch-metric-learning, no TensorFlow."""
 
     def __init__(self):
@@ -896,7 +902,8 @@ def part_fit(tfdml, peer, batch, modes, rounds, warmup, steps, threads, scratch,
 def arguments(argv=None):
     """The parsed command line (``argv``; None: ``sys.argv[1:]``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", nargs="+", default=["losses", "eval", "fit"], choices=["losses", "eval", "fit"])
+    parser.add_argument("--parts", nargs="+", default=["losses", "eval", "fit"],
+                        choices=["losses", "eval", "fit", "memory"])
     parser.add_argument("--batch", type=int, nargs="+", default=[256, 1024], help="B of the losses part")
     parser.add_argument("--cases", nargs="+", default=list(LOSS_CASES), choices=LOSS_CASES, metavar="CASE",
                         help="loss + miner cases of the losses part")
@@ -914,6 +921,11 @@ def arguments(argv=None):
     parser.add_argument("--fit-rounds", type=int, default=3)
     parser.add_argument("--fit-warmup", type=int, default=5)
     parser.add_argument("--fit-steps", type=int, default=30)
+    parser.add_argument("--memory-sizes", type=int, nargs="+", default=list(peers_memory.MEMORY_SIZES),
+                        metavar="K", help="memory sizes (tfdml's rows) of the memory part")
+    parser.add_argument("--memory-cases", nargs="+", default=list(peers_memory.MEMORY_CASES),
+                        choices=peers_memory.MEMORY_CASES, metavar="CASE", help="loss cases of the memory part")
+    parser.add_argument("--memory-batch", type=int, default=256, help="B of the memory part")
     parser.add_argument("--threads", type=int, nargs="+", default=[usable_cores()],
                         help="torch.set_num_threads for PyTorch's side (several: one column each)")
     parser.add_argument("--legacy-python", metavar="PATH", default=default_legacy_python(),
@@ -945,7 +957,7 @@ def main(argv=None):
     tfdml = peer = legacy = None
     try:
         tfdml = Worker("tfdml")
-        peer = Worker("torch") if have_torch and {"losses", "fit"} & set(args.parts) else None
+        peer = Worker("torch") if have_torch and {"losses", "fit", "memory"} & set(args.parts) else None
         legacy, legacy_info = (legacy_worker(args.legacy_python) if "losses" in args.parts else None) or (None, None)
         info = tfdml.ask("info")
         print(f"Machine: {info['machine']}")
@@ -973,6 +985,13 @@ def main(argv=None):
             if "fit" in args.parts:
                 part_fit(tfdml, peer, args.fit_batch, args.fit_modes, args.fit_rounds, args.fit_warmup,
                          args.fit_steps, args.threads, scratch)
+            if "memory" in args.parts:
+                shared = types.SimpleNamespace(  # what the memory part shares with the others
+                    interleaved=interleaved, timed=timed, ratio=ratio, cell=cell, thread_label=thread_label,
+                    settings_lines=settings_lines, VALUE_RTOL=VALUE_RTOL)
+                peers_memory.part_memory(shared, tfdml, peer, args.memory_sizes, args.memory_cases,
+                                         args.memory_batch, args.per_class, args.dim, args.runs, args.warmup,
+                                         args.threads, scratch)
     finally:
         for worker in (tfdml, peer, legacy):
             if worker:

@@ -80,6 +80,10 @@ VIEW_KEY = "_view"
 #: An arm's key that is not config: it trains this many times the budget's steps
 #: (the same number of evaluations, each after that many times the steps).
 STEPS_KEY = "_steps_factor"
+#: An arm's key that is not config: the cross-batch memory's warm-up as a fraction of the
+#: run's steps (``loss.memory.warmup_steps`` is set from it, so every budget keeps the
+#: memory off for the same share of training).
+WARMUP_KEY = "_memory_warmup"
 #: The figures of the raw-pixel floor.
 FLOOR_METRICS = ("recall@1", "precision@5", "map@r", "nmi")
 
@@ -214,7 +218,38 @@ def _learned_b80(pretrain_steps, tuples=16):
                                                 "learning_rate": 0.001, "pretrain_steps": pretrain_steps}}})
 
 
-ARMS = {**_wu_arms(), **_hong_arms(), **_lu_duan_arms()}
+#: Batch of the XBM arms: the (4, 16)-group design, the one design whose batches give the
+#: memory's importance weights (independent batches), for every XBM arm alike.
+XBM_DESIGN = {"design": {"name": "group", "m": 4, "n": 16}}
+#: Memory sizes of the XBM arms (0: no memory), multiples of the batch (64) as the importance
+#: weights need; the largest fills within the quick budget after its warm-up.
+XBM_SIZES = (0, 256, 1024)
+#: The memory's warm-up, a fraction of the run (Wang et al. start the memory after a warm-up:
+#: the first embeddings drift fast).
+XBM_WARMUP = 0.25
+
+
+def _xbm_arms():
+    """Wang et al. 2020 (XBM): the loss of configs/xbm_contrastive_memory.yaml (ℓ2 contrastive
+    on cosine distances, margin 0.5: positives 1 − S, negatives [S − 0.5]_+, every pair) with a
+    memory of K = 0, 256 and 1024 embeddings, without and with the importance weights of the
+    memory (``importance: true``), and the multi-similarity loss with its miner without and
+    with the largest memory. All on the (4, 16)-group design."""
+    contrastive = _loss("contrastive", margin=0.5, squared=False, distance="cosine")
+    contrastive["loss"]["sampler"] = "none"
+    losses = {"contrastive": contrastive, "contrastive-is": _merge(contrastive, {"loss": {"options": {
+        "importance": True}}}), "multi_similarity": _loss("multi_similarity", "multi_similarity")}
+    arms = {}
+    for name, section in losses.items():
+        for size in XBM_SIZES:
+            if name == "multi_similarity" and size not in (0, XBM_SIZES[-1]):
+                continue
+            memory = {"loss": {"memory": {"size": size}}, WARMUP_KEY: XBM_WARMUP} if size else {}
+            arms[f"xbm-{name}-mem{size}"] = _merge(XBM_DESIGN, section, memory)
+    return arms
+
+
+ARMS = {**_wu_arms(), **_hong_arms(), **_lu_duan_arms(), **_xbm_arms()}
 
 
 # --------------------------------------------------------------------------- experiments
@@ -309,6 +344,13 @@ CLAIMS = {
         "metric": "recall@1",
         "paper": {},
         "curves": ["triplet-learned-b80-pretrain200", "triplet-learned-b80-t20", "triplet-learned-b80"],
+    },
+    "xbm_memory": {
+        "source": "Wang et al. 2020, XBM (memory size; contrastive and multi-similarity with and without the "
+                  "memory); with importance weights: tfdml.importance.memory_pair_weights",
+        "metric": "recall@1",
+        "paper": {},
+        "curves": [f"xbm-contrastive-mem{size}" for size in XBM_SIZES],
     },
 }
 
@@ -447,7 +489,11 @@ def arm_config(arm, seed, view, budget, run_dir):
         "evaluation": {"metrics": ["recall", "precision@5", "map@r", "nmi"], "ks": [1], "every_n_epochs": 1,
                        "batch_size": 1024},
     }
-    return _merge(base, {k: v for k, v in ARMS[arm].items() if k not in (VIEW_KEY, STEPS_KEY)})
+    config = _merge(base, {k: v for k, v in ARMS[arm].items() if k not in (VIEW_KEY, STEPS_KEY, WARMUP_KEY)})
+    if WARMUP_KEY in ARMS[arm]:
+        steps = evaluations * steps_per_epoch
+        config["loss"]["memory"]["warmup_steps"] = int(round(ARMS[arm][WARMUP_KEY] * steps))
+    return config
 
 
 def config_key(config):
@@ -1039,7 +1085,8 @@ def results_block(out):
     experiments = [c for c in CLAIMS if has_results(c, out)]
     where = os.path.relpath(out, ROOT)
     lines = [RESULTS_BEGIN, "", budget_text(out), "", rule_text(), "",
-             "**Every claim of the four papers**, run or not (the verdict of each row is the verdict function's "
+             "**Every claim of the four papers**, and the memory-size claims of Wang et al. 2020 (XBM), run or "
+             "not (the verdict of each row is the verdict function's "
              "on its checks; an investigation is a probe of a failed claim, not a claim of a paper):", "",
              claims_table(out), "", total_cost_line(experiments, out), "",
              data_line(list({(r["arm"], r["seed"]): r for c in experiments for a in claim_arms(c)

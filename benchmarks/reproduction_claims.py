@@ -1,4 +1,5 @@
-"""Every claim of the four papers the reproduction study reads, run or not, as data.
+"""Every claim of the four papers the reproduction study reads, and the memory claims of Wang
+et al. 2020 (XBM), run or not, as data.
 
 One row per claim: the paper, its figure or table, the claim in the paper's
 terms, and either the **checks** that test it (run by the experiment
@@ -19,10 +20,16 @@ untested). ``metric``: only an investigation whose subject is not retrieval
 differ in a way that bears on the verdict.
 """
 
-WU, HONG, LU, DUAN = "Wu et al. 2017", "Hong et al.", "Lu et al. 2019", "Duan et al. 2019"
+WU, HONG, LU, DUAN, XBM = ("Wu et al. 2017", "Hong et al.", "Lu et al. 2019", "Duan et al. 2019",
+                          "Wang et al. 2020")
 
 _WU_PROTOCOL = ("Wu: SOP, from scratch, 100 epochs, the best epoch reported (§5.2); here: 2,000 steps, "
                 "about 1 epoch of the kanji set (0.5 at batch 40, 1.6 at 120), the final step")
+
+
+_XBM_PROTOCOL = ("Wang et al.: SOP, In-shop, VehicleID, ImageNet-pretrained, memory sizes up to the training "
+                 "split, warm-up of 1k iterations; here: from scratch, the (4, 16)-group design (B = 64), "
+                 "memory 256 and 1,024 embeddings, the memory off for the first quarter of the steps")
 
 
 def _b(arm, batch):
@@ -157,6 +164,17 @@ CLAIMS = [
     {"id": "duan_npair", "paper": DUAN, "where": "Tables 1–2",
      "claim": "DE-DSP improves the N-pair loss",
      "untested": "no N-pair + DSN arm"},
+    # ------------------------------------------------------------------ Wang et al. 2020 (XBM)
+    {"id": "xbm_size", "paper": XBM, "where": "Fig. 4", "experiment": "xbm_memory",
+     "claim": "MAP@R grows with the memory size (contrastive loss; no memory < 256 < 1,024 embeddings)",
+     "checks": [("xbm-contrastive-mem256", "xbm-contrastive-mem0"),
+                ("xbm-contrastive-mem1024", "xbm-contrastive-mem256"),
+                ("xbm-contrastive-mem1024", "xbm-contrastive-mem0")],
+     "protocol": _XBM_PROTOCOL},
+    {"id": "xbm_ms", "paper": XBM, "where": "Table 1", "experiment": "xbm_memory",
+     "claim": "the memory improves the multi-similarity loss (with its miner)",
+     "checks": [("xbm-multi_similarity-mem1024", "xbm-multi_similarity-mem0")],
+     "protocol": _XBM_PROTOCOL},
     # ------------------------------------------------------------------ investigations (not claims of a paper)
     {"id": "wu_margin_budget", "paper": "investigation", "where": "of wu_t1_d", "experiment": "wu_margin_budget",
      "claim": "with 4× the steps (8,000), margin + distance weighted beats triplet ℓ2 and contrastive",
@@ -179,6 +197,11 @@ CLAIMS = [
                 ("balanced-group2x32-is-lam64", "balanced-group2x32-is"),
                 ("balanced-group2x32-is-lam16", "balanced-group2x32-nois"),
                 ("balanced-group2x32-is-lam64", "balanced-group2x32-nois")]},
+    {"id": "xbm_size_is", "paper": "investigation", "where": "of xbm_size", "experiment": "xbm_memory",
+     "claim": "with the memory's importance weights, MAP@R grows with the memory size too",
+     "checks": [("xbm-contrastive-is-mem256", "xbm-contrastive-is-mem0"),
+                ("xbm-contrastive-is-mem1024", "xbm-contrastive-is-mem256"),
+                ("xbm-contrastive-is-mem1024", "xbm-contrastive-is-mem0")]},
     {"id": "hong_objective_lower", "paper": "investigation", "where": "of hong_fig2", "experiment": "hong_objective",
      "claim": "with the balanced contrastive loss, the objective (10) on a training sample ends lower with IS",
      "checks": [("balanced-group4x16-is-fig2", "balanced-group4x16-nois-fig2")],

@@ -50,6 +50,17 @@ def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
     assert quick["epochs"] * quick["steps_per_epoch"] == 4 * rp.BUDGETS["quick"]["steps"]
     fig2, plain = cfg("balanced-group4x16-is-fig2"), cfg("balanced-group4x16-is")
     assert fig2["evaluation"].pop("objective_sample") == rp.OBJECTIVE_SAMPLE and fig2 == plain
+    for loss in ("contrastive", "contrastive-is", "multi_similarity"):  # XBM: the memory and nothing else
+        big, none = cfg(f"xbm-{loss}-mem1024"), cfg(f"xbm-{loss}-mem0")
+        assert big["loss"].pop("memory") == {"size": 1024, "warmup_steps": 500} and rp.WARMUP_KEY not in big
+        assert big == none and "memory" not in none["loss"]
+    assert cfg("xbm-contrastive-is-mem256")["loss"]["options"]["importance"] is True
+    quick = rp.arm_config("xbm-contrastive-mem1024", 0, "v.npz", rp.BUDGETS["quick"], "out")
+    assert quick["loss"]["memory"]["warmup_steps"] == rp.BUDGETS["quick"]["steps"] // 4  # a quarter of any budget
+    batch = big["design"]["m"] * big["design"]["n"]
+    assert all(size % batch == 0 for size in rp.XBM_SIZES)  # whole batches: the importance weights need them
+    # the largest memory fills within the quick budget, after its warm-up
+    assert rp.BUDGETS["quick"]["steps"] - quick["loss"]["memory"]["warmup_steps"] > max(rp.XBM_SIZES) // batch
     assert rp.config_key(cfg("margin-dw-b80")) != rp.config_key(rp.arm_config("margin-dw-b80", 1, "v.npz",
                                                                              rp.BUDGETS["standard"], "out"))
     # A results folder moved to another checkout keeps its results: folders do not count, names do.

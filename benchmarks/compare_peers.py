@@ -661,27 +661,46 @@ def serve(side):
         out.flush()
 
 
+class WorkerDied(RuntimeError):
+    """A worker process ended without answering (e.g. killed by the system for its memory)."""
+
+
 class Worker:
     """One side in a process of its own (``PYTHON compare_peers.py --worker SIDE``).
 
     ``python``: the interpreter, this one by default; the legacy side's is that of its own venv."""
 
     def __init__(self, side, python=sys.executable):
-        self.side = side
+        self.side, self.python = side, python
+        self._start()
+
+    def _start(self):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
-        self.proc = subprocess.Popen([python, os.path.abspath(__file__), "--worker", side],
+        self.proc = subprocess.Popen([self.python, os.path.abspath(__file__), "--worker", self.side],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
+    def restart(self):
+        """A fresh process for this side (after :class:`WorkerDied`)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._start()
+
     def ask(self, op, **request):
-        self.proc.stdin.write(json.dumps(dict(request, op=op)) + "\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(json.dumps(dict(request, op=op)) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it has exited: said below
         for line in self.proc.stdout:
             if line.startswith(REPLY):
                 answer = json.loads(line[len(REPLY):])
                 if "error" in answer:
                     raise RuntimeError(f"{self.side} worker, {op}: {answer['error']}")
                 return answer
-        raise RuntimeError(f"{self.side} worker exited with status {self.proc.wait()}")
+        status = self.proc.wait()
+        killed = " (killed: out of memory?)" if status == -9 else ""
+        raise WorkerDied(f"the {self.side} worker exited with status {status} during '{op}'{killed}")
 
     def close(self):
         if self.proc.poll() is None:
@@ -808,7 +827,12 @@ def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scr
             contestants = {name: timed(tfdml, name=name) for name in ours["names"]}
             mined, value = "–", None
             if peer:
-                theirs = peer.ask("losses", case=case, batch=batch, per_class=per_class, path=path)
+                try:
+                    theirs = peer.ask("losses", case=case, batch=batch, per_class=per_class, path=path)
+                except WorkerDied as err:  # the row without PML, the next one with a fresh worker
+                    peer.restart()
+                    theirs = {"missing": str(err)}
+                    not_run.append(f"PML, {case}, B = {batch}: {err}")
                 if "missing" not in theirs:
                     mined, value = theirs["mined"], theirs["value"]
                     for t, column in zip(threads, pml_columns):

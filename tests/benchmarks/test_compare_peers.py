@@ -252,3 +252,42 @@ def test_pml_computes_the_same_loss_as_tfdml_on_the_saved_batch(tmp_path):
         cell = cp.same_loss_cell(case, ours, theirs["value"])
         assert cell.startswith("no: another loss") if case in cp.DIFFERENT_LOSS else cell.startswith("yes"), (
             case, ours, theirs)
+
+
+def test_a_worker_that_dies_is_reported_as_such_and_can_be_restarted():
+    worker = cp.Worker("tfdml")
+    worker.proc.kill()
+    with pytest.raises(cp.WorkerDied, match=r"tfdml worker exited with status -9 during 'losses' \(killed"):
+        worker.ask("losses", case="proxy anchor", batch=8, per_class=4, dim=8, path="unused.npz")
+    worker.restart()
+    assert worker.proc.poll() is None
+    worker.close()
+
+
+class _PeerKilledOnLosses:
+    """A PML worker that the system kills while it builds a case (as it can for a B³ tensor)."""
+
+    def __init__(self):
+        self.restarts = 0
+
+    def ask(self, op, **request):
+        raise cp.WorkerDied("the torch worker exited with status -9 during 'losses' (killed: out of memory?)")
+
+    def restart(self):
+        self.restarts += 1
+
+
+def test_a_peer_killed_on_one_case_leaves_that_row_without_pml_and_the_run_goes_on(capsys, tmp_path):
+    tfdml, peer = cp.Worker("tfdml"), _PeerKilledOnLosses()
+    try:
+        cp.part_losses(tfdml, peer, [8], runs=1, warmup=0, per_class=4, dim=8, threads=[2],
+                       scratch=str(tmp_path), cases=["batch-hard triplet", "proxy anchor"])
+    finally:
+        tfdml.close()
+    out = capsys.readouterr().out
+    assert peer.restarts == 2
+    for case in ("batch-hard triplet", "proxy anchor"):
+        row = next(line for line in out.splitlines() if line.startswith(f"| {case} | 8 |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert float(cells[2]) > 0 and cells[4] == "–"  # tfdml ran, PML did not
+        assert f"Not run: PML, {case}, B = 8: the torch worker exited with status -9" in out

@@ -146,7 +146,8 @@ CLAIMS = [
                  "MAP@R with P@5 reported"},
     {"id": "lu_uniform", "paper": LU, "where": "§4.5, Fig. 4",
      "claim": "of the four baselines, the triplet loss with uniform sampling always performs worst",
-     "untested": "no uniform-triplet arm"},
+     "untested": "no arm: tfdml has no sampler of uniformly drawn triplets (the triplet loss takes "
+                 "semi_hard, hard, distance_weighted, learned)"},
     {"id": "lu_fig4", "paper": LU, "where": "Fig. 4",
      "claim": "ℓ_k's P@1 is above every baseline along training, per number of sampled triplets",
      "untested": "the runs do not record the number of sampled triplets, Fig. 4's axis"},

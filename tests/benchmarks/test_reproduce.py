@@ -92,6 +92,17 @@ def test_every_claim_is_listed_with_its_checks_or_why_it_is_untested():
     assert "balanced" in rp.paper_claims.by_id("hong_fig2")["untested"]
 
 
+def test_uniform_triplet_claims_are_untested_while_no_sampler_draws_uniform_triplets():
+    """Lu's "uniform triplets are worst" needs a triplet arm with uniformly drawn triplets; the
+    reason it is untested names the triplet loss's samplers as the library lists them, so a
+    sampler added to that list fails here until the arm (or a new reason) is added."""
+    from tfdml_app import loss_config
+
+    samplers = ", ".join(loss_config.valid_samplers("triplet"))
+    row = rp.paper_claims.by_id("lu_uniform")
+    assert "uniformly drawn triplets" in row["untested"] and f"(the triplet loss takes {samplers})" in row["untested"]
+
+
 def test_view_keeps_a_fixed_sample_of_test_classes(kanji_dir, tmp_path):
     path = rp.make_view(kanji_dir, str(tmp_path), train_classes=4, test_classes=3)
     with np.load(path) as view:

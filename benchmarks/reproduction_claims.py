@@ -161,7 +161,9 @@ CLAIMS = [
                  "step against semi-hard's 320"},
     {"id": "duan_t3_random", "paper": DUAN, "where": "Table 3",
      "claim": "DE-DSP beats random triplets with the triplet loss (45.1 → 59.3 R@1, the table's main gain)",
-     "untested": "no random-triplet arm at the same tuples per step"},
+     "untested": "no arm: tfdml has no sampler of uniformly drawn triplets (the triplet loss takes "
+                 "semi_hard, hard, distance_weighted, learned), so no random-triplet arm at the learned "
+                 "arm's 64 tuples per step"},
     {"id": "duan_npair", "paper": DUAN, "where": "Tables 1–2",
      "claim": "DE-DSP improves the N-pair loss",
      "untested": "no N-pair + DSN arm"},

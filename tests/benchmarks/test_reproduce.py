@@ -93,14 +93,20 @@ def test_every_claim_is_listed_with_its_checks_or_why_it_is_untested():
 
 
 def test_uniform_triplet_claims_are_untested_while_no_sampler_draws_uniform_triplets():
-    """Lu's "uniform triplets are worst" needs a triplet arm with uniformly drawn triplets; the
-    reason it is untested names the triplet loss's samplers as the library lists them, so a
-    sampler added to that list fails here until the arm (or a new reason) is added."""
+    """Lu's "uniform triplets are worst" and Duan's "DE-DSP beats random triplets" need a triplet
+    arm with uniformly drawn triplets; the reason they are untested names the triplet loss's
+    samplers as the library lists them, so a sampler added to that list fails here until the
+    arms (or a new reason) are added."""
     from tfdml_app import loss_config
 
     samplers = ", ".join(loss_config.valid_samplers("triplet"))
-    row = rp.paper_claims.by_id("lu_uniform")
-    assert "uniformly drawn triplets" in row["untested"] and f"(the triplet loss takes {samplers})" in row["untested"]
+    for claim_id in ("lu_uniform", "duan_t3_random"):
+        reason = rp.paper_claims.by_id(claim_id)["untested"]
+        assert "uniformly drawn triplets" in reason and f"(the triplet loss takes {samplers})" in reason
+    # the learned arm Duan's random row would be compared with: K = 4 mini-batches of 16 tuples
+    options = rp.ARMS["triplet-learned-b80"]["loss"]["sampler_options"]
+    assert options["minibatches"] * options["tuples_per_minibatch"] == 64
+    assert "64 tuples per step" in rp.paper_claims.by_id("duan_t3_random")["untested"]
 
 
 def test_view_keeps_a_fixed_sample_of_test_classes(kanji_dir, tmp_path):

@@ -50,6 +50,12 @@ def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
     assert quick["epochs"] * quick["steps_per_epoch"] == 4 * rp.BUDGETS["quick"]["steps"]
     fig2, plain = cfg("balanced-group4x16-is-fig2"), cfg("balanced-group4x16-is")
     assert fig2["evaluation"].pop("objective_sample") == rp.OBJECTIVE_SAMPLE and fig2 == plain
+    for tag in ("is", "nois"):  # Hong's Fig. 2: the traditional contrastive loss, all else as the balanced arm
+        traditional, balanced = cfg(f"contrastive-group4x16-{tag}-fig2"), cfg(f"balanced-group4x16-{tag}-fig2")
+        loss = traditional.pop("loss")
+        assert (loss["name"], loss["sampler"]) == ("contrastive", "none")
+        assert loss["options"] == {"margin": 1.0, "squared": True, "importance": tag == "is"}
+        assert balanced.pop("loss")["options"]["margin"] == 1.0 and traditional == balanced
     for loss in ("contrastive", "contrastive-is", "multi_similarity"):  # XBM: the memory and nothing else
         big, none = cfg(f"xbm-{loss}-mem1024"), cfg(f"xbm-{loss}-mem0")
         assert big["loss"].pop("memory") == {"size": 1024, "warmup_steps": 500} and rp.WARMUP_KEY not in big
@@ -75,7 +81,7 @@ def test_every_claim_is_listed_with_its_checks_or_why_it_is_untested():
     included; a run claim names its experiment and checks, an untested one its reason."""
     ids = rp.paper_claims.IDS
     assert len(ids) == len(set(ids))
-    for claim_id in ("hong_fig1", "hong_fig2", "hong_fig4", "hong_t1_rows", "hong_t2_t4", "wu_fig8",
+    for claim_id in ("hong_fig1", "hong_fig4", "hong_t1_rows", "hong_t2_t4", "wu_fig8",
                      "wu_t1_pretrain", "lu_uniform", "lu_fig4", "duan_t3_random", "duan_npair"):
         row = rp.paper_claims.by_id(claim_id)
         assert row["untested"] and "checks" not in row and "experiment" not in row
@@ -85,11 +91,16 @@ def test_every_claim_is_listed_with_its_checks_or_why_it_is_untested():
         assert row["experiment"] in rp.CLAIMS and row["checks"]
         assert set(rp.row_arms(row)) <= set(rp.claim_arms(row["experiment"]))
         assert row.get("kind", "better") in rp.verdicts.KINDS
-        # one metric for every claim of a paper; only an investigation of a training figure names its own
-        assert row.get("metric", rp.VERDICT_METRIC) == rp.VERDICT_METRIC or row["paper"] == "investigation"
-    # Duan's Table 3 has no distance weighted row; Hong's Fig. 2 (traditional loss) is not what ran
+        # one metric for every claim; only a claim of a training figure names its own, the one its
+        # experiment records
+        assert row.get("metric", rp.VERDICT_METRIC) in (rp.VERDICT_METRIC,
+                                                        rp.CLAIMS[row["experiment"]].get("curve_metric"))
+    # Duan's Table 3 has no distance weighted row
     assert rp.paper_claims.by_id("duan_t3_semi")["checks"] == [("triplet-learned-b80", "triplet-semi_hard-b80")]
-    assert "balanced" in rp.paper_claims.by_id("hong_fig2")["untested"]
+    # Hong's Fig. 2 is the traditional contrastive loss, read early (faster) and at the end (lower)
+    fig2 = rp.paper_claims.by_id("hong_fig2")
+    assert fig2["checks"] == [("contrastive-group4x16-is-fig2", "contrastive-group4x16-nois-fig2")]
+    assert fig2["metric"] == "train_objective" and fig2["at"][-1] is None and len(fig2["at"]) > 1
 
 
 def test_uniform_triplet_claims_are_untested_while_no_sampler_draws_uniform_triplets():
@@ -254,7 +265,9 @@ def test_a_training_figure_is_read_from_the_history_and_lower_is_better(tmp_path
     ×100, to 3 significant digits); the curves PNG is drawn from it."""
     out = tmp_path / "out"
     for arm, finals in (("balanced-group4x16-is-fig2", [0.20, 0.21, 0.22]),
-                        ("balanced-group4x16-nois-fig2", [0.30, 0.315, 0.33])):
+                        ("balanced-group4x16-nois-fig2", [0.30, 0.315, 0.33]),
+                        ("contrastive-group4x16-is-fig2", [0.20, 0.21, 0.22]),
+                        ("contrastive-group4x16-nois-fig2", [0.30, 0.315, 0.33])):
         _fake_results(out, arm, [0.5, 0.5, 0.5])
         for seed, value in enumerate(finals):
             path = out / "arms" / arm / f"seed-{seed}.json"
@@ -270,6 +283,12 @@ def test_a_training_figure_is_read_from_the_history_and_lower_is_better(tmp_path
     # nois − is per seed: 0.10, 0.105, 0.11 (mean 0.105, SE 0.00289)
     assert rows["balanced-group4x16-is-fig2 > balanced-group4x16-nois-fig2"][3] == "+0.105 ± 0.00289"
     assert "#### hong_objective_lower (investigation, of hong_fig2): **reproduced**" in text
+    # Hong's own Fig. 2 (traditional loss): the same checks after 12.5 % and 25 % of the steps and at the end
+    fig2 = _check_rows(rp.claim_detail(rp.paper_claims.by_id("hong_fig2"), str(out)))
+    label = "contrastive-group4x16-is-fig2 > contrastive-group4x16-nois-fig2"
+    assert set(fig2) == {label, f"{label}, after 12.5% of the steps", f"{label}, after 25.0% of the steps"}
+    assert fig2[label][3] == "+0.105 ± 0.00289"
+    assert fig2[f"{label}, after 25.0% of the steps"][3] == "+0.42 ± 0.0115"  # the first point: 4v
     assert (out / "hong_objective-curves.png").stat().st_size > 0
 
 

@@ -148,8 +148,8 @@ def _hong_arms():
     """Hong et al. §6: balanced contrastive (λ = 256, lr ×0.9 every 100 steps),
     with (IS) and without (no IS) importance weights.
 
-    §6.1 designs: (m, n)-group with m·n = 64 (2,016 unordered pairs per batch)
-    and p-random. Hong give p-random the same 2,016 pairs (4,032 images per
+    §6.1 designs (Table 1): (m, n)-group with m·n = 64 (2,016 unordered pairs per
+    batch) and p-random with p = 0.9, 0.5, 0.1. Hong give p-random the same 2,016 pairs (4,032 images per
     batch, 63× the images of a group batch); at our budget p-random gets 64
     pairs (128 images), so compare p-random with and without IS, not p-random
     with group.
@@ -168,10 +168,10 @@ def _hong_arms():
     for importance in (True, False):
         tag = "is" if importance else "nois"
         options = {"loss": {"options": {"importance": importance}}}
-        for m, n in ((2, 32), (4, 16), (8, 8), (32, 2)):
+        for m, n in ((2, 32), (4, 16), (8, 8), (16, 4), (32, 2)):
             arms[f"balanced-group{m}x{n}-{tag}"] = _merge(
                 {"design": {"name": "group", "m": m, "n": n}}, loss, options, schedule)
-        for p in (0.9, 0.1):
+        for p in (0.9, 0.5, 0.1):
             arms[f"balanced-prandom{p}-{tag}"] = _merge(
                 {"design": {"name": "p_random", "p": p, "pairs": 64}}, loss, options, schedule)
         # Fig. 2: the same (4, 16)-group runs, also scoring the objective on a training sample.

@@ -111,8 +111,12 @@ CLAIMS = [
                  ("balanced-prandom0.1-is", "balanced-prandom0.9-is"))],
      "protocol": "as hong_t1_swing"},
     {"id": "hong_t1_rows", "paper": HONG, "where": "Table 1, (16, 4)-group and p = 0.5 rows",
+     "experiment": "hong_designs",
      "claim": "the same, for the (16, 4)-group and p-random p = 0.5 designs",
-     "untested": "arms not run"},
+     "checks": [(f"balanced-{d}-is", f"balanced-{d}-nois") for d in ("group16x4", "prandom0.5")],
+     "protocol": "as hong_t1_swing; checks that importance sampling improves these two designs (hong_t1_is's "
+                 "part): the swing and the gap between designs (hong_t1_swing, hong_t1_flat) are judged on the "
+                 "extreme designs, which these middle rows lie between"},
     {"id": "hong_fig1", "paper": HONG, "where": "Fig. 1",
      "claim": "perturbing the importance weights by δ ≠ 1 lowers R@1 ((4, 16)- and (32, 2)-group)",
      "untested": "no arm perturbs the weights"},

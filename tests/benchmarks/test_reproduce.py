@@ -40,6 +40,9 @@ def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
     wide, narrow = cfg("balanced-prandom0.9-pairs256-is"), cfg("balanced-prandom0.9-is")
     assert (wide["design"].pop("pairs"), narrow["design"].pop("pairs")) == (256, 64)
     assert wide == narrow
+    assert cfg("balanced-group16x4-is")["design"] == {"name": "group", "m": 16, "n": 4}
+    half, tenth = cfg("balanced-prandom0.5-nois"), cfg("balanced-prandom0.1-nois")
+    assert (half["design"].pop("p"), tenth["design"].pop("p")) == (0.5, 0.1) and half == tenth
     low, hong = cfg("balanced-group2x32-is-lam16"), cfg("balanced-group2x32-is")
     assert (low["loss"]["options"].pop("lam"), hong["loss"]["options"].pop("lam")) == (16.0, 256.0)
     assert low == hong
@@ -81,7 +84,7 @@ def test_every_claim_is_listed_with_its_checks_or_why_it_is_untested():
     included; a run claim names its experiment and checks, an untested one its reason."""
     ids = rp.paper_claims.IDS
     assert len(ids) == len(set(ids))
-    for claim_id in ("hong_fig1", "hong_fig4", "hong_t1_rows", "hong_t2_t4", "wu_fig8",
+    for claim_id in ("hong_fig1", "hong_fig4", "hong_t2_t4", "wu_fig8",
                      "wu_t1_pretrain", "lu_uniform", "lu_fig4", "duan_t3_random", "duan_npair"):
         row = rp.paper_claims.by_id(claim_id)
         assert row["untested"] and "checks" not in row and "experiment" not in row
@@ -101,6 +104,9 @@ def test_every_claim_is_listed_with_its_checks_or_why_it_is_untested():
     fig2 = rp.paper_claims.by_id("hong_fig2")
     assert fig2["checks"] == [("contrastive-group4x16-is-fig2", "contrastive-group4x16-nois-fig2")]
     assert fig2["metric"] == "train_objective" and fig2["at"][-1] is None and len(fig2["at"]) > 1
+    # Hong's Table 1 rows of the (16, 4)-group and p = 0.5: importance sampling improves them too
+    assert rp.paper_claims.by_id("hong_t1_rows")["checks"] == [
+        ("balanced-group16x4-is", "balanced-group16x4-nois"), ("balanced-prandom0.5-is", "balanced-prandom0.5-nois")]
 
 
 def test_uniform_triplet_claims_are_untested_while_no_sampler_draws_uniform_triplets():

@@ -298,6 +298,23 @@ def test_a_training_figure_is_read_from_the_history_and_lower_is_better(tmp_path
     assert (out / "hong_objective-curves.png").stat().st_size > 0
 
 
+def test_hong_fig2_arms_score_the_objective_without_importance_weights(kanji_dir, tmp_path):
+    """Fig. 2 compares runs with and without IS on one objective, Eq. 10: the IS arm's
+    train_objective is the loss of the no-IS arm on the same fixed sample, unweighted."""
+    from tfdml_app import data, fit_loops
+
+    budget = {"steps": 2, "evaluations": 1, "train_classes": 20, "test_classes": 4}
+    values = []
+    for arm in ("contrastive-group4x16-is-fig2", "contrastive-group4x16-nois-fig2"):
+        view = rp.view_of(arm, kanji_dir, str(tmp_path), budget)
+        cfg = tfdml_config.validate(rp.arm_config(arm, 0, view, budget, str(tmp_path / arm)))
+        split = data.build_source(cfg).split(cfg["data"]["train_split"])
+        objective = fit_loops.objective_on_sample(cfg, split, int(split.num_classes))
+        embeddings = np.random.default_rng(0).normal(size=(len(objective.y["label"]), 8)).astype(np.float32)
+        values.append(float(objective.loss(objective.y, embeddings)))
+    assert values[0] == pytest.approx(values[1], rel=1e-6) and values[0] > 0
+
+
 def test_checks_at_a_fraction_of_the_budget_read_the_curve(tmp_path):
     out = tmp_path / "out"
     # margin + DW ends lower but is ahead early (curve scaled ×3)

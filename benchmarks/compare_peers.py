@@ -771,18 +771,20 @@ def settings_lines(cases):
     return [f"- {case}: {text[case]}." for case in cases]
 
 
-def same_loss_cell(case, ours, theirs):
-    """The "same loss?" cell of a losses row: tfdml's answer ``ours`` (its ``value`` and ``pml_form``)
-    against PML's value ``theirs`` (None: PML not run or without this loss)."""
-    if case in NO_PML:
+def same_loss_cell(case, ours, theirs, pml_form=PML_FORM, no_pml=NO_PML, different=DIFFERENT_LOSS):
+    """The "same loss?" cell of a row: tfdml's answer ``ours`` (its ``value`` and ``pml_form``)
+    against PML's value ``theirs`` (None: PML not run or without this loss). The cases compared
+    in PML's form, without a PML counterpart and known to be other losses: the losses part's
+    tables by default (the memory part passes its own)."""
+    if case in no_pml:
         return "no PML counterpart"
     if theirs is None:
         return "–"
     reference = ours["pml_form"] if ours.get("pml_form") is not None else ours["value"]
     delta = reference - theirs
     if abs(delta) <= VALUE_RTOL * max(1.0, abs(theirs)):
-        return f"yes{', in PML form' if case in PML_FORM else ''} (Δ {delta:.1e})"
-    if case in DIFFERENT_LOSS:
+        return f"yes{', in PML form' if case in pml_form else ''} (Δ {delta:.1e})"
+    if case in different:
         return "no: another loss (below)"
     return f"**NO** (Δ {delta:.1e})"
 
@@ -1012,7 +1014,7 @@ def main(argv=None):
             if "memory" in args.parts:
                 shared = types.SimpleNamespace(  # what the memory part shares with the others
                     interleaved=interleaved, timed=timed, ratio=ratio, cell=cell, thread_label=thread_label,
-                    settings_lines=settings_lines, VALUE_RTOL=VALUE_RTOL)
+                    settings_lines=settings_lines, same_loss_cell=same_loss_cell, VALUE_RTOL=VALUE_RTOL)
                 peers_memory.part_memory(shared, tfdml, peer, args.memory_sizes, args.memory_cases,
                                          args.memory_batch, args.per_class, args.dim, args.runs, args.warmup,
                                          args.threads, scratch)

@@ -208,18 +208,6 @@ class TorchMemory:
 
 # --- the part ----------------------------------------------------------------------------------
 
-def same_memory_loss_cell(case, ours, theirs, rtol):
-    """The "same loss?" cell of a memory row: tfdml's answer ``ours`` (``value``, ``pml_form``)
-    against PML's value ``theirs`` (None: PML not run)."""
-    if theirs is None:
-        return "–"
-    reference = ours["pml_form"] if ours.get("pml_form") is not None else ours["value"]
-    delta = reference - theirs
-    if abs(delta) <= rtol * max(1.0, abs(theirs)):
-        return f"yes{', in PML form' if case in MEMORY_PML_FORM else ''} (Δ {delta:.1e})"
-    return f"**NO** (Δ {delta:.1e})"
-
-
 def mib(count):
     return "–" if count is None else f"{count / 2**20:.1f}"
 
@@ -247,7 +235,7 @@ def memory_settings_lines(cp, cases):
 
 def part_memory(cp, tfdml, peer, sizes, cases, batch, per_class, dim, runs, warmup, threads, scratch):
     """The memory part. ``cp``: what compare_peers shares with it (``interleaved``, ``timed``,
-    ``ratio``, ``cell``, ``thread_label``, ``settings_lines``, ``VALUE_RTOL``)."""
+    ``ratio``, ``cell``, ``thread_label``, ``settings_lines``, ``same_loss_cell``, ``VALUE_RTOL``)."""
     print(f"\n## Cross-batch memory: a training step with a full memory (B = {batch} × {dim}, m = {per_class})\n")
     print(f"Forward + backward of the loss against the batch and a full memory of K rows, and the write of the "
           f"batch into it. Median of {runs} interleaved rounds after {warmup} warm-up calls, ms. Ratios: tfdml "
@@ -295,5 +283,5 @@ def memory_row(case, size, batch, median, pml_columns, ours, theirs, grown, cp):
                mib(ours["bytes"]), mib(None if theirs is None else theirs["bytes"]),
                mib(grown["tfdml"]), mib(grown["torch"]),
                f"{ours['value']:.6g}", "–" if value is None else f"{value:.6g}",
-               same_memory_loss_cell(case, ours, value, cp.VALUE_RTOL)])
+               cp.same_loss_cell(case, ours, value, pml_form=MEMORY_PML_FORM, no_pml=(), different=())])
 

@@ -80,16 +80,22 @@ def test_fill_batches_are_other_examples_and_hold_k_rows():
     assert pm.pml_memory_size(1024, 256) == 1280  # PML's memory also holds the batch it just wrote
 
 
+def same_memory_loss_cell(case, ours, theirs, rtol):
+    """compare_peers.same_loss_cell with the memory part's tables, as the memory rows call it."""
+    assert rtol == cp.VALUE_RTOL
+    return cp.same_loss_cell(case, ours, theirs, pml_form=pm.MEMORY_PML_FORM, no_pml=(), different=())
+
+
 def test_the_same_memory_loss_cell():
-    assert pm.same_memory_loss_cell("multi-similarity + miner", {"value": 2.0, "pml_form": None}, 2.0 + 1e-5, 1e-4) \
+    assert same_memory_loss_cell("multi-similarity + miner", {"value": 2.0, "pml_form": None}, 2.0 + 1e-5, 1e-4) \
         == "yes (Δ -1.0e-05)"
-    assert pm.same_memory_loss_cell("multi-similarity + miner", {"value": 2.0, "pml_form": None}, 2.5, 1e-4) \
+    assert same_memory_loss_cell("multi-similarity + miner", {"value": 2.0, "pml_form": None}, 2.5, 1e-4) \
         == "**NO** (Δ -5.0e-01)"
     # contrastive: tfdml's value in PML's form (the sum over the pairs) is what is compared
-    assert pm.same_memory_loss_cell("contrastive", {"value": 0.5, "pml_form": 30.0}, 30.0, 1e-4) \
+    assert same_memory_loss_cell("contrastive", {"value": 0.5, "pml_form": 30.0}, 30.0, 1e-4) \
         == "yes, in PML form (Δ 0.0e+00)"
-    assert pm.same_memory_loss_cell("contrastive", {"value": 0.5, "pml_form": 30.0}, 0.5, 1e-4).startswith("**NO**")
-    assert pm.same_memory_loss_cell("contrastive", {"value": 0.5, "pml_form": 30.0}, None, 1e-4) == "–"
+    assert same_memory_loss_cell("contrastive", {"value": 0.5, "pml_form": 30.0}, 0.5, 1e-4).startswith("**NO**")
+    assert same_memory_loss_cell("contrastive", {"value": 0.5, "pml_form": 30.0}, None, 1e-4) == "–"
 
 
 def test_pml_cross_batch_memory_computes_the_same_loss_as_tfdml(tmp_path):
@@ -103,7 +109,7 @@ def test_pml_cross_batch_memory_computes_the_same_loss_as_tfdml(tmp_path):
         for case in pm.MEMORY_CASES:
             ours = tfdml.memory(case, size=size, batch=8, per_class=4, dim=8, path=path)
             theirs = torch_side.memory(case, size=size, batch=8, per_class=4, path=path)
-            assert pm.same_memory_loss_cell(case, ours, theirs["value"], cp.VALUE_RTOL).startswith("yes"), (
+            assert same_memory_loss_cell(case, ours, theirs["value"], cp.VALUE_RTOL).startswith("yes"), (
                 case, size, ours, theirs)
             assert theirs["bytes"] == (size + 8) * 8 * 4 + (size + 8) * 8  # float32 embeddings, int64 labels
             assert torch_side.call(threads=1)["seconds"] > 0

@@ -473,20 +473,24 @@ RESUMABLE_KEYS = ("training.epochs", "evaluation", "export", "output_dir")
 
 def resume_differences(saved, current, allowed=RESUMABLE_KEYS):
     """Dotted keys whose values differ between the ``saved`` config of a backup
-    and the ``current`` one, leaving out ``allowed`` keys (and their subkeys)."""
+    and the ``current`` one, leaving out ``allowed`` keys (and their subkeys). A
+    schema key missing from ``saved`` (a backup of a tfdml that did not have it)
+    counts as its default: at the default it changes nothing."""
     saved, current = plain(saved), plain(current)
     out = []
 
-    def walk(a, b, prefix):
+    def walk(a, b, prefix, schema):
         for key in sorted(set(a) | set(b), key=str):
             where = f"{prefix}.{key}" if prefix else str(key)
             if any(where == k or where.startswith(k + ".") for k in allowed):
                 continue
-            x, y = a.get(key), b.get(key)
+            field = schema.get(key) if isinstance(schema, dict) else None
+            x = a[key] if key in a or not isinstance(field, _Field) else plain(field.default)
+            y = b.get(key)
             if isinstance(x, dict) and isinstance(y, dict):
-                walk(x, y, where)
+                walk(x, y, where, field)
             elif x != y:
                 out.append(where)
 
-    walk(saved, current, "")
+    walk(saved, current, "", SCHEMA)
     return out

@@ -384,3 +384,15 @@ def test_every_sampler_offered_for_a_loss_builds_with_it(name):
                if s not in (loss_config.NO_SAMPLER, *loss_config.LEARNED_SAMPLERS)]
     refused = [s for s in offered if loss_config._refuses_sampler(cls, s, seed=1, num_classes=4)]
     assert refused == []
+
+
+def test_a_backup_saved_before_a_key_existed_resumes_when_the_key_keeps_its_default():
+    """A run interrupted under an older tfdml resumes after an upgrade that added a key:
+    the key absent from the saved config, at its default now, changes nothing."""
+    current = config.validate({})
+    saved = config.validate({})
+    del saved["model"]["dtype_policy"]
+    assert config.resume_differences(saved, current) == []
+    # Set to something else than the default, it is a difference.
+    other = config.validate({"model": {"dtype_policy": "mixed_bfloat16"}})
+    assert config.resume_differences(saved, other) == ["model.dtype_policy"]

@@ -204,11 +204,17 @@ def _lu_duan_arms():
     Duan et al. 2019: the triplet loss with the learned sampler (DE-DSP), at
     Wu's batch 80 (5 × 16), against the same loss's semi-hard / DW arms."""
     lu = _design(10, 8)
+    triplet = {short: _loss("triplet", sampler, margin=0.2, squared=False) for short, sampler in (
+        ("random", "random_triplets"), ("hard", "hard"), ("semi_hard", "semi_hard"), ("dw", "distance_weighted"))}
     return {
         "precision_at_k-m10": _merge(lu, _loss("precision_at_k", "top_k", k=5, gamma=0.1)),
-        "triplet-semi_hard-m10": _merge(lu, _loss("triplet", "semi_hard", margin=0.2, squared=False)),
-        "triplet-dw-m10": _merge(lu, _loss("triplet", "distance_weighted", margin=0.2, squared=False)),
+        # Lu's four baselines (§4.5): uniform (one uniform negative per positive pair, the
+        # triplets per step of semi-hard and DW), hard, semi-hard and distance weighted.
+        **{f"triplet-{short}-m10": _merge(lu, section) for short, section in triplet.items()},
         "triplet-learned-b80": _learned_b80(pretrain_steps=0),
+        # Duan's "random" row (Table 3): uniformly drawn triplets at the learned arm's 64 tuples a step.
+        "triplet-random-b80-t64": _merge(_design(5, 16), triplet["random"],
+                                         {"loss": {"sampler_options": {"num_triplets": 64}}}),
         # Investigations of duan_dsn: Algorithm 1, line 2 pre-trains the DSN before the
         # loop; Duan draw 4 mini-batches of 30 tuples at batch 120, 80 tuples at batch 80.
         "triplet-learned-b80-pretrain200": _learned_b80(pretrain_steps=200),
@@ -320,12 +326,13 @@ CLAIMS = {
     "lu_topk": {
         "source": "Lu et al. 2019, Table 1 (CUB200, P@5 %)",
         "metric": "precision@5",
-        "paper": {"precision_at_k-m10": 55.52, "triplet-semi_hard-m10": 49.73, "triplet-dw-m10": 51.74},
+        "paper": {"precision_at_k-m10": 55.52, "triplet-semi_hard-m10": 49.73, "triplet-dw-m10": 51.74,
+                  "triplet-random-m10": 40.65, "triplet-hard-m10": 49.57},
     },
     "duan_dsn": {
         "source": "Duan et al. 2019, Table 3 (Cars196, triplet loss, R@1 %)",
         "metric": "recall@1",
-        "paper": {"triplet-semi_hard-b80": 52.4, "triplet-learned-b80": 59.3},
+        "paper": {"triplet-semi_hard-b80": 52.4, "triplet-learned-b80": 59.3, "triplet-random-b80-t64": 45.1},
     },
     "hong_prandom_pairs": {
         "source": "investigation of hong_t1_is: Hong et al. §6.1 (p-random with 2,016 pairs per batch; "

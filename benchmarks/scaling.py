@@ -80,6 +80,7 @@ def _pairing():
         "all": ("contrastive (Wu §3)", lambda s, c: losses.ContrastiveLoss(sampler=s)),
         "random": ("contrastive (Wu §3)", lambda s, c: losses.ContrastiveLoss(sampler=s, seed=1)),
         "semi_hard": ("triplet ℓ2² (FaceNet)", lambda s, c: losses.TripletLoss(sampler=s)),
+        "random_triplets": ("triplet ℓ2² (FaceNet)", lambda s, c: losses.TripletLoss(sampler=s, seed=1)),
         "hard": ("triplet ℓ2² (FaceNet)", lambda s, c: losses.TripletLoss(sampler=s)),
         "distance_weighted": ("margin (Wu §4)",
                               lambda s, c: losses.MarginLoss(num_classes=c, sampler=s, seed=1)),

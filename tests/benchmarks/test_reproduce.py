@@ -85,7 +85,7 @@ def test_every_claim_is_listed_with_its_checks_or_why_it_is_untested():
     ids = rp.paper_claims.IDS
     assert len(ids) == len(set(ids))
     for claim_id in ("hong_fig1", "hong_fig4", "hong_t2_t4", "wu_fig8",
-                     "wu_t1_pretrain", "lu_uniform", "lu_fig4", "duan_t3_random", "duan_npair"):
+                     "wu_t1_pretrain", "lu_fig4", "duan_npair"):
         row = rp.paper_claims.by_id(claim_id)
         assert row["untested"] and "checks" not in row and "experiment" not in row
     for row in rp.paper_claims.CLAIMS:
@@ -109,21 +109,26 @@ def test_every_claim_is_listed_with_its_checks_or_why_it_is_untested():
         ("balanced-group16x4-is", "balanced-group16x4-nois"), ("balanced-prandom0.5-is", "balanced-prandom0.5-nois")]
 
 
-def test_uniform_triplet_claims_are_untested_while_no_sampler_draws_uniform_triplets():
-    """Lu's "uniform triplets are worst" and Duan's "DE-DSP beats random triplets" need a triplet
-    arm with uniformly drawn triplets; the reason they are untested names the triplet loss's
-    samplers as the library lists them, so a sampler added to that list fails here until the
-    arms (or a new reason) are added."""
-    from tfdml_app import loss_config
-
-    samplers = ", ".join(loss_config.valid_samplers("triplet"))
-    for claim_id in ("lu_uniform", "duan_t3_random"):
-        reason = rp.paper_claims.by_id(claim_id)["untested"]
-        assert "uniformly drawn triplets" in reason and f"(the triplet loss takes {samplers})" in reason
-    # the learned arm Duan's random row would be compared with: K = 4 mini-batches of 16 tuples
+def test_uniform_triplet_arms_are_the_papers_random_baselines():
+    """Lu's "uniform triplets are worst" compares the four baselines at Lu's design; Duan's
+    "DE-DSP beats random triplets" compares random triplets at the learned arm's tuples per step."""
+    lu = rp.paper_claims.by_id("lu_uniform")
+    assert lu["experiment"] == "lu_topk"
+    assert lu["checks"] == [(f"triplet-{s}-m10", "triplet-random-m10") for s in ("hard", "semi_hard", "dw")]
+    for arm in ("triplet-random-m10", "triplet-hard-m10"):
+        assert rp.ARMS[arm]["design"] == rp.ARMS["triplet-semi_hard-m10"]["design"]
+        assert rp.ARMS[arm]["loss"]["options"] == rp.ARMS["triplet-semi_hard-m10"]["loss"]["options"]
+    assert rp.ARMS["triplet-random-m10"]["loss"]["sampler"] == "random_triplets"
+    assert "sampler_options" not in rp.ARMS["triplet-random-m10"]["loss"]  # one negative per positive pair
+    duan = rp.paper_claims.by_id("duan_t3_random")
+    assert duan["experiment"] == "duan_dsn" and duan["checks"] == [("triplet-learned-b80", "triplet-random-b80-t64")]
     options = rp.ARMS["triplet-learned-b80"]["loss"]["sampler_options"]
-    assert options["minibatches"] * options["tuples_per_minibatch"] == 64
-    assert "64 tuples per step" in rp.paper_claims.by_id("duan_t3_random")["untested"]
+    random_arm = rp.ARMS["triplet-random-b80-t64"]
+    assert random_arm["loss"]["sampler_options"] == {
+        "num_triplets": options["minibatches"] * options["tuples_per_minibatch"]}
+    assert random_arm["design"] == rp.ARMS["triplet-learned-b80"]["design"]
+    for claim, arms in (("lu_topk", lu["checks"]), ("duan_dsn", duan["checks"])):
+        assert {a for check in arms for a in check} <= set(rp.claim_arms(claim))
 
 
 def test_view_keeps_a_fixed_sample_of_test_classes(kanji_dir, tmp_path):

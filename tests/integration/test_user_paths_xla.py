@@ -51,7 +51,7 @@ SAMPLER_FOR = {
     ("stable_contrast", "triplets"): "semi_hard",
     ("histogram", "pairs"): "all",
     ("lifted_structured", "pairs"): "all",
-    ("lifted_structured", "triplets"): "hard",
+    ("lifted_structured", "triplets"): "random_triplets",
     ("binomial_deviance", "pairs"): "random",
     ("binomial_deviance", "triplets"): "hard",
     ("multi_similarity", "pairs"): "multi_similarity",

@@ -16,6 +16,7 @@ name                   class                       kind       paper
 =====================  ==========================  =========  ============
 ``all``                :class:`AllPairsSampler`    pairs      Wu §3
 ``random``             :class:`RandomPairSampler`  pairs      Wu §5.1
+``random_triplets``    RandomTripletSampler        triplets   Lu §4.5
 ``semi_hard``          :class:`SemiHardSampler`    triplets   Wu §3
 ``hard``               :class:`HardSampler`        triplets   Wu §3
 ``distance_weighted``  DistanceWeightedSampler     triplets   Wu §4, §5
@@ -44,6 +45,7 @@ from tfdml.samplers.distance_weighted import (
 from tfdml.samplers.hard import HardSampler
 from tfdml.samplers.multi_similarity import MultiSimilaritySampler
 from tfdml.samplers.pairs import AllPairsSampler, RandomPairSampler
+from tfdml.samplers.random_triplets import RandomTripletSampler
 from tfdml.samplers.semi_hard import SemiHardSampler
 from tfdml.samplers.top_k import TopKMisplacedSampler
 
@@ -59,6 +61,7 @@ SAMPLERS = registry.Registry("sampler", check=_check_sampler_class,
 SAMPLERS.update({
     "all": AllPairsSampler,
     "random": RandomPairSampler,
+    "random_triplets": RandomTripletSampler,
     "semi_hard": SemiHardSampler,
     "hard": HardSampler,
     "distance_weighted": DistanceWeightedSampler,
@@ -109,6 +112,7 @@ __all__ = [
     "MultiSimilaritySampler",
     "PairSelection",
     "RandomPairSampler",
+    "RandomTripletSampler",
     "Sampler",
     "SemiHardSampler",
     "SetSelection",

@@ -20,10 +20,12 @@ ALL = [
     samplers.DistanceWeightedSampler(cutoff=0.3, nonzero_loss_cutoff=None, lam=5.0, embedding_dim=8),
     samplers.TopKMisplacedSampler(k=3),
     samplers.MultiSimilaritySampler(epsilon=0.05),
+    samplers.RandomTripletSampler(),
+    samplers.RandomTripletSampler(num_triplets=30),
 ]
 IDS = [repr(s) for s in ALL]
 JIT = [s for i, s in enumerate(ALL) if i not in (3, 6)]  # variants of the same code paths: once
-DYNAMIC = [ALL[1], ALL[2], ALL[5], ALL[7]]  # the samplers with searches, draws or scatters
+DYNAMIC = [ALL[1], ALL[2], ALL[5], ALL[7], ALL[9], ALL[10]]  # the samplers with searches, draws or scatters
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +101,8 @@ def test_selection_type_matches_kind(sampler, batch):
 
 
 def test_get_names_and_errors():
-    assert tuple(samplers.SAMPLERS) == ("all", "random", "semi_hard", "hard", "distance_weighted", "top_k",
-                                       "multi_similarity")
+    assert tuple(samplers.SAMPLERS) == ("all", "random", "random_triplets", "semi_hard", "hard",
+                                       "distance_weighted", "top_k", "multi_similarity")
     for name in samplers.SAMPLERS:
         assert isinstance(samplers.get(name), samplers.Sampler)
     assert samplers.get("semi_hard") == samplers.SemiHardSampler()

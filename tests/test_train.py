@@ -1190,6 +1190,18 @@ def test_export_lookup_of_an_image_folder(tmp_path):
     assert not (tmp_path / "run2").exists()  # refused before any work
 
 
+@pytest.mark.parametrize("loss", ["contrastive", "triplet", "margin", "stable_contrast"])
+def test_objective_sample_turns_importance_off_for_every_loss_that_has_it(tmp_path, loss):
+    """Losses that take importance through the base class's keyword arguments (not their own
+    signature) get it turned off in the objective too."""
+    cfg = small_cfg(tmp_path / "run", **{"loss": {"name": loss, "options": {"importance": True}},
+                                        "design.name": "group", "design.m": 4, "design.n": 5,
+                                        "evaluation.objective_sample": 20})
+    split = data.build_source(cfg).split(cfg["data"]["train_split"])
+    objective = fit_loops.objective_on_sample(cfg, split, int(split.num_classes))
+    assert objective.loss.importance is False
+
+
 def test_objective_sample_logs_the_loss_without_importance_on_one_fixed_training_sample(tmp_path):
     """evaluation.objective_sample (Hong Fig. 2): every epoch's row of history.csv holds
     train_objective, the configured loss with its importance weights off, on the same

@@ -2,7 +2,6 @@
 per-epoch evaluation, the best checkpoint, early stopping and the backup, or
 the multi-worker loop of :func:`tfdml.distributed.train_loop`."""
 
-import inspect
 import json
 import os
 
@@ -70,7 +69,7 @@ def objective_on_sample(cfg, split, num_classes):
     if not ev["objective_sample"]:
         return None
     plain = json.loads(json.dumps(cfg))
-    if "importance" in inspect.signature(losses_lib.LOSSES[plain["loss"]["name"]].__init__).parameters:
+    if losses_lib.LOSSES[plain["loss"]["name"]].supports_importance:
         plain["loss"]["options"]["importance"] = False
     loss = build.build_loss(plain, num_classes, int(split.num_examples))
     size = min(ev["objective_sample"], int(split.num_examples))

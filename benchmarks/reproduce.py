@@ -69,9 +69,16 @@ import verdicts  # noqa: E402
 
 #: Budgets: steps of training, evaluation points along the way, classes used.
 #: ``train_classes`` None = every training class of the set.
+#: ``validation``: hold out that fraction of the training classes; each run then keeps its
+#: best evaluation by the validation split's MAP@R and scores the test split once, on it.
+#: ``wu_scratch`` is Wu et al.'s protocol (§5.2: from scratch, 100 epochs, the best epoch)
+#: at this machine's scale: 500 training classes (400 trained, 100 validate, ~19k images),
+#: 6,000 steps of batch 80 (about 25 epochs), 24 evaluations.
 BUDGETS = {
     "standard": {"steps": 2000, "evaluations": 8, "train_classes": None, "test_classes": 500},
     "quick": {"steps": 40, "evaluations": 2, "train_classes": 100, "test_classes": 40},
+    "wu_scratch": {"steps": 6000, "evaluations": 24, "train_classes": 500, "test_classes": 500,
+                   "validation": 0.2},
 }
 
 
@@ -202,11 +209,18 @@ def _lu_duan_arms():
     loss with semi-hard and distance weighted sampling, all with m = 10 images of
     8 classes (ℓ_k needs more than k positives per anchor; Lu use m = 11).
     Duan et al. 2019: the triplet loss with the learned sampler (DE-DSP), at
-    Wu's batch 80 (5 × 16), against the same loss's semi-hard / DW arms."""
+    Wu's batch 80 (5 × 16), against the same loss's semi-hard arm and random triplets
+    at the learned arm's tuples per step; the N-pair loss with and without the N-pair
+    DSN (20 classes × 4)."""
     lu = _design(10, 8)
     triplet = {short: _loss("triplet", sampler, margin=0.2, squared=False) for short, sampler in (
         ("random", "random_triplets"), ("hard", "hard"), ("semi_hard", "semi_hard"), ("dw", "distance_weighted"))}
+    npair = _merge(_design(4, 20), _paper_config("npair"))  # 20 classes × 4: two N-pair tuples per class
     return {
+        "npair-m4": npair,
+        # Duan's N-pair DSN (Fig. 2 (b)): K = 4 mini-batches of N-pair tuples drawn by the policy.
+        "npair-learned-m4": _merge(npair, {"loss": {"sampler": "learned", "sampler_options": {
+            "minibatches": 4, "learning_rate": 0.001, "pretrain_steps": 0}}}),
         "precision_at_k-m10": _merge(lu, _loss("precision_at_k", "top_k", k=5, gamma=0.1)),
         # Lu's four baselines (§4.5): uniform (one uniform negative per positive pair, the
         # triplets per step of semi-hard and DW), hard, semi-hard and distance weighted.
@@ -261,7 +275,39 @@ def _xbm_arms():
     return arms
 
 
-ARMS = {**_wu_arms(), **_hong_arms(), **_lu_duan_arms(), **_xbm_arms()}
+def _paper_config(name):
+    """The ``loss`` section of ``configs/<name>.yaml`` (the library's config of that paper's
+    setting: its hyper-parameters and sampler), and its ``model.normalize``."""
+    import yaml
+
+    with open(os.path.join(ROOT, "configs", f"{name}.yaml"), encoding="utf-8") as f:
+        cfg = yaml.safe_load(f)
+    return {"loss": cfg["loss"], "model": {"normalize": cfg["model"]["normalize"]}}
+
+
+#: The other losses of Wu et al.'s Table 4 and Lu et al.'s Table 1, each from its paper's config.
+LOSS_TABLE_CONFIGS = {"histogram": "ustinova_histogram", "binomial_deviance": "binomial_deviance",
+                      "lifted_structured": "song_lifted_structured", "npair": "npair",
+                      "angular": "wang_angular", "proxy_nca": "proxy_nca"}
+
+
+def _loss_table_arms():
+    """The systems Wu et al.'s Table 4 (SOP) and Lu et al.'s Table 1 (CUB) compare against,
+    each loss with its paper's hyper-parameters (``configs/``; :data:`LOSS_TABLE_CONFIGS`):
+    Wu's at Wu's batch 80 (5 × 16; N-pair: 40 classes × 2, Sohn's N pairs), Lu's at Lu's
+    10 × 8 design, beside the margin (Wu) and ℓ_k (Lu) arms they are compared with."""
+    section = {name: _paper_config(config) for name, config in LOSS_TABLE_CONFIGS.items()}
+    arms = {}
+    for name in ("histogram", "binomial_deviance", "lifted_structured", "npair"):
+        design = _design(2, 40) if name == "npair" else _design(5, 16)
+        arms[f"{name}-b80"] = _merge(design, section[name])
+    arms["contrastive-all-m10"] = _merge(_design(10, 8), _loss("contrastive", "all", margin=1.0, squared=True))
+    for name in ("lifted_structured", "npair", "angular", "proxy_nca"):
+        arms[f"{name}-m10"] = _merge(_design(10, 8), section[name])
+    return arms
+
+
+ARMS = {**_wu_arms(), **_hong_arms(), **_lu_duan_arms(), **_xbm_arms(), **_loss_table_arms()}
 
 
 # --------------------------------------------------------------------------- experiments
@@ -328,6 +374,23 @@ CLAIMS = {
         "metric": "precision@5",
         "paper": {"precision_at_k-m10": 55.52, "triplet-semi_hard-m10": 49.73, "triplet-dw-m10": 51.74,
                   "triplet-random-m10": 40.65, "triplet-hard-m10": 49.57},
+    },
+    "duan_npair": {
+        "source": "Duan et al. 2019, Tables 1–2 (N-pair and DE-DSP (N-pair))",
+        "metric": "recall@1",
+        "paper": {},
+    },
+    "wu_losses": {
+        "source": "Wu et al. 2017, Table 4 (SOP, R@1 %)",
+        "metric": "recall@1",
+        "paper": {"histogram-b80": 63.9, "binomial_deviance-b80": 65.5, "triplet-semi_hard-b80": 66.7,
+                  "lifted_structured-b80": 62.5, "npair-b80": 67.7, "margin-dw-b80": 72.7},
+    },
+    "lu_losses": {
+        "source": "Lu et al. 2019, Table 1 (CUB200, P@5 %)",
+        "metric": "precision@5",
+        "paper": {"contrastive-all-m10": 38.59, "lifted_structured-m10": 43.35, "npair-m10": 48.08,
+                  "angular-m10": 49.44, "proxy_nca-m10": 47.18, "precision_at_k-m10": 55.52},
     },
     "duan_dsn": {
         "source": "Duan et al. 2019, Table 3 (Cars196, triplet loss, R@1 %)",
@@ -504,6 +567,8 @@ def arm_config(arm, seed, view, budget, run_dir):
         "evaluation": {"metrics": ["recall", "precision@5", "map@r", "nmi"], "ks": [1], "every_n_epochs": 1,
                        "batch_size": 1024},
     }
+    if budget.get("validation"):
+        base["data"]["validation"] = {"fraction": budget["validation"], "mode": "classes"}
     config = _merge(base, {k: v for k, v in ARMS[arm].items() if k not in (VIEW_KEY, STEPS_KEY, WARMUP_KEY)})
     if WARMUP_KEY in ARMS[arm]:
         steps = evaluations * steps_per_epoch
@@ -724,13 +789,16 @@ def run_arm(arm, seed, out, data_dir, budget, quiet=True):
             sys.exit(f"arm {arm} seed {seed} failed (exit {done.returncode}); rerun to resume it: "
                      f"{' '.join(command)}")
     with open(os.path.join(run_dir, "metrics.json")) as f:
-        metrics = json.load(f)["metrics"]
+        record = json.load(f)
+    metrics = record["metrics"]
     end_attempt(ledger)
     attempts, seconds = attempts_seconds(ledger)
     result = {
         "arm": arm, "seed": seed, "config_key": key, "config": portable_config(config, out),
         "provenance": provenance(data_dir),
         "metrics": metrics, "history": _read_history(run_dir),
+        # which evaluation the test metrics are of (with a validation split: the best one)
+        "kept": (record.get("info") or {}).get("model"),
         # wall time of every attempt (a killed one up to its last checkpoint)
         "seconds": seconds, "attempts": attempts, "load_average_at_start": round(load, 2),
         "machine": machine.describe(), "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -767,7 +835,15 @@ def _metric(result, metric, at=None):
     if not history:
         return None
     row = history[-1] if at is None else history[max(0, min(len(history), round(at * len(history))) - 1)]
-    return row.get(metric if training else f"test_{metric}")
+    return row.get(metric) if training else curve_value(row, metric)
+
+
+def curve_value(row, metric):
+    """The per-evaluation figure of a history row: the test split's, or with a validation
+    split (a budget's ``validation``: the test split is scored once, at the end) the
+    validation split's."""
+    value = row.get(f"test_{metric}")
+    return row.get(f"val_{metric}") if value is None else value
 
 
 def summarise(values):
@@ -1167,7 +1243,7 @@ def plot_curves(claim, out, highlight, metric):
     import matplotlib.pyplot as plt
 
     training = metric in TRAINING_FIGURES
-    key = metric if training else f"test_{metric}"
+    value = (lambda row: row.get(metric)) if training else (lambda row: curve_value(row, metric))
     scale = _scale(metric)[0]
     fig, ax = plt.subplots(figsize=(8, 5))
     drawn = 0
@@ -1176,7 +1252,7 @@ def plot_curves(claim, out, highlight, metric):
     for (arm, results), (colour, style) in zip(arms, curve_styles(len(arms))):
         steps_per_epoch = results[0]["config"]["training"]["steps_per_epoch"]
         length = min(len(r["history"]) for r in results)
-        ys = scale * np.array([[row.get(key) if row.get(key) is not None else np.nan
+        ys = scale * np.array([[value(row) if value(row) is not None else np.nan
                               for row in r["history"][:length]] for r in results], dtype=float)
         xs = (np.arange(length) + 1) * steps_per_epoch
         thick = arm in highlight
@@ -1200,8 +1276,10 @@ def plot_curves(claim, out, highlight, metric):
     if training:
         ax.set_yscale("log")  # a loss falls by orders of magnitude
     ax.set_xlabel("training steps")
+    split = "validation" if any(f"val_{metric}" in row for _, results in arms for r in results
+                                for row in r["history"]) else "test"
     ax.set_ylabel(f"{metric} (training sample, lower is better), mean over seeds" if training
-                  else f"test {metric} (%), mean over seeds")
+                  else f"{split} {metric} (%), mean over seeds")
     ax.set_title("\n".join(textwrap.wrap(f"{claim}: {CLAIMS[claim]['source']}", 110)), fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)

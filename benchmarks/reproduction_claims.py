@@ -84,6 +84,13 @@ CLAIMS = [
      "at": (0.125, 0.25),
      "protocol": "Wu: validation accuracy on LFW along CASIA-WebFace training; here: test MAP@R after 250 and "
                  "500 of 2,000 steps"},
+    {"id": "wu_t4", "paper": WU, "where": "Table 4", "experiment": "wu_losses",
+     "claim": "the margin loss beats the histogram, binomial deviance, triplet (semi-hard), lifted structured "
+              "and N-pair losses",
+     "checks": [("margin-dw-b80", f"{loss}-b80") for loss in
+                ("histogram", "binomial_deviance", "triplet-semi_hard", "lifted_structured", "npair")],
+     "protocol": _WU_PROTOCOL + "; every loss at batch 80 with its paper's hyper-parameters (configs/), "
+                                "N-pair as 40 classes × 2"},
     {"id": "wu_fig8", "paper": WU, "where": "Fig. 8 (supplement)",
      "claim": "the margin loss converges to the same LFW verification threshold whatever the images per class "
               "m; the triplet loss does not and fluctuates early",
@@ -162,6 +169,14 @@ CLAIMS = [
      "protocol": "Lu: CUB, ImageNet-pretrained DenseNet-201, P@k, uniform sampling of triplets; here: from scratch, "
                  "2,000 steps, judged on MAP@R; uniform = one uniformly drawn negative for every positive pair "
                  "(random_triplets), the triplets per step of the semi-hard and distance weighted arms"},
+    {"id": "lu_t1_losses", "paper": LU, "where": "Table 1", "experiment": "lu_losses",
+     "claim": "ℓ_k improves Precision@k over the contrastive, lifted structured, N-pair, angular and "
+              "Proxy NCA losses",
+     "checks": [("precision_at_k-m10", f"{loss}-m10")
+                for loss in ("contrastive-all", "lifted_structured", "npair", "angular", "proxy_nca")],
+     "protocol": "Lu: CUB, ImageNet-pretrained DenseNet-201, P@k; here: from scratch, 2,000 steps, Lu's 10 × 8 "
+                 "design for every loss, each with its paper's hyper-parameters (configs/), judged on MAP@R "
+                 "with P@5 reported"},
     {"id": "lu_fig4", "paper": LU, "where": "Fig. 4",
      "claim": "ℓ_k's P@1 is above every baseline along training, per number of sampled triplets",
      "untested": "the runs do not record the number of sampled triplets, Fig. 4's axis"},
@@ -181,7 +196,11 @@ CLAIMS = [
                  "(random_triplets, num_triplets 64), the learned arm's 4 mini-batches of 16 tuples"},
     {"id": "duan_npair", "paper": DUAN, "where": "Tables 1–2",
      "claim": "DE-DSP improves the N-pair loss",
-     "untested": "no N-pair + DSN arm"},
+     "experiment": "duan_npair",
+     "checks": [("npair-learned-m4", "npair-m4")],
+     "protocol": "Duan: batch 120, pretrained GoogLeNet, pools of classes; here: from scratch, 2,000 steps, "
+                 "20 classes × 4 images, the N-pair DSN drawing 4 mini-batches of N-pair tuples (N = 20) from "
+                 "the batch, no pre-training; the N-pair loss of configs/npair.yaml on both arms"},
     # ------------------------------------------------------------------ Wang et al. 2020 (XBM)
     {"id": "xbm_size", "paper": XBM, "where": "Fig. 4", "experiment": "xbm_memory",
      "claim": "MAP@R grows with the memory size (contrastive loss; no memory < 256 < 1,024 embeddings)",

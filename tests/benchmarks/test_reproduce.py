@@ -85,7 +85,7 @@ def test_every_claim_is_listed_with_its_checks_or_why_it_is_untested():
     ids = rp.paper_claims.IDS
     assert len(ids) == len(set(ids))
     for claim_id in ("hong_fig1", "hong_fig4", "hong_t2_t4", "wu_fig8",
-                     "wu_t1_pretrain", "lu_fig4", "duan_npair"):
+                     "wu_t1_pretrain", "lu_fig4"):
         row = rp.paper_claims.by_id(claim_id)
         assert row["untested"] and "checks" not in row and "experiment" not in row
     for row in rp.paper_claims.CLAIMS:
@@ -524,3 +524,62 @@ def test_attempts_of_another_config_are_not_counted(tmp_path):
     rp.end_attempt(ledger, now=500.0)
     rp.begin_attempt(ledger, str(tmp_path / "seed-0"), "new-config", now=1000.0)
     assert rp.attempts_seconds(ledger, now=1060.0) == (1, 60.0)
+
+
+def test_loss_table_arms_take_each_loss_from_its_papers_config_and_build(tmp_path):
+    """Wu Table 4's and Lu Table 1's other losses: the loss section of the committed config of the
+    loss's paper (one source of truth), at the claim's design, and the loss builds."""
+    import yaml
+
+    from tfdml_app import config as config_lib
+
+    arms = {arm for claim in ("wu_losses", "lu_losses") for arm in rp.claim_arms(claim)}
+    assert {"histogram-b80", "binomial_deviance-b80", "lifted_structured-b80", "npair-b80", "lifted_structured-m10",
+            "npair-m10", "angular-m10", "proxy_nca-m10", "contrastive-all-m10"} <= arms
+    for arm in sorted(arms):
+        name = arm.rsplit("-", 1)[0]
+        if name in rp.LOSS_TABLE_CONFIGS:
+            with open(os.path.join(ROOT, "configs", rp.LOSS_TABLE_CONFIGS[name] + ".yaml")) as f:
+                paper = yaml.safe_load(f)
+            assert rp.ARMS[arm]["loss"] == paper["loss"]
+            assert rp.ARMS[arm]["model"]["normalize"] == paper["model"]["normalize"]
+        design = rp.ARMS[arm]["design"]
+        if arm.endswith("-m10"):
+            assert design == rp.ARMS["precision_at_k-m10"]["design"]
+        elif arm != "npair-b80":
+            assert design == rp.ARMS["margin-dw-b80"]["design"]
+        else:
+            assert design["m"] * design["n"] == 80 and design["m"] == 2  # Sohn's N pairs
+        cfg = tfdml_config.validate(rp.arm_config(arm, 0, str(tmp_path / "view.npz"), rp.BUDGETS["standard"],
+                                                  str(tmp_path / arm)))
+        assert config_lib.build_loss(cfg, 20) is not None
+
+
+def test_a_budget_with_a_validation_split_keeps_the_best_evaluation(kanji_dir, tmp_path):
+    """Wu's protocol (the wu_scratch budget): training classes held out for validation, the
+    best evaluation by validation MAP@R kept and the test split scored once on it; the curves
+    (and checks at a fraction of the budget) read the validation figures."""
+    budget = rp.BUDGETS["wu_scratch"]
+    assert budget["validation"] and budget["train_classes"] == 500
+    assert rp.arm_config("margin-dw-b80", 0, "v.npz", budget, "out")["data"]["validation"] == {
+        "fraction": budget["validation"], "mode": "classes"}
+    assert "validation" not in rp.arm_config("margin-dw-b80", 0, "v.npz", rp.BUDGETS["standard"], "out")["data"]
+    data = tmp_path / "kanji"
+    shutil.copytree(kanji_dir, data)
+    out = tmp_path / "out"
+    argv = ["--claim", "wu_beta", "--seeds", "0", "--data", str(data), "--out", str(out), "--budget", "wu_scratch",
+            "--steps", "3", "--train-classes", "20", "--test-classes", "4"]
+    original = rp.claim_arms
+    rp.claim_arms = lambda claim: [a for a in original(claim) if a == "margin-dw-b80"]
+    try:
+        assert rp.main(argv) == 0
+    finally:
+        rp.claim_arms = original
+    result = json.loads((out / "arms" / "margin-dw-b80" / "seed-0.json").read_text())
+    assert result["config"]["data"]["validation"]["fraction"] == budget["validation"]
+    history = result["history"]
+    assert len(history) == 3 and all("val_map@r" in row and "test_map@r" not in row for row in history)
+    best = max(range(3), key=lambda i: history[i]["val_map@r"])
+    assert result["kept"]["epoch"] == best + 1 and "val_map@r" in json.dumps(result["kept"])
+    assert rp._metric(result, "map@r", at=1 / 3) == history[0]["val_map@r"]
+    assert 0.0 <= result["metrics"]["map@r"] <= 1.0

@@ -151,6 +151,10 @@ def _wu_arms():
 OBJECTIVE_SAMPLE = 2048
 
 
+#: The perturbations δ of Hong et al.'s Fig. 1 run here besides δ = 1 (IS) and δ = 0 (no IS).
+HONG_DELTAS = (-1.0, 0.5, 2.0)
+
+
 def _hong_arms():
     """Hong et al. §6: balanced contrastive (λ = 256, lr ×0.9 every 100 steps),
     with (IS) and without (no IS) importance weights.
@@ -197,6 +201,13 @@ def _hong_arms():
         # pairs, about 200), so the IS estimate rests on a handful of heavily weighted pairs.
         arms[f"balanced-prandom0.9-pairs256-{tag}"] = _merge(
             {"design": {"name": "p_random", "p": 0.9, "pairs": 256}}, loss, options, schedule)
+        # §6.2, Fig. 1: the weights perturbed to W^δ (δ = 1: the IS arm, δ = 0: the no-IS arm).
+        if importance:
+            for m, n in ((4, 16), (32, 2)):
+                for delta in HONG_DELTAS:
+                    arms[f"balanced-group{m}x{n}-is-delta{delta}"] = _merge(
+                        {"design": {"name": "group", "m": m, "n": n}}, loss, options, schedule,
+                        {"loss": {"options": {"importance_power": delta}}})
         for gamma in (0.5, 0.9):
             arms[f"balanced-group4x16-imbalance{gamma}-{tag}"] = _merge(
                 {"design": {"name": "group", "m": 4, "n": 16}}, loss, options, schedule,
@@ -363,6 +374,12 @@ CLAIMS = {
         "curves": ["contrastive-group4x16-is-fig2", "contrastive-group4x16-nois-fig2",
                    "balanced-group4x16-is-fig2", "balanced-group4x16-nois-fig2"],
         "curve_metric": "train_objective",
+    },
+    "hong_perturbation": {
+        "source": "Hong et al., Fig. 1 (CUB200, balanced contrastive with IS, the weights perturbed to W^δ, R@1 "
+                  "vs δ)",
+        "metric": "recall@1",
+        "paper": {},
     },
     "hong_imbalance": {
         "source": "Hong et al., Fig. 3 (CUB200, balanced contrastive, (4,16)-group, R@1 vs γ)",

@@ -126,7 +126,12 @@ CLAIMS = [
                  "extreme designs, which these middle rows lie between"},
     {"id": "hong_fig1", "paper": HONG, "where": "Fig. 1",
      "claim": "perturbing the importance weights by δ ≠ 1 lowers R@1 ((4, 16)- and (32, 2)-group)",
-     "untested": "no arm perturbs the weights"},
+     "experiment": "hong_perturbation",
+     "checks": [(f"balanced-group{design}-is", other) for design in ("4x16", "32x2")
+                for other in (f"balanced-group{design}-nois", f"balanced-group{design}-is-delta-1.0",
+                              f"balanced-group{design}-is-delta0.5", f"balanced-group{design}-is-delta2.0")],
+     "protocol": "Hong: CUB, pretrained, R@1 along δ; here: from scratch, 2,000 steps, δ ∈ {−1, 0, 0.5, 1, 2} "
+                 "(δ = 0: the no-IS arm, δ = 1: the IS arm), judged on MAP@R"},
     {"id": "hong_fig2", "paper": HONG, "where": "Fig. 2", "experiment": "hong_objective",
      "claim": "with the traditional contrastive loss, importance sampling makes the training loss (10) fall "
               "faster and lower",

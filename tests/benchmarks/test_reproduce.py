@@ -84,7 +84,7 @@ def test_every_claim_is_listed_with_its_checks_or_why_it_is_untested():
     included; a run claim names its experiment and checks, an untested one its reason."""
     ids = rp.paper_claims.IDS
     assert len(ids) == len(set(ids))
-    for claim_id in ("hong_fig1", "hong_fig4", "hong_t2_t4", "wu_fig8",
+    for claim_id in ("hong_fig4", "hong_t2_t4", "wu_fig8",
                      "wu_t1_pretrain", "lu_fig4"):
         row = rp.paper_claims.by_id(claim_id)
         assert row["untested"] and "checks" not in row and "experiment" not in row
@@ -419,7 +419,7 @@ def test_report_md_opens_with_every_claim_and_the_total_cost(tmp_path):
     assert set(rp.paper_claims.IDS) <= set(rows)
     assert "| **reproduced** | 4 of 4 hold, 0 reversed | `--claim wu_beta` |" in rows["wu_t3_f"]
     assert "**untested**" in rows["wu_t1_a"] and "arms or seeds missing" in rows["wu_t1_a"]
-    assert "**untested**" in rows["hong_fig1"] and "no arm perturbs the weights" in rows["hong_fig1"]
+    assert "**untested**" in rows["hong_t2_t4"] and "the other methods are not run here" in rows["hong_t2_t4"]
     assert rows["wu_beta"].endswith("| 15 | 54 |") and rows["lu_topk"].endswith("| 3 | 3 |")
     # distinct runs: 3 + 12 + 3 = 18 (not 21), 30 + 24 + 3 = 57 min
     assert "Total: 18 distinct runs (arm × seed), 0.9 hours of this machine, 2.0 min per run" in head
@@ -583,3 +583,15 @@ def test_a_budget_with_a_validation_split_keeps_the_best_evaluation(kanji_dir, t
     assert result["kept"]["epoch"] == best + 1 and "val_map@r" in json.dumps(result["kept"])
     assert rp._metric(result, "map@r", at=1 / 3) == history[0]["val_map@r"]
     assert 0.0 <= result["metrics"]["map@r"] <= 1.0
+
+
+def test_hong_fig1_arms_perturb_only_the_weights():
+    """Fig. 1: the IS arm of each design with W^δ; δ = 0 and 1 are the existing no-IS and IS arms."""
+    checks = rp.paper_claims.by_id("hong_fig1")["checks"]
+    assert len(checks) == 8 and all(better.endswith("-is") for better, _ in checks)
+    for design in ("4x16", "32x2"):
+        base = rp.ARMS[f"balanced-group{design}-is"]
+        for delta in rp.HONG_DELTAS:
+            arm = rp.ARMS[f"balanced-group{design}-is-delta{delta}"]
+            assert arm["loss"]["options"].pop("importance_power") == delta
+            assert arm == base

@@ -1,5 +1,7 @@
 """Weighted contrastive loss with importance weights (Hong et al., Eq. 10 and 23)."""
 
+import math
+
 import keras
 import tensorflow as tf
 
@@ -36,14 +38,29 @@ class WeightedContrastiveLoss(ContrastiveLoss):
       eta: η > 0, the weight of every negative pair.
       distance: pairwise distance D (Hong et al. use euclidean).
       importance: weight each pair by W_ij (default True, the point of the loss).
+      importance_power: δ, weight each pair by W_ij^δ instead (Hong et al. §6.2, Fig. 1: a
+        perturbation of the weights; 1, the default, is the correct W, 0 is "without IS",
+        δ < 0 reverses the weights' effect, δ > 1 exaggerates it).
     """
 
     sampler_kinds = ()  # Eq. 23 scores every pair of the design's batch
 
-    def __init__(self, margin=1.0, eta=1.0, importance=True, **kwargs):
+    def __init__(self, margin=1.0, eta=1.0, importance=True, importance_power=1.0, **kwargs):
         base.refuse_fixed(type(self).__name__, kwargs, squared="is Hong et al.'s squared form (Eq. 10)")
         super().__init__(margin=margin, squared=True, importance=importance, **kwargs)
         self.eta = base.check_positive("eta", eta)
+        if isinstance(importance_power, bool) or not math.isfinite(float(importance_power)):
+            raise ValueError(f"importance_power (δ of W_ij^δ) must be a finite number, got {importance_power!r}.")
+        self.importance_power = float(importance_power)
+
+    def importance_weights(self, targets, dtype):
+        """W_ij^δ (δ = ``importance_power``; W_ij of the base class, 0 kept 0)."""
+        weights = super().importance_weights(targets, dtype)
+        if weights is None or self.importance_power == 1.0:
+            return weights
+        positive = weights > 0
+        powered = tf.pow(tf.where(positive, weights, tf.ones_like(weights)), self.importance_power)
+        return tf.where(positive, powered, tf.zeros_like(weights))
 
     def negative_weights(self, targets, dtype):
         """η_ij of the negative pairs (a scalar here; a [B, B] matrix in subclasses)."""
@@ -53,5 +70,5 @@ class WeightedContrastiveLoss(ContrastiveLoss):
     def get_config(self):
         config = super().get_config()
         config.pop("squared")  # always ℓ2²
-        config.update(eta=self.eta)
+        config.update(eta=self.eta, importance_power=self.importance_power)
         return config

@@ -283,3 +283,29 @@ def test_stable_contrast_and_robust_hard_contrast_take_importance(ref):
                 total += W[i, j] * (max(d[i, j] - 1.0, 0.0) ** 2 + hardest)
                 count += 1
     np.testing.assert_allclose(float(loss(y, e)), total / count, rtol=1e-5)
+
+
+@pytest.mark.parametrize("delta", [-1.0, 0.0, 0.5, 2.0])
+def test_importance_power_weights_each_pair_by_w_to_the_delta(ref, delta):
+    """Hong et al. §6.2 (Fig. 1): W̃_ij = W_ij^δ in Eq. 23; δ = 0 is the loss without IS."""
+    labels = ref.LABELS["mixed"]
+    e = ref.embeddings(len(labels), seed=3)
+    d, cand = ref.pairwise(e), ref.candidates(labels)
+    w = ref.hong_weights(labels, ref.CLASS_SIZES, 0.02, 0.005)
+    assert np.ptp(w[cand]) > 0.1  # the weights differ, so δ changes the loss
+    y = ref.importance_targets(labels, 0.02, 0.005)
+    eta = balanced_eta(8.0, 6, ref.CLASS_SIZES, labels)
+    loss = BalancedContrastiveLoss(margin=1.2, lam=8.0, num_classes=6, importance_power=delta)
+    np.testing.assert_allclose(float(loss(y, e)), np_weighted(d, labels, cand, 1.2, eta, w ** delta), rtol=1e-5)
+    weighted = WeightedContrastiveLoss(margin=1.3, eta=0.7, importance_power=delta)
+    np.testing.assert_allclose(float(weighted(y, e)), np_weighted(d, labels, cand, 1.3, 0.7, w ** delta), rtol=1e-5)
+    assert BalancedContrastiveLoss.from_config(loss.get_config()).importance_power == delta
+    if delta == 0.0:
+        plain = BalancedContrastiveLoss(margin=1.2, lam=8.0, num_classes=6, importance=False)
+        np.testing.assert_allclose(float(loss(y, e)), float(plain(y, e)), rtol=1e-6)
+
+
+def test_importance_power_must_be_a_finite_number():
+    for bad in (float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match="importance_power"):
+            WeightedContrastiveLoss(importance_power=bad)

@@ -215,6 +215,10 @@ def _hong_arms():
     return arms
 
 
+#: (m, n) of the pool the learned sampler picks from in Duan's setting (Duan: ~100 × 100).
+POOL_DESIGN = (8, 40)
+
+
 def _lu_duan_arms():
     """Lu et al. 2019: ℓ_k (k = 5, γ = 0.1, top-k misplaced sets) against the triplet
     loss with semi-hard and distance weighted sampling, all with m = 10 images of
@@ -244,13 +248,20 @@ def _lu_duan_arms():
         # loop; Duan draw 4 mini-batches of 30 tuples at batch 120, 80 tuples at batch 80.
         "triplet-learned-b80-pretrain200": _learned_b80(pretrain_steps=200),
         "triplet-learned-b80-t20": _learned_b80(pretrain_steps=0, tuples=20),
+        # Duan's setting (§1, §4.2): the policy picks from a pool larger than a mining batch
+        # (here 40 classes × 8 = 320 images), pre-trained; random triplets from the same pool
+        # at the same 64 tuples a step.
+        "triplet-learned-pool320-pretrain200": _learned_b80(pretrain_steps=200, design=POOL_DESIGN),
+        "triplet-random-pool320-t64": _merge(_design(*POOL_DESIGN), triplet["random"],
+                                             {"loss": {"sampler_options": {"num_triplets": 64}}}),
     }
 
 
-def _learned_b80(pretrain_steps, tuples=16):
-    """The triplet loss with the learned sampler (DE-DSP) at batch 80 (5 × 16): K = 4
-    DSN mini-batches of ``tuples`` tuples, and ``pretrain_steps`` pools of DSN pre-training."""
-    return _merge(_design(5, 16), _loss("triplet", "learned", margin=0.2, squared=False),
+def _learned_b80(pretrain_steps, tuples=16, design=(5, 16)):
+    """The triplet loss with the learned sampler (DE-DSP) at batch 80 (5 × 16; or another
+    ``design`` (m, n)): K = 4 DSN mini-batches of ``tuples`` tuples, and ``pretrain_steps``
+    pools of DSN pre-training."""
+    return _merge(_design(*design), _loss("triplet", "learned", margin=0.2, squared=False),
                   {"loss": {"sampler_options": {"tuples_per_minibatch": tuples, "minibatches": 4,
                                                 "learning_rate": 0.001, "pretrain_steps": pretrain_steps}}})
 
@@ -439,6 +450,13 @@ CLAIMS = {
         "metric": "recall@1",
         "paper": {},
         "curves": ["triplet-learned-b80-pretrain200", "triplet-learned-b80-t20", "triplet-learned-b80"],
+    },
+    "duan_paper_setting": {
+        "source": "investigation of duan_t3_random: Duan et al. 2019 §1, §4.2 (the policy picks tuples from a "
+                  "pool larger than a batch) and Algorithm 1 line 2 (pre-training)",
+        "metric": "recall@1",
+        "paper": {},
+        "curves": ["triplet-learned-pool320-pretrain200", "triplet-random-pool320-t64"],
     },
     "xbm_memory": {
         "source": "Wang et al. 2020, XBM (memory size; contrastive and multi-similarity with and without the "

@@ -228,6 +228,15 @@ CLAIMS = [
                 ("triplet-learned-b80-t20", "triplet-learned-b80"),
                 ("triplet-learned-b80-pretrain200", "triplet-semi_hard-b80"),
                 ("triplet-learned-b80-t20", "triplet-semi_hard-b80")]},
+    {"id": "duan_paper_setting", "paper": "investigation", "where": "of duan_t3_random",
+     "experiment": "duan_paper_setting",
+     "claim": "in Duan's setting, a pre-trained policy picking from a pool of 320 images, the learned sampler "
+              "beats random triplets from that pool at the same 64 tuples a step, and the pool beats the batch",
+     "checks": [("triplet-learned-pool320-pretrain200", "triplet-random-pool320-t64"),
+                ("triplet-learned-pool320-pretrain200", "triplet-learned-b80-pretrain200")],
+     "protocol": "Duan: pools of ~100 classes × 100 images, a conv sampler network on the images; here: 40 "
+                 "classes × 8 images (every image of the pool is embedded each step, the loss is on the 64 "
+                 "picked tuples), the DSN's MLP on pooled pixels (§3.2's conv input is not built)"},
     {"id": "hong_prandom_pairs", "paper": "investigation", "where": "of hong_t1_is",
      "experiment": "hong_prandom_pairs",
      "claim": "with 256 pairs a batch (4×), importance sampling helps p-random 0.9",

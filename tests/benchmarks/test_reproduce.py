@@ -595,3 +595,13 @@ def test_hong_fig1_arms_perturb_only_the_weights():
             arm = rp.ARMS[f"balanced-group{design}-is-delta{delta}"]
             assert arm["loss"]["options"].pop("importance_power") == delta
             assert arm == base
+
+
+def test_duan_paper_setting_compares_the_pool_arms_at_equal_tuples():
+    learned, random_arm = rp.ARMS["triplet-learned-pool320-pretrain200"], rp.ARMS["triplet-random-pool320-t64"]
+    assert learned["design"] == random_arm["design"] and learned["design"]["m"] * learned["design"]["n"] == 320
+    options = learned["loss"]["sampler_options"]
+    assert options["pretrain_steps"] > 0
+    assert random_arm["loss"]["sampler_options"]["num_triplets"] == options["minibatches"] * options[
+        "tuples_per_minibatch"]
+    assert learned["loss"]["options"] == random_arm["loss"]["options"]

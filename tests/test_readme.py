@@ -25,6 +25,28 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_second():
     assert README.index(first_two[0]) < README.index("## ")
 
 
+def test_ci_fails_when_the_readme_test_command_fails_and_stops_there(tmp_path):
+    # `set -e` ignores a failure inside an `a && b && c` list unless it is the last command:
+    # a failed install must still fail CI, not fall through to the minimum-versions suite.
+    import shutil
+    import subprocess
+
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(os.path.join(ROOT, ".ci", "run"), tmp_path / ".ci" / "run")
+    marker = tmp_path / "min_versions_ran"
+    (tmp_path / ".ci" / "min_versions").write_text(f"touch {marker}\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text("#!/bin/sh\nexit 3\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    result = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], env=env,
+                            capture_output=True, text=True)
+    assert result.returncode != 0
+    assert not marker.exists()
+
+
 def test_api_example_runs(capsys):
     example = _blocks("python")[0]
     assert "MarginLoss" in example and "model.fit" in example

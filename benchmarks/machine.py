@@ -4,15 +4,33 @@ import os
 import platform
 
 
+#: The vector instruction sets that change TensorFlow's CPU speed, as /proc/cpuinfo flags and
+#: as printed (the widest first). A cloud "AMD EPYC" names several generations of CPU.
+VECTOR_FLAGS = (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX-512-BF16"), ("avx512f", "AVX-512"),
+                ("avx2", "AVX2"))
+
+
+def describe_cpuinfo(text):
+    """"model name (family F model M, ISA, ...)" from the text of /proc/cpuinfo (its first CPU)."""
+    fields = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name") or platform.processor() or "unknown CPU"
+    flags = set(fields.get("flags", "").split())
+    detail = [f"family {fields['cpu family']} model {fields['model']}"] if "cpu family" in fields else []
+    detail += [shown for flag, shown in VECTOR_FLAGS if flag in flags]
+    return f"{name} ({', '.join(detail)})" if detail else name
+
+
 def cpu_model():
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+            return describe_cpuinfo(f.read())
     except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+        return platform.processor() or "unknown CPU"
 
 
 def describe():

@@ -248,22 +248,28 @@ def _lu_duan_arms():
         # loop; Duan draw 4 mini-batches of 30 tuples at batch 120, 80 tuples at batch 80.
         "triplet-learned-b80-pretrain200": _learned_b80(pretrain_steps=200),
         "triplet-learned-b80-t20": _learned_b80(pretrain_steps=0, tuples=20),
-        # Duan's setting (§1, §4.2): the policy picks from a pool larger than a mining batch
-        # (here 40 classes × 8 = 320 images), pre-trained; random triplets from the same pool
-        # at the same 64 tuples a step.
-        "triplet-learned-pool320-pretrain200": _learned_b80(pretrain_steps=200, design=POOL_DESIGN),
+        # Duan's setting (§1, §3.2, §4.2): the policy, a conv network on the images, picks from
+        # a pool larger than a mining batch (here 40 classes × 8 = 320 images), pre-trained;
+        # random triplets from the same pool at the same 64 tuples a step.
+        "triplet-learned-pool320-pretrain200": _learned_b80(pretrain_steps=200, design=POOL_DESIGN,
+                                                            trunk="conv"),
+        # The same conv policy picking from the batch of 80: the pool against the batch.
+        "triplet-learned-b80-pretrain200-conv": _learned_b80(pretrain_steps=200, trunk="conv"),
         "triplet-random-pool320-t64": _merge(_design(*POOL_DESIGN), triplet["random"],
                                              {"loss": {"sampler_options": {"num_triplets": 64}}}),
     }
 
 
-def _learned_b80(pretrain_steps, tuples=16, design=(5, 16)):
+def _learned_b80(pretrain_steps, tuples=16, design=(5, 16), trunk=None):
     """The triplet loss with the learned sampler (DE-DSP) at batch 80 (5 × 16; or another
-    ``design`` (m, n)): K = 4 DSN mini-batches of ``tuples`` tuples, and ``pretrain_steps``
-    pools of DSN pre-training."""
+    ``design`` (m, n)): K = 4 DSN mini-batches of ``tuples`` tuples, ``pretrain_steps``
+    pools of DSN pre-training, and the DSN's ``trunk`` (None: the network's default)."""
+    options = {"tuples_per_minibatch": tuples, "minibatches": 4, "learning_rate": 0.001,
+               "pretrain_steps": pretrain_steps}
+    if trunk is not None:
+        options["trunk"] = trunk
     return _merge(_design(*design), _loss("triplet", "learned", margin=0.2, squared=False),
-                  {"loss": {"sampler_options": {"tuples_per_minibatch": tuples, "minibatches": 4,
-                                                "learning_rate": 0.001, "pretrain_steps": pretrain_steps}}})
+                  {"loss": {"sampler_options": options}})
 
 
 #: Batch of the XBM arms: the (4, 16)-group design, the one design whose batches give the

@@ -233,10 +233,11 @@ CLAIMS = [
      "claim": "in Duan's setting, a pre-trained policy picking from a pool of 320 images, the learned sampler "
               "beats random triplets from that pool at the same 64 tuples a step, and the pool beats the batch",
      "checks": [("triplet-learned-pool320-pretrain200", "triplet-random-pool320-t64"),
-                ("triplet-learned-pool320-pretrain200", "triplet-learned-b80-pretrain200")],
+                ("triplet-learned-pool320-pretrain200", "triplet-learned-b80-pretrain200-conv")],
      "protocol": "Duan: pools of ~100 classes × 100 images, a conv sampler network on the images; here: 40 "
-                 "classes × 8 images (every image of the pool is embedded each step, the loss is on the 64 "
-                 "picked tuples), the DSN's MLP on pooled pixels (§3.2's conv input is not built)"},
+                 "classes × 8 images, the loss on the 64 picked tuples, the DSN a conv network on the images "
+                 "(§3.2: two 3 × 3 convolution + pooling blocks of 32 filters, a 64-unit layer; "
+                 "loss.sampler_options.trunk: conv), pre-trained on 200 pools"},
     {"id": "hong_prandom_pairs", "paper": "investigation", "where": "of hong_t1_is",
      "experiment": "hong_prandom_pairs",
      "claim": "with 256 pairs a batch (4×), importance sampling helps p-random 0.9",

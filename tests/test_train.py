@@ -505,7 +505,28 @@ def test_learned_sampler_bad_combinations(tmp_path):
     with pytest.raises(config.ConfigError, match="does not fit"):
         small_cfg(tmp_path, loss={"name": "margin", "sampler": "learned"})
     cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned", "sampler_options": {"widht": 3}})
-    with pytest.raises(ExperimentError, match="widht"):
+    with pytest.raises(ExperimentError, match="widht") as err:
+        build.build_model(cfg, (8, 8, 1), 5, 100)
+    from tfdml.dsn import policy
+
+    # The valid keys are the model's and the network's own signature (trunk, channels, ...).
+    assert {"trunk", "channels", "width", "tuples_per_minibatch"} <= set(policy.network_options()
+                                                                        + build.DSN_MODEL_OPTIONS)
+    for key in policy.network_options() + build.DSN_MODEL_OPTIONS:
+        assert key in str(err.value)
+
+
+def test_learned_sampler_options_reach_the_sampler_network(tmp_path):
+    """Duan §3.2's conv trunk from a config: loss.sampler_options trunk / channels / width."""
+    cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned",
+                                    "sampler_options": {"trunk": "conv", "channels": 4, "width": 8,
+                                                        "depth": 1}})
+    model = build.build_model(cfg, (8, 8, 1), 5, 100)
+    assert model.sampler.trunk_kind == "conv" and model.sampler.channels == 4
+    assert tuple(model.sampler.trunk[0].kernel.shape) == (3, 3, 1, 4)
+    cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned",
+                                    "sampler_options": {"trunk": "transformer"}})
+    with pytest.raises(ExperimentError, match="unknown trunk 'transformer'"):
         build.build_model(cfg, (8, 8, 1), 5, 100)
 
 

@@ -113,9 +113,16 @@ def build_model(cfg, input_shape, num_classes, num_examples):
     return model
 
 
-#: loss.sampler_options of the learned sampler (tfdml.dsn.DSNEmbeddingModel).
-DSN_OPTIONS = ("tuples_per_minibatch", "minibatches", "baseline", "learning_rate", "pretrain_steps",
-               "width", "depth", "input_size")
+#: loss.sampler_options of the learned sampler: the model's (tfdml.dsn.DSNEmbeddingModel) and
+#: the fit's, then the sampler network's own (tfdml.dsn.policy.network_options).
+DSN_MODEL_OPTIONS = ("tuples_per_minibatch", "minibatches", "baseline", "learning_rate", "pretrain_steps")
+
+
+def dsn_options():
+    """Every key of loss.sampler_options the learned sampler takes."""
+    from tfdml.dsn import policy
+
+    return DSN_MODEL_OPTIONS + policy.network_options()
 
 
 def build_dsn_model(cfg, encoder, loss):
@@ -123,11 +130,12 @@ def build_dsn_model(cfg, encoder, loss):
     from tfdml import dsn
 
     options = dict(cfg["loss"]["sampler_options"])
-    unknown = sorted(set(options) - set(DSN_OPTIONS))
+    valid = dsn_options()
+    unknown = sorted(set(options) - set(valid))
     if unknown:
         raise ExperimentError(
             f"loss.sampler_options {unknown} are not options of the learned sampler; "
-            f"valid: {', '.join(DSN_OPTIONS)}."
+            f"valid: {', '.join(valid)}."
         )
     learning_rate = options.pop("learning_rate", 1e-3)
     options.pop("pretrain_steps", None)

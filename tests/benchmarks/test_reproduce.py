@@ -602,6 +602,12 @@ def test_duan_paper_setting_compares_the_pool_arms_at_equal_tuples():
     assert learned["design"] == random_arm["design"] and learned["design"]["m"] * learned["design"]["n"] == 320
     options = learned["loss"]["sampler_options"]
     assert options["pretrain_steps"] > 0
+    assert options["trunk"] == "conv"  # §3.2: a conv network on the images
     assert random_arm["loss"]["sampler_options"]["num_triplets"] == options["minibatches"] * options[
         "tuples_per_minibatch"]
     assert learned["loss"]["options"] == random_arm["loss"]["options"]
+    # The pool against the batch: the same policy (conv, pre-trained), only the design differs.
+    pool_check = rp.paper_claims.by_id("duan_paper_setting")["checks"][1]
+    batch_arm = rp.ARMS[pool_check[1]]
+    assert pool_check[0] == "triplet-learned-pool320-pretrain200"
+    assert batch_arm["loss"] == learned["loss"] and batch_arm["design"] != learned["design"]

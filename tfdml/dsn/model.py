@@ -80,7 +80,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
       baseline: ``"mean"`` (footnote 1) or ``"none"``: see
         :func:`tfdml.dsn.reinforce.reinforce_loss`.
       sampler_options: keyword arguments of the network when ``sampler`` is a
-        kind (``width``, ``depth``, ``input_size``).
+        kind (:func:`~tfdml.dsn.policy.network_options`: ``width``, ``depth``, ``trunk``, ...).
 
     Usage::
 
@@ -124,7 +124,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
             except (TypeError, ValueError) as err:
                 raise ValueError(
                     f"DSNEmbeddingModel: sampler_options {self.sampler_options!r}: {err} "
-                    "(valid: width, depth, input_size)."
+                    f"(valid: {', '.join(policy_lib.network_options())})."
                 ) from None
         elif self.sampler_options:
             raise ValueError(

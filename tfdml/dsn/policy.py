@@ -39,14 +39,23 @@ network selects each probe x_i independently among the other examples of
 class i, given x_i⁺ and the rest of the gallery (the N-pair loss Eq. 9
 decomposes over probes).
 
-DSN input (a design choice, documented here): the paper feeds raw images to a
-network much shallower than the embedding network. Here the input is the raw
-pool downsampled by area averaging (an integer factor ``floor(H / input_size)``
-per side; non-image inputs are flattened) followed by an MLP trunk. It costs
-one small MLP over the pool and one pairwise head over [M, P] candidate pairs,
-and never runs the embedding network: only the selected examples are embedded.
-A pair (i, j) of trunk features h is described by [h_i ⊙ h_j, |h_i − h_j|];
-a class by the mean of its members' trunk features in the pool.
+DSN input: the paper feeds the images to a network "much shallower" than the
+embedding network, whose two sampler networks "share the parameters of the
+convolutional and fully connected layers" (§3.2, §4.2). Two trunks compute the
+per-example features h of the pool (``trunk``):
+
+- ``"conv"`` (the paper's input): the raw images through ``depth`` blocks of a
+  3 × 3 convolution (``channels`` filters, ReLU) and 2 × 2 max pooling, then a
+  fully connected ReLU layer of ``width`` units;
+- ``"mlp"`` (the cheaper default): the pool downsampled by area averaging (an
+  integer factor ``floor(H / input_size)`` per side; non-image inputs are
+  flattened) through ``depth`` fully connected ReLU layers.
+
+Either costs one small network over the pool and one pairwise head over
+[M, P] candidate pairs, and never runs the embedding network: only the
+selected examples are embedded. A pair (i, j) of trunk features h is described
+by [h_i ⊙ h_j, |h_i − h_j|]; a class by the mean of its members' trunk features
+in the pool.
 
 Everything is vectorised with fixed shapes ([M, P] logits) and compiles under
 ``tf.function(jit_compile=True)``. Random draws are Gumbel-max on stateless
@@ -54,6 +63,7 @@ philox bits (:func:`tfdml.samplers.base.uniform01`), keyed by a [2] int seed.
 """
 
 import collections
+import inspect
 
 import keras
 import tensorflow as tf
@@ -177,14 +187,23 @@ def _check_int(value, name, owner, minimum=1):
     return value
 
 
+#: The DSN trunks (module docstring): the paper's convolutional one on the raw images, and
+#: an MLP on area-averaged pixels.
+TRUNKS = ("mlp", "conv")
+
+
 class SamplerNetwork(keras.layers.Layer):
-    """Shared parts of the DSN: the cheap input, the MLP trunk and pairwise heads.
+    """Shared parts of the DSN: the input, the trunk and pairwise heads.
 
     Args:
-      width: units of the trunk and of the heads' hidden layer.
-      depth: Dense-ReLU layers of the trunk (≥ 1).
+      width: units of the trunk's output and of the heads' hidden layer.
+      depth: layers of the trunk (≥ 1): Dense-ReLU layers (``"mlp"``) or
+        convolution + pooling blocks (``"conv"``).
       input_size: downsampling target of :func:`cheap_features` (0: no
-        downsampling).
+        downsampling); the ``"mlp"`` trunk's input only (the ``"conv"`` trunk
+        reads the raw images).
+      trunk: ``"mlp"`` or ``"conv"`` (Duan §3.2; see the module docstring).
+      channels: filters of each convolution of the ``"conv"`` trunk.
       seed: seed of the weight initialisers (``None``: Keras' global seed).
     """
 
@@ -196,12 +215,16 @@ class SamplerNetwork(keras.layers.Layer):
         """Rows of uniform noise :meth:`select` needs for ``num`` tuples."""
         raise NotImplementedError
 
-    def __init__(self, width=64, depth=2, input_size=7, seed=None, **kwargs):
+    def __init__(self, width=64, depth=2, input_size=7, trunk="mlp", channels=32, seed=None, **kwargs):
         super().__init__(**kwargs)
         owner = type(self).__name__
         self.width = _check_int(width, "width", owner)
         self.depth = _check_int(depth, "depth", owner)
         self.input_size = _check_int(input_size, "input_size", owner, minimum=0)
+        self.channels = _check_int(channels, "channels", owner)
+        if trunk not in TRUNKS:
+            raise ValueError(f"{owner}: unknown trunk {trunk!r}; choose one of {', '.join(TRUNKS)}.")
+        self.trunk_kind = trunk
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"{owner}: seed must be an int or None, got {seed!r}.")
         self.seed = seed
@@ -213,12 +236,24 @@ class SamplerNetwork(keras.layers.Layer):
             )
 
         dtype = self.dtype_policy
-        self.trunk = [
-            keras.layers.Dense(
-                width, activation="relu", kernel_initializer=init(), dtype=dtype, name=f"trunk{i}"
-            )
-            for i in range(depth)
-        ]
+        if trunk == "conv":
+            self.trunk = []
+            for i in range(depth):
+                self.trunk.append(keras.layers.Conv2D(
+                    channels, 3, padding="same", activation="relu", kernel_initializer=init(),
+                    dtype=dtype, name=f"trunk_conv{i}"))
+                self.trunk.append(keras.layers.MaxPooling2D(2, padding="same", dtype=dtype,
+                                                            name=f"trunk_pool{i}"))
+            self.trunk.append(keras.layers.Flatten(dtype=dtype, name="trunk_flatten"))
+            self.trunk.append(keras.layers.Dense(
+                width, activation="relu", kernel_initializer=init(), dtype=dtype, name="trunk_dense"))
+        else:
+            self.trunk = [
+                keras.layers.Dense(
+                    width, activation="relu", kernel_initializer=init(), dtype=dtype, name=f"trunk{i}"
+                )
+                for i in range(depth)
+            ]
         # Flat list (hidden, logit, hidden, logit, ...) in the order of ``heads``.
         self.head_layers = []
         for head in self.heads:
@@ -233,11 +268,19 @@ class SamplerNetwork(keras.layers.Layer):
     # -- building ------------------------------------------------------------
     def build(self, input_shape):
         """``input_shape``: shape of the pool's *inputs* x, [P, ...]."""
-        dim = feature_dim(tuple(input_shape)[1:], self.input_size)
-        shape = (None, dim)
+        example = tuple(input_shape)[1:]
+        if self.trunk_kind == "conv":
+            if len(example) != 3 or any(d is None for d in example):
+                raise ValueError(
+                    f"{type(self).__name__}: trunk='conv' reads images of a known shape [P, H, W, C]; "
+                    f"the pool's inputs have shape {tuple(input_shape)}. Use trunk='mlp' for other inputs."
+                )
+            shape = (None,) + tuple(int(d) for d in example)
+        else:
+            shape = (None, feature_dim(example, self.input_size))
         for layer in self.trunk:
             layer.build(shape)
-            shape = (None, self.width)
+            shape = layer.compute_output_shape(shape)
         for head in self.heads:
             hidden, logit = self._head(head)
             hidden.build((None, self.head_input_units(head)))
@@ -249,7 +292,10 @@ class SamplerNetwork(keras.layers.Layer):
 
     # -- pieces --------------------------------------------------------------
     def features(self, x):
-        """The cheap DSN input of the pool (:func:`cheap_features`), in the layer's dtype."""
+        """The DSN input of the pool, in the layer's dtype: the images (``"conv"``) or
+        :func:`cheap_features` (``"mlp"``)."""
+        if self.trunk_kind == "conv":
+            return tf.cast(x, self.compute_dtype)
         return tf.cast(cheap_features(x, self.input_size), self.compute_dtype)
 
     def embed(self, features):
@@ -274,7 +320,8 @@ class SamplerNetwork(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(width=self.width, depth=self.depth, input_size=self.input_size, seed=self.seed)
+        config.update(width=self.width, depth=self.depth, input_size=self.input_size,
+                      trunk=self.trunk_kind, channels=self.channels, seed=self.seed)
         return config
 
 
@@ -363,7 +410,7 @@ class TripletSamplerNetwork(SamplerNetwork):
         """Sample ``num`` triplets from the pool by the chained policy (Eq. 4, 5).
 
         Args:
-          features: [P, F] DSN input of the pool (:meth:`features`).
+          features: the DSN input of the pool (:meth:`features`).
           labels: [P] integer labels.
           num: M, the number of triplets (a Python int).
           seed: [2] integer seed, or
@@ -465,6 +512,14 @@ class NPairSamplerNetwork(SamplerNetwork):
 
 
 NETWORKS = {"triplet": TripletSamplerNetwork, "npair": NPairSamplerNetwork}
+
+
+def network_options():
+    """The keyword arguments that configure a sampler network (``width``, ``depth``, ...), read
+    from :class:`SamplerNetwork`'s signature (the seed comes from the model)."""
+    params = inspect.signature(SamplerNetwork.__init__).parameters
+    return tuple(name for name, p in params.items()
+                 if name not in ("self", "seed") and p.kind is p.POSITIONAL_OR_KEYWORD)
 
 
 def get(identifier, **kwargs):

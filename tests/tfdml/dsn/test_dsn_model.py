@@ -31,7 +31,7 @@ def _dataset(xs, ys, start=0, steps=None):
     return tf.data.Dataset.from_tensor_slices((np.stack(xs), {"label": labels, "class_size": sizes}))
 
 
-def _model(kind="triplet", seed=5, jit=False, eager=True, backbone="small_cnn"):
+def _model(kind="triplet", seed=5, jit=False, eager=True, backbone="small_cnn", trunk="mlp"):
     keras.utils.set_random_seed(0)
     if backbone == "small_cnn":
         net = models.small_cnn((8, 8, 1), width=4)
@@ -44,7 +44,7 @@ def _model(kind="triplet", seed=5, jit=False, eager=True, backbone="small_cnn"):
         tuples_per_minibatch=M if kind == "triplet" else CLASSES,
         minibatches=K,
         seed=seed,
-        sampler_options={"width": 8, "depth": 1, "input_size": 4},
+        sampler_options={"width": 8, "depth": 1, "input_size": 4, "trunk": trunk, "channels": 4},
     )
     loss = losses.TripletLoss(margin=0.5) if kind == "triplet" else losses.NPairLoss(l2_reg=0.01)
     model.compile(
@@ -80,10 +80,12 @@ def pools():
     return _pools()
 
 
-def test_fit_runs_algorithm_1_with_xla(pools):
+@pytest.mark.parametrize("trunk", dsn.policy.TRUNKS)
+def test_fit_runs_algorithm_1_with_xla(pools, trunk):
     """One fit step = K DSN updates (lines 4–9) and one embedding update (line 10);
-    both networks change; jit_compile=True (an MLP encoder keeps the XLA compile short)."""
-    model = _model(jit=True, backbone="mlp")
+    both networks change; jit_compile=True (an MLP encoder keeps the XLA compile short);
+    with either DSN trunk (§3.2's conv network on the images, or the MLP)."""
+    model = _model(jit=True, backbone="mlp", trunk=trunk)
     history = model.fit(_dataset(*pools), epochs=1, steps_per_epoch=3, verbose=0)
     assert int(model.optimizer.iterations) == 3
     assert int(model.dsn_optimizer.iterations) == 3 * K
@@ -91,7 +93,7 @@ def test_fit_runs_algorithm_1_with_xla(pools):
         assert np.isfinite(history.history[key]).all()
     # Triplet Eq. 2 with margin 0.5 on unit-normalised embeddings: the loss is positive.
     assert history.history["loss"][0] > 0
-    fresh = _model(backbone="mlp")
+    fresh = _model(backbone="mlp", trunk=trunk)
     fresh.build((None, 8, 8, 1))
     changed = lambda a, b: any(not np.array_equal(u, v) for u, v in zip(a, b))  # noqa: E731
     assert changed(_values(model.sampler.trainable_variables), _values(fresh.sampler.trainable_variables))

@@ -18,16 +18,17 @@ def pool():
     return x
 
 
-@pytest.fixture(scope="module")
-def triplet_net(pool):
-    net = dsn.TripletSamplerNetwork(width=8, depth=1, input_size=3, seed=0)
+# Every selection test runs with both trunks (the paper's conv network on the images, and the MLP).
+@pytest.fixture(scope="module", params=dsn.policy.TRUNKS)
+def triplet_net(pool, request):
+    net = dsn.TripletSamplerNetwork(width=8, depth=1, input_size=3, trunk=request.param, channels=4, seed=0)
     net.build(pool.shape)
     return net
 
 
-@pytest.fixture(scope="module")
-def npair_net(pool):
-    net = dsn.NPairSamplerNetwork(width=8, depth=1, input_size=3, seed=0)
+@pytest.fixture(scope="module", params=dsn.policy.TRUNKS)
+def npair_net(pool, request):
+    net = dsn.NPairSamplerNetwork(width=8, depth=1, input_size=3, trunk=request.param, channels=4, seed=0)
     net.build(pool.shape)
     return net
 
@@ -142,3 +143,42 @@ def test_bad_arguments_raise():
         dsn.TripletSamplerNetwork(width=0)
     with pytest.raises(ValueError, match="Unknown sampler network"):
         dsn.policy.get("pairs")
+
+
+def test_conv_trunk_reads_the_images_and_learns_through_its_convolutions(pool):
+    """Duan §3.2: the sampler networks share convolutional and fully connected layers on the
+    images. The conv trunk's features are the images themselves, its first weights a 3 × 3
+    kernel, and Eq. 5's log-probability has a gradient on every trunk weight."""
+    net = dsn.TripletSamplerNetwork(width=8, depth=2, trunk="conv", channels=4, seed=0)
+    net.build(pool.shape)
+    features = net.features(pool)
+    np.testing.assert_array_equal(features.numpy(), pool)
+    assert tuple(net.trunk[0].kernel.shape) == (3, 3, 1, 4)
+    assert net.embed(features).shape == (len(LABELS), 8)
+    choice = net.select(features, LABELS, 6, tf.constant([1, 2]))
+    with tf.GradientTape() as tape:
+        lp = tf.reduce_sum(net.log_prob(features, LABELS, choice.anchor, choice.positive, choice.negative))
+    trunk_weights = [w for layer in net.trunk for w in layer.trainable_weights]
+    grads = tape.gradient(lp, trunk_weights)
+    assert len(trunk_weights) == 6  # two convolutions and the dense layer, kernel and bias each
+    assert all(g is not None and np.any(g.numpy() != 0) for g in grads)
+    # The same pixels in another arrangement give other features (the MLP trunk's block means
+    # would not see a permutation inside a block either; the conv trunk sees every pixel).
+    swapped = pool.copy()
+    swapped[:, [0, 1]] = swapped[:, [1, 0]]
+    assert not np.allclose(net.embed(net.features(swapped)).numpy(), net.embed(features).numpy())
+
+
+def test_conv_trunk_round_trips_and_refuses_inputs_that_are_not_images(pool):
+    net = dsn.NPairSamplerNetwork(width=8, depth=1, trunk="conv", channels=4, seed=3)
+    net.build(pool.shape)
+    config = net.get_config()
+    assert config["trunk"] == "conv" and config["channels"] == 4
+    twin = dsn.NPairSamplerNetwork.from_config(config)
+    twin.build(pool.shape)
+    twin.set_weights(net.get_weights())
+    np.testing.assert_allclose(twin(pool).numpy(), net(pool).numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="trunk='conv' reads images"):
+        dsn.NPairSamplerNetwork(trunk="conv").build((12, 36))
+    with pytest.raises(ValueError, match="unknown trunk 'resnet'.*mlp, conv"):
+        dsn.NPairSamplerNetwork(trunk="resnet")

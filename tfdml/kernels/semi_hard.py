@@ -27,14 +27,18 @@ under XLA (``python benchmarks/bench_semi_hard.py --crossover``; RESULTS,
 
 import tensorflow as tf
 
-from tfdml import kernels
+from tfdml import kernels, xla
 from tfdml.samplers import base, ordering
 
 FORMS = ("compare_or_sort",)
 
 
 def compare_or_sort(dist, labels, pos, neg, widths, sort_above):
-    """``(nearest, found)`` [B, M] of the semi-hard rule by the compare or the sort path."""
+    """``(nearest, found)`` [B, M] of the semi-hard rule by the compare or the sort path.
+    Under XLA the inputs pass :func:`tfdml.xla.opaque_to_constant_analysis` first: the
+    paths' ``tf.switch_case`` would otherwise have tf2xla interpret the distances' HLO."""
+    if xla.is_compiling():
+        dist, labels, pos, neg = xla.opaque_to_constant_analysis(dist, labels, pos, neg)
     size = tf.shape(dist)[0]
     inf = tf.constant(float("inf"), dist.dtype)
     neg_dist = tf.where(neg, dist, -inf)  # D_an on the candidate negatives, -inf elsewhere

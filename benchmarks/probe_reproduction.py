@@ -24,7 +24,6 @@ missing are listed and skipped.
 """
 
 import argparse
-import json
 import os
 import sys
 
@@ -33,6 +32,7 @@ ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 
 import reproduce  # noqa: E402  (benchmarks/reproduce.py)
+from tfdml import files  # noqa: E402
 
 
 def metric_names(ks):
@@ -121,11 +121,8 @@ def main(argv=None):
     if not scores:
         sys.exit("No finished run of this claim has its model here; nothing to re-score.")
     path = os.path.join(out, "probes", f"{args.claim}-test{args.test_classes}.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump({"claim": args.claim, "test_classes": args.test_classes, "ks": args.ks,
-                   "scores": scores}, f, indent=1)
-    os.replace(path + ".tmp", path)
+    files.write_json(path, {"claim": args.claim, "test_classes": args.test_classes, "ks": args.ks,
+                            "scores": scores}, indent=1)
     print(f"\nFigures in %, mean ± sample std over seeds; wrote {path}\n")
     print(table(args.claim, scores, args.ks))
     return 0

@@ -66,6 +66,7 @@ import kanji_fonts  # noqa: E402  (benchmarks/kanji_fonts.py)
 import machine  # noqa: E402
 import reproduction_claims as paper_claims  # noqa: E402
 import verdicts  # noqa: E402
+from tfdml import files  # noqa: E402  (atomic writes: a temporary file of this writer's own, then a rename)
 
 #: Budgets: steps of training, evaluation points along the way, classes used.
 #: ``train_classes`` None = every training class of the set.
@@ -548,11 +549,10 @@ def make_view(data_dir, out, train_classes, test_classes, imbalance=0.0):
             members = np.flatnonzero(codes == code)
             u = np.random.default_rng(int(code)).uniform(0.0, imbalance)
             keep[members[max(4, math.ceil(len(members) * (1.0 - u))):]] = False
-    os.makedirs(out, exist_ok=True)
-    tmp = path + ".tmp.npz"
-    np.savez(tmp, images=data["images"][keep], labels=codes[keep], test=test[keep],
-             data_checksum=np.array(checksum or ""))
-    os.replace(tmp, path)
+    # Runners sharing --out may cut the same view at once: each writes its own temporary file.
+    with files.atomic_path(path) as tmp:
+        np.savez(tmp, images=data["images"][keep], labels=codes[keep], test=test[keep],
+                 data_checksum=np.array(checksum or ""))
     return path
 
 
@@ -645,12 +645,7 @@ def config_key(config):
 
 
 def _write_json(path, value):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(value, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    files.write_json(path, value, indent=1, sort_keys=True)
 
 
 def _read_history(run_dir):
@@ -666,8 +661,8 @@ def _read_history(run_dir):
 def _last_write(folder):
     """The latest modification time of anything in ``folder`` (None when it is missing or empty)."""
     latest = None
-    for here, _, files in os.walk(folder):
-        for name in files:
+    for here, _, names in os.walk(folder):
+        for name in names:
             try:
                 stamp = os.stat(os.path.join(here, name)).st_mtime
             except OSError:  # removed meanwhile
@@ -823,13 +818,9 @@ def run_arm(arm, seed, out, data_dir, budget, quiet=True):
         if owner != key:
             sys.exit(f"{run_dir} holds a run of another config (budget or arm changed); "
                      f"delete it (and {key_path}) or use another --out.")
-    with open(key_path + ".tmp", "w") as f:
-        f.write(key + "\n")
-    os.replace(key_path + ".tmp", key_path)
+    files.write_text(key_path, key + "\n")
     config_path = os.path.join(arm_dir, f"seed-{seed}.yaml")
-    with open(config_path + ".tmp", "w") as f:
-        yaml.safe_dump(config, f, sort_keys=False)
-    os.replace(config_path + ".tmp", config_path)
+    files.write_text(config_path, yaml.safe_dump(config, sort_keys=False))
     load = os.getloadavg()[0]
     # every attempt at this run, so that a resumed run's cost counts its earlier attempts too
     ledger = os.path.join(arm_dir, f"seed-{seed}.attempts")
@@ -1263,9 +1254,7 @@ def write_results(out, path=RESULTS_PATH, check=False):
     if check:
         return new == text
     if new != text:
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write(new)
-        os.replace(path + ".tmp", path)
+        files.write_text(path, new)
     return True
 
 
@@ -1273,9 +1262,7 @@ def write_report_md(out, draw=True):
     """report.md of ``out``: the summary, then every experiment with results."""
     reports = {c: report(c, out, draw) for c in CLAIMS if has_results(c, out)}
     path = os.path.join(out, "report.md")
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write("\n".join([summary(list(reports), out)] + list(reports.values())) + "\n")
-    os.replace(path + ".tmp", path)
+    files.write_text(path, "\n".join([summary(list(reports), out)] + list(reports.values())) + "\n")
     return reports
 
 

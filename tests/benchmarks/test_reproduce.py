@@ -149,6 +149,26 @@ def test_view_keeps_a_fixed_sample_of_test_classes(kanji_dir, tmp_path):
         np.testing.assert_array_equal(other["labels"], labels)
 
 
+def test_two_runners_cutting_the_same_view_at_once_both_finish_with_a_whole_file(kanji_dir, tmp_path, monkeypatch):
+    """Two reproduce.py processes sharing --out may cut the same view at the same moment: the
+    second writes and renames its file while the first is between its write and its rename.
+    Each writes its own temporary file, so both finish and the view is whole."""
+    real_savez, calls = np.savez, []
+
+    def savez_then_the_other_runner(path, **arrays):
+        real_savez(path, **arrays)
+        calls.append(path)
+        if len(calls) == 1:  # the other runner cuts the same view now, start to end
+            rp.make_view(kanji_dir, str(tmp_path), train_classes=4, test_classes=3)
+
+    monkeypatch.setattr(rp.np, "savez", savez_then_the_other_runner)
+    path = rp.make_view(kanji_dir, str(tmp_path), train_classes=4, test_classes=3)
+    assert len(calls) == 2 and calls[0] != calls[1]
+    with np.load(path) as view:
+        assert len(np.unique(view["labels"][view["test"]])) == 3
+    assert sorted(os.listdir(tmp_path)) == [os.path.basename(path)]
+
+
 def test_imbalanced_view_subsamples_training_classes_only(kanji_dir, tmp_path):
     plain = rp.make_view(kanji_dir, str(tmp_path), train_classes=None, test_classes=6)
     skewed = rp.make_view(kanji_dir, str(tmp_path), train_classes=None, test_classes=6, imbalance=0.9)

@@ -15,7 +15,10 @@ Each finished (arm, seed) leaves ``<out>/arms/<arm>/seed-<s>.json`` (written
 atomically): the config, the final test metrics, the per-epoch curve, the wall
 time of every attempt at it (``seed-<s>.attempts`` beside it keeps them: a killed
 attempt counts up to its last checkpoint), the machine and its load. An arm shared by several claims (margin with
-distance weighted sampling at batch 80, say) is trained once.
+distance weighted sampling at batch 80, say) is trained once. Several runners may
+share one ``--out`` and the same claims (a small network leaves a core idle: two
+runners finish sooner than one): each (arm, seed) is locked by the runner training
+it (``seed-<s>.runner.lock``), and the others skip it.
 
 The data: the kanji-fonts set of ``benchmarks/kanji_fonts.py`` (build it
 first), one character per class, one font face per image, an open-set split
@@ -788,6 +791,15 @@ def provenance(data_dir):
     return {"data": data, "packages": package_versions(), "git_commit": git_commit(), "python": sys.version.split()[0]}
 
 
+def runner_lock(out, arm, seed):
+    """The lock a reproduce.py process holds on one (arm, seed) while it trains it, so that
+    runners started on the same claims and ``--out`` share the runs instead of colliding (a
+    dead runner's lock is taken over). Beside the run folder: train.py locks the folder itself."""
+    from tfdml import runs
+
+    return runs.RunLock(os.path.join(out, "arms", arm), name=f"seed-{seed}.runner.lock")
+
+
 def run_arm(arm, seed, out, data_dir, budget, quiet=True):
     """Train one (arm, seed) with train.py unless its result exists; return the result."""
     import yaml
@@ -1399,6 +1411,7 @@ def main(argv=None):
         return 0
     if not args.claim:
         build_parser().error("give --claim (or --list)")
+    from tfdml.runs import RunError
     budget = dict(BUDGETS[args.budget])
     for key in ("steps", "train_classes", "test_classes"):
         if getattr(args, key) is not None:
@@ -1420,8 +1433,19 @@ def main(argv=None):
                 if os.path.exists(os.path.join(out, "arms", arm, f"seed-{seed}.json")):
                     run_arm(arm, seed, out, data_dir, budget)  # checks the stored config
                     continue
-                print(f"[{datetime.datetime.now():%H:%M:%S}] {arm} seed {seed}", flush=True)
-                result = run_arm(arm, seed, out, data_dir, budget, quiet=not args.verbose)
+                lock = runner_lock(out, arm, seed)
+                try:
+                    lock.acquire()
+                except RunError:
+                    holder = lock.holder() or {}
+                    print(f"[{datetime.datetime.now():%H:%M:%S}] {arm} seed {seed}: taken by another runner "
+                          f"(PID {holder.get('pid')}); skipped", flush=True)
+                    continue
+                try:
+                    print(f"[{datetime.datetime.now():%H:%M:%S}] {arm} seed {seed}", flush=True)
+                    result = run_arm(arm, seed, out, data_dir, budget, quiet=not args.verbose)
+                finally:
+                    lock.release()
                 print(f"    R@1 {result['metrics'].get('recall@1', float('nan')):.4f} in {result['seconds']:.0f} s",
                       flush=True)
     try:

@@ -82,18 +82,20 @@ def _process_alive(pid):
 
 
 class RunLock:
-    """An exclusive lock on ``output_dir`` (a ``.lock`` file holding PID and host).
+    """An exclusive lock on ``output_dir`` (a ``.lock`` file holding PID and host;
+    ``name``: another file name, for several locks in one directory).
 
     ``acquire`` fails with :class:`RunError` naming the holder when another
     live process holds the directory. A lock whose process is gone (same
     host, PID not running) is stale and taken over.
     """
 
-    def __init__(self, output_dir):
-        self.path = os.path.join(output_dir, ".lock")
+    def __init__(self, output_dir, name=".lock"):
+        self.path = os.path.join(output_dir, name)
         self.held = False
 
-    def _holder(self):
+    def holder(self):
+        """{"pid", "host"} of the process holding the lock (None: no lock, or unreadable)."""
         try:
             with open(self.path) as fh:
                 return json.load(fh)
@@ -107,7 +109,7 @@ class RunLock:
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
             except FileExistsError:
-                holder = self._holder()
+                holder = self.holder()
                 if holder and holder.get("pid") == me["pid"] and holder.get("host") == me["host"]:
                     self.held = True  # re-entrant within one process
                     return self
@@ -129,7 +131,7 @@ class RunLock:
         raise RunError(f"Could not take the lock {self.path}; delete it if no run uses the directory.")
 
     def release(self):
-        if self.held and self._holder() == {"pid": os.getpid(), "host": socket.gethostname()}:
+        if self.held and self.holder() == {"pid": os.getpid(), "host": socket.gethostname()}:
             os.remove(self.path)
         self.held = False
 

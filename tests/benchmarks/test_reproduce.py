@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -235,6 +236,42 @@ def test_an_arm_runs_through_train_py_and_is_not_run_twice(kanji_dir, tmp_path, 
         assert again["attempts"] == 2 and again["seconds"] >= result["seconds"]
     finally:
         rp.claim_arms = original
+
+
+def test_two_runners_of_one_claim_share_its_runs(kanji_dir, tmp_path, monkeypatch, capsys):
+    """A second reproduce.py started on the same claims and --out skips each (arm, seed) that a
+    live runner has taken and trains the others; a dead runner's claim is taken over."""
+    import socket
+
+    from tfdml import runs
+
+    out = tmp_path / "out"
+    arms = rp.claim_arms("lu_topk")[:3]
+    monkeypatch.setattr(rp, "claim_arms", lambda claim: arms)
+    trained = []
+    monkeypatch.setattr(rp, "run_arm", lambda arm, seed, *a, **k: trained.append((arm, seed)) or
+                        {"metrics": {"recall@1": 0.5}, "seconds": 1.0})
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        taken = rp.runner_lock(str(out), arms[0], 0)
+        os.makedirs(os.path.dirname(taken.path), exist_ok=True)
+        with open(taken.path, "w") as f:  # the other runner holds (arms[0], seed 0)
+            json.dump({"pid": other.pid, "host": socket.gethostname()}, f)
+        dead = rp.runner_lock(str(out), arms[1], 0)
+        os.makedirs(os.path.dirname(dead.path), exist_ok=True)
+        with open(dead.path, "w") as f:  # a runner killed while it trained (arms[1], seed 0)
+            json.dump({"pid": 2 ** 22 + 12345, "host": socket.gethostname()}, f)
+        argv = ["--claim", "lu_topk", "--seeds", "0", "--data", kanji_dir, "--out", str(out),
+                "--steps", "2", "--train-classes", "20", "--test-classes", "4"]
+        assert rp.main(argv) == 0
+        assert trained == [(arms[1], 0), (arms[2], 0)]
+        printed = capsys.readouterr().out
+        assert f"{arms[0]} seed 0: taken by another runner (PID {other.pid})" in printed
+        assert not os.path.exists(dead.path)  # released after its run
+        assert isinstance(taken, runs.RunLock)
+    finally:
+        other.kill()
+        other.wait()
 
 
 def _fake_results(out, arm, finals, curve_scale=1.0, seconds=60.0, checksum=None):

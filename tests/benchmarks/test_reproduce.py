@@ -590,6 +590,22 @@ def test_attempts_of_another_config_are_not_counted(tmp_path):
     assert rp.attempts_seconds(ledger, now=1060.0) == (1, 60.0)
 
 
+def test_proxy_nca_is_compared_with_precision_at_k_on_the_same_fewer_training_classes(kanji_dir, tmp_path):
+    """Lu Table 1's Proxy NCA check: both arms on 100 training classes and the budget's test classes;
+    the ℓ_k arm of that check differs from the other checks' ℓ_k arm in the view only."""
+    row = rp.paper_claims.by_id("lu_t1_losses")
+    assert ("precision_at_k-m10-c100", "proxy_nca-m10-c100") in row["checks"]
+    assert all("c100" not in arm for check in row["checks"][:-1] for arm in check)
+    budget = dict(rp.BUDGETS["quick"], train_classes=None, test_classes=3)
+    fewer, every = (rp.view_of(arm, kanji_dir, str(tmp_path), budget)
+                    for arm in ("precision_at_k-m10-c100", "precision_at_k-m10"))
+    assert os.path.basename(fewer) == "view-train100-test3.npz" and os.path.basename(every) == "view-trainall-test3.npz"
+    assert rp.view_of("proxy_nca-m10-c100", kanji_dir, str(tmp_path), budget) == fewer
+    cfg = lambda arm, view: rp.arm_config(arm, 0, view, rp.BUDGETS["standard"], "out")  # noqa: E731
+    assert cfg("precision_at_k-m10-c100", "v.npz") == cfg("precision_at_k-m10", "v.npz")
+    assert rp.VIEW_KEY not in cfg("proxy_nca-m10-c100", "v.npz")
+
+
 def test_loss_table_arms_take_each_loss_from_its_papers_config_and_build(tmp_path):
     """Wu Table 4's and Lu Table 1's other losses: the loss section of the committed config of the
     loss's paper (one source of truth), at the claim's design, and the loss builds."""
@@ -599,16 +615,16 @@ def test_loss_table_arms_take_each_loss_from_its_papers_config_and_build(tmp_pat
 
     arms = {arm for claim in ("wu_losses", "lu_losses") for arm in rp.claim_arms(claim)}
     assert {"histogram-b80", "binomial_deviance-b80", "lifted_structured-b80", "npair-b80", "lifted_structured-m10",
-            "npair-m10", "angular-m10", "proxy_nca-m10", "contrastive-all-m10"} <= arms
+            "npair-m10", "angular-m10", "proxy_nca-m10-c100", "contrastive-all-m10"} <= arms
     for arm in sorted(arms):
-        name = arm.rsplit("-", 1)[0]
+        name = arm.removesuffix("-c100").rsplit("-", 1)[0]
         if name in rp.LOSS_TABLE_CONFIGS:
             with open(os.path.join(ROOT, "configs", rp.LOSS_TABLE_CONFIGS[name] + ".yaml")) as f:
                 paper = yaml.safe_load(f)
             assert rp.ARMS[arm]["loss"] == paper["loss"]
             assert rp.ARMS[arm]["model"]["normalize"] == paper["model"]["normalize"]
         design = rp.ARMS[arm]["design"]
-        if arm.endswith("-m10"):
+        if arm.endswith("-m10") or arm.endswith("-m10-c100"):
             assert design == rp.ARMS["precision_at_k-m10"]["design"]
         elif arm != "npair-b80":
             assert design == rp.ARMS["margin-dw-b80"]["design"]

@@ -4,6 +4,7 @@
     python benchmarks/bench_first_call.py --batch 256 --runs 5
     python benchmarks/bench_first_call.py --losses margin triplet --samplers distance_weighted none
     python benchmarks/bench_first_call.py --modes graph xla loss
+    python benchmarks/bench_first_call.py --losses triplet --samplers semi_hard --reference semi_hard
 
 The cells: every loss of ``tfdml.losses.LOSSES`` with each sampler a config may
 give it (``tfdml_app.loss_config.valid_samplers``: the registered samplers whose
@@ -22,14 +23,19 @@ nothing is cached from an earlier call: it imports TensorFlow and tfdml
 ("imports"), builds the loss, its step and the batch, then times the first call
 of the step until its results are on the host ("first call": tracing, XLA
 compilation where the mode compiles, the first forward + backward) and a second
-call ("warm call"). "process" is the wall time of the whole child as this
-process sees it (interpreter start included). A row gives the medians over
+call ("warm call"); "first call CPU" is the first call's CPU time (both cores'
+work, less changed by other processes than the wall time). "process" is the wall time
+of the whole child as this process sees it (interpreter start included).
+``--reference KERNEL ...`` traces those kernels of ``tfdml.kernels``' table on
+their plain reference path (``kernels.forced``), the others as the table says:
+what a kernel's fast form costs at the first call, against what it saves warm. A row gives the medians over
 ``--runs`` processes; the processes of one loss + sampler run in rounds (every
 B and mode once per round, in turn), so a change of the machine's load hits its
 cells alike. A child that fails gives its last error line in the row.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -73,13 +79,14 @@ def build(loss, sampler, num_classes, dim, seed=0):
     return loss_config.build_loss(cfg, num_classes)
 
 
-def child(loss, sampler, mode, batch, per_class, dim):
-    """One cell in this (fresh) process: seconds of the imports, the first and a second call."""
+def child(loss, sampler, mode, batch, per_class, dim, reference=()):
+    """One cell in this (fresh) process: seconds of the imports, the first and a second call
+    (the kernels of ``reference`` on their reference path)."""
     start = time.perf_counter()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import bench_losses  # noqa: F401  (imports TensorFlow and tfdml)
     import timing
-    from tfdml import models
+    from tfdml import kernels, models
     from tfdml_app import loss_config  # noqa: F401
 
     imported = time.perf_counter()
@@ -87,12 +94,14 @@ def child(loss, sampler, mode, batch, per_class, dim):
     classes = batch // per_class
     step = bench_losses.step_fn(build(loss, sampler, classes, dim), jit)
     y, e = bench_losses.batch(classes, per_class, dim)
-    times = []
-    for _ in range(2):
-        t = time.perf_counter()
-        timing.materialise(step(y, e))
-        times.append(time.perf_counter() - t)
-    return {"imports_s": imported - start, "first_s": times[0], "warm_s": times[1]}
+    times, cpu = [], []
+    with kernels.forced(kernels.REFERENCE, kernels=reference) if reference else contextlib.nullcontext():
+        for _ in range(2):
+            t, c = time.perf_counter(), time.process_time()
+            timing.materialise(step(y, e))
+            times.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
+    return {"imports_s": imported - start, "first_s": times[0], "first_cpu_s": cpu[0], "warm_s": times[1]}
 
 
 def refused(pairs, dim=8):
@@ -109,10 +118,12 @@ def refused(pairs, dim=8):
     return out
 
 
-def run_child(loss, sampler, mode, batch, per_class, dim):
+def run_child(loss, sampler, mode, batch, per_class, dim, reference=()):
     """:func:`child` in a fresh process: its answer and ``process_s``, or ``{"error": last line}``."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", loss, sampler, mode, str(batch),
            "--per-class", str(per_class), "--dim", str(dim)]
+    if reference:
+        cmd += ["--reference", *reference]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -127,14 +138,15 @@ def medians(answers):
     errors = [a["error"] for a in answers if "error" in a]
     if errors:
         return {"error": errors[0]}
-    return {key: statistics.median(a[key] for a in answers) for key in ("first_s", "warm_s", "imports_s", "process_s")}
+    return {key: statistics.median(a[key] for a in answers)
+            for key in ("first_s", "first_cpu_s", "warm_s", "imports_s", "process_s")}
 
 
 def row(loss, sampler, mode, batch, result):
     if "error" in result:
-        return f"| {loss} | {sampler} | {mode} | {batch} | failed: {result['error'][:200]} | | | |"
-    return (f"| {loss} | {sampler} | {mode} | {batch} | {result['first_s']:.2f} | {1000 * result['warm_s']:.2f} "
-            f"| {result['imports_s']:.2f} | {result['process_s']:.2f} |")
+        return f"| {loss} | {sampler} | {mode} | {batch} | failed: {result['error'][:200]} | | | | |"
+    return (f"| {loss} | {sampler} | {mode} | {batch} | {result['first_s']:.2f} | {result['first_cpu_s']:.2f} "
+            f"| {1000 * result['warm_s']:.2f} | {result['imports_s']:.2f} | {result['process_s']:.2f} |")
 
 
 def arguments(argv=None):
@@ -147,6 +159,8 @@ def arguments(argv=None):
     p.add_argument("--runs", type=int, default=3, help="fresh processes per cell (their median)")
     p.add_argument("--per-class", type=int, default=4, help="m, examples per class in the batch")
     p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--reference", nargs="+", metavar="KERNEL", default=[],
+                   help="kernels of tfdml.kernels' table traced on their reference path (default: none)")
     p.add_argument("--child", nargs=4, metavar=("LOSS", "SAMPLER", "MODE", "B"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     bad = [b for b in args.batch if b < 2 * args.per_class or b % args.per_class]
@@ -155,6 +169,12 @@ def arguments(argv=None):
                 "with at least two classes.")
     if args.runs < 1:
         p.error("--runs must be >= 1.")
+    from tfdml import kernels
+
+    unknown = sorted(set(args.reference) - set(kernels.kernel_names()))
+    if unknown:
+        p.error(f"--reference {' '.join(unknown)}: not in the kernels table; its kernels: "
+                f"{', '.join(kernels.kernel_names())}.")
     return args
 
 
@@ -162,7 +182,7 @@ def main(argv=None):
     args = arguments(argv)
     if args.child:
         loss, sampler, mode, batch = args.child
-        print(json.dumps(child(loss, sampler, mode, int(batch), args.per_class, args.dim)))
+        print(json.dumps(child(loss, sampler, mode, int(batch), args.per_class, args.dim, tuple(args.reference))))
         return 0
     pairs = cells(args.losses, args.samplers)
     not_built = refused(pairs)
@@ -172,16 +192,18 @@ def main(argv=None):
     print(f"Machine: {machine.describe()}")
     print(f"First call of loss + sampler, forward + backward on B × {args.dim} unit embeddings (m = "
           f"{args.per_class}), each in a fresh process; median of {args.runs} processes per cell, seconds "
-          "(warm call: ms). imports: TensorFlow + tfdml; process: the child's whole wall time.\n")
-    print("| loss | sampler | mode | B | first call s | warm call ms | imports s | process s |")
-    print("|---|---|---|---:|---:|---:|---:|---:|")
+          "(warm call: ms). imports: TensorFlow + tfdml; process: the child's whole wall time."
+          + (f" Kernels on their reference path: {', '.join(args.reference)}." if args.reference else "") + "\n")
+    print("| loss | sampler | mode | B | first call s | first call CPU s | warm call ms | imports s | process s |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     results = {}
     for loss, sampler in pairs:
         group = [(mode, batch) for batch in args.batch for mode in args.modes]
         answers = {cell: [] for cell in group}
         for _ in range(args.runs):
             for mode, batch in group:
-                answers[mode, batch].append(run_child(loss, sampler, mode, batch, args.per_class, args.dim))
+                answers[mode, batch].append(run_child(loss, sampler, mode, batch, args.per_class, args.dim,
+                                                      args.reference))
         for mode, batch in group:
             results[loss, sampler, mode, batch] = medians(answers[mode, batch])
             print(row(loss, sampler, mode, batch, results[loss, sampler, mode, batch]), flush=True)

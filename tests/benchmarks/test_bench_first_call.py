@@ -50,12 +50,15 @@ def test_every_cell_builds_the_loss_a_config_would():
 
 
 def test_a_row_gives_the_medians_or_the_first_error():
-    answers = [{"first_s": f, "warm_s": 0.001, "imports_s": 2.0, "process_s": 9.0} for f in (3.0, 1.0, 2.0)]
+    answers = [{"first_s": f, "first_cpu_s": 2 * f, "warm_s": 0.001, "imports_s": 2.0, "process_s": 9.0}
+               for f in (3.0, 1.0, 2.0)]
     result = bfc.medians(answers)
-    assert result == {"first_s": 2.0, "warm_s": 0.001, "imports_s": 2.0, "process_s": 9.0}
-    assert bfc.row("margin", "none", "xla", 256, result) == "| margin | none | xla | 256 | 2.00 | 1.00 | 2.00 | 9.00 |"
+    assert result == {"first_s": 2.0, "first_cpu_s": 4.0, "warm_s": 0.001, "imports_s": 2.0, "process_s": 9.0}
+    assert bfc.row("margin", "none", "xla", 256, result) == ("| margin | none | xla | 256 | 2.00 | 4.00 | 1.00 | 2.00 "
+                                                              "| 9.00 |")
     failed = bfc.medians(answers + [{"error": "ValueError: no"}])
-    assert bfc.row("margin", "none", "xla", 256, failed) == "| margin | none | xla | 256 | failed: ValueError: no | | | |"
+    assert bfc.row("margin", "none", "xla", 256, failed) == ("| margin | none | xla | 256 | failed: ValueError: no "
+                                                              "| | | | |")
 
 
 def test_bad_batch_sizes_are_refused_in_one_line(capsys):
@@ -71,5 +74,24 @@ def test_tiny_run_times_one_cell_in_a_fresh_process(capsys):
     result = results["contrastive", "all", "graph", 16]
     assert "error" not in result, result
     assert result["first_s"] > 0 and result["warm_s"] > 0 and result["process_s"] > result["imports_s"] > 0
+    assert result["first_cpu_s"] > 0
     out = capsys.readouterr().out
     assert out.startswith("Machine: ") and "| contrastive | all | graph | 16 | " in out
+
+
+def test_named_kernels_run_their_reference_path_in_the_child(monkeypatch):
+    """--reference reaches the child, which traces those kernels inside kernels.forced; an unknown
+    kernel is refused in one line naming the table's kernels."""
+    from tfdml import kernels
+
+    seen = []
+    real = kernels.choose
+    monkeypatch.setattr(kernels, "choose", lambda name, *a, **k: seen.append((name, real(name, *a, **k))) or seen[-1][1])
+    answer = bfc.child("triplet", "semi_hard", "graph", 16, 4, 8, reference=("semi_hard",))
+    assert answer["first_cpu_s"] > 0
+    chosen = dict(seen)
+    assert chosen["semi_hard"].is_reference and not chosen["triplet_slots"].is_reference
+    args = bfc.arguments(["--reference", "semi_hard", "ordering"])
+    assert args.reference == ["semi_hard", "ordering"]
+    with pytest.raises(SystemExit):
+        bfc.arguments(["--reference", "nope"])

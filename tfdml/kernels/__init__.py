@@ -131,7 +131,8 @@ def choose(kernel, mode=None, device=None):
     ``mode`` (default :func:`current_mode`); the reference path when the table has no
     entry, and whatever :func:`forced` says inside its scope."""
     forced_form = getattr(_forced, "form", None)
-    if forced_form is not None:
+    only = getattr(_forced, "kernels", None)
+    if forced_form is not None and (only is None or kernel in only):
         return Choice(forced_form) if forced_form == REFERENCE else _forced_choice(kernel, mode, device, forced_form)
     mode = mode or current_mode()
     if mode not in MODES:
@@ -150,16 +151,27 @@ def _forced_choice(kernel, mode, device, form):
     return Choice(form)
 
 
+def kernel_names():
+    """The kernels the table has an entry for, on any device."""
+    return sorted({kernel for by_kernel in CHOICES.values() for kernel in by_kernel})
+
+
 @contextlib.contextmanager
-def forced(form=REFERENCE):
+def forced(form=REFERENCE, kernels=None):
     """Within this scope every :func:`choose` answers ``form`` (default: the reference
-    path). Affects only what is traced inside the scope."""
-    previous = getattr(_forced, "form", None)
-    _forced.form = form
+    path), or only the ``choose`` of the named ``kernels`` (the others answer from the
+    table). Affects only what is traced inside the scope."""
+    if kernels is not None:
+        kernels = frozenset(kernels)
+        unknown = sorted(kernels - set(kernel_names()))
+        if unknown:
+            raise ValueError(f"Unknown kernel {unknown[0]!r}; the table's kernels: {', '.join(kernel_names())}.")
+    previous = getattr(_forced, "form", None), getattr(_forced, "kernels", None)
+    _forced.form, _forced.kernels = form, kernels
     try:
         yield
     finally:
-        _forced.form = previous
+        _forced.form, _forced.kernels = previous
 
 
 def table():

@@ -453,3 +453,20 @@ def test_valid_slots_keep_the_same_triplets(unknown):
                                                "valid_slots")
         np.testing.assert_array_equal(fast, ref)
         assert 0 < slots == ref.sum() < all_slots == B * B
+
+
+def test_forcing_named_kernels_leaves_the_others_to_the_table():
+    """``kernels.forced(form, kernels=[...])`` answers ``form`` for the named kernels only (a
+    benchmark or a test can put one kernel on its reference path and keep the others fast)."""
+    table = {name: kernels.choose(name, mode="xla", device="CPU") for name in MODULES}
+    with kernels.forced(kernels.REFERENCE, kernels=["semi_hard"]):
+        assert kernels.choose("semi_hard", mode="xla", device="CPU").is_reference
+        for name in set(MODULES) - {"semi_hard"}:
+            assert kernels.choose(name, mode="xla", device="CPU") == table[name], name
+        with kernels.forced():  # an inner scope forcing every kernel, then back
+            assert all(kernels.choose(name, mode="xla", device="CPU").is_reference for name in MODULES)
+        assert kernels.choose("ordering", mode="xla", device="CPU") == table["ordering"]
+    assert {name: kernels.choose(name, mode="xla", device="CPU") for name in MODULES} == table
+    with pytest.raises(ValueError, match="Unknown kernel 'semi_hardd'.*semi_hard"):
+        with kernels.forced(kernels.REFERENCE, kernels=["semi_hardd"]):
+            pass

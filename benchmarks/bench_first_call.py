@@ -171,10 +171,10 @@ def arguments(argv=None):
         p.error("--runs must be >= 1.")
     from tfdml import kernels
 
-    unknown = sorted(set(args.reference) - set(kernels.kernel_names()))
-    if unknown:
-        p.error(f"--reference {' '.join(unknown)}: not in the kernels table; its kernels: "
-                f"{', '.join(kernels.kernel_names())}.")
+    try:
+        kernels.check_kernel_names(args.reference)
+    except ValueError as err:
+        p.error(f"--reference: {err}")
     return args
 
 

@@ -79,7 +79,7 @@ def test_tiny_run_times_one_cell_in_a_fresh_process(capsys):
     assert out.startswith("Machine: ") and "| contrastive | all | graph | 16 | " in out
 
 
-def test_named_kernels_run_their_reference_path_in_the_child(monkeypatch):
+def test_named_kernels_run_their_reference_path_in_the_child(monkeypatch, capsys):
     """--reference reaches the child, which traces those kernels inside kernels.forced; an unknown
     kernel is refused in one line naming the table's kernels."""
     from tfdml import kernels
@@ -95,3 +95,4 @@ def test_named_kernels_run_their_reference_path_in_the_child(monkeypatch):
     assert args.reference == ["semi_hard", "ordering"]
     with pytest.raises(SystemExit):
         bfc.arguments(["--reference", "nope"])
+    assert "--reference: Unknown kernel 'nope'; the table's kernels: " in capsys.readouterr().err

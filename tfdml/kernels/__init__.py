@@ -156,16 +156,22 @@ def kernel_names():
     return sorted({kernel for by_kernel in CHOICES.values() for kernel in by_kernel})
 
 
+def check_kernel_names(names):
+    """``names`` as a frozenset; ValueError naming the first unknown one and the table's kernels."""
+    names = frozenset(names)
+    unknown = sorted(names - set(kernel_names()))
+    if unknown:
+        raise ValueError(f"Unknown kernel {unknown[0]!r}; the table's kernels: {', '.join(kernel_names())}.")
+    return names
+
+
 @contextlib.contextmanager
 def forced(form=REFERENCE, kernels=None):
     """Within this scope every :func:`choose` answers ``form`` (default: the reference
     path), or only the ``choose`` of the named ``kernels`` (the others answer from the
     table). Affects only what is traced inside the scope."""
     if kernels is not None:
-        kernels = frozenset(kernels)
-        unknown = sorted(kernels - set(kernel_names()))
-        if unknown:
-            raise ValueError(f"Unknown kernel {unknown[0]!r}; the table's kernels: {', '.join(kernel_names())}.")
+        kernels = check_kernel_names(kernels)
     previous = getattr(_forced, "form", None), getattr(_forced, "kernels", None)
     _forced.form, _forced.kernels = form, kernels
     try:

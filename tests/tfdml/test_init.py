@@ -65,7 +65,7 @@ def test_tfdml_loads_with_keras_without_matplotlib_sklearn_or_yaml():
 
 
 def test_tfdml_with_keras_imports_no_yaml_or_matplotlib_beyond_keras():
-    keras_alone = _fresh(f"import keras\nprint(sorted(m for m in {_HEAVY!r} if m in sys.modules))")
-    with_tfdml = _fresh(f"import tfdml, keras\nimport tfdml.losses\n"
-                        f"print(sorted(m for m in {_HEAVY!r} if m in sys.modules))")
+    """In one fresh process: the heavy modules loaded by Keras alone, then after tfdml."""
+    heavy = f"print(sorted(m for m in {_HEAVY!r} if m in sys.modules))"
+    keras_alone, with_tfdml = _fresh(f"import keras\n{heavy}\nimport tfdml\nimport tfdml.losses\n{heavy}").splitlines()
     assert with_tfdml == keras_alone and "yaml" not in with_tfdml

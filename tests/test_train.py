@@ -24,6 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def small_cfg(out, **overrides):
+    """A run of seconds: without plots and saved_model/, which the tests of those files
+    ask for."""
     raw = {
         "seed": 3,
         "output_dir": str(out),
@@ -32,7 +34,8 @@ def small_cfg(out, **overrides):
         "model": {"backbone": "small_cnn", "backbone_options": {"width": 4}, "embedding_dim": 8},
         "loss": {"name": "margin", "sampler": "distance_weighted"},
         "training": {"epochs": 2, "steps_per_epoch": 3},
-        "evaluation": {"metrics": ["recall", "map@r", "nmi"], "ks": [1, 2]},
+        "evaluation": {"metrics": ["recall", "map@r", "nmi"], "ks": [1, 2], "plots": False},
+        "export": {"saved_model": False},
     }
     for key, value in overrides.items():
         section, _, name = key.partition(".")
@@ -47,7 +50,8 @@ def small_cfg(out, **overrides):
 def finished_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
     # jit_compile "loss": the users' XLA setting for CPUs on the shared run.
-    cfg = small_cfg(out, **{"evaluation.distance": "cosine", "training.jit_compile": "loss"})
+    cfg = small_cfg(out, **{"evaluation.distance": "cosine", "training.jit_compile": "loss",
+                            "evaluation.plots": True, "export.saved_model": True})
     result = fit.run(cfg, verbose=0)
     return cfg, result, out
 
@@ -716,7 +720,7 @@ def test_best_checkpoint_is_selected_on_validation_only(tmp_path):
     improving = [e for e in range(3) if all(values[e] > v for v in values[:e])]
     assert files_seen.changed_at == improving
     assert "best val_map@r on the validation split" in result["best_checkpoint"]
-    assert "model.keras and saved_model/: epoch " in summary.summary(cfg, result)
+    assert "\nmodel.keras: epoch " in summary.summary(cfg, result)
     # The final figures are the test split's, scored once after fit (outside the spy).
     report = json.load(open(tmp_path / "metrics.json"))
     assert report["metrics"]["recall@1"] == pytest.approx(result["metrics"]["recall@1"])
@@ -837,7 +841,7 @@ def test_a_mixed_bfloat16_run_trains_resumes_only_with_its_policy_and_exports_fl
     the run, a resume with another policy is refused, both exports serve float32."""
     before = keras.config.dtype_policy().name
     cfg = small_cfg(tmp_path, **{"model.dtype_policy": "mixed_bfloat16", "evaluation.metrics": ["recall"],
-                                 "evaluation.ks": [1]})
+                                 "evaluation.ks": [1], "export.saved_model": True})
     with pytest.raises(KeyboardInterrupt):
         fit.run(cfg, verbose=0, callbacks=[_KillAfterEpoch(1)])
     assert keras.config.dtype_policy().name == before
@@ -896,7 +900,13 @@ def test_a_finished_run_is_not_overwritten(finished_run, capsys, monkeypatch):
 def test_overwrite_trains_a_finished_dir_again(tmp_path):
     cfg = small_cfg(tmp_path, **{"training.epochs": 1, "training.steps_per_epoch": 1,
                                  "evaluation.metrics": ["recall"], "evaluation.ks": [1]})
-    fit.run(cfg, verbose=0)
+    result = fit.run(cfg, verbose=0)
+    # evaluation.plots and export.saved_model false: metrics and model.keras, nothing more.
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".png")]
+    assert json.load(open(tmp_path / "metrics.json"))["plots"] == []
+    assert not (tmp_path / "saved_model").exists() and (tmp_path / "model.keras").exists()
+    text = summary.summary(cfg, result)
+    assert "\nmodel.keras: epoch 1 of 1, the last epoch's" in text and "saved_model" not in text
     with pytest.raises(ExperimentError, match="holds a finished run"):
         fit.run(cfg, verbose=0)
     assert fit.run(cfg, verbose=0, overwrite=True)["resumed_from_epoch"] == 0
@@ -1299,7 +1309,7 @@ def test_the_test_split_is_scored_with_the_selected_model(tmp_path, scripted_val
     during the final evaluation, then resumed, keeps the same model."""
     snapshots = tmp_path / "snapshots"
     snapshots.mkdir()
-    cfg = _arrays_cfg(tmp_path / "straight")
+    cfg = _arrays_cfg(tmp_path / "straight", **{"export.saved_model": True})
     result = fit.run(cfg, verbose=0, callbacks=[_WeightsAfterEachEpoch(str(snapshots))])
     out = tmp_path / "straight"
     report = json.load(open(out / "metrics.json"))

@@ -329,6 +329,13 @@ class CompiledLoss:
         return surrogate
 
 
+def _variables_exist(layer):
+    """Whether ``layer`` has created all its variables: it is built, or it made them in
+    ``__init__`` and has no ``build`` that could add more (a loss's state layer is never
+    called, so Keras never marks it built)."""
+    return layer.built or (bool(layer.weights) and type(layer).build is keras.layers.Layer.build)
+
+
 @keras.saving.register_keras_serializable(package="tfdml")
 class EmbeddingModel(keras.Model):
     """A Keras model whose output is an embedding, trained by a tfdml loss.
@@ -373,6 +380,21 @@ class EmbeddingModel(keras.Model):
         if isinstance(x, tf.data.Dataset) and len(args) < 7:  # shuffle not positional
             kwargs.setdefault("shuffle", False)
         return super().fit(x, y, *args, **kwargs)
+
+    def build_optimizer(self):
+        """Create the optimizer's variables now when every layer is built (returns whether
+        they exist); called when the train function is made (``fit``, ``train_on_batch``).
+        Keras otherwise creates them inside the first trace of the train step under the
+        default strategy, and ``tf.function`` then traces the step a second time: the
+        first ``fit`` of every model would pay its trace twice."""
+        optimizer = getattr(self, "optimizer", None)
+        if optimizer is None or optimizer.built:
+            return optimizer is not None
+        if not all(_variables_exist(layer) for layer in self._flatten_layers(include_self=False)):
+            return False  # Keras builds it in the first trace, from the built layers
+        with self.distribute_strategy.scope():
+            optimizer.build(self.trainable_variables)
+        return True
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
                **kwargs):
@@ -493,6 +515,7 @@ class EmbeddingModel(keras.Model):
 
     def make_train_function(self, force=False):
         self.reset_invalid_input_counts()  # counts from calls outside fit are not fit's
+        self.build_optimizer()
         super().make_train_function(force)
         self.train_function = self._checked(self.train_function, "of the last training batch")
         return self.train_function

@@ -230,6 +230,9 @@ SCHEMA = {
                            doc="distance of the retrieval metrics and plots (also read by evaluate.py)"),
         "every_n_epochs": _Field(int, 1, check=_at_least(1)),
         "batch_size": _Field(int, 256, check=_at_least(1)),
+        "plots": _Field(bool, True,
+                        doc="write the plots of the final evaluation (retrieval grid, distance "
+                            "histogram, PR curve, ROC); false: metrics.json only"),
         "baseline": _Field((str, type(None)), None, ("raw_pixels", None),
                            doc="also score a model-free baseline on the test split (raw_pixels)"),
         "objective_sample": _Field(int, 0, check=_at_least(0),
@@ -238,6 +241,9 @@ SCHEMA = {
                                        "this many training images (Hong Fig. 2); 0: off"),
     },
     "export": {
+        "saved_model": _Field(bool, True,
+                              doc="also write saved_model/, the encoder as a SavedModel for "
+                                  "serving (model.keras is always written)"),
         "lookup": _Field(bool, False,
                          doc="also write lookup/: a SavedModel that embeds, searches the test "
                              "split and thresholds (tfdml.search.export_lookup)"),

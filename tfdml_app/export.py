@@ -14,13 +14,15 @@ from tfdml_app.errors import ExperimentError
 from tfdml_app.evaluation import calibration_report
 
 
-def export(model, out, input_shape):
-    """``model.keras`` and ``saved_model/``, each replaced atomically. ``saved_model/``
-    holds the encoder (the same embedding function as ``model``), not the loss's state
-    (proxies, learned margins, seeds): serving needs none of it."""
+def export(model, out, input_shape, saved_model=True):
+    """``model.keras`` and (with ``saved_model``) ``saved_model/``, each replaced atomically.
+    ``saved_model/`` holds the encoder (the same embedding function as ``model``), not the
+    loss's state (proxies, learned margins, seeds): serving needs none of it."""
     import shutil
 
     files.save_model(model, os.path.join(out, "model.keras"))
+    if not saved_model:
+        return
     target = os.path.join(out, "saved_model")
     staging, old = f"{target}.partial", f"{target}.old"
     for leftover in (staging, old):

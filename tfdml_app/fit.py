@@ -177,7 +177,7 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
                                                                     "metrics": last_figures}))
         if last_figures:
             result["last_epoch"] = {"epoch": last_epoch, "metrics": last_figures}
-        export.export(model, out, input_shape)
+        export.export(model, out, input_shape, saved_model=cfg["export"]["saved_model"])
         if cfg["export"]["lookup"]:
             result["lookup"] = export.export_lookup(cfg, model, test_split, out, input_shape)
     runs.mark_finished(out, {"finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -237,7 +237,7 @@ def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epo
             test_split,
             out,
             evaluation.Options(metrics=tuple(ev["metrics"]), ks=tuple(ev["ks"]), distance=ev["distance"],
-                               batch_size=ev["batch_size"], baseline=ev["baseline"]),
+                               batch_size=ev["batch_size"], baseline=ev["baseline"], plots=ev["plots"]),
             verbose=verbose,
             extra_info={"config": os.path.join(out, "config.yaml"),
                         **({"model": kept} if kept is not None else {}),

@@ -37,7 +37,8 @@ def summary(cfg, result):
         f"{cfg['data']['source']} data",
         f"output: {result['output_dir']}   time: {result['seconds']:.0f}s"
         + (f"   (resumed after epoch {result['resumed_from_epoch']})" if result["resumed_from_epoch"] else ""),
-        f"model.keras and saved_model/: {result.get('best_checkpoint', 'the last epoch')}",
+        f"{'model.keras and saved_model/' if cfg['export']['saved_model'] else 'model.keras'}: "
+        f"{result.get('best_checkpoint', 'the last epoch')}",
         "held-out metrics (the test split, scored once after training, with that model):",
     ]
     baseline, last = result.get("baseline"), result.get("last_epoch")

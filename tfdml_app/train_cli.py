@@ -21,11 +21,11 @@ the names the library registers after. The run writes into ``output_dir``:
                          epoch's figures when another epoch was kept)
     retrieval_grid.png, distance_histogram.png, pr_curve.png, roc.png
                          plots of the test split (the raw-pixel baseline drawn with
-                         evaluation.baseline)
+                         evaluation.baseline; none with evaluation.plots false)
     model.keras          the kept model: the best validation epoch's with a validation
                          split, else the last epoch's (the only copy of its weights)
     saved_model/         the same model as a SavedModel (serving signature images ->
-                         embeddings)
+                         embeddings; not with export.saved_model false)
     finished.json        written last: the run is complete
 
 Every file is written atomically (a kill never leaves half a file). The

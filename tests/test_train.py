@@ -900,8 +900,14 @@ def test_a_finished_run_is_not_overwritten(finished_run, capsys, monkeypatch):
 def test_overwrite_trains_a_finished_dir_again(tmp_path):
     cfg = small_cfg(tmp_path, **{"training.epochs": 1, "training.steps_per_epoch": 1,
                                  "evaluation.metrics": ["recall"], "evaluation.ks": [1]})
-    result = fit.run(cfg, verbose=0)
-    # evaluation.plots and export.saved_model false: metrics and model.keras, nothing more.
+    with_files = small_cfg(tmp_path, **{"training.epochs": 1, "training.steps_per_epoch": 1,
+                                        "evaluation.metrics": ["recall"], "evaluation.ks": [1],
+                                        "evaluation.plots": True, "export.saved_model": True})
+    fit.run(with_files, verbose=0)
+    assert (tmp_path / "saved_model").exists() and (tmp_path / "distance_histogram.png").exists()
+    result = fit.run(cfg, verbose=0, overwrite=True)
+    # evaluation.plots and export.saved_model false: metrics and model.keras, nothing more,
+    # and nothing of the earlier run's plots and export left beside them.
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".png")]
     assert json.load(open(tmp_path / "metrics.json"))["plots"] == []
     assert not (tmp_path / "saved_model").exists() and (tmp_path / "model.keras").exists()

@@ -104,10 +104,20 @@ def test_exported_models_give_the_same_embeddings(finished_run, tmp_path):
 @pytest.mark.parametrize("artifact", ["model.keras", "saved_model"])
 def test_evaluate_accepts_both_exports(finished_run, artifact, tmp_path):
     _, _, out = finished_run
+    # An earlier evaluation in the folder: its plots go, whether drawn again or not; a
+    # name outside the folder is never followed.
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    for name in ("retired.png", "roc.png", "../outside.png"):
+        (folder / name).write_bytes(b"earlier")
+    (folder / "metrics.json").write_text(json.dumps({"plots": ["retired.png", "roc.png", "../outside.png"]}))
     code = evaluate_cli.main(["--model", os.path.join(out, artifact), "--data", "digits",
-                          "--out", str(tmp_path), "--metrics", "recall", "--quiet"])
+                          "--out", str(folder), "--metrics", "recall", "--quiet"])
     assert code == 0
-    assert "recall@1" in json.load(open(tmp_path / "metrics.json"))["metrics"]
+    report = json.load(open(folder / "metrics.json"))
+    assert "recall@1" in report["metrics"]
+    assert not (folder / "retired.png").exists() and (tmp_path / "outside.png").read_bytes() == b"earlier"
+    assert "roc.png" in report["plots"] and (folder / "roc.png").read_bytes() != b"earlier"
 
 
 class _KillAfterEpoch(keras.callbacks.Callback):
@@ -898,11 +908,10 @@ def test_a_finished_run_is_not_overwritten(finished_run, capsys, monkeypatch):
 
 
 def test_overwrite_trains_a_finished_dir_again(tmp_path):
-    cfg = small_cfg(tmp_path, **{"training.epochs": 1, "training.steps_per_epoch": 1,
-                                 "evaluation.metrics": ["recall"], "evaluation.ks": [1]})
-    with_files = small_cfg(tmp_path, **{"training.epochs": 1, "training.steps_per_epoch": 1,
-                                        "evaluation.metrics": ["recall"], "evaluation.ks": [1],
-                                        "evaluation.plots": True, "export.saved_model": True})
+    short = {"training.epochs": 1, "training.steps_per_epoch": 1, "evaluation.metrics": ["recall"],
+             "evaluation.ks": [1]}
+    cfg = small_cfg(tmp_path, **short)
+    with_files = small_cfg(tmp_path, **short, **{"evaluation.plots": True, "export.saved_model": True})
     fit.run(with_files, verbose=0)
     assert (tmp_path / "saved_model").exists() and (tmp_path / "distance_histogram.png").exists()
     result = fit.run(cfg, verbose=0, overwrite=True)

@@ -1,7 +1,9 @@
 """Evaluation of an embedding model on a split: metrics, ``metrics.json`` and
 the plots (what ``evaluate.py`` and the end of a ``train.py`` run write)."""
 
+import contextlib
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -116,6 +118,21 @@ class Result:
     paths: dict
 
 
+def remove_earlier_plots(out_dir):
+    """Remove the plots that an earlier evaluation into ``out_dir`` wrote (named in its
+    metrics.json), so that none is left beside figures of another model: one this
+    evaluation does not draw (plots off, or data that cannot support it) would stay."""
+    try:
+        with open(os.path.join(out_dir, "metrics.json")) as f:
+            names = json.load(f).get("plots", [])
+    except (OSError, ValueError, AttributeError):
+        return
+    for name in names:
+        if isinstance(name, str) and os.path.basename(name) == name and name.endswith(".png"):
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(out_dir, name))
+
+
 def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=None, verbose=1,
         show_table=True):
     """Embed ``split`` with ``model`` (a path or an embedder), evaluate as
@@ -160,6 +177,7 @@ def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=
             baseline_details["pairs"] = verification_pairs(vectors, labels, distance, seed, num_pairs)
 
     os.makedirs(out_dir, exist_ok=True)
+    remove_earlier_plots(out_dir)
     written = []
     if make_plots:
         reference = None

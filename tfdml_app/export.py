@@ -22,12 +22,12 @@ def export(model, out, input_shape, saved_model=True):
 
     files.save_model(model, os.path.join(out, "model.keras"))
     target = os.path.join(out, "saved_model")
-    if not saved_model:  # an earlier run's export is not this model's
-        shutil.rmtree(target, ignore_errors=True)
-        return
     staging, old = f"{target}.partial", f"{target}.old"
     for leftover in (staging, old):
         shutil.rmtree(leftover, ignore_errors=True)
+    if not saved_model:  # an earlier run's export is not this model's
+        shutil.rmtree(target, ignore_errors=True)
+        return
     model.export(staging, verbose=False)  # EmbeddingModel.export: the encoder alone
     if os.path.exists(target):
         os.replace(target, old)

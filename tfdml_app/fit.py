@@ -4,8 +4,6 @@ evaluate on the test split, export (used by ``train.py``).
 This is where the data side (:mod:`pipelines`) meets the model side
 (:mod:`tfdml`); neither package imports the other."""
 
-import contextlib
-import json
 import os
 import sys
 import time
@@ -217,21 +215,6 @@ def score_test_split(cfg, model, test_split):
     return {k: float(v) for k, v in values.items() if np.isscalar(v)}
 
 
-def remove_earlier_plots(out):
-    """Remove the plots an earlier run in ``out`` wrote (named in its metrics.json): a
-    run without plots must not leave another model's beside its figures."""
-    path = os.path.join(out, "metrics.json")
-    try:
-        with open(path) as f:
-            names = json.load(f).get("plots", [])
-    except (OSError, ValueError, AttributeError):
-        return
-    for name in names:
-        if isinstance(name, str) and os.path.basename(name) == name and name.endswith(".png"):
-            with contextlib.suppress(OSError):
-                os.remove(os.path.join(out, name))
-
-
 def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epoch=None, data=None):
     """Held-out metrics, metrics.json and the plots: the same code as evaluate.py
     (:func:`tfdml_app.evaluation.run`).
@@ -244,8 +227,6 @@ def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epo
 
     ev = cfg["evaluation"]
     to_input = data_lib.model_input(cfg)
-    if not ev["plots"]:
-        remove_earlier_plots(out)
 
     def embedder(x):
         return model(to_input(x), training=False)

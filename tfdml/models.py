@@ -382,19 +382,17 @@ class EmbeddingModel(keras.Model):
         return super().fit(x, y, *args, **kwargs)
 
     def build_optimizer(self):
-        """Create the optimizer's variables now when every layer is built (returns whether
-        they exist); called when the train function is made (``fit``, ``train_on_batch``).
-        Keras otherwise creates them inside the first trace of the train step under the
-        default strategy, and ``tf.function`` then traces the step a second time: the
-        first ``fit`` of every model would pay its trace twice."""
+        """Create the optimizer's variables now when every layer has its own; called when
+        the train function is made (``fit``, ``train_on_batch``). Keras otherwise creates
+        them inside the first trace of the train step under the default strategy, and
+        ``tf.function`` then traces the step a second time: the first ``fit`` of every
+        model would pay its trace twice."""
         optimizer = getattr(self, "optimizer", None)
-        if optimizer is None or optimizer.built:
-            return optimizer is not None
-        if not all(_variables_exist(layer) for layer in self._flatten_layers(include_self=False)):
-            return False  # Keras builds it in the first trace, from the built layers
+        if optimizer is None or optimizer.built or not all(
+                _variables_exist(layer) for layer in self._flatten_layers(include_self=False)):
+            return  # built already, or Keras builds it in the first trace
         with self.distribute_strategy.scope():
             optimizer.build(self.trainable_variables)
-        return True
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
                **kwargs):

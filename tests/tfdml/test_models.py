@@ -416,7 +416,7 @@ def test_building_the_optimizer_first_trains_as_keras_lazy_build(monkeypatch):
     """The same weights and optimizer state as when Keras builds the optimizer inside the
     first trace (which traces the step twice)."""
     traces, weights = _trained_counting_traces("fit", False)
-    monkeypatch.setattr(models.EmbeddingModel, "build_optimizer", lambda self: False)
+    monkeypatch.setattr(models.EmbeddingModel, "build_optimizer", lambda self: None)
     lazy_traces, lazy_weights = _trained_counting_traces("fit", False)
     assert (traces, lazy_traces) == (1, 2)
     assert len(weights) == len(lazy_weights)

@@ -1,6 +1,8 @@
 """Shared test set-up: quiet TensorFlow, deterministic seeds."""
 
+import gc
 import os
+import weakref
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -85,3 +87,40 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+# tf.data input iterators a test left in reference cycles (a fit or a loop that raised keeps
+# its suspended generator, and the iterator in it, alive until the next garbage collection),
+# collected when the test ends. Destroying such an iterator waits for its autotuning thread's
+# current period, which grows the longer the iterator has lived: collected minutes later, in
+# whatever test then triggers a full collection, they stalled the suite for tens of seconds
+# each; collected at once, the wait is short.
+_DATA_ITERATORS = weakref.WeakSet()
+
+
+def _tracked(cls):
+    init = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        _DATA_ITERATORS.add(self)
+
+    cls.__init__ = __init__
+
+
+def _track_data_iterators():
+    from tensorflow.python.data.ops import iterator_ops, multi_device_iterator_ops
+
+    for cls in (iterator_ops.OwnedIterator, multi_device_iterator_ops.OwnedMultiDeviceIterator):
+        _tracked(cls)
+
+
+_track_data_iterators()
+
+
+@pytest.fixture(autouse=True)
+def _collect_data_iterators_left_in_cycles():
+    before = set(map(id, _DATA_ITERATORS))
+    yield
+    if any(id(it) not in before for it in list(_DATA_ITERATORS)):
+        gc.collect()

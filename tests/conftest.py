@@ -90,29 +90,22 @@ def pytest_collection_modifyitems(config, items):
 
 
 # tf.data input iterators a test left in reference cycles (a fit or a loop that raised keeps
-# its suspended generator, and the iterator in it, alive until the next garbage collection),
-# collected when the test ends. Destroying such an iterator waits for its autotuning thread's
-# current period, which grows the longer the iterator has lived: collected minutes later, in
-# whatever test then triggers a full collection, they stalled the suite for tens of seconds
-# each; collected at once, the wait is short.
+# its suspended generator, and the iterator in it, alive until a garbage collection) are
+# collected when the test ends. Destroying such an iterator waits for its autotuning thread,
+# the longer the older the iterator; left to a later full collection, the wait lands, grown,
+# in whichever test triggers it.
 _DATA_ITERATORS = weakref.WeakSet()
-
-
-def _tracked(cls):
-    init = cls.__init__
-
-    def __init__(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        _DATA_ITERATORS.add(self)
-
-    cls.__init__ = __init__
 
 
 def _track_data_iterators():
     from tensorflow.python.data.ops import iterator_ops, multi_device_iterator_ops
 
     for cls in (iterator_ops.OwnedIterator, multi_device_iterator_ops.OwnedMultiDeviceIterator):
-        _tracked(cls)
+        def __init__(self, *args, init=cls.__init__, **kwargs):
+            init(self, *args, **kwargs)
+            _DATA_ITERATORS.add(self)
+
+        cls.__init__ = __init__
 
 
 _track_data_iterators()

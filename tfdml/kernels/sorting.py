@@ -9,10 +9,12 @@ the int64 rows and read the columns back from the low half (:func:`unpack`):
   faster than the reference's stable partition and ``tf.argsort``);
 * ``bitonic``: a bitonic sorting network (Batcher 1968) for XLA: the row padded to a
   power of two N₂ with the largest int64, log₂N₂·(log₂N₂ + 1)/2 stages of
-  elementwise min / max, which XLA fuses into one vectorised loop each (XLA's own
-  CPU sort calls a comparator per comparison). When N is unknown while tracing, the
-  stages run in a ``tf.while_loop``, partners found by two dynamic slices. Its
-  O(N log² N) work loses to a sort only at large N.
+  elementwise min / max in one ``tf.while_loop`` (each stage finds the partners by two
+  dynamic slices, and XLA runs it as one vectorised loop; XLA's own CPU sort calls a
+  comparator per comparison). The stages are looped, not unrolled: one small program to
+  compile whatever N is, known while tracing or not (the unrolled stages compile for
+  seconds longer; benchmarks/RESULTS.md, "Row order"). Its O(N log² N) work loses to a
+  sort only at large N.
 
 Keys arrive as the reference prepares them (−0.0 made +0.0, no NaN); float16 and
 bfloat16 widen to float32 exactly. Tested against the reference and NumPy's
@@ -57,14 +59,12 @@ def unpack(packed, size):
 
 
 def _network(packed):
-    """Sorted rows of the packed keys by a bitonic network: unrolled when N is static while
-    tracing, else in a ``tf.while_loop``."""
+    """Sorted rows of the packed keys by a bitonic network (:func:`_stages`)."""
     static = packed.shape[1]
     size = tf.shape(packed)[1] if static is None else static
     width = _power_of_two_at_least(size)
     packed = tf.pad(packed, [[0, 0], [0, width - size]], constant_values=_PAD)
-    network = _looped_network if static is None else _unrolled_network
-    return network(packed, width)[:, :size]
+    return _stages(packed, width)[:, :size]
 
 
 def _power_of_two_at_least(n):
@@ -77,31 +77,11 @@ def _power_of_two_at_least(n):
     return m + 1
 
 
-def _unrolled_network(packed, width):
-    """Stage (k, j) compares positions i and i + j (bit j of i clear) and puts the smaller
-    first where bit k of i is clear, last where it is set; with a static width each stage is
-    a reshape to [R, width / 2j, 2, j] and an elementwise min / max."""
-    rows = tf.shape(packed)[0]
-    k = 2
-    while k <= width:
-        j = k // 2
-        while j >= 1:
-            pairs = tf.reshape(packed, tf.stack([rows, width // (2 * j), 2, j]))
-            low, high = pairs[:, :, 0, :], pairs[:, :, 1, :]
-            i = tf.range(width // (2 * j))[:, None] * (2 * j) + tf.range(j)[None, :]
-            descending = tf.not_equal(tf.bitwise.bitwise_and(i, k), 0)
-            smaller, larger = tf.minimum(low, high), tf.maximum(low, high)
-            pairs = tf.stack([tf.where(descending, larger, smaller), tf.where(descending, smaller, larger)], axis=2)
-            packed = tf.reshape(pairs, tf.stack([rows, width]))
-            j //= 2
-        k *= 2
-    return packed
-
-
-def _looped_network(packed, width):
-    """The stages of :func:`_unrolled_network` in a ``tf.while_loop`` (width known only
-    when XLA compiles): each position's partner i ± j from two dynamic slices of the row
-    written twice."""
+def _stages(packed, width):
+    """The network's stages in a ``tf.while_loop``. Stage (k, j) compares positions i and
+    i ± j (the partner of i: i + j where bit j of i is clear, else i − j; found by two
+    dynamic slices of the row written twice) and keeps the smaller at the first of the two
+    where bit k of i is clear, at the second where it is set."""
     position = tf.range(width)[None, :]
 
     def stage(k, j, packed):

@@ -88,7 +88,7 @@ def test_the_cpu_choices_are_the_measured_ones():
         ("ordering", "graph"): ("packed_sort", {}),
         ("ordering", "xla"): ("bitonic", {}),
         ("semi_hard", "graph"): ("compare_or_sort", {"widths": (1, 2, 3, 4), "sort_above": 40}),
-        ("semi_hard", "xla"): ("compare_or_sort", {"widths": (1, 2, 3, 4), "sort_above": 64}),
+        ("semi_hard", "xla"): ("compare_or_sort", {"widths": (4,), "sort_above": 64}),
         ("top_k", "graph"): ("prefix", {"up_to": 16}),
         ("top_k", "xla"): ("prefix", {"up_to": 16}),
         ("distance_weighted", "graph"): ("valid_slots", {}),

@@ -27,20 +27,29 @@ _brute_semi_hard = _reference._brute_semi_hard
 
 SORT = len(WIDTHS)
 
-LOOP = len(WIDTHS) - 1
 
-# (name, class sizes, the path plan() must pick in graph mode, under XLA)
+# (name, class sizes): P = the largest class size - 1 picks the path in each mode
 LAYOUTS = [
-    ("singletons", [1] * 9, 0, 0),  # no positives at all: P = 0
-    ("pairs", [2] * 6 + [1], 0, 0),  # P = 1: width 1
-    ("threes", [3, 3, 3, 2, 1], 1, 1),  # P = 2: width 2
-    ("fours", [4] * 5, 2, 2),  # P = 3: width 3, the usual m = 4 batch
-    ("fives", [5, 5, 2, 4], LOOP, LOOP),  # P = 4: the loop, one step
-    ("one_big", [12, 2, 3, 1, 4], LOOP, LOOP),  # P = 11: the loop, three steps
+    ("singletons", [1] * 9),  # no positives at all: P = 0
+    ("pairs", [2] * 6 + [1]),  # P = 1
+    ("threes", [3, 3, 3, 2, 1]),  # P = 2
+    ("fours", [4] * 5),  # P = 3, the usual m = 4 batch
+    ("fives", [5, 5, 2, 4]),  # P = 4
+    ("one_big", [12, 2, 3, 1, 4]),  # P = 11: the loop, several steps
     # SORT_ABOVE < P <= SORT_ABOVE_XLA: graph mode sorts, XLA compares
-    ("many_positives", [SORT_ABOVE + 2, 3, 2, 4], SORT, LOOP),
-    ("very_many", [SORT_ABOVE_XLA + 2, 3, 2, 4], SORT, SORT),  # P > both: sort
+    ("many_positives", [SORT_ABOVE + 2, 3, 2, 4]),
+    ("very_many", [SORT_ABOVE_XLA + 2, 3, 2, 4]),  # P > both: sort
 ]
+
+
+def _path(sizes, mode):
+    """The branch of ``semi_hard.plan`` for these class sizes in ``mode``: the first width
+    holding P (the last one loops), or the sort after the widths."""
+    params = _CPU["xla" if mode == "xla" else "graph"].params
+    widths, others = params["widths"], max(sizes) - 1
+    if others > params["sort_above"]:
+        return len(widths)
+    return next((i for i, width in enumerate(widths) if others <= width), len(widths) - 1)
 
 
 def _batch(sizes, seed, ties):
@@ -90,15 +99,15 @@ def _check(sel, d, y, cand, fallback):
 
 #: Compiled variants run by default for one layout per path (each XLA compile of a new
 #: batch shape costs seconds); the others are marked slow (TFDML_SLOW=1 runs them).
-_DEFAULT_COMPILED = {"xla": ("threes", "fours", "one_big", "many_positives", "very_many"),
+_DEFAULT_COMPILED = {"xla": ("fours", "one_big", "very_many"),
                      "unknown_batch": ("fours", "many_positives")}
 
 
 def _path_cases():
     for mode in ("graph", "xla", "unknown_batch"):
-        for name, sizes, graph_path, xla_path in LAYOUTS:
+        for name, sizes in LAYOUTS:
             slow = mode != "graph" and name not in _DEFAULT_COMPILED[mode]
-            path = xla_path if mode == "xla" else graph_path
+            path = _path(sizes, mode)
             yield pytest.param(name, sizes, path, mode, id=f"{name}-{mode}",
                                marks=[pytest.mark.slow] if slow else [])
 
@@ -117,8 +126,9 @@ def test_each_path_matches_brute_force(name, sizes, path, mode):
 @pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
 def test_plan_follows_the_mode_being_traced(jit):
     # P = SORT_ABOVE + 1: the sampler traced in graph mode sorts, traced for XLA compares.
-    _, y = _batch([SORT_ABOVE + 2, 3, 2, 4], 0, ties=True)
-    expected = LOOP if jit else SORT
+    sizes = [SORT_ABOVE + 2, 3, 2, 4]
+    _, y = _batch(sizes, 0, ties=True)
+    expected = _path(sizes, "xla" if jit else "graph")
     assert int(tf.function(semi_hard.plan, jit_compile=jit)(y)) == expected
     assert int(semi_hard.plan(y)) == SORT  # eagerly: graph mode's threshold
 

@@ -57,8 +57,12 @@ def table_rows(text):
     """{row name: [figures]} of every Markdown table row that ends in numeric cells.
 
     The name is every cell up to the last one that is not a number (so a leading batch
-    size is part of it); the figures are the numbers after it."""
+    size is part of it); the figures are the numbers after it. A name seen again in the
+    same text (rows told apart only by a figure, such as a batch size printed after the
+    text cells) gets " #2", " #3", ...: the scripts print their rows in the same order on
+    every run, so the n-th such row of each run is the same measurement."""
     rows = {}
+    seen = {}
     for line in text.splitlines():
         if not line.startswith("|") or set(line) <= set("|-: "):
             continue
@@ -69,7 +73,9 @@ def table_rows(text):
         if split == len(cells):
             continue
         figures = [float(c.rstrip("×")) for c in cells[split:]]
-        rows[" | ".join(cells[:split])] = figures
+        name = " | ".join(cells[:split])
+        seen[name] = seen.get(name, 0) + 1
+        rows[name if seen[name] == 1 else f"{name} #{seen[name]}"] = figures
     return rows
 
 

@@ -44,3 +44,13 @@ def test_a_leading_number_names_the_row():
     # B = 1024 rows of one mode would have had the same name and overwritten each other.
     rows = ab.table_rows("| 256 | XLA | 4.95 |\n| 1024 | XLA | 113.4 |")
     assert rows == {"256 | XLA": [4.95], "1024 | XLA": [113.4]}
+
+
+def test_rows_with_the_same_text_cells_are_kept_apart():
+    # bench_first_call.py prints the batch size as a figure after the text cells: rows of
+    # B = 256 and B = 1024 have the same text, and the second silently replaced the first.
+    text = ("| triplet | semi_hard | xla | 256 | 5.9 |\n| triplet | semi_hard | xla | 1024 | 8.8 |\n"
+            "| margin | semi_hard | xla | 256 | 5.7 |")
+    assert ab.table_rows(text) == {"triplet | semi_hard | xla": [256.0, 5.9],
+                                   "triplet | semi_hard | xla #2": [1024.0, 8.8],
+                                   "margin | semi_hard | xla": [256.0, 5.7]}

@@ -1,17 +1,21 @@
 """The teardown of ``fit()``'s input iterator: how long ``fit`` takes to return after its last
 step, and how long a garbage collection takes after a ``fit`` that raised, with tf.data's
-autotuning on (TensorFlow's default) and off.
+autotuning on (TensorFlow's default) and off, for a plain ``keras.Model`` and for tfdml's
+``EmbeddingModel``.
 
     python benchmarks/bench_iterator_teardown.py                      # 12 fits of ~8 s per setting
     python benchmarks/bench_iterator_teardown.py --fits 20 --seconds 16 --idle 20
 
 Each ``fit`` trains a one-layer model on ``Dataset.from_tensors(...).repeat()`` for
 ``--seconds`` (a callback sleeps 50 ms per step, so the figures hardly depend on the CPU or its
-load); the two settings alternate, fit by fit, in one process. "end of fit": seconds from
-``on_train_end`` to ``fit`` returning, which is when Keras drops its data iterator. "after a
-failed fit": a callback raises after ``--seconds``, the exception is kept ``--idle`` seconds
-(as a notebook keeps the last one), then dropped, and ``gc.collect()`` is timed: Keras' epoch
-iterator is left in a reference cycle, so the collection destroys the data iterator.
+load); the settings alternate, fit by fit, in one process. "end of fit": seconds from
+``on_train_end`` to ``fit`` returning, which is when Keras drops its data iterator (plain
+Keras model). "gc after a failed fit": a callback raises after ``--seconds``, the exception is
+dropped at once, the garbage is left ``--idle`` seconds with the automatic collection off (as
+it is left until the next full collection, which may come minutes later), then
+``gc.collect()`` is timed. Keras leaves its epoch iterator of a failed fit in a reference
+cycle, so for a plain Keras model that collection destroys the data iterator; tfdml's
+``EmbeddingModel.fit`` resets it as the exception passes.
 """
 
 import argparse
@@ -42,17 +46,25 @@ def _dataset(autotune):
     import numpy as np
     import tensorflow as tf
 
-    ds = tf.data.Dataset.from_tensors((np.zeros((8, 4), "float32"), np.zeros((8, 2), "float32"))).repeat()
+    ds = tf.data.Dataset.from_tensors((np.zeros((8, 4), "float32"), np.arange(8) % 4)).repeat()
     options = tf.data.Options()
     options.autotune.enabled = autotune
     return ds.with_options(options)
 
 
-def _model():
+def _model(kind="keras"):
+    """A one-layer model: a plain ``keras.Model`` (cross-entropy on the labels as classes) or
+    a tfdml ``EmbeddingModel`` (contrastive loss)."""
     import keras
 
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    model.compile("sgd", "mse")
+    layers = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4)])
+    if kind == "keras":
+        layers.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return layers
+    from tfdml import losses, models
+
+    model = models.EmbeddingModel(layers)
+    model.compile(optimizer="sgd", loss=losses.ContrastiveLoss(), jit_compile=False)
     return model
 
 
@@ -81,20 +93,24 @@ def end_of_fit(model, autotune, steps):
 
 
 def after_failed_fit(model, autotune, steps, idle):
-    """Seconds of the garbage collection that follows a failed fit whose exception was kept
-    ``idle`` seconds."""
+    """Seconds of the garbage collection run ``idle`` seconds after a failed fit (the
+    automatic collection off meanwhile)."""
     import gc
 
-    try:
-        model.fit(_dataset(autotune), steps_per_epoch=steps + 10, epochs=1, verbose=0,
-                  callbacks=[_callback(raise_at=steps)])
-    except RuntimeError as err:
-        kept = err  # noqa: F841  (held, as an interactive session holds the last exception)
-        time.sleep(idle)
-        del kept
-    start = time.perf_counter()
     gc.collect()
-    return time.perf_counter() - start
+    gc.disable()
+    try:
+        try:
+            model.fit(_dataset(autotune), steps_per_epoch=steps + 10, epochs=1, verbose=0,
+                      callbacks=[_callback(raise_at=steps)])
+        except RuntimeError:
+            pass
+        time.sleep(idle)
+        start = time.perf_counter()
+        gc.collect()
+        return time.perf_counter() - start
+    finally:
+        gc.enable()
 
 
 def summary(times):
@@ -114,21 +130,25 @@ def main(argv=None):
     steps = max(1, round(args.seconds / STEP_SLEEP))
     print(f"fit() of {steps} steps (~{args.seconds:g} s; {1000 * STEP_SLEEP:g} ms of sleep per step), "
           f"tf.data autotuning on / off alternating in one process.\n")
-    model = _model()
+    models = {kind: _model(kind) for kind in ("keras", "tfdml")}
     gc.collect()
     results = {}
-    for name, runs, measure in (
-            ("end of fit", args.fits, lambda on: end_of_fit(model, on, steps)),
-            (f"gc after a failed fit, exception kept {args.idle:g} s", args.failed,
-             lambda on: after_failed_fit(model, on, steps, args.idle))):
-        times = {True: [], False: []}
+    failed = f"gc {args.idle:g} s after a failed fit"
+    for name, runs, kinds, measure in (
+            ("end of fit", args.fits, ("keras",), lambda kind, on: end_of_fit(models[kind], on, steps)),
+            (failed, args.failed, ("keras", "tfdml"),
+             lambda kind, on: after_failed_fit(models[kind], on, steps, args.idle))):
+        settings = [(kind, autotune) for kind in kinds for autotune in (True, False)]
+        times = {setting: [] for setting in settings}
         for _ in range(runs):
-            for autotune in (True, False):
-                times[autotune].append(measure(autotune))
-        for autotune in (True, False):
-            if times[autotune]:
-                results[name, autotune] = times[autotune]
-                print(f"| {name} | autotune {'on' if autotune else 'off'} | {summary(times[autotune])} |")
+            for setting in settings:
+                times[setting].append(measure(*setting))
+        for kind, autotune in settings:
+            if times[kind, autotune]:
+                results[name, kind, autotune] = times[kind, autotune]
+                model_name = "keras.Model" if kind == "keras" else "tfdml EmbeddingModel"
+                print(f"| {name} | {model_name} | autotune {'on' if autotune else 'off'} | "
+                      f"{summary(times[kind, autotune])} |")
     return results
 
 

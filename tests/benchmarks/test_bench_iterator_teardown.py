@@ -15,13 +15,15 @@ bench_iterator_teardown = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_iterator_teardown)
 
 
-def test_tiny_run_gives_each_teardown_in_both_settings(capsys):
+def test_tiny_run_gives_each_teardown_in_every_setting(capsys):
     results = bench_iterator_teardown.main(["--fits", "1", "--failed", "1", "--seconds", "0.1", "--idle", "0"])
-    assert sorted(results) == sorted((name, on) for name in ("end of fit", "gc after a failed fit, exception kept 0 s")
-                                     for on in (True, False))
+    failed = "gc 0 s after a failed fit"
+    assert sorted(results) == sorted([("end of fit", "keras", on) for on in (True, False)]
+                                     + [(failed, kind, on) for kind in ("keras", "tfdml") for on in (True, False)])
     assert all(len(times) == 1 and times[0] >= 0 for times in results.values())
     out = capsys.readouterr().out
-    assert "Machine:" in out and out.count("autotune on") == 2 and out.count("autotune off") == 2
+    assert "Machine:" in out and out.count("autotune on") == 3 and out.count("autotune off") == 3
+    assert out.count("tfdml EmbeddingModel") == 2
 
 
 @pytest.mark.parametrize("argv", [["--seconds", "0"], ["--fits", "-1"], ["--idle", "-1"]])

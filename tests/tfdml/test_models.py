@@ -1,5 +1,7 @@
 """EmbeddingModel: dict targets, tracked loss state, global-batch mining under MirroredStrategy."""
 
+import gc
+
 import keras
 import numpy as np
 import pytest
@@ -204,6 +206,20 @@ def test_private_keras_api_we_rely_on():
         "tensorflow.python.eager.record.stop_recording changed: models.CompiledLoss uses it so "
         "that the train step's tape does not split the compiled loss into forward and backward "
         "functions (tfdml/models.py).")
+    from keras.src.trainers.epoch_iterator import EpochIterator
+
+    assert callable(getattr(EpochIterator, "reset", None)), (
+        "keras.src.trainers.epoch_iterator.EpochIterator.reset changed: EmbeddingModel.fit "
+        "resets the epoch iterators of a fit that raised (tfdml/models.py).")
+    seen = []
+    check = keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: seen.append(isinstance(getattr(plain, "_eval_epoch_iterator", None),
+                                                                EpochIterator)))
+    plain.fit(np.zeros((4, 2), "float32"), np.zeros((4, 1), "float32"), validation_data=(
+        np.zeros((2, 2), "float32"), np.zeros((2, 1), "float32")), callbacks=[check], verbose=0)
+    assert seen == [True], (
+        "keras.Model._eval_epoch_iterator changed: EmbeddingModel.fit drops the validation "
+        "iterator of a fit that raised (tfdml/models.py).")
 
 
 def test_additional_losses_are_added_as_keras_adds_them():
@@ -383,6 +399,82 @@ def test_fit_on_a_dataset_leaves_it_in_its_order_without_a_shuffle_warning():
         warnings.simplefilter("always")
         model.fit(data, epochs=1, verbose=0)
     assert not [w for w in caught if "shuffle" in str(w.message)]
+
+
+def _live_data_iterators():
+    """tf.data iterators alive or awaiting a garbage collection (a cycle not yet collected)."""
+    from tensorflow.python.data.ops import iterator_ops
+
+    return sum(isinstance(o, iterator_ops.OwnedIterator) for o in gc.get_objects())
+
+
+@pytest.mark.parametrize("validation", [False, True], ids=["train", "with_validation"])
+def test_a_fit_that_raises_leaves_no_data_iterator_for_a_garbage_collection(validation):
+    """A fit that raises (a callback, a NaN guard, a kill handled by the caller) releases its
+    input iterators when the exception is dropped: Keras' epoch iterator and its suspended
+    generator form a reference cycle, and a tf.data iterator destroyed by a later collection
+    waits for its autotuning thread, the longer the longer it lay uncollected."""
+
+    class Stop(keras.callbacks.Callback):  # in the second epoch, after one validation
+        epoch = 0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.epoch == 1 and batch == 1:
+                raise RuntimeError("stop")
+
+    x = np.random.default_rng(0).normal(size=(32, 4)).astype("float32")
+    y = np.repeat(np.arange(8), 4)
+    model = models.EmbeddingModel(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
+    model.compile(optimizer="sgd", loss=losses.ContrastiveLoss(), jit_compile=False)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat()
+    kwargs = {"validation_data": data, "validation_steps": 1, "validation_freq": 1} if validation else {}
+    gc.collect()
+    gc.disable()
+    try:
+        before = _live_data_iterators()
+        try:
+            model.fit(data, steps_per_epoch=3, epochs=2, verbose=0, callbacks=[Stop()], **kwargs)
+        except RuntimeError:
+            pass
+        assert _live_data_iterators() == before
+        if validation:  # the validation iterator too (Keras keeps it on the model until fit ends)
+            model.evaluate(data, steps=1, verbose=0)
+            assert _live_data_iterators() == before
+    finally:
+        gc.enable()
+
+
+def test_a_fit_that_raises_inside_a_callback_of_another_fit_leaves_the_outer_fit_running():
+    """Only the epoch iterators below the failed fit are reset: an outer fit whose callback
+    ran the failed one trains on to its last step."""
+    x = np.random.default_rng(0).normal(size=(32, 4)).astype("float32")
+    y = np.repeat(np.arange(8), 4)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat()
+
+    def model():
+        m = models.EmbeddingModel(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
+        m.compile(optimizer="sgd", loss=losses.ContrastiveLoss(), jit_compile=False)
+        return m
+
+    class Stop(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            raise RuntimeError("inner")
+
+    class InnerFit(keras.callbacks.Callback):
+        failures = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            try:
+                model().fit(data, steps_per_epoch=2, verbose=0, callbacks=[Stop()])
+            except RuntimeError:
+                self.failures += 1
+
+    inner = InnerFit()
+    history = model().fit(data, steps_per_epoch=3, epochs=2, verbose=0, callbacks=[inner])
+    assert inner.failures == 6 and len(history.history["loss"]) == 2
 
 
 def _trained_counting_traces(how, jit_compile):

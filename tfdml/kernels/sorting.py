@@ -9,9 +9,9 @@ the int64 rows and read the columns back from the low half (:func:`unpack`):
   faster than the reference's stable partition and ``tf.argsort``);
 * ``bitonic``: a bitonic sorting network (Batcher 1968) for XLA: the row padded to a
   power of two N₂ with the largest int64, log₂N₂·(log₂N₂ + 1)/2 stages of
-  elementwise min / max in one ``tf.while_loop`` (each stage finds the partners by two
-  dynamic slices, and XLA runs it as one vectorised loop; XLA's own CPU sort calls a
-  comparator per comparison). The stages are looped, not unrolled: one small program to
+  elementwise min / max in one ``tf.while_loop`` (each stage gathers every position's
+  partner and runs as one vectorised loop; XLA's own CPU sort calls a comparator per
+  comparison). The stages are looped, not unrolled: one small program to
   compile whatever N is, known while tracing or not (the unrolled stages compile for
   seconds longer; benchmarks/RESULTS.md, "Row order"). Its O(N log² N) work loses to a
   sort only at large N.
@@ -79,19 +79,15 @@ def _power_of_two_at_least(n):
 
 def _stages(packed, width):
     """The network's stages in a ``tf.while_loop``. Stage (k, j) compares positions i and
-    i ± j (the partner of i: i + j where bit j of i is clear, else i − j; found by two
-    dynamic slices of the row written twice) and keeps the smaller at the first of the two
-    where bit k of i is clear, at the second where it is set."""
-    position = tf.range(width)[None, :]
+    i XOR j (its partner, gathered) and keeps the smaller at the first of the two where bit
+    k of i is clear, at the second where it is set."""
+    position = tf.range(width)
 
     def stage(k, j, packed):
-        twice = tf.concat([packed, packed], axis=1)
-        ahead = tf.slice(twice, tf.stack([0, j]), tf.shape(packed))  # entry i + j
-        behind = tf.slice(twice, tf.stack([0, width - j]), tf.shape(packed))  # entry i - j
+        partner = tf.gather(packed, tf.bitwise.bitwise_xor(position, j), axis=1)
         lower = tf.equal(tf.bitwise.bitwise_and(position, j), 0)  # i is the first of its pair
         ascending = tf.equal(tf.bitwise.bitwise_and(position, k), 0)
-        partner = tf.where(lower, ahead, behind)
-        keep_smaller = tf.equal(lower, ascending)
+        keep_smaller = tf.equal(lower, ascending)[None, :]
         packed = tf.where(keep_smaller, tf.minimum(packed, partner), tf.maximum(packed, partner))
         last = tf.equal(j, 1)  # the last stage of this k: next k, j = k
         return tf.where(last, 2 * k, k), tf.where(last, k, j // 2), packed

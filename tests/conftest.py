@@ -6,11 +6,13 @@ import weakref
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-# XLA compiles for the suite without its slow backend optimisations: the tests check what
-# computations return (optimisation levels change it by float rounding at most, which the
+# XLA compiles for the suite without its slow backend optimisations and with its CPU
+# backend's older, faster-compiling fusion code generator: the tests check what
+# computations return (these settings change it by float rounding at most, which the
 # tolerances allow), and most of the suite's XLA time is compilation. Subprocesses
 # the tests start inherit it. `XLA_FLAGS= pytest` runs the suite at XLA's defaults.
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true")
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true "
+                                   "--xla_cpu_use_fusion_emitters=false")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

@@ -377,13 +377,18 @@ class EmbeddingModel(keras.Model):
     def fit(self, x=None, y=None, *args, **kwargs):
         """``keras.Model.fit``. A ``tf.data.Dataset`` is consumed as it comes (its
         order is the batch design's), so ``shuffle`` defaults to False for one: Keras
-        ignores it for datasets and warns about its own default of True."""
+        ignores it for datasets and warns about its own default of True. A ``fit`` that
+        raises releases its input iterators as the exception passes (Keras leaves them
+        in a reference cycle for a later garbage collection)."""
         if isinstance(x, tf.data.Dataset) and len(args) < 7:  # shuffle not positional
             kwargs.setdefault("shuffle", False)
         try:
             return super().fit(x, y, *args, **kwargs)
         except BaseException as err:
-            _release_epoch_iterators(self, err.__traceback__, sys._getframe())
+            try:
+                _release_epoch_iterators(self, err.__traceback__, sys._getframe())
+            except Exception:  # noqa: BLE001 - the fit's own error is the one to raise
+                pass
             raise
 
     def build_optimizer(self):

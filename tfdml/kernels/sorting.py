@@ -12,8 +12,8 @@ the int64 rows and read the columns back from the low half (:func:`unpack`):
   elementwise min / max in one ``tf.while_loop`` (each stage gathers every position's
   partner and runs as one vectorised loop; XLA's own CPU sort calls a comparator per
   comparison). The stages are looped, not unrolled: one small program to
-  compile whatever N is, known while tracing or not (the unrolled stages compile for
-  seconds longer; benchmarks/RESULTS.md, "Row order"). Its O(N log² N) work loses to a
+  compile whatever N is, known while tracing or not (the unrolled stages take
+  longer to compile; benchmarks/RESULTS.md, "Row order"). Its O(N log² N) work loses to a
   sort only at large N.
 
 Keys arrive as the reference prepares them (−0.0 made +0.0, no NaN); float16 and

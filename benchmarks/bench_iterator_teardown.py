@@ -35,7 +35,7 @@ def arguments(argv=None):
     p.add_argument("--fits", type=int, default=12, help="fits per setting for 'end of fit'")
     p.add_argument("--failed", type=int, default=3, help="failed fits per setting")
     p.add_argument("--seconds", type=float, default=8.0, help="length of each fit")
-    p.add_argument("--idle", type=float, default=20.0, help="seconds a failed fit's exception is kept")
+    p.add_argument("--idle", type=float, default=20.0, help="seconds a failed fit's garbage is left before the timed collection")
     args = p.parse_args(argv)
     if min(args.fits, args.failed) < 0 or args.seconds <= 0 or args.idle < 0:
         p.error("--fits and --failed must be >= 0, --seconds > 0 and --idle >= 0.")

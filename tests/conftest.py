@@ -93,9 +93,10 @@ def pytest_collection_modifyitems(config, items):
 
 # tf.data input iterators a test left in reference cycles (a fit or a loop that raised keeps
 # its suspended generator, and the iterator in it, alive until a garbage collection) are
-# collected when the test ends. Destroying such an iterator waits for its autotuning thread,
-# the longer the older the iterator; left to a later full collection, the wait lands, grown,
-# in whichever test triggers it.
+# collected when the test ends (EmbeddingModel.fit releases its own; a plain Keras model or a
+# custom loop does not). Destroying such an iterator waits for its autotuning thread, the
+# longer the longer it lay uncollected; left to a later full collection, the wait lands,
+# grown, in whichever test triggers it.
 _DATA_ITERATORS = weakref.WeakSet()
 
 

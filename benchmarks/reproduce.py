@@ -634,7 +634,8 @@ def arm_config(arm, seed, view, budget, run_dir):
         "output_dir": run_dir,
         "data": {"source": "npz", "options": {"path": view, "labels": "labels", "test": "test"}},
         "image": {"augment": False},
-        "model": {"backbone": "small_cnn", "embedding_dim": 128, "normalize": True},
+        # float32 on every CPU: the study's arms must not change precision with the machine.
+        "model": {"backbone": "small_cnn", "embedding_dim": 128, "normalize": True, "dtype_policy": "float32"},
         "optimizer": {"name": "adam", "learning_rate": 0.001},
         "training": {"epochs": evaluations, "steps_per_epoch": steps_per_epoch},
         "evaluation": {"metrics": ["recall", "precision@5", "map@r", "nmi"], "ks": [1], "every_n_epochs": 1,
@@ -655,6 +656,9 @@ def config_key(config):
     view do not count, the view's name (budget, classes, imbalance) does."""
     config = copy.deepcopy(config)
     config.pop("output_dir", None)
+    # Results stored before the arms named their dtype policy ran float32.
+    if config.get("model", {}).get("dtype_policy") == "float32":
+        del config["model"]["dtype_policy"]
     options = config.get("data", {}).get("options", {})
     if "path" in options:
         options["path"] = os.path.basename(options["path"])

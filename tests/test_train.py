@@ -72,7 +72,9 @@ def test_run_writes_everything(finished_run):
     metrics = report["metrics"]
     assert 0.0 <= metrics["recall@1"] <= 1.0 and "map@r" in metrics and "nmi" in metrics
     assert report["info"]["distance"] == "cosine"  # evaluation.distance reaches the evaluation
-    assert config.load(os.path.join(out, "config.yaml")) == cfg
+    # The config as given, with model.dtype_policy "auto" resolved (float32 on a CPU without
+    # bfloat16 instructions, as the conftest makes every CPU look).
+    assert config.load(os.path.join(out, "config.yaml")) == {**cfg, "model": {**cfg["model"], "dtype_policy": "float32"}}
     history = open(os.path.join(out, "history.csv")).read().splitlines()
     # The per-epoch figures are labelled as the test split's (history only).
     assert len(history) == 3 and "test_map@r" in history[0].split(",")
@@ -855,7 +857,8 @@ def test_a_mixed_bfloat16_run_trains_resumes_only_with_its_policy_and_exports_fl
     with pytest.raises(KeyboardInterrupt):
         fit.run(cfg, verbose=0, callbacks=[_KillAfterEpoch(1)])
     assert keras.config.dtype_policy().name == before
-    other = small_cfg(tmp_path, **{"evaluation.metrics": ["recall"], "evaluation.ks": [1]})
+    other = small_cfg(tmp_path, **{"model.dtype_policy": "float32", "evaluation.metrics": ["recall"],
+                                   "evaluation.ks": [1]})
     with pytest.raises(ExperimentError, match=r"another config \(differing: model.dtype_policy\)"):
         fit.run(other, verbose=0)
     result = fit.run(cfg, verbose=0)
@@ -877,6 +880,62 @@ def test_a_mixed_bfloat16_run_trains_resumes_only_with_its_policy_and_exports_fl
     assert served.dtype == tf.float32
     # The same unit vectors (up to bfloat16 rounding, 8 bits of mantissa, in the backbone).
     np.testing.assert_allclose(served.numpy(), embeddings, atol=0.05)
+
+
+class _Backup:
+    def __init__(self, state):
+        self._state = state
+
+    def state(self):
+        return self._state
+
+
+@pytest.mark.parametrize("saved_model, expected", [
+    ({"dtype_policy": "mixed_bfloat16"}, "mixed_bfloat16"),  # the run's own, on any CPU
+    ({"dtype_policy": "float32"}, "float32"),
+    ({}, "float32"),  # a backup older than the key: encoders were float32
+])
+def test_auto_resumes_a_backup_with_the_policy_it_ran_with(monkeypatch, saved_model, expected):
+    from tfdml import kernels
+
+    cfg = config.validate({})
+    monkeypatch.setattr(kernels, "cpu_features", lambda: frozenset({"avx512_bf16"}))
+    saved = config.validate({})
+    saved["model"] = saved_model
+    assert fit.resolve_dtype_policy(cfg, _Backup({"config": saved}))["model"]["dtype_policy"] == expected
+    assert fit.resolve_dtype_policy(cfg, _Backup(None))["model"]["dtype_policy"] == "mixed_bfloat16"
+    assert cfg["model"]["dtype_policy"] == "auto"  # the caller's config is left as it was
+    explicit = config.validate({"model": {"dtype_policy": "float32"}})
+    assert fit.resolve_dtype_policy(explicit, _Backup({"config": saved})) is explicit
+
+
+def test_an_auto_dtype_policy_is_resolved_when_a_run_starts_and_kept_when_it_resumes(tmp_path, monkeypatch):
+    """model.dtype_policy "auto" (the default) becomes mixed_bfloat16 on a CPU with bfloat16
+    instructions; config.yaml and the backup record it, and a resume on a CPU without them
+    keeps it (one run, one precision); a new run there is float32."""
+    import yaml
+
+    from tfdml import kernels
+
+    assert config.validate({})["model"]["dtype_policy"] == "auto"
+    cfg = small_cfg(tmp_path / "run", **{"training.epochs": 2, "training.steps_per_epoch": 2,
+                                         "evaluation.metrics": ["recall"], "evaluation.ks": [1]})
+    monkeypatch.setattr(kernels, "cpu_features", lambda: frozenset({"avx2", "avx512_bf16"}))
+    with pytest.raises(KeyboardInterrupt):
+        fit.run(cfg, verbose=0, callbacks=[_KillAfterEpoch(1)])
+    with open(tmp_path / "run" / "config.yaml") as fh:
+        assert yaml.safe_load(fh)["model"]["dtype_policy"] == "mixed_bfloat16"
+
+    monkeypatch.setattr(kernels, "cpu_features", lambda: frozenset({"avx2"}))
+    assert fit.run(cfg, verbose=0)["resumed_from_epoch"] == 1
+    model = keras.saving.load_model(tmp_path / "run" / "model.keras")
+    assert model.encoder.get_layer("small_cnn").get_layer("conv0").compute_dtype == "bfloat16"
+
+    fresh = small_cfg(tmp_path / "other", **{"training.epochs": 1, "training.steps_per_epoch": 1,
+                                             "evaluation.metrics": ["recall"], "evaluation.ks": [1]})
+    fit.run(fresh, verbose=0)
+    with open(tmp_path / "other" / "config.yaml") as fh:
+        assert yaml.safe_load(fh)["model"]["dtype_policy"] == "float32"
 
 
 @pytest.mark.parametrize("loss, extra", [

@@ -92,8 +92,9 @@ def build_model(cfg, input_shape, num_classes, num_examples):
         options.setdefault("weights", m["weights"])
         options.setdefault("input_range", (0.0, 1.0))
     # The dtype policy applies to the encoder's layers only (the loss's state and the
-    # learned sampler's network stay float32) and is not left set after the build.
-    with models.dtype_policy_scope(m["dtype_policy"]):
+    # learned sampler's network stay float32) and is not left set after the build; a
+    # run resolves "auto" when it starts (tfdml_app.fit.resolve_dtype_policy).
+    with models.dtype_policy_scope(m["dtype_policy"], cfg["training"]["jit_compile"]):
         try:
             backbone = models.get_backbone(m["backbone"], input_shape, **options)
         except (TypeError, ValueError, ImportError, FileNotFoundError) as err:

@@ -67,11 +67,16 @@ def _at_least(bound):
 
 class _Field:
     """One config key. ``choices``: a tuple, or a function returning one (names
-    that the library registers, read when a config is validated)."""
+    that the library registers, read when a config is validated). ``absent``: what a
+    saved config that does not have the key ran with, when that is not ``default``
+    (the key's default changed since it was added)."""
 
-    def __init__(self, types, default, choices=None, doc="", check=None):
+    _DEFAULT = object()
+
+    def __init__(self, types, default, choices=None, doc="", check=None, absent=_DEFAULT):
         self.types = types if isinstance(types, tuple) else (types,)
         self.default = default
+        self.absent = default if absent is _Field._DEFAULT else absent
         self._choices = choices
         self.doc = doc
         self.check = check
@@ -119,7 +124,7 @@ def _jit_compile_choices():
 def _dtype_policies():
     from tfdml import models
 
-    return models.DTYPE_POLICIES
+    return models.DTYPE_POLICY_CHOICES
 
 
 def _distance_names():
@@ -186,10 +191,12 @@ SCHEMA = {
         "weights": _Field((str, type(None)), None, doc="pretrained weights: None, 'imagenet', 'bundled' or a path"),
         "embedding_dim": _Field(int, 64, check=_at_least(1)),
         "normalize": _Field(bool, True, doc="L2-normalise embeddings"),
-        "dtype_policy": _Field(str, "float32", _dtype_policies,
+        "dtype_policy": _Field(str, "auto", _dtype_policies, absent="float32",
                                doc="Keras dtype policy of the backbone: 'mixed_bfloat16' computes it "
                                    "in bfloat16 (variables, embedding head, embeddings and loss stay "
-                                   "float32)"),
+                                   "float32); 'auto' picks it where the CPU has bfloat16 instructions "
+                                   "and the whole step is not XLA-compiled, else float32 "
+                                   "(tfdml.models.resolve_dtype_policy); the run records its choice"),
     },
     "loss": {
         "name": _Field(str, "margin", _loss_names, doc="a tfdml.losses.LOSSES name"),
@@ -481,7 +488,8 @@ def resume_differences(saved, current, allowed=RESUMABLE_KEYS):
     """Dotted keys whose values differ between the ``saved`` config of a backup
     and the ``current`` one, leaving out ``allowed`` keys (and their subkeys). A
     schema key missing from ``saved`` (a backup of a tfdml that did not have it)
-    counts as its default: at the default it changes nothing."""
+    counts as what such a run ran with (its field's ``absent``, the default unless that
+    changed): there it changes nothing."""
     saved, current = plain(saved), plain(current)
     out = []
 
@@ -491,7 +499,7 @@ def resume_differences(saved, current, allowed=RESUMABLE_KEYS):
             if any(where == k or where.startswith(k + ".") for k in allowed):
                 continue
             field = schema.get(key) if isinstance(schema, dict) else None
-            x = a[key] if key in a or not isinstance(field, _Field) else plain(field.default)
+            x = a[key] if key in a or not isinstance(field, _Field) else plain(field.absent)
             y = b.get(key)
             if isinstance(x, dict) and isinstance(y, dict):
                 walk(x, y, where, field)

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 
 from tfdml import callbacks as callbacks_lib
-from tfdml import files, runs
+from tfdml import files, models, runs
 from tfdml_app import build, evaluation, export, fit_loops, summary
 from tfdml_app import data as data_lib
 from tfdml_app import config as config_lib
@@ -79,6 +79,22 @@ def remove_stale_temporaries(out):
               f"(e.g. {os.path.relpath(removed[0], out)}).", file=sys.stderr)
 
 
+def resolve_dtype_policy(cfg, backup):
+    """``cfg`` with ``model.dtype_policy`` "auto" resolved (a copy; other values unchanged):
+    a resumed run keeps the policy its backup recorded, also on another CPU, so one run
+    never mixes precisions; a new run takes what :func:`tfdml.models.resolve_dtype_policy`
+    picks on this machine for its ``training.jit_compile``. The run's config.yaml and
+    backup record the resolved policy."""
+    if cfg["model"]["dtype_policy"] != models.AUTO_DTYPE_POLICY:
+        return cfg
+    saved = (backup.state() or {}).get("config")
+    if saved:  # a backup older than the key ran under the key's `absent` value
+        policy = saved.get("model", {}).get("dtype_policy", config_lib.SCHEMA["model"]["dtype_policy"].absent)
+    else:
+        policy = models.resolve_dtype_policy(models.AUTO_DTYPE_POLICY, cfg["training"]["jit_compile"])
+    return {**cfg, "model": {**cfg["model"], "dtype_policy": policy}}
+
+
 def _check_resume(cfg, backup):
     """Refuse to resume a backup made with another config (different model or data)."""
     state = backup.state()
@@ -99,6 +115,7 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
     if fresh:
         backup.remove()
         runs.clear_finished(out)
+    cfg = resolve_dtype_policy(cfg, backup)
     _check_resume(cfg, backup)
     config_lib.dump(cfg, os.path.join(out, "config.yaml"))
     keras.utils.set_random_seed(cfg["seed"])

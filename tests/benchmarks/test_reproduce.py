@@ -78,6 +78,15 @@ def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
     assert rp.config_key(moved) == rp.config_key(cfg("margin-dw-b80"))
     other_view = rp.arm_config("margin-dw-b80", 0, "w.npz", rp.BUDGETS["standard"], "out")
     assert rp.config_key(other_view) != rp.config_key(cfg("margin-dw-b80"))
+    # float32 whatever the CPU (the default "auto" would follow it); results stored before
+    # the arms named the policy (float32 then) keep their key, another policy does not.
+    assert cfg("margin-dw-b80")["model"]["dtype_policy"] == "float32"
+    unnamed = cfg("margin-dw-b80")
+    del unnamed["model"]["dtype_policy"]
+    assert rp.config_key(unnamed) == rp.config_key(cfg("margin-dw-b80"))
+    bf16 = cfg("margin-dw-b80")
+    bf16["model"]["dtype_policy"] = "mixed_bfloat16"
+    assert rp.config_key(bf16) != rp.config_key(cfg("margin-dw-b80"))
 
 
 def test_every_claim_is_listed_with_its_checks_or_why_it_is_untested():

@@ -557,6 +557,34 @@ def test_dtype_policy_scope_builds_a_bfloat16_backbone_with_a_float32_head_and_r
 
 def test_dtype_policy_scope_refuses_other_policies():
     """mixed_float16 would need loss scaling, which the tfdml train steps do not do."""
-    with pytest.raises(ValueError, match=r"'mixed_float16' is not supported.*float32, mixed_bfloat16"):
+    with pytest.raises(ValueError, match=r"'mixed_float16' is not supported.*auto, float32, mixed_bfloat16"):
         with models.dtype_policy_scope("mixed_float16"):
             pass
+
+
+@pytest.mark.parametrize("flags, jit_compile, expected", [
+    ({"avx2"}, False, "float32"),
+    ({"avx2"}, models.LOSS_ONLY, "float32"),
+    ({"avx512_bf16"}, False, "mixed_bfloat16"),
+    ({"avx512_bf16"}, models.LOSS_ONLY, "mixed_bfloat16"),
+    ({"avx512_bf16"}, True, "float32"),  # XLA compiles the encoder: float32
+])
+def test_the_auto_dtype_policy_follows_the_cpu_and_the_compiled_part(monkeypatch, flags, jit_compile, expected):
+    from tfdml import kernels
+
+    monkeypatch.setattr(kernels, "cpu_features", lambda: frozenset(flags))
+    assert models.resolve_dtype_policy("auto", jit_compile) == expected
+    for policy in models.DTYPE_POLICIES:
+        assert models.resolve_dtype_policy(policy, jit_compile) == policy
+    before = keras.config.dtype_policy().name
+    with models.dtype_policy_scope("auto", jit_compile):
+        assert keras.config.dtype_policy().name == expected
+    assert keras.config.dtype_policy().name == before
+
+
+def test_the_auto_dtype_policy_on_a_gpu_is_float32_until_measured(monkeypatch):
+    from tfdml import kernels
+
+    monkeypatch.setattr(kernels, "cpu_features", lambda: frozenset({"avx512_bf16"}))
+    monkeypatch.setattr(kernels, "device_kind", lambda: "GPU")
+    assert models.resolve_dtype_policy("auto") == "float32"

@@ -80,11 +80,11 @@ def test_jit_compile_takes_the_models_choices():
 def test_dtype_policy_takes_the_models_choices():
     from tfdml import models
 
-    assert config.validate({})["model"]["dtype_policy"] == "float32"
-    for value in models.DTYPE_POLICIES:
+    assert config.validate({})["model"]["dtype_policy"] == models.AUTO_DTYPE_POLICY
+    for value in models.DTYPE_POLICY_CHOICES:
         assert config.validate({"model": {"dtype_policy": value}})["model"]["dtype_policy"] == value
     with pytest.raises(config.ConfigError, match=r"^model.dtype_policy = 'mixed_bfloat' is not valid \(did you mean "
-                                                 r"'mixed_bfloat16'\?\); choose one of: float32, mixed_bfloat16\.$"):
+                                                 r"'mixed_bfloat16'\?\); choose one of: auto, float32, mixed_bfloat16\.$"):
         config.load(None, ["model.dtype_policy=mixed_bfloat"])
     with pytest.raises(config.ConfigError, match=r"model.dtype_policy = 'mixed_float16'.*choose one of"):
         config.validate({"model": {"dtype_policy": "mixed_float16"}})
@@ -393,8 +393,18 @@ def test_a_backup_saved_before_a_key_existed_resumes_when_the_key_keeps_its_defa
     the key absent from the saved config, at its default now, changes nothing."""
     current = config.validate({})
     saved = config.validate({})
-    del saved["model"]["dtype_policy"]
+    del saved["model"]["embedding_dim"]
     assert config.resume_differences(saved, current) == []
     # Set to something else than the default, it is a difference.
-    other = config.validate({"model": {"dtype_policy": "mixed_bfloat16"}})
-    assert config.resume_differences(saved, other) == ["model.dtype_policy"]
+    other = config.validate({"model": {"embedding_dim": 32}})
+    assert config.resume_differences(saved, other) == ["model.embedding_dim"]
+
+
+def test_a_backup_saved_before_a_key_s_default_changed_counts_as_what_it_ran_with():
+    """model.dtype_policy's default is now "auto"; a backup of a tfdml without the key ran
+    float32, which a run resolves "auto" to on resume (tfdml_app.fit.resolve_dtype_policy)."""
+    saved = config.validate({})
+    del saved["model"]["dtype_policy"]
+    assert config.resume_differences(saved, config.validate({"model": {"dtype_policy": "float32"}})) == []
+    assert config.resume_differences(saved, config.validate({"model": {"dtype_policy": "mixed_bfloat16"}})) == [
+        "model.dtype_policy"]

@@ -10,7 +10,8 @@ in graph mode and under XLA); it only runs faster on some device and mode.
 
 Which form runs is decided here and nowhere else, by :data:`CHOICES`: a table keyed
 by device kind, then kernel name, then mode (``"graph"`` or ``"xla"``). An entry
-holds the name of the fast form and, where it has them, its tuned parameters. A
+holds the name of the fast form and, where it has them, its tuned parameters and the
+CPU instruction-set flags it needs (a CPU without them runs the reference). A
 kernel, device kind or mode without an entry runs :data:`REFERENCE`: a device
 is measured before it gets a fast form (the CPU entries are the forms measured
 faster on CPU, benchmarks/RESULTS.md).
@@ -26,6 +27,7 @@ reference path, for tests and for comparing forms).
 
 import contextlib
 import dataclasses
+import functools
 import threading
 
 REFERENCE = "reference"
@@ -35,17 +37,21 @@ DEVICE_KINDS = ("CPU", "GPU", "TPU")
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-    """A form of a kernel: its name and its tuned parameters (a dict, possibly empty)."""
+    """A form of a kernel: its name, its tuned parameters (a dict, possibly empty) and the
+    CPU instruction-set flags it needs (``requires``, as Linux names them in
+    ``/proc/cpuinfo``): on a CPU without every one of them, :func:`choose` answers the
+    reference path."""
 
     form: str = REFERENCE
     params: dict = dataclasses.field(default_factory=dict)
+    requires: tuple = ()
 
     @property
     def is_reference(self):
         return self.form == REFERENCE
 
     def __hash__(self):
-        return hash((self.form, tuple(sorted(self.params.items()))))
+        return hash((self.form, tuple(sorted(self.params.items())), self.requires))
 
 
 #: device kind -> kernel name -> mode -> Choice. Missing entries mean REFERENCE.
@@ -101,6 +107,14 @@ CHOICES["CPU"].update({
 })
 # --- end samplers --------------------------------------------------------------------
 
+# --- precision (tfdml.models.resolve_dtype_policy; the forms are Keras dtype policies) ---
+CHOICES["CPU"].update({
+    # The encoder's dtype policy under model.dtype_policy "auto": bfloat16 compute where the
+    # CPU has bfloat16 instructions and TensorFlow's own kernels run the encoder (graph mode,
+    # jit_compile "loss"); a whole step compiled by XLA, or a CPU without them, stays float32.
+    "dtype_policy": {"graph": Choice("mixed_bfloat16", requires=("avx512_bf16",))},
+})
+
 _forced = threading.local()
 
 
@@ -117,6 +131,28 @@ def device_kind():
     except (AttributeError, ValueError):  # pragma: no cover - outside any strategy scope
         pass
     return "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
+
+
+def read_cpu_features(path="/proc/cpuinfo"):
+    """The instruction-set flags of the first processor listed in ``path`` (Linux's
+    ``/proc/cpuinfo``: its ``flags`` line on x86, ``Features`` on ARM), e.g. ``"avx2"``,
+    ``"avx512_bf16"``; empty when the file is not there or not readable (another OS)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_features():
+    """This machine's CPU flags (:func:`read_cpu_features`), read once: a :class:`Choice`
+    with ``requires`` is chosen only where all of them are here."""
+    return read_cpu_features()
 
 
 def current_mode():
@@ -139,7 +175,10 @@ def choose(kernel, mode=None, device=None):
     if mode not in MODES:
         raise ValueError(f"Unknown kernel mode {mode!r}; use one of {MODES}.")
     device = device or device_kind()
-    return CHOICES.get(device, {}).get(kernel, {}).get(mode, Choice())
+    choice = CHOICES.get(device, {}).get(kernel, {}).get(mode, Choice())
+    if choice.requires and not set(choice.requires) <= cpu_features():
+        return Choice()
+    return choice
 
 
 def _forced_choice(kernel, mode, device, form):

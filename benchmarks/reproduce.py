@@ -248,7 +248,7 @@ def _lu_duan_arms():
         "npair-m4": npair,
         # Duan's N-pair DSN (Fig. 2 (b)): K = 4 mini-batches of N-pair tuples drawn by the policy.
         "npair-learned-m4": _merge(npair, {"loss": {"sampler": "learned", "sampler_options": {
-            "minibatches": 4, "learning_rate": 0.001, "pretrain_steps": 0}}}),
+            "minibatches": 4, "learning_rate": 0.001, "pretrain_steps": 0, "diagnostics": True}}}),
         "precision_at_k-m10": _merge(lu, _loss("precision_at_k", "top_k", k=5, gamma=0.1)),
         # Lu's four baselines (§4.5): uniform (one uniform negative per positive pair, the
         # triplets per step of semi-hard and DW), hard, semi-hard and distance weighted.
@@ -264,23 +264,28 @@ def _lu_duan_arms():
         # Duan's setting (§1, §3.2, §4.2): the policy, a conv network on the images, picks from
         # a pool larger than a mining batch (here 40 classes × 8 = 320 images), pre-trained;
         # random triplets from the same pool at the same 64 tuples a step.
+        # Both record whether the policy collapses (tfdml.dsn.DIAGNOSTICS in their history).
         "triplet-learned-pool320-pretrain200": _learned_b80(pretrain_steps=200, design=POOL_DESIGN,
-                                                            trunk="conv"),
+                                                            trunk="conv", diagnostics=True),
         # The same conv policy picking from the batch of 80: the pool against the batch.
-        "triplet-learned-b80-pretrain200-conv": _learned_b80(pretrain_steps=200, trunk="conv"),
+        "triplet-learned-b80-pretrain200-conv": _learned_b80(pretrain_steps=200, trunk="conv", diagnostics=True),
         "triplet-random-pool320-t64": _merge(_design(*POOL_DESIGN), triplet["random"],
                                              {"loss": {"sampler_options": {"num_triplets": 64}}}),
     }
 
 
-def _learned_b80(pretrain_steps, tuples=16, design=(5, 16), trunk=None):
+def _learned_b80(pretrain_steps, tuples=16, design=(5, 16), trunk=None, diagnostics=False):
     """The triplet loss with the learned sampler (DE-DSP) at batch 80 (5 × 16; or another
     ``design`` (m, n)): K = 4 DSN mini-batches of ``tuples`` tuples, ``pretrain_steps``
-    pools of DSN pre-training, and the DSN's ``trunk`` (None: the network's default)."""
+    pools of DSN pre-training, the DSN's ``trunk`` (None: the network's default) and,
+    with ``diagnostics``, the policy's entropy and picked loss against the uniform policy
+    in the run's history (``tfdml.dsn.DIAGNOSTICS``)."""
     options = {"tuples_per_minibatch": tuples, "minibatches": 4, "learning_rate": 0.001,
                "pretrain_steps": pretrain_steps}
     if trunk is not None:
         options["trunk"] = trunk
+    if diagnostics:
+        options["diagnostics"] = True
     return _merge(_design(*design), _loss("triplet", "learned", margin=0.2, squared=False),
                   {"loss": {"sampler_options": options}})
 

@@ -544,6 +544,13 @@ def test_learned_sampler_options_reach_the_sampler_network(tmp_path):
                                     "sampler_options": {"trunk": "transformer"}})
     with pytest.raises(ExperimentError, match="unknown trunk 'transformer'"):
         build.build_model(cfg, (8, 8, 1), 5, 100)
+    # The policy's collapse diagnostics (tfdml.dsn.DIAGNOSTICS), off unless asked for.
+    assert not model.diagnostics
+    cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned", "sampler_options": {"diagnostics": True}})
+    assert build.build_model(cfg, (8, 8, 1), 5, 100).diagnostics
+    cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned", "sampler_options": {"diagnostics": "yes"}})
+    with pytest.raises(ExperimentError, match="diagnostics must be true or false"):
+        build.build_model(cfg, (8, 8, 1), 5, 100)
 
 
 SHIPPED = sorted(

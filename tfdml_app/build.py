@@ -116,7 +116,8 @@ def build_model(cfg, input_shape, num_classes, num_examples):
 
 #: loss.sampler_options of the learned sampler: the model's (tfdml.dsn.DSNEmbeddingModel) and
 #: the fit's, then the sampler network's own (tfdml.dsn.policy.network_options).
-DSN_MODEL_OPTIONS = ("tuples_per_minibatch", "minibatches", "baseline", "learning_rate", "pretrain_steps")
+DSN_MODEL_OPTIONS = ("tuples_per_minibatch", "minibatches", "baseline", "diagnostics", "learning_rate",
+                     "pretrain_steps")
 
 
 def dsn_options():
@@ -149,6 +150,7 @@ def build_dsn_model(cfg, encoder, loss):
             tuples_per_minibatch=options.pop("tuples_per_minibatch", cfg["design"]["n"] if npair else 16),
             minibatches=options.pop("minibatches", 4),
             baseline=options.pop("baseline", "mean"),
+            diagnostics=options.pop("diagnostics", False),
             seed=cfg["seed"],
             sampler_options=options,
             name="embedding_model",

@@ -700,3 +700,9 @@ def test_duan_paper_setting_compares_the_pool_arms_at_equal_tuples():
     batch_arm = rp.ARMS[pool_check[1]]
     assert pool_check[0] == "triplet-learned-pool320-pretrain200"
     assert batch_arm["loss"] == learned["loss"] and batch_arm["design"] != learned["design"]
+    # The arms not run yet record whether the policy collapses (its entropy, the loss of the
+    # tuples it picks against uniform ones); the arms already run keep their config.
+    for arm in ("triplet-learned-pool320-pretrain200", "triplet-learned-b80-pretrain200-conv", "npair-learned-m4"):
+        assert rp.ARMS[arm]["loss"]["sampler_options"]["diagnostics"] is True, arm
+    for arm in ("triplet-learned-b80", "triplet-learned-b80-pretrain200", "triplet-learned-b80-t20"):
+        assert "diagnostics" not in rp.ARMS[arm]["loss"]["sampler_options"], arm

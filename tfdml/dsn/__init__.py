@@ -23,7 +23,7 @@ Usage::
     model.fit(pools, steps_per_epoch=100, epochs=3)
 """
 
-from tfdml.dsn.model import DSNEmbeddingModel, kind_for_loss
+from tfdml.dsn.model import DIAGNOSTICS, DSNEmbeddingModel, kind_for_loss
 from tfdml.dsn.policy import (
     KINDS,
     NPairChoice,
@@ -37,6 +37,7 @@ from tfdml.dsn.policy import (
 from tfdml.dsn.reinforce import reinforce_loss
 
 __all__ = [
+    "DIAGNOSTICS",
     "DSNEmbeddingModel",
     "KINDS",
     "NPairChoice",

@@ -52,6 +52,13 @@ from tfdml.losses import base as loss_base
 
 _LOSS_FOR_KIND = {"triplet": TripletLoss, "npair": NPairLoss}
 
+#: The metrics of ``DSNEmbeddingModel(diagnostics=True)`` (see ``DSNEmbeddingModel._diagnose``):
+#: the policy's entropy and the uniform policy's (nats), the mean loss term of the tuples
+#: the policy picks and of uniform ones over the same candidates.
+DIAGNOSTICS = ("dsn_entropy", "dsn_uniform_entropy", "dsn_picked_loss", "dsn_uniform_loss")
+#: XORed into the step's seed for the diagnostics' own draws.
+_DIAGNOSTICS_STREAM = (0, 0x2545F491)
+
 
 def kind_for_loss(loss):
     """The sampler-network kind (``"triplet"``, ``"npair"``) that trains with
@@ -81,6 +88,10 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         :func:`tfdml.dsn.reinforce.reinforce_loss`.
       sampler_options: keyword arguments of the network when ``sampler`` is a
         kind (:func:`~tfdml.dsn.policy.network_options`: ``width``, ``depth``, ``trunk``, ...).
+      diagnostics: also report whether the policy collapses, against the uniform
+        policy over the same candidates (:data:`DIAGNOSTICS`): its entropy and the
+        loss of the tuples it picks. Costs two inference passes over the selected
+        and the uniform tuples per mini-batch; training itself is unchanged.
 
     Usage::
 
@@ -100,6 +111,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         seed=None,
         baseline="mean",
         sampler_options=None,
+        diagnostics=False,
         **kwargs,
     ):
         kwargs.pop("gather_replicas", None)
@@ -136,6 +148,10 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         self.dsn_optimizer = None
         self.reward_tracker = keras.metrics.Mean(name="dsn_score")
         self.dsn_loss_tracker = keras.metrics.Mean(name="dsn_loss")
+        if not isinstance(diagnostics, bool):
+            raise ValueError(f"DSNEmbeddingModel: diagnostics must be true or false, got {diagnostics!r}.")
+        self.diagnostics = diagnostics
+        self.diagnostics_trackers = [keras.metrics.Mean(name=name) for name in DIAGNOSTICS] if diagnostics else []
 
     # -- compile / build -----------------------------------------------------
     def compile(self, optimizer="adam", loss=None, dsn_optimizer="adam", **kwargs):
@@ -201,34 +217,53 @@ class DSNEmbeddingModel(models.EmbeddingModel):
             self.dsn_optimizer.build(self.sampler.trainable_variables)
 
     # -- Algorithm 1 ---------------------------------------------------------
-    def _minibatch(self, x, features, labels, noise):
-        """Lines 5–8 of Algorithm 1: (per-tuple loss terms, mask, extras, dsn loss, mean score)."""
+    def _tuple_terms(self, x, choice, training):
+        """The per-tuple loss terms of ``choice``'s tuples, only the selected examples
+        embedded (in training mode or not): ``(terms, extra, embeddings)``, ``extra`` the
+        N-pair loss's (probe, gallery) embeddings (None for triplets)."""
         loss = self._metric_loss
-        dsn_vars = self.sampler.trainable_variables
         num = self.tuples_per_minibatch
+        if self.sampler.kind == "triplet":
+            idx = tf.concat([choice.anchor, choice.positive, choice.negative], axis=0)
+            emb = tf.cast(self.encoder(tf.gather(x, idx), training=training), loss.dtype)
+            a, p, n = emb[:num], emb[num : 2 * num], emb[2 * num :]
+            return loss.tuple_terms(a, p, n), None, emb
+        idx = tf.concat([choice.probe, choice.gallery], axis=0)
+        emb = tf.cast(self.encoder(tf.gather(x, idx), training=training), loss.dtype)
+        probe, gallery = emb[:num], emb[num:]
+        return loss.tuple_terms(probe, gallery, choice.mask), (probe, gallery), emb
+
+    def _minibatch(self, x, features, labels, noise, diagnostics_noise=None):
+        """Lines 5–8 of Algorithm 1: (per-tuple loss terms, mask, extras, dsn loss, mean score,
+        non-finite rows, diagnostics [4] or None)."""
+        dsn_vars = self.sampler.trainable_variables
         with tf.GradientTape() as dsn_tape:
-            choice = self.sampler.select(features, labels, num, noise=noise)
+            choice = self.sampler.select(features, labels, self.tuples_per_minibatch, noise=noise)
             with dsn_tape.stop_recording():
-                if self.sampler.kind == "triplet":
-                    idx = tf.concat([choice.anchor, choice.positive, choice.negative], axis=0)
-                    emb = tf.cast(self.encoder(tf.gather(x, idx), training=True), loss.dtype)
-                    a, p, n = emb[:num], emb[num : 2 * num], emb[2 * num :]
-                    terms = loss.tuple_terms(a, p, n)
-                    extra = None
-                else:
-                    idx = tf.concat([choice.probe, choice.gallery], axis=0)
-                    emb = tf.cast(self.encoder(tf.gather(x, idx), training=True), loss.dtype)
-                    probe, gallery = emb[:num], emb[num:]
-                    terms = loss.tuple_terms(probe, gallery, choice.mask)
-                    extra = (probe, gallery)
+                terms, extra, emb = self._tuple_terms(x, choice, training=True)
             dsn_loss = reinforce.reinforce_loss(
                 choice.log_prob, tf.stop_gradient(terms), choice.mask, self.baseline
             )
         grads = dsn_tape.gradient(dsn_loss, dsn_vars)
         self.dsn_optimizer.apply(grads, dsn_vars)
-        weight = tf.cast(choice.mask, terms.dtype)
-        score = tf.reduce_sum(tf.stop_gradient(terms) * weight) / tf.maximum(tf.reduce_sum(weight), 1.0)
-        return terms, choice.mask, extra, dsn_loss, score, models.nonfinite_rows(emb)
+        score = _masked_mean(tf.stop_gradient(terms), choice.mask)
+        diagnosed = None if diagnostics_noise is None else self._diagnose(x, labels, choice, diagnostics_noise)
+        return terms, choice.mask, extra, dsn_loss, score, models.nonfinite_rows(emb), diagnosed
+
+    def _diagnose(self, x, labels, choice, noise):
+        """Whether the policy collapsed, against the uniform policy over the same candidates
+        (:meth:`~tfdml.dsn.policy.SamplerNetwork.uniform_choice`, the same anchors or
+        gallery): [4] = the entropy of the policy's choices given the first element (nats,
+        the Monte-Carlo estimate −mean log p of the sampled tuples), the uniform policy's,
+        the mean loss term of the tuples the policy picked and of the uniform ones, both
+        with the embedding network in inference mode (no batch-statistics updates, so
+        training is the same with and without diagnostics)."""
+        uniform = self.sampler.uniform_choice(labels, choice, noise)
+        picked = self._tuple_terms(x, choice, training=False)[0]
+        drawn = self._tuple_terms(x, uniform, training=False)[0]
+        values = [-_masked_mean(choice.log_prob, choice.mask), -_masked_mean(uniform.log_prob, uniform.mask),
+                  _masked_mean(picked, choice.mask), _masked_mean(drawn, uniform.mask)]
+        return tf.stop_gradient(tf.stack([tf.cast(v, tf.float32) for v in values]))
 
     def _algorithm(self, x, y):
         if isinstance(x, (dict, list, tuple)):
@@ -243,15 +278,26 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         labels = targets_lib.unpack(y).label
         features = self.sampler.features(x)
         # All draws of the step at once (one philox kernel), then K unrolled mini-batches.
+        seed = self.sampler_seed.next()
         noise = policy_lib.draw_noise(
-            self.sampler_seed.next(),
+            seed,
             self.sampler.noise_rows(self.tuples_per_minibatch),
             tf.shape(labels)[0],
             batch_shape=(self.minibatches,),
         )
+        # The diagnostics' uniform draws come from a stream of their own: the policy's
+        # draws are the same with and without them.
+        diagnostics_noise = [None] * self.minibatches
+        if self.diagnostics:
+            diagnostics_noise = policy_lib.draw_noise(
+                tf.bitwise.bitwise_xor(seed, tf.constant(_DIAGNOSTICS_STREAM, tf.int32)),
+                self.sampler.uniform_noise_rows(self.tuples_per_minibatch),
+                tf.shape(labels)[0],
+                batch_shape=(self.minibatches,),
+            )
         results = []
         for k in range(self.minibatches):
-            results.append(self._minibatch(x, features, labels, noise[k]))
+            results.append(self._minibatch(x, features, labels, noise[k], diagnostics_noise[k]))
         terms = tf.concat([r[0] for r in results], axis=0)
         mask = tf.concat([r[1] for r in results], axis=0)
         loss_fn = self._metric_loss
@@ -263,7 +309,8 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         dsn_loss = tf.add_n([r[3] for r in results]) / len(results)
         score = tf.add_n([r[4] for r in results]) / len(results)
         bad_rows = tf.add_n([r[5] for r in results])
-        return models.nan_unless_finite(loss, bad_rows), dsn_loss, score, bad_rows
+        diagnosed = tf.add_n([r[6] for r in results]) / len(results) if self.diagnostics else None
+        return models.nan_unless_finite(loss, bad_rows), dsn_loss, score, bad_rows, diagnosed
 
     def _ensure_built(self, x):
         # Keras builds a model without a strategy only when the train function is
@@ -279,7 +326,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         self._ensure_built(x)
         emb_vars = self.embedding_variables()
         with tf.GradientTape() as tape:
-            loss, dsn_loss, score, bad_rows = self._algorithm(x, y)
+            loss, dsn_loss, score, bad_rows, diagnosed = self._algorithm(x, y)
             total = models.with_additional_losses(loss, self.losses)
         grads = tape.gradient(total, emb_vars)
         self.optimizer.apply(grads, emb_vars)  # line 10
@@ -291,13 +338,15 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         self.dsn_loss_tracker.update_state(dsn_loss)
         self.reward_tracker.update_state(score)
         self.nonfinite_tracker.update_state(bad_rows)
-        shown = ("loss", "dsn_loss", "dsn_score", models.NONFINITE_METRIC)
+        for k, tracker in enumerate(self.diagnostics_trackers):
+            tracker.update_state(diagnosed[k])
+        shown = ("loss", "dsn_loss", "dsn_score", models.NONFINITE_METRIC, *DIAGNOSTICS)
         return {m.name: m.result() for m in self.metrics if m.name in shown}
 
     def test_step(self, data):
         # evaluate(): the compiled loss on the whole batch (EmbeddingModel); no DSN terms.
         logs = super().test_step(data)
-        return {k: v for k, v in logs.items() if k not in ("dsn_loss", "dsn_score")}
+        return {k: v for k, v in logs.items() if k not in ("dsn_loss", "dsn_score", *DIAGNOSTICS)}
 
     def pretrain_sampler(self, dataset, steps, verbose=0):
         """Algorithm 1, line 2: ``steps`` pools of DSN-only updates (K mini-batches each),
@@ -332,6 +381,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
             minibatches=self.minibatches,
             seed=self.seed,
             baseline=self.baseline,
+            diagnostics=self.diagnostics,
         )
         return config
 
@@ -341,6 +391,11 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         encoder = keras.saving.deserialize_keras_object(config.pop("encoder"), custom_objects=custom_objects)
         sampler = keras.saving.deserialize_keras_object(config.pop("sampler"), custom_objects=custom_objects)
         return cls(encoder=encoder, sampler=sampler, **config)
+
+
+def _masked_mean(values, mask):
+    weight = tf.cast(mask, values.dtype)
+    return tf.reduce_sum(values * weight) / tf.maximum(tf.reduce_sum(weight), 1.0)
 
 
 def _check_int(value, name):

@@ -144,6 +144,15 @@ def uniform_member(structure, rep, uniform):
     return gumbel_sample(logits, members, uniform=uniform)
 
 
+def uniform_draw(mask, uniform):
+    """One index per row uniformly among the ``mask``ed entries of [M, P] ``mask``, from
+    [M, P] ``uniform`` noise, and the log of its probability, −log |mask row| (0 for an
+    empty row): the policy of Eq. 4 with all logits equal."""
+    index = gumbel_sample(tf.zeros(tf.shape(mask), tf.float32), mask, uniform=uniform)
+    count = tf.reduce_sum(tf.cast(mask, tf.float32), axis=1)
+    return index, -tf.math.log(tf.maximum(count, 1.0))
+
+
 def draw_noise(seed, rows, pool_size, batch_shape=()):
     """Uniform [*batch_shape, rows, P] floats in [0, 1) for :meth:`SamplerNetwork.select`:
     one philox draw (each stateless draw is a costly XLA kernel to compile)."""
@@ -437,6 +446,24 @@ class TripletSamplerNetwork(SamplerNetwork):
         lp = tf.where(valid, lp, tf.zeros_like(lp))
         return TripletChoice(anchor, positive, negative, lp, valid)
 
+    @staticmethod
+    def uniform_noise_rows(num):
+        return 3 * num
+
+    def uniform_choice(self, labels, choice, noise):
+        """The uniform policy's triplets for the anchors of ``choice``: the positive, the
+        negative class and the negative each uniform over the candidates :meth:`select`
+        samples them from, with their log-probability under that policy (what a policy
+        that learned nothing picks; ``noise`` [3M, P] uniform floats)."""
+        structure = pool_structure(labels)
+        num = tf.shape(choice.anchor)[0]
+        candidates = self.masks(structure, choice.anchor)
+        positive, lp_pos = uniform_draw(candidates["positive"], noise[:num])
+        neg_class, lp_cls = uniform_draw(candidates["negative_class"], noise[num : 2 * num])
+        negative, lp_neg = uniform_draw(tf.gather(structure.same, neg_class), noise[2 * num : 3 * num])
+        lp = tf.where(choice.mask, lp_pos + lp_cls + lp_neg, tf.zeros_like(lp_pos))
+        return TripletChoice(choice.anchor, positive, negative, lp, choice.mask)
+
 
 @keras.saving.register_keras_serializable(package="tfdml")
 class NPairSamplerNetwork(SamplerNetwork):
@@ -509,6 +536,18 @@ class NPairSamplerNetwork(SamplerNetwork):
         lsm = masked_log_softmax(logits, mask)
         lp = tf.where(valid, tf.gather(lsm, probe, batch_dims=1), tf.zeros([num], lsm.dtype))
         return NPairChoice(probe, gallery, lp, valid)
+
+    @staticmethod
+    def uniform_noise_rows(num):
+        return num
+
+    def uniform_choice(self, labels, choice, noise):
+        """The uniform policy's probes for the gallery of ``choice``: each uniform over the
+        other examples of its class, with its log-probability under that policy
+        (``noise`` [N, P] uniform floats)."""
+        structure = pool_structure(labels)
+        probe, lp = uniform_draw(self.mask(structure, choice.gallery), noise)
+        return NPairChoice(probe, choice.gallery, tf.where(choice.mask, lp, tf.zeros_like(lp)), choice.mask)
 
 
 NETWORKS = {"triplet": TripletSamplerNetwork, "npair": NPairSamplerNetwork}

@@ -31,7 +31,8 @@ def _dataset(xs, ys, start=0, steps=None):
     return tf.data.Dataset.from_tensor_slices((np.stack(xs), {"label": labels, "class_size": sizes}))
 
 
-def _model(kind="triplet", seed=5, jit=False, eager=True, backbone="small_cnn", trunk="mlp"):
+def _model(kind="triplet", seed=5, jit=False, eager=True, backbone="small_cnn", trunk="mlp", diagnostics=False,
+           learning_rates=(0.01, 0.05)):
     keras.utils.set_random_seed(0)
     if backbone == "small_cnn":
         net = models.small_cnn((8, 8, 1), width=4)
@@ -45,12 +46,13 @@ def _model(kind="triplet", seed=5, jit=False, eager=True, backbone="small_cnn", 
         minibatches=K,
         seed=seed,
         sampler_options={"width": 8, "depth": 1, "input_size": 4, "trunk": trunk, "channels": 4},
+        diagnostics=diagnostics,
     )
     loss = losses.TripletLoss(margin=0.5) if kind == "triplet" else losses.NPairLoss(l2_reg=0.01)
     model.compile(
-        optimizer=keras.optimizers.Adam(0.01),
+        optimizer=keras.optimizers.Adam(learning_rates[0]),
         loss=loss,
-        dsn_optimizer=keras.optimizers.Adam(0.05),
+        dsn_optimizer=keras.optimizers.Adam(learning_rates[1]),
         jit_compile=jit,
         run_eagerly=eager and not jit,  # eager steps: no tracing cost in these short runs
     )
@@ -174,3 +176,51 @@ def test_sample_weight_is_refused_not_dropped(pools):
     model = _model()
     with pytest.raises(ValueError, match="no per-example sample_weight.*importance"):
         model.fit(data, epochs=1, steps_per_epoch=1, verbose=0)
+
+
+@pytest.mark.parametrize("kind", ["triplet", "npair"])
+def test_diagnostics_leave_training_as_it_is(pools, kind):
+    """diagnostics=True reports the policy against the uniform one and changes nothing of
+    the training: the same weights, optimizer states and losses as without."""
+    plain, diagnosed = _model(kind), _model(kind, diagnostics=True)
+    runs = [m.fit(_dataset(*pools), epochs=1, steps_per_epoch=2, verbose=0).history for m in (plain, diagnosed)]
+    _assert_same(_all_state(plain), _all_state(diagnosed))
+    assert runs[0]["loss"] == runs[1]["loss"] and runs[0]["dsn_score"] == runs[1]["dsn_score"]
+    assert not set(dsn.DIAGNOSTICS) & set(runs[0])
+    assert all(np.isfinite(runs[1][name]).all() for name in dsn.DIAGNOSTICS)
+    logs = diagnosed.evaluate(_dataset(*pools).take(1), verbose=0, return_dict=True)
+    assert set(logs) == {"loss", "nonfinite_embeddings"}
+
+
+def test_a_uniform_policy_s_diagnostics_are_the_uniform_chain_s(pools):
+    """With every head's logits zeroed the policy is the uniform chain (Eq. 5 with equal
+    logits): on a pool of 4 classes × 5 every triplet has p(p, c, n | a) = 1/4 · 1/3 · 1/5,
+    so both entropies are log 60 exactly. With no learning (rates 0) the embeddings stay
+    fixed, and the mean loss term of the picked and of the uniform triplets over many
+    draws is the triplet term (Eq. 2, ℓ2², margin 0.5) averaged over the uniform chain,
+    computed here by enumerating every (a, p, c, n) of the pool (NumPy)."""
+    steps = 40
+    # An MLP encoder: no batch statistics, so the inference-mode embeddings stay fixed too.
+    model = _model(diagnostics=True, learning_rates=(0.0, 0.0), backbone="mlp")
+    model.build((None, 8, 8, 1))
+    for logit in model.sampler.head_layers[1::2]:
+        logit.set_weights([np.zeros_like(w) for w in logit.get_weights()])
+    x, y = pools[0][0], pools[1][0]
+    history = model.fit(_dataset([x] * steps, [y] * steps), epochs=1, verbose=0).history
+    np.testing.assert_allclose(history["dsn_entropy"][0], np.log(60.0), rtol=1e-5)
+    np.testing.assert_allclose(history["dsn_uniform_entropy"][0], np.log(60.0), rtol=1e-5)
+
+    emb = model.encoder(x, training=False).numpy().astype(np.float64)
+    d2 = ((emb[:, None, :] - emb[None, :, :]) ** 2).sum(-1)
+    labels = y["label"]
+    size = len(labels)
+    # Every (a, p, n) with p a positive of a, n of another class: in a balanced pool each has
+    # the uniform chain's probability 1/20 · 1/4 · 1/3 · 1/5.
+    terms = np.array([max(0.0, d2[a, p] - d2[a, n] + 0.5)
+                      for a in range(size) for p in range(size) for n in range(size)
+                      if labels[p] == labels[a] and p != a and labels[n] != labels[a]])
+    assert len(terms) == 20 * 4 * 15
+    draws = steps * K * M
+    for name in ("dsn_picked_loss", "dsn_uniform_loss"):
+        assert abs(history[name][0] - terms.mean()) < 4 * terms.std() / np.sqrt(draws), (
+            name, history[name][0], terms.mean())

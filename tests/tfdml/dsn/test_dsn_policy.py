@@ -182,3 +182,42 @@ def test_conv_trunk_round_trips_and_refuses_inputs_that_are_not_images(pool):
         dsn.NPairSamplerNetwork(trunk="conv").build((12, 36))
     with pytest.raises(ValueError, match="unknown trunk 'resnet'.*mlp, conv"):
         dsn.NPairSamplerNetwork(trunk="resnet")
+
+
+def test_the_uniform_policy_s_triplets_and_their_log_probabilities(triplet_net, pool):
+    """DSNEmbeddingModel's diagnostics compare the policy with the uniform chain over the
+    same candidates: for the policy's anchors, a positive of the anchor's class, a negative
+    class, a member of it, each uniformly; log p = −log(|class(a)| − 1) − log(classes − 1)
+    − log |class(n)| (counted here from the labels). Over many draws every positive and
+    negative class of an anchor turns up about equally often."""
+    features = triplet_net.features(pool)
+    choice = triplet_net.select(features, LABELS, 30, tf.constant([1, 2]))
+    sizes = {c: int(np.sum(LABELS == c)) for c in np.unique(LABELS)}
+    seen = {}
+    for i in range(60):
+        noise = dsn.policy.draw_noise(tf.constant([i, 3]), triplet_net.uniform_noise_rows(30), len(LABELS))
+        u = triplet_net.uniform_choice(LABELS, choice, noise)
+        a, p, n, lp = (t.numpy() for t in (u.anchor, u.positive, u.negative, u.log_prob))
+        np.testing.assert_array_equal(a, choice.anchor.numpy())
+        assert np.all(LABELS[a] == LABELS[p]) and np.all(a != p) and np.all(LABELS[a] != LABELS[n])
+        expected = [-np.log(sizes[LABELS[i]] - 1) - np.log(len(sizes) - 1) - np.log(sizes[LABELS[j]])
+                    for i, j in zip(a, n)]
+        np.testing.assert_allclose(lp, expected, rtol=1e-6)
+        for i, j in zip(a, n):
+            seen.setdefault(LABELS[i], []).append(LABELS[j])
+    for anchor_class, negatives in seen.items():
+        _, counts = np.unique(negatives, return_counts=True)
+        assert len(counts) == len(sizes) - 1  # every other class, the singleton 7 included
+        assert counts.min() > 0.6 * counts.mean(), (anchor_class, counts)
+
+
+def test_the_uniform_policy_s_probes(npair_net, pool):
+    features = npair_net.features(pool)
+    choice = npair_net.select(features, LABELS, 5, tf.constant([0, 1]))
+    noise = dsn.policy.draw_noise(tf.constant([4, 4]), npair_net.uniform_noise_rows(5), len(LABELS))
+    u = npair_net.uniform_choice(LABELS, choice, noise)
+    g, pr, lp, mask = (t.numpy() for t in (u.gallery, u.probe, u.log_prob, u.mask))
+    np.testing.assert_array_equal(mask, choice.mask.numpy())
+    assert np.all(LABELS[pr[mask]] == LABELS[g[mask]]) and np.all(pr[mask] != g[mask])
+    np.testing.assert_allclose(lp[mask], [-np.log(np.sum(LABELS == c) - 1) for c in LABELS[g[mask]]], rtol=1e-6)
+    np.testing.assert_array_equal(lp[~mask], 0.0)

@@ -101,10 +101,13 @@ class StepTimer(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         self._start = time.perf_counter()
+        if batch == 0:
+            self.first_begin = self._start
 
     def on_train_batch_end(self, batch, logs=None):
+        self.last_end = time.perf_counter()
         if batch >= self.skip:
-            self.times.append(time.perf_counter() - self._start)
+            self.times.append(self.last_end - self._start)
 
 
 def make_loss(name, sampler, num_classes):
@@ -127,9 +130,11 @@ def time_mode(mode, loss_name, sampler, batch_size, warmup, steps, per_class=4):
 
 
 def fit_calls(mode, loss_name, sampler, batch_size, calls, steps, per_class=4):
-    """[(wall seconds, [step seconds])] of ``calls`` consecutive ``model.fit(steps_per_epoch=steps,
-    epochs=1)`` calls on one fresh compiled model: each call's wall time (``fit`` in, ``fit`` out)
-    and the times of its steps (the first call's include tracing and compilation)."""
+    """[(wall seconds, [step seconds], before, after)] of ``calls`` consecutive
+    ``model.fit(steps_per_epoch=steps, epochs=1)`` calls on one fresh compiled model: each call's
+    wall time (``fit`` in, ``fit`` out), the times of its steps (the first call's include tracing
+    and compilation), the seconds from ``fit`` in to its first step and from its last step to
+    ``fit`` out (the iterator's teardown is there)."""
     keras.utils.set_random_seed(0)
     jit_compile, policy = parse_mode(mode)
     model = models.EmbeddingModel(network(dtype_policy=policy))
@@ -141,7 +146,8 @@ def fit_calls(mode, loss_name, sampler, batch_size, calls, steps, per_class=4):
         timer = StepTimer(0)
         start = time.perf_counter()
         model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer], shuffle=False)
-        out.append((time.perf_counter() - start, timer.times))
+        end = time.perf_counter()
+        out.append((end - start, timer.times, timer.first_begin - start, end - timer.last_end))
     return out
 
 
@@ -151,9 +157,9 @@ def fixed_costs(calls):
     round's first (whose first step traces and compiles); a call's fixed cost is its wall time minus
     its steps × that step time: what ``fit`` costs on top of its steps (data iterator, callbacks,
     the train function's setup), the first call's compilation included."""
-    steady = [t for rounds in calls for _, times in rounds[1:] for t in times]
+    steady = [t for rounds in calls for call in rounds[1:] for t in call[1]]
     step = statistics.median(steady)
-    return step, [[wall - len(times) * step for wall, times in rounds] for rounds in calls]
+    return step, [[call[0] - len(call[1]) * step for call in rounds] for rounds in calls]
 
 
 def main_fit_startup(args):
@@ -161,11 +167,12 @@ def main_fit_startup(args):
     print(f"Fixed cost of a fit() call: {args.loss} + {args.sampler}, the glyph CNN, 32x32x1, m = {args.per_class}. "
           f"{args.rounds} rounds, each a fresh model per mode in turn, then {args.fit_calls} consecutive "
           f"fit(steps_per_epoch={args.fit_call_steps}, epochs=1) calls on it. Step: the median step time of the "
-          "calls after the first; fixed = the call's wall time − steps × step (medians over rounds), ms.")
+          "calls after the first; fixed = the call's wall time − steps × step (medians over rounds); "
+          "before / after: fit in → first step / last step → fit out (median, and the largest), ms.")
     later = "calls 2+" if args.fit_calls > 2 else "call 2"
     print(f"| B | mode | median step | first call wall | first call fixed | {later}: median wall "
-          f"| {later}: median fixed | fixed / step |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+          f"| {later}: median fixed | fixed / step | {later}: before | {later}: after |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for batch_size in args.batch:
         runs = {mode: [] for mode in args.modes}
         for _ in range(args.rounds):
@@ -176,12 +183,19 @@ def main_fit_startup(args):
             step, fixed = fixed_costs(runs[mode])
             first_wall = statistics.median(r[0][0] for r in runs[mode])
             first_fixed = statistics.median(f[0] for f in fixed)
-            walls = [wall for r in runs[mode] for wall, _ in r[1:]]
+            walls = [call[0] for r in runs[mode] for call in r[1:]]
             rest = [x for f in fixed for x in f[1:]]
+            before = [call[2] for r in runs[mode] for call in r[1:]]
+            after = [call[3] for r in runs[mode] for call in r[1:]]
             print(f"| {batch_size} | {mode} | {1000 * step:.1f} | {1000 * first_wall:.0f} | {1000 * first_fixed:.0f} "
                   f"| {1000 * statistics.median(walls):.1f} | {1000 * statistics.median(rest):.1f} "
-                  f"| {statistics.median(rest) / step:.1f} |", flush=True)
+                  f"| {statistics.median(rest) / step:.1f} | {_median_and_max(before)} | {_median_and_max(after)} |",
+                  flush=True)
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+
+
+def _median_and_max(seconds):
+    return f"{1000 * statistics.median(seconds):.1f} (≤ {1000 * max(seconds):.0f})"
 
 
 def main(argv=None):

@@ -4,6 +4,7 @@ is asserted: the figures depend on the machine)."""
 
 import importlib.util
 import os
+import re
 import sys
 
 import pytest
@@ -31,7 +32,11 @@ def test_tiny_fit_startup_run(capsys):
     assert out.startswith("Machine: ")
     row = next(line for line in out.splitlines() if line.startswith("| 8 | graph |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert len(cells) == 8 and float(cells[2]) > 0 and float(cells[3]) > 0 and float(cells[5]) > 0
+    assert len(cells) == 10 and float(cells[2]) > 0 and float(cells[3]) > 0 and float(cells[5]) > 0
+    # fit in -> first step and last step -> fit out: a median and the largest, within the call's wall
+    for cell in cells[8:]:
+        median, largest = re.fullmatch(r"([0-9.]+) \(≤ ([0-9]+)\)", cell).groups()
+        assert 0 <= float(median) <= float(largest) + 0.5 and float(median) <= float(cells[5])
 
 
 def test_fit_startup_needs_two_calls(capsys):

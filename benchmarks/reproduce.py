@@ -1202,6 +1202,7 @@ def report(claim, out, draw=True):
         lines += [data_line(done), ""]
     for row in paper_claims.rows_of(claim):
         lines.append(claim_detail(row, out))
+    lines += policy_diagnostics(claim, out)
     if done:
         runs, minutes, median = run_cost(done)
         seeds = sorted({r["seed"] for r in done})
@@ -1217,6 +1218,37 @@ def report(claim, out, draw=True):
     if png:
         lines += [f"Curves: `{os.path.basename(png)}`.", ""]
     return "\n".join(lines)
+
+
+def policy_diagnostics(claim, out):
+    """Markdown lines: whether the learned policy of the claim's arms collapsed, from the
+    ``tfdml.dsn.DIAGNOSTICS`` their runs recorded (none: no lines). Per arm, means over its
+    seeds of the first and the last epoch's means: the policy's entropy against the
+    uniform policy's over the same candidates, and the mean loss of the tuples it picked
+    over that of uniform ones (1: no harder than chance)."""
+    rows = []
+    for arm in claim_arms(claim):
+        runs = [r["history"] for r in load_results(out, arm)
+                if r.get("history") and "dsn_entropy" in r["history"][0]]
+        if not runs:
+            continue
+
+        def mean(key, at):
+            return statistics.mean(h[at][key] for h in runs)
+
+        def ratio(at):
+            values = [h[at]["dsn_picked_loss"] / h[at]["dsn_uniform_loss"] for h in runs
+                      if h[at]["dsn_uniform_loss"] > 0]
+            return f"{statistics.mean(values):.2f}" if values else "–"
+
+        rows.append(f"| {arm} | {len(runs)} | {mean('dsn_entropy', 0):.2f} → {mean('dsn_entropy', -1):.2f} "
+                    f"| {mean('dsn_uniform_entropy', -1):.2f} | {ratio(0)} → {ratio(-1)} |")
+    if not rows:
+        return []
+    return ["Whether the learned policy collapsed (`tfdml.dsn` diagnostics: the first and the last epoch's "
+            "means, averaged over seeds):", "",
+            "| arm | seeds | policy entropy, nats | uniform policy's entropy | picked / uniform tuples' loss |",
+            "|---|---:|---:|---:|---:|", *rows, ""]
 
 
 #: The block of RESULTS.md that ``reproduce.py report`` writes (between these lines).

@@ -706,3 +706,27 @@ def test_duan_paper_setting_compares_the_pool_arms_at_equal_tuples():
         assert rp.ARMS[arm]["loss"]["sampler_options"]["diagnostics"] is True, arm
     for arm in ("triplet-learned-b80", "triplet-learned-b80-pretrain200", "triplet-learned-b80-t20"):
         assert "diagnostics" not in rp.ARMS[arm]["loss"]["sampler_options"], arm
+
+
+def test_the_report_says_whether_a_learned_policy_collapsed(tmp_path):
+    """Arms whose runs recorded tfdml.dsn's diagnostics get a table: per arm, the seeds' means of
+    the first and the last epoch's policy entropy, the uniform policy's entropy, and the picked
+    tuples' loss over the uniform ones'; arms without them (random triplets) get no row."""
+    out = tmp_path / "out"
+    arm = "triplet-learned-pool320-pretrain200"
+    _fake_results(out, arm, [0.50, 0.52])
+    _fake_results(out, "triplet-random-pool320-t64", [0.49, 0.51])
+    values = {0: [(6.9, 7.0, 0.30, 0.20), (2.0, 7.0, 0.12, 0.10)], 1: [(6.7, 7.0, 0.30, 0.30), (1.0, 7.0, 0.30, 0.20)]}
+    for seed, (first, last) in values.items():
+        path = out / "arms" / arm / f"seed-{seed}.json"
+        result = json.loads(path.read_text())
+        for row, diagnosed in ((result["history"][0], first), (result["history"][-1], last)):
+            row.update(zip(("dsn_entropy", "dsn_uniform_entropy", "dsn_picked_loss", "dsn_uniform_loss"), diagnosed))
+        for row in result["history"][1:-1]:
+            row.update(dsn_entropy=5.0, dsn_uniform_entropy=7.0, dsn_picked_loss=0.2, dsn_uniform_loss=0.2)
+        path.write_text(json.dumps(result))
+    text = rp.report("duan_paper_setting", str(out), draw=False)
+    rows = [line for line in text.splitlines() if line.startswith("| triplet-") and "→" in line]
+    # entropy (6.9 + 6.7) / 2 → (2.0 + 1.0) / 2; picked / uniform (1.5 + 1.0) / 2 → (1.2 + 1.5) / 2
+    assert rows == [f"| {arm} | 2 | 6.80 → 1.50 | 7.00 | 1.25 → 1.35 |"]
+    assert rp.policy_diagnostics("wu_sampling", str(out)) == []

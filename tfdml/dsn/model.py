@@ -1,3 +1,4 @@
+# Over 400 lines: Algorithm 1 as one Keras model (its train step, pre-training, diagnostics and serialisation share the model's state).
 """DE-DSP training (Duan et al. 2019, §3.2, Algorithm 1) as a Keras model.
 
 :class:`DSNEmbeddingModel` is an :class:`tfdml.models.EmbeddingModel` whose

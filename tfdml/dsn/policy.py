@@ -139,9 +139,7 @@ def uniform_classes(structure, eligible, num, uniform):
 
 def uniform_member(structure, rep, uniform):
     """One example uniformly among the members of each class ``rep`` [M] ([M, P] ``uniform``)."""
-    members = tf.gather(structure.same, rep)
-    logits = tf.zeros(tf.shape(members), tf.float32)
-    return gumbel_sample(logits, members, uniform=uniform)
+    return uniform_draw(tf.gather(structure.same, rep), uniform)[0]
 
 
 def uniform_draw(mask, uniform):

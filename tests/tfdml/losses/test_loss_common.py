@@ -102,12 +102,15 @@ def test_jit_compile_equals_eager(ref, name):
 @pytest.mark.parametrize("name", NAMES)
 def test_graph_and_xla_give_the_same_value_and_gradient(ref, name):
     """Graph mode computes triplet losses on the valid slots only (a run-time shape), XLA on
-    every slot of the sampler's fixed T: same value and gradient."""
+    every slot of the sampler's fixed T: same value and gradient. The two sum in different
+    orders (XLA's fused reductions follow the CPU's vector width), so a gradient entry that
+    is a sum of larger terms of both signs (the histogram loss's) may differ by rounding of
+    those terms: the tolerance is relative to the largest entry, not to each one."""
     y, e = batch(ref, seed=5, dim=8)
     graph_value, graph_grad = traced_value_and_grad(FACTORIES[name](), y, e, jit_compile=False)
     xla_value, xla_grad = traced_value_and_grad(FACTORIES[name](), y, e, jit_compile=True)
     np.testing.assert_allclose(xla_value, graph_value, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(xla_grad, graph_grad, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(xla_grad, graph_grad, rtol=0, atol=1e-4 * max(np.abs(graph_grad).max(), 1e-2))
 
 
 def test_triplet_selection_keeps_only_valid_slots_outside_xla(ref):

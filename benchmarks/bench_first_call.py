@@ -163,7 +163,8 @@ def arguments(argv=None):
                    help="kernels of tfdml.kernels' table traced on their reference path (default: none)")
     p.add_argument("--child", nargs=4, metavar=("LOSS", "SAMPLER", "MODE", "B"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    bad = [b for b in args.batch if b < 2 * args.per_class or b % args.per_class]
+    batches = [int(args.child[3])] if args.child else args.batch  # a child checks its own B only
+    bad = [b for b in batches if b < 2 * args.per_class or b % args.per_class]
     if bad:
         p.error(f"--batch {' '.join(map(str, bad))}: B must be a multiple of --per-class {args.per_class} "
                 "with at least two classes.")

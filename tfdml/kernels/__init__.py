@@ -76,14 +76,17 @@ CHOICES["CPU"].update({
 
 # --- samplers ------------------------------------------------------------------------
 # The forms measured faster on CPU (benchmarks/RESULTS.md: "Semi-hard sampler", "Row
-# order"), in the mode each is chosen for today. The forms themselves: tfdml/kernels/
-# argmin.py, running_count.py, sorting.py, semi_hard.py, top_k.py, distance_weighted.py,
-# triplet_slots.py.
+# order", "First call"), in the mode each is chosen for today. The forms themselves:
+# tfdml/kernels/argmin.py, binary_search.py, running_count.py, sorting.py, semi_hard.py,
+# top_k.py, distance_weighted.py, triplet_slots.py.
 _LISTED_PER_ANCHOR = 16  # valid slots listed per anchor under XLA: m-per-class batches with m <= 17
 CHOICES["CPU"].update({
     # samplers.base.first_argmin / first_argmax: TensorFlow's one-pass arg-min kernel in
     # graph mode; under XLA the reference's two fused reductions.
     "first_argmin": {"graph": Choice("one_pass")},
+    # samplers.base.count_less_equal (binary lifting): its steps written out where N is
+    # static in graph mode; under XLA the reference's loop (one step body to compile).
+    "count_less_equal": {"graph": Choice("unrolled")},
     # samplers.base.running_count: a triangular matmul per block of columns.
     "running_count": {mode: Choice("blocked_matmul", {"block": 64}) for mode in MODES},
     # samplers.ordering.stable_order (keys of at most 32 bits): one int64 per entry holding

@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from tfdml import kernels, masks
 from tfdml.kernels import argmin as _argmin
+from tfdml.kernels import binary_search as _binary_search
 from tfdml.kernels import running_count as _running_count
 
 PairSelection = collections.namedtuple("PairSelection", ["pos_weight", "neg_weight"])
@@ -289,7 +290,9 @@ def count_less_equal(sorted_rows, values, strict=False, rows=None):
     ``rows[i]`` instead: a few values in chosen rows.
     ``tf.searchsorted`` lowers under XLA (CPU) to an all-pairs comparison,
     ~100x slower at N = M = 256; here each of the ceil(log2(N + 1)) steps is
-    one gather. Unrolled when N is static, a ``tf.while_loop`` otherwise.
+    one gather. The reference path loops over the steps (``tf.while_loop``); a
+    device may write them out when N is static (:data:`tfdml.kernels.CHOICES`,
+    ``"count_less_equal"``; :mod:`tfdml.kernels.binary_search`).
     """
     num_rows = tf.shape(sorted_rows)[0]
     n = tf.shape(sorted_rows)[1]
@@ -307,15 +310,15 @@ def count_less_equal(sorted_rows, values, strict=False, rows=None):
         return tf.where(tf.logical_and(nxt <= n, below), nxt, count)
 
     static_n = sorted_rows.shape[1]
-    if static_n is not None:
-        step = 1 << max(int(static_n).bit_length() - 1, 0) if static_n > 0 else 0
-        while step >= 1:
-            count = lift(count, step)
-            step //= 2
-        return count
-    # The largest step only has to be >= the largest power of two <= n; one step too many is harmless.
-    log2 = tf.math.floor(tf.math.log(tf.cast(tf.maximum(n, 1), tf.float32)) / math.log(2.0))
-    top = tf.where(n > 0, tf.bitwise.left_shift(1, tf.cast(log2, tf.int32) + 1), 0)
+    if static_n is not None:  # the largest power of two <= N (0 for N = 0)
+        top = 1 << (int(static_n).bit_length() - 1) if static_n > 0 else 0
+        if kernels.choose("count_less_equal").form == "unrolled":
+            return _binary_search.unrolled(lift, count, top)
+        top = tf.constant(top, tf.int32)
+    else:
+        # The largest step only has to be >= the largest power of two <= n; one step too many is harmless.
+        log2 = tf.math.floor(tf.math.log(tf.cast(tf.maximum(n, 1), tf.float32)) / math.log(2.0))
+        top = tf.where(n > 0, tf.bitwise.left_shift(1, tf.cast(log2, tf.int32) + 1), 0)
     count, _ = tf.while_loop(
         lambda count, step: step >= 1, lambda count, step: (lift(count, step), step // 2), (count, top)
     )

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tfdml import kernels, losses, masks, samplers
 from tfdml import targets as targets_lib
-from tfdml.kernels import argmin, distance_weighted, running_count, semi_hard, sorting, top_k, triplet_slots
+from tfdml.kernels import argmin, binary_search, distance_weighted, running_count, semi_hard, sorting, top_k, triplet_slots
 from tfdml.losses import base as losses_base
 from tfdml.samplers import base, ordering
 from tfdml.samplers import distance_weighted as dw_sampler
@@ -19,6 +19,7 @@ from tfdml.samplers import semi_hard as semi_hard_sampler
 #: kernel name -> the module holding its fast forms
 MODULES = {
     "first_argmin": argmin,
+    "count_less_equal": binary_search,
     "running_count": running_count,
     "ordering": sorting,
     "semi_hard": semi_hard,
@@ -83,6 +84,7 @@ def test_the_cpu_choices_are_the_measured_ones():
            if device == "CPU" and kernel in MODULES}
     assert cpu == {
         ("first_argmin", "graph"): ("one_pass", {}),
+        ("count_less_equal", "graph"): ("unrolled", {}),
         ("running_count", "graph"): ("blocked_matmul", {"block": 64}),
         ("running_count", "xla"): ("blocked_matmul", {"block": 64}),
         ("ordering", "graph"): ("packed_sort", {}),
@@ -139,6 +141,33 @@ def test_first_argmin_one_pass_equals_reference(mode, unknown):
     _assert_equal(fast, ref)
     want = [np.argmin(values, axis=a) for a in (0, 1, 2)] + [np.argmax(values, axis=a) for a in (0, 1, -1)]
     _assert_equal(ref, want)  # the reference is NumPy's rule: lowest index on ties
+
+
+# --- count_less_equal ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode,unknown", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("n", [1, 2, 64, 100])
+def test_count_less_equal_unrolled_equals_the_loop(mode, unknown, n):
+    """Written-out steps and the loop give np.searchsorted's counts, with ties, values below
+    and above every entry, both sides and chosen rows."""
+    rng = np.random.default_rng(n)
+    rows = np.sort(np.round(rng.uniform(size=(4, n)), 1), axis=1).astype(np.float32)
+    values = np.round(rng.uniform(-0.1, 1.1, size=(4, 6)), 1).astype(np.float32)
+    which = rng.integers(0, 4, size=(4, 6)).astype(np.int32)
+    spec = [tf.TensorSpec([None, None], tf.float32)] * 2 + [tf.TensorSpec([None, None], tf.int32)]
+
+    def counts(rows, values, which):
+        return (base.count_less_equal(rows, values), base.count_less_equal(rows, values, strict=True),
+                base.count_less_equal(rows, values, rows=which))
+
+    fast, ref = _both(counts, (rows, values, which), spec, "unrolled", mode, unknown, "count_less_equal")
+    _assert_equal(fast, ref)
+    want = (np.stack([np.searchsorted(r, v, side="right") for r, v in zip(rows, values)]),
+            np.stack([np.searchsorted(r, v, side="left") for r, v in zip(rows, values)]),
+            np.stack([[np.searchsorted(rows[w], x, side="right") for w, x in zip(ws, xs)]
+                      for ws, xs in zip(which, values)]))
+    _assert_equal(ref, want)
 
 
 # --- running_count ------------------------------------------------------------------

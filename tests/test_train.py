@@ -889,14 +889,6 @@ def test_a_mixed_bfloat16_run_trains_resumes_only_with_its_policy_and_exports_fl
     np.testing.assert_allclose(served.numpy(), embeddings, atol=0.05)
 
 
-class _Backup:
-    def __init__(self, state):
-        self._state = state
-
-    def state(self):
-        return self._state
-
-
 @pytest.mark.parametrize("saved_model, expected", [
     ({"dtype_policy": "mixed_bfloat16"}, "mixed_bfloat16"),  # the run's own, on any CPU
     ({"dtype_policy": "float32"}, "float32"),
@@ -909,11 +901,11 @@ def test_auto_resumes_a_backup_with_the_policy_it_ran_with(monkeypatch, saved_mo
     monkeypatch.setattr(kernels, "cpu_features", lambda: frozenset({"avx512_bf16"}))
     saved = config.validate({})
     saved["model"] = saved_model
-    assert fit.resolve_dtype_policy(cfg, _Backup({"config": saved}))["model"]["dtype_policy"] == expected
-    assert fit.resolve_dtype_policy(cfg, _Backup(None))["model"]["dtype_policy"] == "mixed_bfloat16"
+    assert fit.resolve_dtype_policy(cfg, {"config": saved})["model"]["dtype_policy"] == expected
+    assert fit.resolve_dtype_policy(cfg, None)["model"]["dtype_policy"] == "mixed_bfloat16"
     assert cfg["model"]["dtype_policy"] == "auto"  # the caller's config is left as it was
     explicit = config.validate({"model": {"dtype_policy": "float32"}})
-    assert fit.resolve_dtype_policy(explicit, _Backup({"config": saved})) is explicit
+    assert fit.resolve_dtype_policy(explicit, {"config": saved}) is explicit
 
 
 def test_an_auto_dtype_policy_is_resolved_when_a_run_starts_and_kept_when_it_resumes(tmp_path, monkeypatch):

@@ -79,15 +79,16 @@ def remove_stale_temporaries(out):
               f"(e.g. {os.path.relpath(removed[0], out)}).", file=sys.stderr)
 
 
-def resolve_dtype_policy(cfg, backup):
+def resolve_dtype_policy(cfg, saved_state):
     """``cfg`` with ``model.dtype_policy`` "auto" resolved (a copy; other values unchanged):
-    a resumed run keeps the policy its backup recorded, also on another CPU, so one run
+    a resumed run keeps the policy its backup recorded (``saved_state``: the backup's
+    state, :meth:`tfdml.runs.Backup.state`, None without one), also on another CPU, so one run
     never mixes precisions; a new run takes what :func:`tfdml.models.resolve_dtype_policy`
     picks on this machine for its ``training.jit_compile``. The run's config.yaml and
     backup record the resolved policy."""
     if cfg["model"]["dtype_policy"] != models.AUTO_DTYPE_POLICY:
         return cfg
-    saved = (backup.state() or {}).get("config")
+    saved = (saved_state or {}).get("config")
     if saved:  # a backup older than the key ran under the key's `absent` value
         policy = saved.get("model", {}).get("dtype_policy", config_lib.SCHEMA["model"]["dtype_policy"].absent)
     else:
@@ -95,9 +96,9 @@ def resolve_dtype_policy(cfg, backup):
     return {**cfg, "model": {**cfg["model"], "dtype_policy": policy}}
 
 
-def _check_resume(cfg, backup):
-    """Refuse to resume a backup made with another config (different model or data)."""
-    state = backup.state()
+def _check_resume(cfg, state, backup):
+    """Refuse to resume a backup (``state``, its saved state) made with another config
+    (different model or data)."""
     if state is None or "config" not in state:
         return
     differing = config_lib.resume_differences(state["config"], cfg)
@@ -115,8 +116,9 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
     if fresh:
         backup.remove()
         runs.clear_finished(out)
-    cfg = resolve_dtype_policy(cfg, backup)
-    _check_resume(cfg, backup)
+    saved_state = backup.state()
+    cfg = resolve_dtype_policy(cfg, saved_state)
+    _check_resume(cfg, saved_state, backup)
     config_lib.dump(cfg, os.path.join(out, "config.yaml"))
     keras.utils.set_random_seed(cfg["seed"])
 

@@ -395,8 +395,8 @@ class DSNEmbeddingModel(models.EmbeddingModel):
 
 
 def _masked_mean(values, mask):
-    weight = tf.cast(mask, values.dtype)
-    return tf.reduce_sum(values * weight) / tf.maximum(tf.reduce_sum(weight), 1.0)
+    """The mean of ``values`` over ``mask`` (0 without any), as a tuple loss's "mean"."""
+    return reduce_tuples(values, mask, "mean")
 
 
 def _check_int(value, name):

@@ -795,8 +795,12 @@ _KILL_DURING_BACKUP = """
 import json, os, signal, sys
 sys.path.insert(0, {root!r})
 import keras
+import tfdml.kernels
 from tfdml_app import fit
 
+# The CPU the tests see (tests/conftest.py): model.dtype_policy "auto" resolves as in
+# the test process, so the resumed run and the uninterrupted one share a precision.
+tfdml.kernels.cpu_features = lambda: frozenset()
 original = keras.Model.save_weights
 writes = []
 

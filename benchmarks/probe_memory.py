@@ -2,6 +2,7 @@
 
     python benchmarks/probe_memory.py --arm xbm-contrastive-mem1024 --seed 0
     python benchmarks/probe_memory.py --arm xbm-contrastive-mem1024 --warmup-fraction 0.75
+    python benchmarks/probe_memory.py --arm xbm-contrastive-mem0 --set optimizer.learning_rate=1e-4
 
 The XBM arms of ``reproduce.py`` fall when their memory switches on. This script
 trains one of them (its config and view, through the user's ``train.py`` path,
@@ -92,7 +93,7 @@ def composition(anchors, anchor_labels, anchor_ids, memory, memory_labels, memor
 
 def make_probe_callback(cfg, every, records, sample_size=1024):
     """A Keras callback appending a record to ``records`` every ``every`` steps: the drift
-    of a fixed sample of ``sample_size`` training images over those steps, and once the
+    of a fixed sample of ``sample_size`` training images (all, in a smaller split) over those steps, and once the
     memory holds rows (an arm with one) the memory's checks (:func:`probe`; a group
     design's batch: m · n rows)."""
     import keras
@@ -103,7 +104,8 @@ def make_probe_callback(cfg, every, records, sample_size=1024):
     margin = contrastive_margin(cfg)
     batch_size = cfg["design"]["m"] * cfg["design"]["n"]
     rng = np.random.default_rng(0)
-    sample = train_split.load(np.sort(rng.choice(train_split.num_examples, sample_size, replace=False)))
+    size = min(sample_size, train_split.num_examples)
+    sample = train_split.load(np.sort(rng.choice(train_split.num_examples, size, replace=False)))
 
     class MemoryProbe(keras.callbacks.Callback):
         def __init__(self):
@@ -205,6 +207,9 @@ def build_parser():
                    "run's steps (default: the arm's)")
     p.add_argument("--every", type=int, default=16, help="steps between probes (16: the age of the oldest "
                    "row of a memory of 1,024 at batch 64)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="change the arm's config as train.py's --set does (e.g. optimizer.learning_rate=1e-4); "
+                        "the result's name records it")
     p.add_argument("--data", help="the kanji-fonts set (default: kanji_fonts.py's cache folder)")
     p.add_argument("--out", help="results folder of the budget (default benchmarks/reproduction/<budget>)")
     return p
@@ -220,7 +225,8 @@ def main(argv=None):
     view = reproduce.view_of(args.arm, data_dir, out, budget)
     fraction = args.warmup_fraction if args.warmup_fraction is not None else reproduce.ARMS[args.arm].get(
         reproduce.WARMUP_KEY, 0.0)
-    name = f"memory-{args.arm}-seed{args.seed}-warmup{fraction:g}"
+    name = f"memory-{args.arm}-seed{args.seed}-warmup{fraction:g}" + "".join(
+        f"-{text.replace('=', '')}" for text in args.set)
     run_dir = os.path.join(out, "probes", name)
     config = reproduce.arm_config(args.arm, args.seed, view, budget, run_dir)
     steps = config["training"]["epochs"] * config["training"]["steps_per_epoch"]
@@ -230,18 +236,19 @@ def main(argv=None):
     from tfdml_app import config as config_lib
     from tfdml_app import fit
 
-    cfg = config_lib.validate(config)
+    cfg = config_lib.validate(config_lib.apply_overrides(config, args.set))
     records = []
     result = fit.run(cfg, fresh=True, verbose=0, callbacks=[make_probe_callback(cfg, args.every, records)])
     evaluations = {key: [float(v) for v in values] for key, values in result["history"].items()}
+    memory = cfg["loss"]["memory"]
     path = os.path.join(out, "probes", f"{name}.json")
-    files.write_json(path, {"arm": args.arm, "seed": args.seed, "warmup_fraction": fraction,
-                            "warmup_steps": cfg["loss"].get("memory", {}).get("warmup_steps"),
+    files.write_json(path, {"arm": args.arm, "seed": args.seed, "warmup_fraction": fraction, "set": args.set,
+                            "warmup_steps": memory["warmup_steps"] if memory else None,
                             "steps": steps,
                             "records": records, "history": evaluations,
                             "test_metrics": result.get("metrics", {})}, indent=1)
-    print(f"\n{args.arm}, seed {args.seed}, memory from step "
-          f"{cfg['loss'].get('memory', {}).get('warmup_steps', '–')}; wrote {path}\n")
+    print(f"\n{args.arm}, seed {args.seed}, memory from step {memory['warmup_steps'] if memory else '–'}; "
+          f"wrote {path}\n")
     print(table(records, args.every))
     print("\nevaluations:", {k: [round(v, 3) for v in vals] for k, vals in evaluations.items()})
     return 0

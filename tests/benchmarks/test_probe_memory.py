@@ -71,3 +71,23 @@ def test_probe_counts_a_wrong_label_and_a_fresh_row_has_no_drift():
     assert record["label_mismatches"] == 1
     np.testing.assert_allclose([record["drift_cosine_median"], record["drift_cosine_min"]], [1.0, 1.0], atol=1e-5)
     assert set(record["pairs"]) == {"batch", "memory"}
+
+
+def test_an_arm_with_and_without_a_memory_is_probed_end_to_end(kanji_dir, tmp_path, monkeypatch, capsys):
+    import json
+
+    monkeypatch.setitem(pm.reproduce.BUDGETS, "quick", dict(pm.reproduce.BUDGETS["quick"], train_classes=None,
+                                                             test_classes=3))
+    for arm in ("xbm-contrastive-mem0", "xbm-contrastive-mem256"):
+        assert pm.main(["--arm", arm, "--budget", "quick", "--every", "4", "--data", kanji_dir,
+                        "--out", str(tmp_path), "--set", "optimizer.learning_rate=1e-4"]) == 0
+    without, with_memory = (json.loads((tmp_path / "probes" / f"memory-{arm}-seed0-{tail}.json").read_text())
+                            for arm, tail in (("xbm-contrastive-mem0", "warmup0-optimizer.learning_rate1e-4"),
+                                              ("xbm-contrastive-mem256",
+                                               "warmup0.25-optimizer.learning_rate1e-4")))
+    assert without["warmup_steps"] is None and not any("filled" in r for r in without["records"])
+    assert with_memory["warmup_steps"] == 10
+    probed = [r for r in with_memory["records"] if "filled" in r]
+    assert probed and all(r["label_mismatches"] == 0 for r in probed)
+    assert {"batch", "memory"} == set(probed[-1]["pairs"])
+    assert "| step | loss |" in capsys.readouterr().out

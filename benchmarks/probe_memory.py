@@ -9,16 +9,20 @@ trains one of them (its config and view, through the user's ``train.py`` path,
 :func:`tfdml_app.fit.run`) with a callback that, every ``--every`` steps, measures:
 
 **How fast the embedding drifts.** A fixed sample of 1,024 training images is
-embedded at each probe; the median cosine between an image's embedding now and at
-the previous probe is the drift over ``--every`` steps (16 by default: the age of
-the oldest row of a memory of 1,024 at batch 64). Wang et al. 2020 (§3.1, "slow
-drift") use a memory once this is near 1, when a past embedding stands in for
-the current one. Measured for arms without a memory too.
+embedded at each probe as a training step embeds a batch (BatchNormalization on
+batch statistics, chunks of the design's batch size; the memory stores embeddings
+computed that way) and as evaluation does (moving statistics); the median cosine
+between an image's embedding now and at the previous probe is the drift over
+``--every`` steps (16 by default: the age of the oldest row of a memory of 1,024 at
+batch 64). Wang et al. 2020 (§3.1, "slow drift") use a memory once this is near 1,
+when a past embedding stands in for the current one. Measured for arms without a
+memory too.
 
 **Does the memory hold what it should?** (arms with a memory, once it holds rows)
 Every filled row's label must equal the training split's label of the row's example
 id, and its stored embedding is compared with the current encoder's embedding of
-the same image.
+the same image in the same batch (a memory of whole batches keeps each batch in
+consecutive rows).
 
 **Which pairs drive the loss?** The last batch written (its B rows) are the
 anchors, with their current embeddings, as in the step that wrote them: candidates
@@ -105,7 +109,7 @@ def make_probe_callback(cfg, every, records, sample_size=1024):
     batch_size = cfg["design"]["m"] * cfg["design"]["n"]
     rng = np.random.default_rng(0)
     size = min(sample_size, train_split.num_examples)
-    sample = train_split.load(np.sort(rng.choice(train_split.num_examples, size, replace=False)))
+    sample = train_split.load(rng.choice(train_split.num_examples, size, replace=False))  # mixed classes
 
     class MemoryProbe(keras.callbacks.Callback):
         def __init__(self):
@@ -117,10 +121,13 @@ def make_probe_callback(cfg, every, records, sample_size=1024):
             self.step += 1
             if self.step % every:
                 return
-            now = unit_rows(self.model.encoder.predict(sample, batch_size=1024, verbose=0))
+            now = (embed_as_trained(self.model.encoder, sample, batch_size),
+                   unit_rows(self.model.encoder.predict(sample, batch_size=1024, verbose=0)))
             record = {"step": self.step, "loss": float((logs or {}).get("loss", np.nan))}
             if self.previous is not None:
-                record["sample_drift_cosine_median"] = float(np.median(np.sum(now * self.previous, axis=1)))
+                trained, inference = (np.median(np.sum(a * b, axis=1)) for a, b in zip(now, self.previous))
+                record.update(sample_drift_cosine_median=float(trained),
+                              sample_drift_inference_cosine_median=float(inference))
             self.previous = now
             memory = getattr(self.model._metric_loss, "memory", None)
             filled = 0 if memory is None else int(memory.filled.numpy())
@@ -137,20 +144,38 @@ def unit_rows(values):
     return values / np.maximum(np.linalg.norm(values, axis=1, keepdims=True), 1e-12)
 
 
+def embed_as_trained(encoder, images, batch_size):
+    """Unit embeddings of ``images`` as a training step computes them: BatchNormalization
+    on each chunk of ``batch_size`` rows with the chunk's own statistics (``training=True``);
+    the layers' moving statistics are put back afterwards, so the run goes on unchanged."""
+    saved = [v.numpy() for v in encoder.non_trainable_variables]
+    try:
+        parts = [np.asarray(encoder(images[i:i + batch_size], training=True))
+                 for i in range(0, len(images), batch_size)]
+    finally:
+        for variable, value in zip(encoder.non_trainable_variables, saved):
+            variable.assign(value)
+    return unit_rows(np.concatenate(parts))
+
+
 def probe(encoder, memory, filled, split, margin, batch_size):
-    """The memory's checks (module docstring) on its first ``filled`` rows; the last
-    ``batch_size`` rows written are the anchors of the pair composition."""
+    """The memory's checks (module docstring) on its first ``filled`` rows. The current
+    embeddings are computed as trained (:func:`embed_as_trained`) on the rows' own batches:
+    the memory's rows from the oldest, ``batch_size`` at a time (a memory of whole batches
+    holds each batch in consecutive rows). The last batch written is the anchors of the
+    pair composition."""
     ids = memory.example_ids.numpy()[:filled]
     labels = memory.labels.numpy()[:filled]
     position = int(memory.position.numpy())
-    current = unit_rows(encoder.predict(split.load(ids), batch_size=1024, verbose=0))
+    oldest_first = (position + np.arange(filled)) % memory.size if filled == memory.size else np.arange(filled)
+    current = np.empty((filled, memory.embeddings.shape[1]))
+    current[oldest_first] = embed_as_trained(encoder, split.load(ids[oldest_first]), batch_size)
     stored = unit_rows(memory.embeddings.numpy()[:filled])
     drift = np.sum(current * stored, axis=1)
     record = {"filled": filled, "label_mismatches": int(np.sum(labels != split.labels[ids])),
               "drift_cosine_median": float(np.median(drift)), "drift_cosine_min": float(np.min(drift))}
     if margin is not None:
-        batch = np.arange(position - batch_size, position) % memory.size
-        batch = batch[batch < filled]
+        batch = oldest_first[-batch_size:]
         rest = np.setdiff1d(np.arange(filled), batch)
         record["pairs"] = composition(current[batch], labels[batch], ids[batch], stored[rest],
                                       labels[rest], ids[rest], margin)
@@ -160,7 +185,8 @@ def probe(encoder, memory, filled, split, margin, batch_size):
 def _line(record):
     text = f"loss {record['loss']:.4f}"
     if "sample_drift_cosine_median" in record:
-        text += f", sample drift cos {record['sample_drift_cosine_median']:.3f}"
+        text += (f", sample drift cos {record['sample_drift_cosine_median']:.3f} as trained, "
+                 f"{record['sample_drift_inference_cosine_median']:.3f} as evaluated")
     if "filled" in record:
         text += (f", rows {record['filled']}, label mismatches {record['label_mismatches']}, stored vs current "
                  f"cos median {record['drift_cosine_median']:.3f} (min {record['drift_cosine_min']:.3f})")
@@ -175,12 +201,12 @@ def _line(record):
 
 def table(records, every):
     """Markdown table of the probe records."""
-    lines = [f"| step | loss | sample drift cos over {every} steps | label mismatches | stored vs current cos "
-             "(median / min) | batch pos / active neg | memory pos / active neg | pull | push batch | "
-             "push memory |", "|---:|---:|---:|---:|---|---|---|---:|---:|---:|"]
+    lines = [f"| step | loss | sample drift cos over {every} steps: as trained / as evaluated | label mismatches | "
+             "stored vs current cos (median / min) | batch pos / active neg | memory pos / active neg | pull | "
+             "push batch | push memory |", "|---:|---:|---|---:|---|---|---|---:|---:|---:|"]
     for r in records:
-        cells = [str(r["step"]), f"{r['loss']:.4f}", f"{r['sample_drift_cosine_median']:.3f}"
-                 if "sample_drift_cosine_median" in r else "–"]
+        cells = [str(r["step"]), f"{r['loss']:.4f}", f"{r['sample_drift_cosine_median']:.3f} / "
+                 f"{r['sample_drift_inference_cosine_median']:.3f}" if "sample_drift_cosine_median" in r else "–"]
         if "filled" in r:
             cells += [str(r["label_mismatches"]), f"{r['drift_cosine_median']:.3f} / {r['drift_cosine_min']:.3f}"]
         else:

@@ -91,3 +91,21 @@ def test_an_arm_with_and_without_a_memory_is_probed_end_to_end(kanji_dir, tmp_pa
     assert probed and all(r["label_mismatches"] == 0 for r in probed)
     assert {"batch", "memory"} == set(probed[-1]["pairs"])
     assert "| step | loss |" in capsys.readouterr().out
+
+
+def test_embed_as_trained_uses_each_chunk_s_statistics_and_leaves_the_moving_ones():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    encoder = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3), keras.layers.BatchNormalization(),
+                                keras.layers.UnitNormalization()])
+    images = np.random.default_rng(1).normal(size=(6, 5)).astype(np.float32)
+    before = [v.numpy().copy() for v in encoder.non_trainable_variables]
+    got = pm.embed_as_trained(encoder, images, batch_size=3)
+    for variable, value in zip(encoder.non_trainable_variables, before):
+        np.testing.assert_array_equal(variable.numpy(), value)
+    # Each chunk of 3 normalised by its own mean and variance (BatchNormalization's ε), then unit rows.
+    dense = images @ encoder.layers[0].kernel.numpy() + encoder.layers[0].bias.numpy()
+    chunks = [(c - c.mean(0)) / np.sqrt(c.var(0) + encoder.layers[1].epsilon) for c in (dense[:3], dense[3:])]
+    want = np.concatenate(chunks)
+    np.testing.assert_allclose(got, want / np.linalg.norm(want, axis=1, keepdims=True), atol=1e-5)

@@ -245,9 +245,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     budget = reproduce.BUDGETS[args.budget]
     out = os.path.abspath(args.out or os.path.join(HERE, "reproduction", args.budget))
-    data_dir = args.data or reproduce.kanji_fonts.default_out(32)
-    if not os.path.exists(os.path.join(data_dir, reproduce.kanji_fonts.NPZ_NAME)):
-        sys.exit(f"No kanji-fonts set at {data_dir}; build it first: python benchmarks/kanji_fonts.py")
+    data_dir = reproduce.kanji_set(args.data)
     view = reproduce.view_of(args.arm, data_dir, out, budget)
     fraction = args.warmup_fraction if args.warmup_fraction is not None else reproduce.ARMS[args.arm].get(
         reproduce.WARMUP_KEY, 0.0)

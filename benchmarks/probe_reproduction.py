@@ -112,9 +112,7 @@ def main(argv=None):
         build_parser().error(f"--test-classes must exceed the budget's {budget['test_classes']} "
                              "(the probe asks whether a harder view changes the verdict)")
     out = os.path.abspath(args.out or os.path.join(HERE, "reproduction", args.budget))
-    data_dir = args.data or reproduce.kanji_fonts.default_out(32)
-    if not os.path.exists(os.path.join(data_dir, reproduce.kanji_fonts.NPZ_NAME)):
-        sys.exit(f"No kanji-fonts set at {data_dir}; build it first: python benchmarks/kanji_fonts.py")
+    data_dir = reproduce.kanji_set(args.data)
     scores, missing = probe(args.claim, out, data_dir, budget, args.test_classes, args.ks)
     for name in missing:
         print(f"skipped: {name} (no model.keras in its run folder: it was trained elsewhere)")

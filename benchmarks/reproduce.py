@@ -540,6 +540,16 @@ def data_set_checksum(data_dir):
         return json.load(f).get("checksum")
 
 
+def kanji_set(data=None):
+    """The folder of the kanji-fonts set: ``data`` (a ``--data`` argument) or kanji_fonts.py's
+    cache folder; exits naming the command that builds it when the set is not there."""
+    data_dir = data or kanji_fonts.default_out(32)
+    if not os.path.exists(os.path.join(data_dir, kanji_fonts.NPZ_NAME)):
+        sys.exit(f"No kanji-fonts set at {data_dir}; build it first: python benchmarks/kanji_fonts.py "
+                 "(see its docstring for the fonts to install), or give --data.")
+    return data_dir
+
+
 def make_view(data_dir, out, train_classes, test_classes, imbalance=0.0):
     """The budget's view of the set as an .npz for the ``npz`` source (written once).
 
@@ -1473,11 +1483,8 @@ def main(argv=None):
             budget[key] = getattr(args, key)
     custom = any(getattr(args, k) is not None for k in ("steps", "train_classes", "test_classes"))
     out = os.path.abspath(args.out or os.path.join(HERE, "reproduction", args.budget + ("-custom" if custom else "")))
-    data_dir = args.data or kanji_fonts.default_out(32)
     if not args.report:
-        if not os.path.exists(os.path.join(data_dir, kanji_fonts.NPZ_NAME)):
-            sys.exit(f"No kanji-fonts set at {data_dir}; build it first: python benchmarks/kanji_fonts.py "
-                     "(see its docstring for the fonts to install), or give --data.")
+        data_dir = kanji_set(args.data)
         view = make_view(data_dir, out, budget["train_classes"], budget["test_classes"])
         floor = raw_pixel_floor(view, out)["metrics"]
         print("raw-pixel floor on the test classes: " + ", ".join(f"{k} {v:.4f}" for k, v in floor.items()))

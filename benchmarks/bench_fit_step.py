@@ -117,6 +117,28 @@ def make_loss(name, sampler, num_classes):
     return losses.get(name, **options)
 
 
+def network_targets(batch_size, embedding_dim=128, seed=0):
+    """Fixed random unit vectors [B, d]: the targets of :func:`time_network`'s squared error."""
+    targets = np.random.default_rng(seed).normal(size=(batch_size, embedding_dim)).astype(np.float32)
+    return targets / np.linalg.norm(targets, axis=1, keepdims=True)
+
+
+def time_network(mode, batch_size, warmup, steps, per_class=4):
+    """Step times of the network alone: the CNN of :func:`time_mode` with Adam, trained by a plain
+    Keras ``model.fit`` on the mean squared error to fixed targets (:func:`network_targets`): its
+    forward, backward and update without a metric loss or sampler. ``mode`` "loss" (there is no
+    loss to compile) runs as graph mode."""
+    keras.utils.set_random_seed(0)
+    jit_compile, policy = parse_mode(mode)
+    model = network(dtype_policy=policy)
+    model.compile(optimizer="adam", loss="mean_squared_error", jit_compile=jit_compile is True)
+    images, _ = batch_arrays(batch_size, per_class)
+    data = tf.data.Dataset.from_tensors((images, network_targets(batch_size))).repeat()
+    timer = StepTimer(warmup)
+    model.fit(data, steps_per_epoch=warmup + steps, epochs=1, verbose=0, callbacks=[timer], shuffle=False)
+    return timer.times
+
+
 def time_mode(mode, loss_name, sampler, batch_size, warmup, steps, per_class=4):
     keras.utils.set_random_seed(0)
     jit_compile, policy = parse_mode(mode)

@@ -5,6 +5,7 @@
     python benchmarks/compare_peers.py --parts losses --cases histogram "proxy anchor"
     python benchmarks/compare_peers.py --parts eval --large           # n = 20k and 60k
     python benchmarks/compare_peers.py --parts fit --fit-rounds 3 --fit-steps 30
+    python benchmarks/compare_peers.py --parts fit --fit-network-only --fit-modes graph graph:mixed_bfloat16
     python benchmarks/compare_peers.py --parts memory --memory-sizes 1024 8192 32768   # peers_memory.py
     python benchmarks/compare_peers.py --threads 2 1                  # PyTorch with 2 and with 1 thread
     python benchmarks/compare_peers.py --make-legacy-venv             # TF Addons + TF Similarity, once
@@ -425,12 +426,14 @@ class TfdmlSide(TfSide, peers_memory.TfdmlMemory):
         import numpy as np
 
         images, labels = bench_fit_step.batch_arrays(batch, per_class)
-        np.savez(path, images=images, labels=labels)
+        np.savez(path, images=images, labels=labels, targets=bench_fit_step.network_targets(batch))
         return {}
 
-    def fit(self, mode, batch, warmup, steps):
+    def fit(self, mode, batch, warmup, steps, network_only=False):
         import bench_fit_step
 
+        if network_only:
+            return {"times": bench_fit_step.time_network(mode, batch, warmup, steps)}
         return {"times": bench_fit_step.time_mode(mode, "margin", "distance_weighted", batch, warmup, steps)}
 
 
@@ -589,8 +592,9 @@ class TorchSide(peers_memory.TorchMemory):
         self.call_()
         return {"seconds": time.perf_counter() - start}
 
-    def fit(self, batch, per_class, warmup, steps, threads, path):
-        """Seconds per step of the PyTorch + PML training loop (fresh model), after ``warmup`` steps."""
+    def fit(self, batch, per_class, warmup, steps, threads, path, network_only=False):
+        """Seconds per step of the PyTorch + PML training loop (fresh model), after ``warmup`` steps;
+        ``network_only``: the mean squared error to bench_fit_step's fixed targets instead of PML."""
         import numpy as np
 
         torch = self.torch
@@ -599,15 +603,26 @@ class TorchSide(peers_memory.TorchMemory):
         x = torch.from_numpy(np.ascontiguousarray(data["images"].transpose(0, 3, 1, 2)))  # NHWC -> NCHW
         y = torch.from_numpy(data["labels"].astype(np.int64))
         net = torch_network()
-        loss_fn, miner = self.loss("distance weighted + margin", batch // per_class)
-        optimizer = torch.optim.Adam(list(net.parameters()) + list(loss_fn.parameters()), lr=1e-3)
+        if network_only:
+            targets = torch.from_numpy(data["targets"])
+            parameters = list(net.parameters())
+
+            def objective(embeddings):
+                return torch.nn.functional.mse_loss(embeddings, targets)
+        else:
+            loss_fn, miner = self.loss("distance weighted + margin", batch // per_class)
+            parameters = list(net.parameters()) + list(loss_fn.parameters())
+
+            def objective(embeddings):
+                return loss_fn(embeddings, y, miner(embeddings, y))
+        optimizer = torch.optim.Adam(parameters, lr=1e-3)
         net.train()
         times = []
         for step in range(warmup + steps):
             start = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)
             embeddings = net(x)
-            loss = loss_fn(embeddings, y, miner(embeddings, y))
+            loss = objective(embeddings)
             loss.backward()
             optimizer.step()
             loss.item()
@@ -896,25 +911,33 @@ def part_eval(sizes, repeat, with_pml, with_faiss):
         print(f"\nn = {n:,}: largest difference of a metric between methods: {spread:.1e}\n")
 
 
-def part_fit(tfdml, peer, batch, modes, rounds, warmup, steps, threads, scratch, per_class=4):
-    print("\n## Training step (margin + distance weighted, Adam, 32×32×1, m = 4)\n")
+def part_fit(tfdml, peer, batch, modes, rounds, warmup, steps, threads, scratch, per_class=4, network_only=False):
+    if network_only:
+        print("\n## Training step of the network alone (mean squared error to fixed targets, Adam, 32×32×1)\n")
+        sides_are = ("tfdml: a plain Keras model.fit of the same network (bench_fit_step.time_network); torch: "
+                     "eager PyTorch, the same loss")
+    else:
+        print("\n## Training step (margin + distance weighted, Adam, 32×32×1, m = 4)\n")
+        sides_are = ("tfdml: EmbeddingModel.fit (bench_fit_step.time_mode); torch: eager PyTorch, PML "
+                     "MarginLoss(learn_beta, per class) + DistanceWeightedMiner")
     sides = list(modes) + ([f"torch, {thread_label(t)}" for t in threads] if peer else [])
     print(f"4 × [conv 3×3 – BN – ReLU – max-pool] 32-64-128-256, global average pool, Dense 128, L2; B = {batch}. "
           f"{rounds} rounds, each a fresh model per side in turn ({' → '.join(sides)}), {warmup} warm-up + "
-          f"{steps} timed steps; median step time over all timed steps. tfdml: EmbeddingModel.fit "
-          "(bench_fit_step.time_mode); torch: eager PyTorch, PML MarginLoss(learn_beta, per class) + "
-          "DistanceWeightedMiner. Ratio: tfdml step time / torch step time (below 1: tfdml faster; goal 4 asks "
+          f"{steps} timed steps; median step time over all timed steps. {sides_are}. Ratio: tfdml step time / "
+          "torch step time (below 1: tfdml faster; goal 4 asks "
           f"for ≤ 1){', against the faster torch row' if peer and len(threads) > 1 else ''}.\n")
     path = os.path.join(scratch, "fit.npz")
     tfdml.ask("fit_batch", batch=batch, per_class=per_class, path=path)
     times = {side: [] for side in sides}
     for _ in range(rounds):
         for mode in modes:
-            times[mode] += tfdml.ask("fit", mode=mode, batch=batch, warmup=warmup, steps=steps)["times"]
+            times[mode] += tfdml.ask("fit", mode=mode, batch=batch, warmup=warmup, steps=steps,
+                                     network_only=network_only)["times"]
         if peer:
             for t in threads:
                 times[f"torch, {thread_label(t)}"] += peer.ask("fit", batch=batch, per_class=per_class, warmup=warmup,
-                                                            steps=steps, threads=t, path=path)["times"]
+                                                            steps=steps, threads=t, path=path,
+                                                            network_only=network_only)["times"]
     median = {side: statistics.median(t) for side, t in times.items()}
     theirs = min((m for side, m in median.items() if side.startswith("torch")), default=None)
     print("| side | median step ms | steps/s | tfdml / torch |")
@@ -947,6 +970,9 @@ def arguments(argv=None):
     parser.add_argument("--fit-rounds", type=int, default=3)
     parser.add_argument("--fit-warmup", type=int, default=5)
     parser.add_argument("--fit-steps", type=int, default=30)
+    parser.add_argument("--fit-network-only", action="store_true",
+                        help="fit part: the network alone on both sides (a squared error to fixed targets, no "
+                             "metric loss), to split a step's time between the network and the loss")
     parser.add_argument("--memory-sizes", type=int, nargs="+", default=list(peers_memory.MEMORY_SIZES),
                         metavar="K", help="memory sizes (tfdml's rows) of the memory part")
     parser.add_argument("--memory-cases", nargs="+", default=list(peers_memory.MEMORY_CASES),
@@ -1010,7 +1036,7 @@ def main(argv=None):
                     print("PML's AccuracyCalculator skipped: it searches with faiss, which is not installed.")
             if "fit" in args.parts:
                 part_fit(tfdml, peer, args.fit_batch, args.fit_modes, args.fit_rounds, args.fit_warmup,
-                         args.fit_steps, args.threads, scratch)
+                         args.fit_steps, args.threads, scratch, network_only=args.fit_network_only)
             if "memory" in args.parts:
                 shared = types.SimpleNamespace(  # what the memory part shares with the others
                     interleaved=interleaved, timed=timed, ratio=ratio, cell=cell, thread_label=thread_label,

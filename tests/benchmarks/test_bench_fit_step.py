@@ -60,3 +60,13 @@ def test_a_mixed_bfloat16_mode_trains_a_bfloat16_network_with_a_float32_head(cap
                          "--warmup", "1", "--steps", "2"])
     out = capsys.readouterr().out
     assert "| 8 | graph:mixed_bfloat16 |" in out
+
+
+def test_the_network_alone_trains_on_fixed_unit_targets():
+    import numpy as np
+
+    targets = bench_fit_step.network_targets(8)
+    np.testing.assert_allclose(np.linalg.norm(targets, axis=1), 1.0, rtol=1e-6)
+    np.testing.assert_array_equal(targets, bench_fit_step.network_targets(8))  # the same on both sides
+    times = bench_fit_step.time_network("loss", 8, warmup=1, steps=2)  # "loss": graph mode, nothing to compile
+    assert len(times) == 2 and min(times) > 0

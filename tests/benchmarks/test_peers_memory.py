@@ -115,7 +115,7 @@ def test_pml_cross_batch_memory_computes_the_same_loss_as_tfdml(tmp_path):
             assert torch_side.call(threads=1)["seconds"] > 0
 
 
-def test_the_guide_s_memory_section_names_both_commands_as_they_parse():
+def test_the_guide_s_memory_section_names_its_commands_as_they_parse():
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import reproduce
 
@@ -123,7 +123,10 @@ def test_the_guide_s_memory_section_names_both_commands_as_they_parse():
     section = " ".join(guide.split("## Cross-batch memory", 1)[1].split("\n## ", 1)[0].split())
     commands = dict((script, args.split()) for script, args in
                     re.findall(r"`python benchmarks/(\w+)\.py ([^`]+)`", section))
-    assert set(commands) == {"compare_peers", "reproduce"}
+    assert set(commands) == {"compare_peers", "reproduce", "probe_memory"}
+    import probe_memory
+
+    assert probe_memory.build_parser().parse_args(commands["probe_memory"]).arm in reproduce.claim_arms("xbm_memory")
     assert "memory" in cp.arguments(commands["compare_peers"]).parts
     claim = reproduce.build_parser().parse_args(commands["reproduce"]).claim
     assert claim == ["xbm_memory"] and {row["id"] for row in reproduce.paper_claims.rows_of("xbm_memory")} == {

@@ -236,16 +236,14 @@ def build_parser():
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="change the arm's config as train.py's --set does (e.g. optimizer.learning_rate=1e-4); "
                         "the result's name records it")
-    p.add_argument("--data", help="the kanji-fonts set (default: kanji_fonts.py's cache folder)")
-    p.add_argument("--out", help="results folder of the budget (default benchmarks/reproduction/<budget>)")
+    reproduce.add_probe_arguments(p)
     return p
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
     budget = reproduce.BUDGETS[args.budget]
-    out = os.path.abspath(args.out or os.path.join(HERE, "reproduction", args.budget))
-    data_dir = reproduce.kanji_set(args.data)
+    out, data_dir = reproduce.probe_folders(args)
     view = reproduce.view_of(args.arm, data_dir, out, budget)
     fraction = args.warmup_fraction if args.warmup_fraction is not None else reproduce.ARMS[args.arm].get(
         reproduce.WARMUP_KEY, 0.0)

@@ -100,8 +100,7 @@ def build_parser():
                    help="the budget whose finished runs are re-scored")
     p.add_argument("--test-classes", type=int, default=2000, help="test classes of the larger view")
     p.add_argument("--ks", type=int, nargs="+", default=[1, 5, 10, 20], help="k of Precision@k")
-    p.add_argument("--data", help="the kanji-fonts set (default: kanji_fonts.py's cache folder)")
-    p.add_argument("--out", help="results folder of the budget (default benchmarks/reproduction/<budget>)")
+    reproduce.add_probe_arguments(p)
     return p
 
 
@@ -111,8 +110,7 @@ def main(argv=None):
     if args.test_classes <= budget["test_classes"]:
         build_parser().error(f"--test-classes must exceed the budget's {budget['test_classes']} "
                              "(the probe asks whether a harder view changes the verdict)")
-    out = os.path.abspath(args.out or os.path.join(HERE, "reproduction", args.budget))
-    data_dir = reproduce.kanji_set(args.data)
+    out, data_dir = reproduce.probe_folders(args)
     scores, missing = probe(args.claim, out, data_dir, budget, args.test_classes, args.ks)
     for name in missing:
         print(f"skipped: {name} (no model.keras in its run folder: it was trained elsewhere)")

@@ -550,6 +550,18 @@ def kanji_set(data=None):
     return data_dir
 
 
+def add_probe_arguments(parser):
+    """``--data`` and ``--out`` of a script that probes a budget's results (probe_*.py)."""
+    parser.add_argument("--data", help="the kanji-fonts set (default: kanji_fonts.py's cache folder)")
+    parser.add_argument("--out", help="results folder of the budget (default benchmarks/reproduction/<budget>)")
+
+
+def probe_folders(args):
+    """(results folder, kanji-set folder) of :func:`add_probe_arguments`' arguments and ``args.budget``."""
+    out = os.path.abspath(args.out or os.path.join(HERE, "reproduction", args.budget))
+    return out, kanji_set(args.data)
+
+
 def make_view(data_dir, out, train_classes, test_classes, imbalance=0.0):
     """The budget's view of the set as an .npz for the ``npz`` source (written once).
 

@@ -5,6 +5,7 @@
     python benchmarks/reproduce.py --claim wu_sampling --budget quick      # the machinery only
     python benchmarks/reproduce.py --claim wu_sampling --report            # tables, verdicts, curves
     python benchmarks/reproduce.py report                                  # RESULTS.md from the JSON
+    python benchmarks/reproduce.py verify-floor                            # floor.json against the set here
 
 Every claim is relative (A beats B), so each is a set of **arms** (one
 training config each) and **checks** (arm A scores higher than arm B). An arm
@@ -44,6 +45,10 @@ generated block of RESULTS.md's "Reproduction" from the committed results.
 Provenance: a result records the kanji set's checksum and the command that
 builds it, the package versions and the git commit; its stored config writes the
 results folder as ``$OUT``. A verdict refuses results of two data set versions.
+For results older than that record, ``verify-floor`` recomputes the raw-pixel
+floor from the set at hand and compares it with the stored ``floor.json`` (the
+same figures: the same test images), and the report counts how many of them
+were scored on as many test images as that floor.
 """
 
 import argparse
@@ -627,26 +632,76 @@ def view_checksum(view):
         return (str(data["data_checksum"]) or None) if "data_checksum" in data.files else None
 
 
-def raw_pixel_floor(view, out):
-    """R@1, P@5, MAP@R and NMI of L2-normalised raw pixels on the view's test
-    classes (the same images every arm is scored on); cached in floor.json with the
-    checksum of the set the view was cut from, and not reused for another version."""
-    path = os.path.join(out, "floor.json")
-    checksum = view_checksum(view)
-    if os.path.exists(path):
-        with open(path) as f:
-            floor = json.load(f)
-        if floor.get("data_checksum") and checksum and floor["data_checksum"] != checksum:
-            sys.exit(f"{path} was scored on another version of the kanji set; use another --out.")
-        return floor
+#: How far a recomputed floor may sit from the stored one and still be the same images
+#: (float rounding of the summation order; a different image moves the figures far more).
+FLOOR_TOLERANCE = 1e-6
+
+
+def score_raw_pixels(view):
+    """The raw-pixel floor of a view: R@1, P@5, MAP@R and NMI of L2-normalised raw pixels on
+    its test classes (the same images every arm is scored on), with the checksum of the set
+    the view was cut from."""
     split = view_test_split(view)
     values = evaluate_cli().baseline_metrics("raw_pixels", split, ["recall", "precision@5", "map@r", "nmi"], [1],
                                        batch_size=1024)
-    floor = {"view": os.path.basename(view), "classes": int(split.num_classes),
-             "images": int(split.num_examples),
-             "metrics": {k: float(values[k]) for k in FLOOR_METRICS}, "data_checksum": checksum}
-    _write_json(path, floor)
+    return {"view": os.path.basename(view), "classes": int(split.num_classes),
+            "images": int(split.num_examples),
+            "metrics": {k: float(values[k]) for k in FLOOR_METRICS}, "data_checksum": view_checksum(view)}
+
+
+def read_floor(out):
+    """``<out>/floor.json`` (None before the first run)."""
+    path = os.path.join(out, "floor.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def raw_pixel_floor(view, out):
+    """:func:`score_raw_pixels` of the view, cached in ``<out>/floor.json`` and not
+    reused for another version of the set."""
+    checksum = view_checksum(view)
+    floor = read_floor(out)
+    if floor is not None:
+        if floor.get("data_checksum") and checksum and floor["data_checksum"] != checksum:
+            sys.exit(f"{os.path.join(out, 'floor.json')} was scored on another version of the kanji set; "
+                     "use another --out.")
+        return floor
+    floor = score_raw_pixels(view)
+    _write_json(os.path.join(out, "floor.json"), floor)
     return floor
+
+
+def floor_differences(stored, recomputed):
+    """What differs between a stored floor and one recomputed (empty: the same test images,
+    every figure within :data:`FLOOR_TOLERANCE`)."""
+    differences = [f"{key} {stored.get(key)} vs {recomputed[key]}" for key in ("classes", "images")
+                   if stored.get(key) != recomputed[key]]
+    for metric in FLOOR_METRICS:
+        old, new = stored["metrics"].get(metric), recomputed["metrics"][metric]
+        if old is None or abs(old - new) > FLOOR_TOLERANCE:
+            differences.append(f"{metric} {old} vs {new:.9f}")
+    return differences
+
+
+def verify_floor(view, out):
+    """Recompute the floor of ``<out>`` from the view and compare: the stored floor was scored
+    on these test images when every figure matches. A floor that predates the checksum record
+    and matches gets the checksum of the set it was recomputed from, with how it was verified.
+    Returns the differences (empty: verified)."""
+    stored = read_floor(out)
+    if stored is None:
+        sys.exit(f"No floor.json in {out}: nothing to verify (a run writes it).")
+    recomputed = score_raw_pixels(view)
+    differences = floor_differences(stored, recomputed)
+    if not differences and not stored.get("data_checksum") and recomputed["data_checksum"]:
+        stored["data_checksum"] = recomputed["data_checksum"]
+        stored["data_checksum_verified"] = (
+            f"recorded by `reproduce.py verify-floor` on {datetime.date.today():%Y-%m-%d}: the floor recomputed "
+            f"from the set with this checksum, every figure within {FLOOR_TOLERANCE:g}")
+        _write_json(os.path.join(out, "floor.json"), stored)
+    return differences
 
 
 # --------------------------------------------------------------------------- configs and runs
@@ -1010,16 +1065,25 @@ def check_one_data_version(results, what):
     return known
 
 
-def data_line(results):
-    """One line: which data set version the results record."""
+def data_line(results, floor=None):
+    """One line: which data set version the results record. For results that predate the
+    record, how many were scored on as many test images as ``floor`` (floor.json's sample):
+    the one figure of their data they do record."""
     known = check_one_data_version(results, "these results")
-    missing = sum(data_checksum(r) is None for r in results)
+    missing = [r for r in results if data_checksum(r) is None]
     parts = []
     if known:
-        parts.append(f"kanji set checksum {known[0][:12]}… ({len(results) - missing} runs)")
+        parts.append(f"kanji set checksum {known[0][:12]}… ({len(results) - len(missing)} runs)")
     if missing:
-        parts.append(f"kanji set checksum not recorded ({missing} of {len(results)} runs), so which version "
-                     "of the set they were trained on is not known")
+        text = (f"kanji set checksum not recorded ({len(missing)} of {len(results)} runs), so which version "
+                "of the set they were trained on is not known")
+        if floor and floor.get("images"):
+            same = sum(r.get("metrics", {}).get("num_queries") == floor["images"] for r in missing)
+            version = f" (kanji set checksum {floor['data_checksum'][:12]}…)" if floor.get("data_checksum") else ""
+            text += (f"; {same} of them were scored on {floor['images']:,} test images, as many as floor.json's "
+                     f"sample{version}: a count another font set would change, though the images themselves "
+                     "are not recorded")
+        parts.append(text)
     return "Data: " + "; ".join(parts) + "." if parts else ""
 
 
@@ -1207,10 +1271,8 @@ def report(claim, out, draw=True):
     lines = [f"### {claim}: {spec['source']}", ""]
     lines += ["| arm | paper " + paper_metric + " | " + " | ".join(f"ours {m}" for m in shown) + " |",
               "|---|---:|" + "---:|" * len(shown)]
-    floor_path = os.path.join(out, "floor.json")
-    if os.path.exists(floor_path):
-        with open(floor_path) as f:
-            floor = json.load(f)["metrics"]
+    floor = (read_floor(out) or {}).get("metrics")
+    if floor is not None:
         lines.append("| raw pixels (floor) | | " + " | ".join(_fmt(floor.get(m), None, None) for m in shown) + " |")
     for arm in claim_arms(claim):
         results = load_results(out, arm)
@@ -1221,7 +1283,7 @@ def report(claim, out, draw=True):
     lines += ["", "Figures in %, mean ± sample std over seeds (n seeds).", ""]
     done = [r for arm in claim_arms(claim) for r in load_results(out, arm)]
     if done:
-        lines += [data_line(done), ""]
+        lines += [data_line(done, read_floor(out)), ""]
     for row in paper_claims.rows_of(claim):
         lines.append(claim_detail(row, out))
     lines += policy_diagnostics(claim, out)
@@ -1296,15 +1358,15 @@ def budget_text(out):
             f"{config['optimizer']['learning_rate']:g}, no augmentation, **{steps:,} steps** per run "
             f"(the budget probes: {factor}×), {training['epochs']} evaluations on the way, one `train.py` process "
             f"per (arm, seed), seeds {', '.join(map(str, seeds))}; from scratch, the final step reported.")
-    floor_path = os.path.join(out, "floor.json")
-    if os.path.exists(floor_path):
-        with open(floor_path) as f:
-            floor = json.load(f)
+    floor = read_floor(out)
+    if floor is not None:
         text += (f" Scored on a fixed sample of {floor['classes']} test classes ({floor['images']:,} images, the "
                  f"same for every arm and seed); raw pixels reach MAP@R {100 * floor['metrics']['map@r']:.1f} % "
                  f"and R@1 {100 * floor['metrics']['recall@1']:.1f} % there (`floor.json`, "
-                 + (f"kanji set checksum {floor['data_checksum'][:12]}…)." if floor.get("data_checksum")
-                    else "kanji set checksum not recorded)."))
+                 + (f"kanji set checksum {floor['data_checksum'][:12]}…"
+                    + (", recorded when `reproduce.py verify-floor` recomputed it from that set)."
+                       if floor.get("data_checksum_verified") else ").")
+                    if floor.get("data_checksum") else "kanji set checksum not recorded)."))
     return text
 
 
@@ -1319,7 +1381,7 @@ def results_block(out):
              "on its checks; an investigation is a probe of a failed claim, not a claim of a paper):", "",
              claims_table(out), "", total_cost_line(experiments, out), "",
              data_line(list({(r["arm"], r["seed"]): r for c in experiments for a in claim_arms(c)
-                             for r in load_results(out, a)}.values())), "",
+                             for r in load_results(out, a)}.values()), read_floor(out)), "",
              f"Every run is reproduced by one command per experiment, `python benchmarks/reproduce.py --claim "
              f"<experiment> --seeds 0 1 2` (resumable: one JSON per arm and seed under `{where}/arms/`); "
              f"`python benchmarks/reproduce.py report` rewrites this block from those JSON files "
@@ -1401,12 +1463,9 @@ def plot_curves(claim, out, highlight, metric):
     if not drawn:
         plt.close(fig)
         return None
-    floor_path = os.path.join(out, "floor.json")
-    if os.path.exists(floor_path):
-        with open(floor_path) as f:
-            floor = json.load(f)["metrics"].get(metric)
-        if floor is not None:
-            ax.axhline(100 * floor, color="grey", linestyle="--", linewidth=1, label="raw pixels")
+    floor = ((read_floor(out) or {}).get("metrics") or {}).get(metric)
+    if floor is not None:
+        ax.axhline(100 * floor, color="grey", linestyle="--", linewidth=1, label="raw pixels")
     if training:
         ax.set_yscale("log")  # a loss falls by orders of magnitude
     ax.set_xlabel("training steps")
@@ -1474,10 +1533,36 @@ def report_main(argv):
     return 0
 
 
+def verify_floor_main(argv):
+    p = argparse.ArgumentParser(prog="reproduce.py verify-floor",
+                                description="Recompute the raw-pixel floor of a budget's results from the kanji "
+                                            "set and compare it with their floor.json: the same figures, the same "
+                                            "test images. A floor that predates the checksum record and matches "
+                                            "gets the set's checksum.")
+    p.add_argument("--budget", choices=sorted(BUDGETS), default="standard")
+    add_probe_arguments(p)
+    args = p.parse_args(argv)
+    out, data_dir = probe_folders(args)
+    budget = BUDGETS[args.budget]
+    view = make_view(data_dir, out, budget["train_classes"], budget["test_classes"])
+    differences = verify_floor(view, out)
+    checksum = (view_checksum(view) or "not recorded")[:12]
+    if differences:
+        print(f"{os.path.join(out, 'floor.json')} was not scored on the test images of the set at {data_dir} "
+              f"(checksum {checksum}…): {'; '.join(differences)}. Its results are of another version of the set: "
+              "keep new runs apart from them (another --out).", file=sys.stderr)
+        return 1
+    print(f"{os.path.join(out, 'floor.json')} matches the floor recomputed from {data_dir} (checksum {checksum}…): "
+          "the same test images.")
+    return 0
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["report"]:
         return report_main(argv[1:])
+    if argv[:1] == ["verify-floor"]:
+        return verify_floor_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.list:
         for claim, spec in CLAIMS.items():

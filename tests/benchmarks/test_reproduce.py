@@ -446,6 +446,61 @@ def test_a_view_cut_from_another_version_of_the_set_is_not_reused(kanji_dir, tmp
         rp.make_view(data, str(tmp_path / "out"), train_classes=4, test_classes=3)
 
 
+def test_verify_floor_recomputes_the_floor_and_records_the_checksum_of_an_older_one(kanji_dir, tmp_path, capsys):
+    """A floor.json that predates the checksum record gets the set's checksum only when the
+    floor recomputed from that set matches it; a floor of other test images is named, not fixed."""
+    data = _versioned_copy(kanji_dir, tmp_path / "kanji", "a" * 64)
+    out = tmp_path / "out"
+    quick = rp.BUDGETS["quick"]  # the view the command cuts for --budget quick
+    view = rp.make_view(data, str(out), quick["train_classes"], quick["test_classes"])
+    floor = rp.raw_pixel_floor(view, str(out))
+    assert floor["data_checksum"] == "a" * 64 and floor["images"] > 0
+    older = {k: v for k, v in floor.items() if k != "data_checksum"}  # as written before the record
+    (out / "floor.json").write_text(json.dumps(older))
+    assert rp.verify_floor(view, str(out)) == []
+    verified = json.loads((out / "floor.json").read_text())
+    assert verified["data_checksum"] == "a" * 64 and "verify-floor" in verified["data_checksum_verified"]
+    # other test images: a figure moved by more than rounding, or another image count
+    for key, moved in (("map@r", older["metrics"]["map@r"] + 1e-3), ("images", older["images"] + 1)):
+        other = json.loads(json.dumps(older))
+        if key == "images":
+            other["images"] = moved
+        else:
+            other["metrics"][key] = moved
+        (out / "floor.json").write_text(json.dumps(other))
+        differences = rp.verify_floor(view, str(out))
+        assert len(differences) == 1 and differences[0].startswith(key)
+        assert "data_checksum" not in json.loads((out / "floor.json").read_text())  # nothing recorded
+    # a rounding-sized difference is the same images
+    other = json.loads(json.dumps(older))
+    other["metrics"]["map@r"] += rp.FLOOR_TOLERANCE / 2
+    (out / "floor.json").write_text(json.dumps(other))
+    assert rp.verify_floor(view, str(out)) == []
+    # the command: exit 1 naming the figures and what to do
+    other["metrics"]["nmi"] += 0.01
+    other.pop("data_checksum", None)
+    (out / "floor.json").write_text(json.dumps(other))
+    assert rp.main(["verify-floor", "--data", data, "--out", str(out), "--budget", "quick"]) == 1
+    err = capsys.readouterr().err
+    assert "nmi" in err and "map@r" not in err and "another --out" in err
+    other["metrics"]["nmi"] -= 0.01
+    (out / "floor.json").write_text(json.dumps(other))
+    assert rp.main(["verify-floor", "--data", data, "--out", str(out), "--budget", "quick"]) == 0
+    assert "the same test images" in capsys.readouterr().out
+
+
+def test_the_data_line_counts_older_results_scored_on_the_floors_test_images(tmp_path):
+    out = tmp_path / "out"
+    _fake_results(out, "margin-dw-b80", [0.60, 0.61, 0.62])
+    results = rp.load_results(str(out), "margin-dw-b80")
+    for r, queries in zip(results, (24201, 24201, 100)):
+        r["metrics"]["num_queries"] = queries
+    line = rp.data_line(results, {"images": 24201, "data_checksum": "a" * 64})
+    assert "not recorded (3 of 3 runs)" in line
+    assert "2 of them were scored on 24,201 test images" in line and "aaaaaaaaaaaa…" in line
+    assert "scored on" not in rp.data_line(results)  # no floor, nothing to compare with
+
+
 def test_a_result_of_another_version_of_the_set_is_refused_before_training(kanji_dir, tmp_path):
     data = _versioned_copy(kanji_dir, tmp_path / "kanji", "a" * 64)
     out, arm, budget = tmp_path / "out", "margin-dw-b80", {"steps": 2, "evaluations": 1, "train_classes": 20,

@@ -4,6 +4,7 @@
     python benchmarks/reproduce.py --claim wu_sampling --seeds 0 1 2
     python benchmarks/reproduce.py --claim wu_sampling --budget quick      # the machinery only
     python benchmarks/reproduce.py --claim wu_sampling --report            # tables, verdicts, curves
+    python benchmarks/reproduce.py --wanted                                # the runs the verdicts ask for
     python benchmarks/reproduce.py report                                  # RESULTS.md from the JSON
     python benchmarks/reproduce.py verify-floor                            # floor.json against the set here
 
@@ -1239,6 +1240,48 @@ def run_cost(results):
     return len(seconds), sum(seconds) / 60, statistics.median(seconds) / 60 if seconds else 0.0
 
 
+#: The outcomes of a check that more seeds could decide.
+OPEN_OUTCOMES = (verdicts.UNRESOLVED, verdicts.NEEDS_SEEDS, verdicts.TOO_FEW, verdicts.MISSING)
+
+
+def seeds_wanted(out):
+    """The runs the verdicts still ask for: ``{experiment: (seeds to add, open checks, runs to
+    add, median minutes per run so far)}`` for each experiment with a check left open (an
+    outcome of :data:`OPEN_OUTCOMES`) on fewer than ``verdicts.MIN_SEEDS`` paired seeds. The
+    seeds to add are those below ``MIN_SEEDS`` that some arm of the experiment lacks; the
+    runs to add count the (arm, seed) pairs not done, a run shared with another experiment
+    once."""
+    wanted, counted = {}, set()
+    for experiment in CLAIMS:
+        rows = [row for row in paper_claims.rows_of(experiment) if not row.get("untested")]
+        open_checks = sum(c["outcome"] in OPEN_OUTCOMES and c["n"] < verdicts.MIN_SEEDS
+                          for row in rows for c in judge_claim(row, out)["checks"])
+        if not open_checks:
+            continue
+        done = {arm: {r["seed"] for r in load_results(out, arm)} for arm in claim_arms(experiment)}
+        seeds = [s for s in range(verdicts.MIN_SEEDS) if any(s not in d for d in done.values())]
+        missing = {(arm, s) for arm, d in done.items() for s in seeds if s not in d} - counted
+        counted |= missing
+        results = [r for arm in claim_arms(experiment) for r in load_results(out, arm)]
+        wanted[experiment] = (seeds, open_checks, len(missing), run_cost(results)[2] if results else None)
+    return wanted
+
+
+def wanted_text(out):
+    """The commands that add the seeds :func:`seeds_wanted` asks for, with their cost so far."""
+    wanted = seeds_wanted(out)
+    if not wanted:
+        return f"Every check is decided or has {verdicts.MIN_SEEDS} seeds: no run is wanted."
+    lines, minutes = [], 0.0
+    for experiment, (seeds, open_checks, runs, median) in wanted.items():
+        cost = f"~{runs * median / 60:.1f} h" if median is not None else "cost unknown"
+        minutes += runs * (median or 0.0)
+        lines.append(f"python benchmarks/reproduce.py --claim {experiment} --seeds {' '.join(map(str, seeds))}"
+                     f"   # {open_checks} open check(s), {runs} run(s) to add, {cost} of one runner")
+    lines.append(f"# in all ~{minutes / 60:.1f} h of one runner (each experiment's median run so far)")
+    return "\n".join(lines)
+
+
 def total_cost_line(claims, out):
     distinct = {}
     for claim in claims:
@@ -1385,7 +1428,9 @@ def results_block(out):
              f"Every run is reproduced by one command per experiment, `python benchmarks/reproduce.py --claim "
              f"<experiment> --seeds 0 1 2` (resumable: one JSON per arm and seed under `{where}/arms/`); "
              f"`python benchmarks/reproduce.py report` rewrites this block from those JSON files "
-             f"(`--check` fails when it is stale). The detail of every experiment follows.", ""]
+             f"(`--check` fails when it is stale); `python benchmarks/reproduce.py --wanted` lists the runs the "
+             f"verdicts still ask for (checks open on fewer than {verdicts.MIN_SEEDS} seeds) as commands, with "
+             f"their cost. The detail of every experiment follows.", ""]
     lines += [report(c, out, draw=False) for c in experiments]
     lines += [RESULTS_END]
     return "\n".join(lines)
@@ -1501,6 +1546,9 @@ def build_parser():
                                  "results, reports and curves are committed; run folders and views are not)")
     p.add_argument("--report", action="store_true", help="only write the report of what is done")
     p.add_argument("--list", action="store_true", help="list the claims and their arms")
+    p.add_argument("--wanted", action="store_true",
+                   help="list the runs the verdicts still ask for (checks open on fewer than "
+                        f"{verdicts.MIN_SEEDS} seeds), as commands, with their cost")
     p.add_argument("--verbose", action="store_true", help="show train.py's full output")
     return p
 
@@ -1571,8 +1619,13 @@ def main(argv=None):
         untested = [row["id"] for row in paper_claims.CLAIMS if row.get("untested")]
         print(f"untested claims (reasons in RESULTS.md): {', '.join(untested)}")
         return 0
+    if args.wanted:
+        budget_name = args.budget + ("-custom" if any(getattr(args, k) is not None
+                                                      for k in ("steps", "train_classes", "test_classes")) else "")
+        print(wanted_text(os.path.abspath(args.out or os.path.join(HERE, "reproduction", budget_name))))
+        return 0
     if not args.claim:
-        build_parser().error("give --claim (or --list)")
+        build_parser().error("give --claim (or --list, --wanted)")
     from tfdml.runs import RunError
     budget = dict(BUDGETS[args.budget])
     for key in ("steps", "train_classes", "test_classes"):

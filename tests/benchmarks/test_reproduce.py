@@ -326,6 +326,29 @@ def test_report_gives_the_verdict_of_the_paired_checks_and_draws_the_curves(tmp_
     assert "**not reproduced**" in rp.report("wu_beta", str(out))
 
 
+def test_wanted_lists_the_seeds_that_could_decide_an_open_check(tmp_path, capsys):
+    out = tmp_path / "out"
+    _fake_results(out, "margin-dw-b80", [0.60, 0.61, 0.62], seconds=120.0)
+    for beta, shift in ((0.8, 0.2), (1.0, 0.1), (1.2, 0.15), (1.4, 0.05)):
+        _fake_results(out, f"margin-dw-b80-fixed{beta}", [0.60 - shift, 0.61 - shift, 0.62 - shift + 0.001 * beta],
+                      seconds=120.0)
+    assert "wu_beta" not in rp.seeds_wanted(str(out))  # every check holds on 3 seeds
+    # one fixed β level with the learned one: that check needs 5 seeds, so seeds 3 and 4 of every arm
+    _fake_results(out, "margin-dw-b80-fixed1.2", [0.601, 0.608, 0.621], seconds=120.0)
+    checks = rp.judge_claim(rp.paper_claims.by_id("wu_t3_f"), str(out))["checks"]
+    assert [c["outcome"] for c in checks].count(rp.verdicts.NEEDS_SEEDS) == 1
+    wanted = rp.seeds_wanted(str(out))
+    # wu_sampling (listed first) shares margin-dw-b80 and lacks its other arms: it asks for every
+    # seed and counts margin-dw-b80's seeds 3 and 4, which wu_beta then does not count again
+    assert wanted["wu_sampling"][0] == [0, 1, 2, 3, 4]
+    seeds, open_checks, runs, median = wanted["wu_beta"]
+    assert (seeds, open_checks, runs, median) == ([3, 4], 1, 8, 2.0)
+    assert rp.main(["--wanted", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "python benchmarks/reproduce.py --claim wu_beta --seeds 3 4   # 1 open check(s), 8 run(s) to add, " \
+           "~0.3 h of one runner" in text
+
+
 def test_the_report_reads_its_verdict_from_the_verdict_function(tmp_path):
     """Every outcome and verdict printed is :func:`verdicts.judge`'s on the paired seed values."""
     out = tmp_path / "out"

@@ -84,12 +84,26 @@ from tfdml import files  # noqa: E402  (atomic writes: a temporary file of this 
 #: ``wu_scratch`` is Wu et al.'s protocol (§5.2: from scratch, 100 epochs, the best epoch)
 #: at this machine's scale: 500 training classes (400 trained, 100 validate, ~19k images),
 #: 6,000 steps of batch 80 (about 25 epochs), 24 evaluations.
+#: ``protocol``: how the budget runs the papers' experiments, shown with each claim in place of
+#: the claim's own protocol line (which describes the standard budget); ``beside_standard``: the
+#: committed results of the budget are reported in RESULTS next to the standard budget's.
 BUDGETS = {
     "standard": {"steps": 2000, "evaluations": 8, "train_classes": None, "test_classes": 500},
     "quick": {"steps": 40, "evaluations": 2, "train_classes": 100, "test_classes": 40},
     "wu_scratch": {"steps": 6000, "evaluations": 24, "train_classes": 500, "test_classes": 500,
-                   "validation": 0.2},
+                   "validation": 0.2, "beside_standard": True,
+                   "protocol": "Wu: SOP, from scratch, 100 epochs, the best epoch reported (§5.2); here: 500 "
+                               "training classes of the kanji set (400 trained, 100 held out as a validation "
+                               "split), 6,000 steps (about 25 epochs at batch 80), the evaluation of best "
+                               "validation MAP@R scored on the test split once"},
 }
+#: The keys of a budget that are not figures of its runs.
+BUDGET_TEXT_KEYS = ("beside_standard", "protocol")
+
+
+def budget_of(out):
+    """The budget whose results ``out`` holds (its folder name, as reproduce.py names it; {}: another)."""
+    return BUDGETS.get(os.path.basename(os.path.normpath(out)), {})
 
 
 #: An arm's key that is not config: how its view of the data differs from the budget's
@@ -1176,8 +1190,9 @@ def claim_detail(row, out):
     reported = [m for m in dict.fromkeys([spec["metric"], "recall@1"]) if m != metric]
     lines = [f"#### {row['id']} ({row['paper']}, {row['where']}): **{judged['verdict']}**", "",
              f"Claim: {row['claim']}.", ""]
-    if row.get("protocol"):
-        lines += [f"Protocol: {row['protocol']}.", ""]
+    protocol = budget_of(out).get("protocol") or row.get("protocol")
+    if protocol:
+        lines += [f"Protocol: {protocol}.", ""]
     lines += ["| check | paper Δ | seeds | Δ " + metric + " ± SE (paired) | t | p | p Holm | p sign-flip "
               "| p unpaired | " + " | ".join(f"Δ {m} ± SE" for m in reported) + " | outcome |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(reported) + "---|"]
@@ -1282,11 +1297,16 @@ def wanted_text(out):
     return "\n".join(lines)
 
 
-def total_cost_line(claims, out):
+def distinct_results(claims, out):
+    """The results of the experiments ``claims``, a run two of them share once."""
     distinct = {}
     for claim in claims:
         distinct.update(((r["arm"], r["seed"]), r) for arm in claim_arms(claim) for r in load_results(out, arm))
-    runs, minutes, median = run_cost(list(distinct.values()))
+    return list(distinct.values())
+
+
+def total_cost_line(claims, out):
+    runs, minutes, median = run_cost(distinct_results(claims, out))
     return (f"Total: {runs} distinct runs (arm × seed), {minutes / 60:.1f} hours of this machine, "
             f"{median:.1f} min per run (median; shared runs counted once).")
 
@@ -1311,7 +1331,9 @@ def report(claim, out, draw=True):
     spec = CLAIMS[claim]
     paper_metric = spec["metric"]
     shown = list(dict.fromkeys([paper_metric, VERDICT_METRIC, "recall@1", "nmi"]))
-    lines = [f"### {claim}: {spec['source']}", ""]
+    name = os.path.basename(os.path.normpath(out))
+    suffix = f" — budget `{name}`" if budget_of(out) and name != "standard" else ""
+    lines = [f"### {claim}: {spec['source']}{suffix}", ""]
     lines += ["| arm | paper " + paper_metric + " | " + " | ".join(f"ours {m}" for m in shown) + " |",
               "|---|---:|" + "---:|" * len(shown)]
     floor = (read_floor(out) or {}).get("metrics")
@@ -1400,7 +1422,15 @@ def budget_text(out):
             f"({model['embedding_dim']}-d, L2-normalised), {config['optimizer']['name']} "
             f"{config['optimizer']['learning_rate']:g}, no augmentation, **{steps:,} steps** per run "
             f"(the budget probes: {factor}×), {training['epochs']} evaluations on the way, one `train.py` process "
-            f"per (arm, seed), seeds {', '.join(map(str, seeds))}; from scratch, the final step reported.")
+            f"per (arm, seed), seeds {', '.join(map(str, seeds))}; from scratch, ")
+    validation = (config.get("data") or {}).get("validation")
+    train_classes = budget_of(out).get("train_classes")
+    if validation:
+        text += (f"{train_classes or 'all the'} training classes, {validation['fraction']:.0%} of them held out as "
+                 "a validation split; each run keeps its evaluation of best validation MAP@R and scores the test "
+                 "split once, on it.")
+    else:
+        text += "the final step reported."
     floor = read_floor(out)
     if floor is not None:
         text += (f" Scored on a fixed sample of {floor['classes']} test classes ({floor['images']:,} images, the "
@@ -1423,16 +1453,59 @@ def results_block(out):
              "not (the verdict of each row is the verdict function's "
              "on its checks; an investigation is a probe of a failed claim, not a claim of a paper):", "",
              claims_table(out), "", total_cost_line(experiments, out), "",
-             data_line(list({(r["arm"], r["seed"]): r for c in experiments for a in claim_arms(c)
-                             for r in load_results(out, a)}.values()), read_floor(out)), "",
+             data_line(distinct_results(experiments, out), read_floor(out)), "",
              f"Every run is reproduced by one command per experiment, `python benchmarks/reproduce.py --claim "
              f"<experiment> --seeds 0 1 2` (resumable: one JSON per arm and seed under `{where}/arms/`); "
              f"`python benchmarks/reproduce.py report` rewrites this block from those JSON files "
              f"(`--check` fails when it is stale); `python benchmarks/reproduce.py --wanted` lists the runs the "
              f"verdicts still ask for (checks open on fewer than {verdicts.MIN_SEEDS} seeds) as commands, with "
              f"their cost. The detail of every experiment follows.", ""]
+    beside = beside_outs(out)
+    for other in beside:
+        lines += [beside_summary(out, other), ""]
     lines += [report(c, out, draw=False) for c in experiments]
+    for other in beside:
+        lines += [beside_detail(other)]
     lines += [RESULTS_END]
+    return "\n".join(lines)
+
+
+def beside_outs(out):
+    """The results folders, next to ``out``, of the budgets reported beside the standard one
+    (``beside_standard``) that hold results."""
+    parent = os.path.dirname(os.path.normpath(out))
+    folders = [os.path.join(parent, name) for name, budget in BUDGETS.items() if budget.get("beside_standard")]
+    return [folder for folder in folders if any(has_results(c, folder) for c in CLAIMS)]
+
+
+def beside_summary(out, other):
+    """Markdown: the claims the budget of ``other`` reran, each with its verdict there and in ``out``."""
+    name, here = (os.path.basename(os.path.normpath(folder)) for folder in (other, out))
+    experiments = [c for c in CLAIMS if has_results(c, other)]
+    lines = [f"**Under `{name}`** ({budget_of(other).get('protocol', 'another budget')}): the claims it reran, "
+             f"with their verdicts under `{here}` beside them (the detail under `{name}` follows the "
+             f"`{here}` detail):", "",
+             f"| claim | figure / table | the paper's claim | verdict, `{here}` | checks | verdict, `{name}` | checks |",
+             "|---|---|---|---|---|---|---|"]
+    for row in paper_claims.CLAIMS:
+        if row.get("untested") or row["experiment"] not in experiments:
+            continue
+        judged = [judge_claim(row, folder) for folder in (out, other)]
+        cells = [f"**{j['verdict']}** | {outcome_counts(j) if j['checks'] else '–'}" for j in judged]
+        lines.append(f"| {row['id']} | {row['where']} | {row['claim']} | {cells[0]} | {cells[1]} |")
+    lines += ["", total_cost_line(experiments, other), "",
+              data_line(distinct_results(experiments, other), read_floor(other))]
+    return "\n".join(lines)
+
+
+def beside_detail(other):
+    """Markdown: the setting of the budget of ``other`` and the detail of each experiment it ran."""
+    name = os.path.basename(os.path.normpath(other))
+    experiments = [c for c in CLAIMS if has_results(c, other)]
+    lines = [f"### The experiments under `{name}`", "", budget_text(other), "",
+             f"Each run: `python benchmarks/reproduce.py --claim <experiment> --budget {name} --seeds 0 1 2` "
+             f"(one JSON per arm and seed under `{os.path.relpath(other, ROOT)}/arms/`).", ""]
+    lines += [report(c, other, draw=False) for c in experiments]
     return "\n".join(lines)
 
 
@@ -1573,7 +1646,8 @@ def report_main(argv):
                       file=sys.stderr)
                 return 1
             return 0
-        write_report_md(out)
+        for folder in [out] + beside_outs(out):
+            write_report_md(folder)
         write_results(out, args.results)
     except MixedDataVersions as err:
         sys.exit(f"reproduce.py: {err}")
@@ -1639,7 +1713,8 @@ def main(argv=None):
         floor = raw_pixel_floor(view, out)["metrics"]
         print("raw-pixel floor on the test classes: " + ", ".join(f"{k} {v:.4f}" for k, v in floor.items()))
         arms = list(dict.fromkeys(a for c in args.claim for a in claim_arms(c)))
-        print(f"{len(arms)} arms × {len(args.seeds)} seeds, budget {budget}, results in {out}", flush=True)
+        figures = {k: v for k, v in budget.items() if k not in BUDGET_TEXT_KEYS}
+        print(f"{len(arms)} arms × {len(args.seeds)} seeds, budget {figures}, results in {out}", flush=True)
         for seed in args.seeds:  # every arm of seed 0 first: a verdict needs all arms
             for arm in arms:
                 if os.path.exists(os.path.join(out, "arms", arm, f"seed-{seed}.json")):

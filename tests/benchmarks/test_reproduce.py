@@ -590,6 +590,43 @@ def test_report_command_rewrites_only_the_generated_block(tmp_path):
     assert rp.main(["report", "--out", str(out), "--results", str(results), "--check"]) == 0
 
 
+def test_results_show_wu_s_protocol_beside_the_standard_budget(tmp_path):
+    """The wu_scratch budget's results are reported next to the standard budget's: each claim it
+    reran with both verdicts, its own setting (the best validation evaluation), cost and detail."""
+    standard, scratch = tmp_path / "standard", tmp_path / "wu_scratch"
+    learned = [0.60, 0.61, 0.62, 0.63, 0.64]
+    _fake_results(standard, "margin-dw-b80", learned)
+    _fake_results(scratch, "margin-dw-b80", learned, seconds=600.0)
+    noise = [0.002, -0.001, 0.0, 0.001, -0.002]
+    for beta, shift in ((0.8, 0.2), (1.0, 0.1), (1.2, 0.0), (1.4, 0.05)):
+        _fake_results(standard, f"margin-dw-b80-fixed{beta}", [v - shift + e for v, e in zip(learned, noise)])
+        _fake_results(scratch, f"margin-dw-b80-fixed{beta}", [v - 0.3 - 0.001 * i for i, v in enumerate(learned)],
+                      seconds=600.0)
+    config = {"model": {"backbone": "small_cnn", "embedding_dim": 128}, "optimizer": {"name": "adam",
+              "learning_rate": 0.001}, "training": {"epochs": 24, "steps_per_epoch": 250},
+              "data": {"validation": {"fraction": 0.2, "mode": "classes"}}}
+    first = scratch / "arms" / "margin-dw-b80" / "seed-0.json"
+    first.write_text(json.dumps({**json.loads(first.read_text()), "config": config}))
+    row = rp.paper_claims.by_id("wu_t3_f")
+    assert rp.judge_claim(row, str(standard))["verdict"] == "partly"  # β0 = 1.2 level with the learned β
+    assert rp.judge_claim(row, str(scratch))["verdict"] == "reproduced"
+    assert rp.beside_outs(str(standard)) == [str(scratch)]
+    block = rp.results_block(str(standard))
+    summary_row = next(line for line in block.splitlines() if line.startswith("| wu_t3_f | Table 3 (f) "))
+    assert "| **partly** | 3 of 4 hold, 0 reversed | **reproduced** | 4 of 4 hold, 0 reversed |" in summary_row, \
+        summary_row
+    assert "**Under `wu_scratch`** (Wu: SOP, from scratch, 100 epochs" in block
+    assert "### wu_beta: Wu et al. 2017, Table 3" in block and "### wu_beta: Wu et al. 2017, Table 3 (SOP, " \
+        "pre-trained, 8k iterations, R@1 %) — budget `wu_scratch`" in block
+    detail = block.split("### The experiments under `wu_scratch`", 1)[1]
+    assert "500 training classes, 20% of them held out as a validation split" in detail
+    assert "Protocol: Wu: SOP, from scratch, 100 epochs" in detail and "2,000 steps" not in detail
+    assert "Total: 25 distinct runs (arm × seed), 4.2 hours" in block  # the wu_scratch runs' cost
+    # the standard budget's own detail keeps the claim's protocol line
+    assert "Protocol: Wu: SOP, ImageNet-pretrained, 8k iterations; here: from scratch, 2,000 steps" in \
+        rp.report("wu_beta", str(standard), draw=False)
+
+
 def test_results_md_reproduction_block_is_generated_from_the_committed_results():
     """RESULTS' verdicts are the verdict function's on the committed JSON: none can say more."""
     assert rp.write_results(os.path.join(ROOT, "benchmarks", "reproduction", "standard"), check=True), \

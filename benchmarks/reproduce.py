@@ -1261,13 +1261,14 @@ OPEN_OUTCOMES = (verdicts.UNRESOLVED, verdicts.NEEDS_SEEDS, verdicts.TOO_FEW, ve
 
 def seeds_wanted(out):
     """The runs the verdicts still ask for: ``{experiment: (seeds to add, open checks, runs to
-    add, median minutes per run so far)}`` for each experiment with a check left open (an
-    outcome of :data:`OPEN_OUTCOMES`) on fewer than ``verdicts.MIN_SEEDS`` paired seeds. The
+    add, median minutes per run so far)}`` for each experiment with results in ``out`` (a
+    budget runs the experiments it was started on) and a check left open (an outcome of
+    :data:`OPEN_OUTCOMES`) on fewer than ``verdicts.MIN_SEEDS`` paired seeds. The
     seeds to add are those below ``MIN_SEEDS`` that some arm of the experiment lacks; the
     runs to add count the (arm, seed) pairs not done, a run shared with another experiment
     once."""
     wanted, counted = {}, set()
-    for experiment in CLAIMS:
+    for experiment in (c for c in CLAIMS if has_results(c, out)):
         rows = [row for row in paper_claims.rows_of(experiment) if not row.get("untested")]
         open_checks = sum(c["outcome"] in OPEN_OUTCOMES and c["n"] < verdicts.MIN_SEEDS
                           for row in rows for c in judge_claim(row, out)["checks"])
@@ -1285,8 +1286,11 @@ def seeds_wanted(out):
 def wanted_text(out):
     """The commands that add the seeds :func:`seeds_wanted` asks for, with their cost so far."""
     wanted = seeds_wanted(out)
+    if not any(has_results(c, out) for c in CLAIMS):
+        return f"No experiment has results in {out} yet: start one with --claim."
     if not wanted:
-        return f"Every check is decided or has {verdicts.MIN_SEEDS} seeds: no run is wanted."
+        return (f"Every check of the experiments in {out} is decided or has {verdicts.MIN_SEEDS} seeds: "
+                "no run is wanted.")
     lines, minutes = [], 0.0
     for experiment, (seeds, open_checks, runs, median) in wanted.items():
         cost = f"~{runs * median / 60:.1f} h" if median is not None else "cost unknown"

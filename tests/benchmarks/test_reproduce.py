@@ -341,6 +341,7 @@ def test_wanted_lists_the_seeds_that_could_decide_an_open_check(tmp_path, capsys
     # wu_sampling (listed first) shares margin-dw-b80 and lacks its other arms: it asks for every
     # seed and counts margin-dw-b80's seeds 3 and 4, which wu_beta then does not count again
     assert wanted["wu_sampling"][0] == [0, 1, 2, 3, 4]
+    assert "hong_designs" not in wanted  # no results in this folder: not an experiment of its budget
     seeds, open_checks, runs, median = wanted["wu_beta"]
     assert (seeds, open_checks, runs, median) == ([3, 4], 1, 8, 2.0)
     assert rp.main(["--wanted", "--out", str(out)]) == 0

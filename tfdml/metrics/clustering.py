@@ -18,6 +18,11 @@ classes, and compare the clusters Ω with the ground-truth classes C.
   ``F1 = 2PR / (P + R)`` (Duan §4).
 
 k-means is scikit-learn's, seeded, so the same embeddings give the same score.
+It runs with one BLAS thread: its k-means++ initialisation multiplies the
+embeddings by a handful of candidate centres at a time, products too small for
+BLAS threads to pay for their start (several times slower with them on a loaded
+machine). BLAS threads split a product's output, not its sums, so the clusters
+do not change; the assignment steps keep their OpenMP threads.
 """
 
 import numpy as np
@@ -34,10 +39,13 @@ def kmeans(embeddings, num_clusters, seed=0, n_init=1):
             f"k-means needs 1 <= num_clusters <= num_examples, got {num_clusters} clusters "
             f"for {embeddings.shape[0]} examples."
         )
-    from sklearn import cluster as _cluster  # on use: importing tfdml does not import scikit-learn
+    # on use: importing tfdml does not import scikit-learn
+    from sklearn import cluster as _cluster
+    from threadpoolctl import threadpool_limits
 
     km = _cluster.KMeans(n_clusters=num_clusters, n_init=n_init, random_state=seed)
-    return km.fit_predict(embeddings)
+    with threadpool_limits(limits=1, user_api="blas"):
+        return km.fit_predict(embeddings)
 
 
 def nmi(labels, clusters, average="arithmetic"):

@@ -70,6 +70,32 @@ def test_kmeans_on_separated_blobs_is_perfect_and_seeded():
     np.testing.assert_array_equal(a, clustering.kmeans(noisy, 4, seed=5))
 
 
+def test_kmeans_runs_with_one_blas_thread_and_finds_scikit_learns_clusters(monkeypatch):
+    """The k-means++ products are too small for BLAS threads: k-means runs with one, and its
+    clusters are those of scikit-learn's KMeans with the same seed and free threads."""
+    from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_info
+
+    rng = np.random.default_rng(4)
+    labels = np.repeat(np.arange(60), 40)
+    x = rng.standard_normal((60, 32))[labels] + rng.standard_normal((len(labels), 32))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    reference = KMeans(n_clusters=60, n_init=1, random_state=7).fit_predict(x)
+    threads = []
+    fit_predict = KMeans.fit_predict
+
+    def recording(self, *args, **kwargs):
+        threads.extend(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+        return fit_predict(self, *args, **kwargs)
+
+    monkeypatch.setattr(KMeans, "fit_predict", recording)
+    clusters = clustering.kmeans(x, 60, seed=7)
+    assert threads and set(threads) == {1}
+    # the same clusters (NMI 1 between the two clusterings; a margin for a machine whose BLAS
+    # rounds a product differently with one thread)
+    assert clustering.nmi(reference, clusters) > 0.99
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="NMI average"):
         clustering.nmi([0, 1], [0, 1], "max-ish")

@@ -19,10 +19,11 @@ classes, and compare the clusters Ω with the ground-truth classes C.
 
 k-means is scikit-learn's, seeded, so the same embeddings give the same score.
 It runs with one BLAS thread: its k-means++ initialisation multiplies the
-embeddings by a handful of candidate centres at a time, products too small for
-BLAS threads to pay for their start (several times slower with them on a loaded
-machine). BLAS threads split a product's output, not its sums, so the clusters
-do not change; the assignment steps keep their OpenMP threads.
+embeddings by a handful of candidate centres at a time, products too small
+for BLAS threads, which wait for a core whenever the machine is busy (figures:
+benchmarks/RESULTS.md, "NMI's k-means"). BLAS threads split a product's
+output, not its sums, so the clusters do not change; the assignment steps keep
+their OpenMP threads.
 """
 
 import numpy as np

@@ -1045,6 +1045,29 @@ def has_results(claim, out):
     return any(load_results(out, arm) for arm in claim_arms(claim))
 
 
+#: The folder, in a results folder, that records the experiments started there: one file per
+#: experiment, written when ``--claim`` starts it. Experiments share arms (margin-dw-b80 is an
+#: arm of five), so a run of one does not make the others experiments of that folder.
+STARTED_DIR = "started"
+
+
+def mark_started(out, claims):
+    """Record that the experiments ``claims`` were started in ``out`` (kept if already there)."""
+    folder = os.path.join(out, STARTED_DIR)
+    os.makedirs(folder, exist_ok=True)
+    name = os.path.basename(os.path.normpath(out))
+    for claim in claims:
+        path = os.path.join(folder, claim)
+        if not os.path.exists(path):
+            files.write_text(path, f"python benchmarks/reproduce.py --claim {claim} --budget {name}\n")
+
+
+def experiments_in(out):
+    """The experiments started in ``out`` (:func:`mark_started`) that have results there, in the
+    order of :data:`CLAIMS`."""
+    return [c for c in CLAIMS if os.path.exists(os.path.join(out, STARTED_DIR, c)) and has_results(c, out)]
+
+
 def _scale(metric):
     """(factor, format) of a figure in the tables: metrics in % with one decimal, training
     figures (losses, which fall by orders of magnitude) as they are, to 3 significant digits."""
@@ -1235,10 +1258,14 @@ def claims_table(out):
     """Markdown: every claim of :mod:`reproduction_claims`, run or not, with its verdict."""
     lines = ["| claim | paper | figure / table | the paper's claim | verdict | checks | how to run / why untested |",
              "|---|---|---|---|---|---|---|"]
+    started = experiments_in(out)
     for row in paper_claims.CLAIMS:
         judged = judge_claim(row, out)
         if row.get("untested"):
             how, counts = row["untested"], "–"
+        elif row["experiment"] not in started:  # its arms may have runs of other experiments
+            judged = {"verdict": verdicts.UNTESTED}
+            how, counts = f"`--claim {row['experiment']}` (not started in this folder)", "–"
         else:
             how = f"`--claim {row['experiment']}`"
             counts = outcome_counts(judged) if judged["checks"] else "–"
@@ -1261,14 +1288,14 @@ OPEN_OUTCOMES = (verdicts.UNRESOLVED, verdicts.NEEDS_SEEDS, verdicts.TOO_FEW, ve
 
 def seeds_wanted(out):
     """The runs the verdicts still ask for: ``{experiment: (seeds to add, open checks, runs to
-    add, median minutes per run so far)}`` for each experiment with results in ``out`` (a
+    add, median minutes per run so far)}`` for each experiment of ``out`` (:func:`experiments_in`: a
     budget runs the experiments it was started on) and a check left open (an outcome of
     :data:`OPEN_OUTCOMES`) on fewer than ``verdicts.MIN_SEEDS`` paired seeds. The
     seeds to add are those below ``MIN_SEEDS`` that some arm of the experiment lacks; the
     runs to add count the (arm, seed) pairs not done, a run shared with another experiment
     once."""
     wanted, counted = {}, set()
-    for experiment in (c for c in CLAIMS if has_results(c, out)):
+    for experiment in experiments_in(out):
         rows = [row for row in paper_claims.rows_of(experiment) if not row.get("untested")]
         open_checks = sum(c["outcome"] in OPEN_OUTCOMES and c["n"] < verdicts.MIN_SEEDS
                           for row in rows for c in judge_claim(row, out)["checks"])
@@ -1286,7 +1313,7 @@ def seeds_wanted(out):
 def wanted_text(out):
     """The commands that add the seeds :func:`seeds_wanted` asks for, with their cost so far."""
     wanted = seeds_wanted(out)
-    if not any(has_results(c, out) for c in CLAIMS):
+    if not experiments_in(out):
         return f"No experiment has results in {out} yet: start one with --claim."
     if not wanted:
         return (f"Every check of the experiments in {out} is decided or has {verdicts.MIN_SEEDS} seeds: "
@@ -1450,7 +1477,7 @@ def budget_text(out):
 def results_block(out):
     """The generated block of RESULTS' "Reproduction": setting, rule, every claim with its verdict,
     the total cost, then each experiment's detail (the same text as report.md)."""
-    experiments = [c for c in CLAIMS if has_results(c, out)]
+    experiments = experiments_in(out)
     where = os.path.relpath(out, ROOT)
     lines = [RESULTS_BEGIN, "", budget_text(out), "", rule_text(), "",
              "**Every claim of the four papers**, and the memory-size claims of Wang et al. 2020 (XBM), run or "
@@ -1479,13 +1506,13 @@ def beside_outs(out):
     (``beside_standard``) that hold results."""
     parent = os.path.dirname(os.path.normpath(out))
     folders = [os.path.join(parent, name) for name, budget in BUDGETS.items() if budget.get("beside_standard")]
-    return [folder for folder in folders if any(has_results(c, folder) for c in CLAIMS)]
+    return [folder for folder in folders if experiments_in(folder)]
 
 
 def beside_summary(out, other):
     """Markdown: the claims the budget of ``other`` reran, each with its verdict there and in ``out``."""
     name, here = (os.path.basename(os.path.normpath(folder)) for folder in (other, out))
-    experiments = [c for c in CLAIMS if has_results(c, other)]
+    experiments = experiments_in(other)
     lines = [f"**Under `{name}`** ({budget_of(other).get('protocol', 'another budget')}): the claims it reran, "
              f"with their verdicts under `{here}` beside them (the detail under `{name}` follows the "
              f"`{here}` detail):", "",
@@ -1505,7 +1532,7 @@ def beside_summary(out, other):
 def beside_detail(other):
     """Markdown: the setting of the budget of ``other`` and the detail of each experiment it ran."""
     name = os.path.basename(os.path.normpath(other))
-    experiments = [c for c in CLAIMS if has_results(c, other)]
+    experiments = experiments_in(other)
     lines = [f"### The experiments under `{name}`", "", budget_text(other), "",
              f"Each run: `python benchmarks/reproduce.py --claim <experiment> --budget {name} --seeds 0 1 2` "
              f"(one JSON per arm and seed under `{os.path.relpath(other, ROOT)}/arms/`).", ""]
@@ -1532,8 +1559,8 @@ def write_results(out, path=RESULTS_PATH, check=False):
 
 
 def write_report_md(out, draw=True):
-    """report.md of ``out``: the summary, then every experiment with results."""
-    reports = {c: report(c, out, draw) for c in CLAIMS if has_results(c, out)}
+    """report.md of ``out``: the summary, then every experiment started there with results."""
+    reports = {c: report(c, out, draw) for c in experiments_in(out)}
     path = os.path.join(out, "report.md")
     files.write_text(path, "\n".join([summary(list(reports), out)] + list(reports.values())) + "\n")
     return reports
@@ -1717,6 +1744,7 @@ def main(argv=None):
         floor = raw_pixel_floor(view, out)["metrics"]
         print("raw-pixel floor on the test classes: " + ", ".join(f"{k} {v:.4f}" for k, v in floor.items()))
         arms = list(dict.fromkeys(a for c in args.claim for a in claim_arms(c)))
+        mark_started(out, args.claim)
         figures = {k: v for k, v in budget.items() if k not in BUDGET_TEXT_KEYS}
         print(f"{len(arms)} arms × {len(args.seeds)} seeds, budget {figures}, results in {out}", flush=True)
         for seed in args.seeds:  # every arm of seed 0 first: a verdict needs all arms
@@ -1740,7 +1768,7 @@ def main(argv=None):
                 print(f"    R@1 {result['metrics'].get('recall@1', float('nan')):.4f} in {result['seconds']:.0f} s",
                       flush=True)
     try:
-        # report.md holds every experiment with results, not only the ones of this command
+        # report.md holds every experiment started in the folder, not only the ones of this command
         reports = write_report_md(out)
     except MixedDataVersions as err:
         sys.exit(f"reproduce.py: {err}")

@@ -231,6 +231,8 @@ def test_an_arm_runs_through_train_py_and_is_not_run_twice(kanji_dir, tmp_path, 
         assert "margin-dw-b80 seed 0" not in capsys.readouterr().out
         report = (out / "report.md").read_text()
         assert "**untested**" in report and "margin-dw-b80" in report
+        # the folder records the experiment --claim started, not the others sharing its arm
+        assert rp.experiments_in(str(out)) == ["wu_beta"] and "### wu_sampling" not in report
         with pytest.raises(SystemExit, match="trained with another config"):
             rp.main(argv[:-4] + ["--train-classes", "18", "--test-classes", "4"])
         # Without its JSON (deleted, or killed after train.py finished), a finished run folder
@@ -332,18 +334,22 @@ def test_wanted_lists_the_seeds_that_could_decide_an_open_check(tmp_path, capsys
     for beta, shift in ((0.8, 0.2), (1.0, 0.1), (1.2, 0.15), (1.4, 0.05)):
         _fake_results(out, f"margin-dw-b80-fixed{beta}", [0.60 - shift, 0.61 - shift, 0.62 - shift + 0.001 * beta],
                       seconds=120.0)
+    rp.mark_started(str(out), ["wu_beta"])
     assert "wu_beta" not in rp.seeds_wanted(str(out))  # every check holds on 3 seeds
     # one fixed β level with the learned one: that check needs 5 seeds, so seeds 3 and 4 of every arm
     _fake_results(out, "margin-dw-b80-fixed1.2", [0.601, 0.608, 0.621], seconds=120.0)
     checks = rp.judge_claim(rp.paper_claims.by_id("wu_t3_f"), str(out))["checks"]
     assert [c["outcome"] for c in checks].count(rp.verdicts.NEEDS_SEEDS) == 1
     wanted = rp.seeds_wanted(str(out))
-    # wu_sampling (listed first) shares margin-dw-b80 and lacks its other arms: it asks for every
-    # seed and counts margin-dw-b80's seeds 3 and 4, which wu_beta then does not count again
-    assert wanted["wu_sampling"][0] == [0, 1, 2, 3, 4]
-    assert "hong_designs" not in wanted  # no results in this folder: not an experiment of its budget
     seeds, open_checks, runs, median = wanted["wu_beta"]
-    assert (seeds, open_checks, runs, median) == ([3, 4], 1, 8, 2.0)
+    assert (seeds, open_checks, runs, median) == ([3, 4], 1, 10, 2.0)  # 5 arms × 2 seeds
+    # wu_sampling shares margin-dw-b80 but was not started in this folder: no run is asked for it
+    assert list(wanted) == ["wu_beta"]
+    # started, it asks for every seed of its other arms and counts margin-dw-b80's seeds 3 and 4
+    # once (wu_sampling is listed first, so wu_beta no longer counts them)
+    rp.mark_started(str(out), ["wu_sampling"])
+    wanted = rp.seeds_wanted(str(out))
+    assert wanted["wu_sampling"][0] == [0, 1, 2, 3, 4] and wanted["wu_beta"][2] == 8
     assert rp.main(["--wanted", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "python benchmarks/reproduce.py --claim wu_beta --seeds 3 4   # 1 open check(s), 8 run(s) to add, " \
@@ -544,14 +550,20 @@ def test_a_result_of_another_version_of_the_set_is_refused_before_training(kanji
 
 def test_report_md_keeps_every_claim_with_results(tmp_path, capsys):
     """report.md once held only the claims of the last command: reporting lu_topk erased the
-    wu_sampling report. It now holds every experiment with results, whatever --claim says."""
+    wu_sampling report. It now holds every experiment started in the folder with results,
+    whatever --claim says."""
     out = tmp_path / "out"
     _fake_results(out, "margin-dw-b80", [0.60, 0.61, 0.62])
     _fake_results(out, "precision_at_k-m10", [0.50, 0.51, 0.52])
+    rp.mark_started(str(out), ["wu_sampling", "lu_topk", "hong_designs"])
     rp.main(["--claim", "lu_topk", "--report", "--out", str(out)])
     report = (out / "report.md").read_text()
-    assert "### lu_topk" in report and "### wu_sampling" in report and "### wu_beta" in report
-    assert "### hong_designs" not in report  # no result yet
+    assert "### lu_topk" in report and "### wu_sampling" in report
+    assert "### hong_designs" not in report  # started, no result yet
+    # wu_beta shares margin-dw-b80 with wu_sampling but was not started here: not an experiment
+    # of this folder, and its claim says so instead of judging the shared arm
+    assert "### wu_beta" not in report
+    assert "| **untested** | – | `--claim wu_beta` (not started in this folder) |" in report
     printed = capsys.readouterr().out
     assert "### lu_topk" in printed and "### wu_sampling" not in printed  # what was asked for
 
@@ -564,6 +576,7 @@ def test_report_md_opens_with_every_claim_and_the_total_cost(tmp_path):
     for beta in (0.8, 1.0, 1.2, 1.4):
         _fake_results(out, f"margin-dw-b80-fixed{beta}", [0.40, 0.415, 0.42], seconds=120.0)
     _fake_results(out, "precision_at_k-m10", [0.50, 0.51, 0.52], seconds=60.0)
+    rp.mark_started(str(out), ["wu_sampling", "wu_beta", "lu_topk"])
     rp.main(["--claim", "wu_beta", "--report", "--out", str(out)])
     report = (out / "report.md").read_text()
     head = report.split("### ")[0]
@@ -581,6 +594,7 @@ def test_report_md_opens_with_every_claim_and_the_total_cost(tmp_path):
 def test_report_command_rewrites_only_the_generated_block(tmp_path):
     out = tmp_path / "out"
     _fake_results(out, "precision_at_k-m10", [0.50, 0.55, 0.60])
+    rp.mark_started(str(out), ["lu_topk"])
     results = tmp_path / "RESULTS.md"
     results.write_text(f"# R\n\n## Reproduction\n\n{rp.RESULTS_BEGIN}\nstale placeholder\n{rp.RESULTS_END}\n\nnotes by hand\n")
     assert rp.main(["report", "--out", str(out), "--results", str(results), "--check"]) == 1
@@ -606,6 +620,8 @@ def test_results_show_wu_s_protocol_beside_the_standard_budget(tmp_path):
     config = {"model": {"backbone": "small_cnn", "embedding_dim": 128}, "optimizer": {"name": "adam",
               "learning_rate": 0.001}, "training": {"epochs": 24, "steps_per_epoch": 250},
               "data": {"validation": {"fraction": 0.2, "mode": "classes"}}}
+    rp.mark_started(str(standard), ["wu_sampling", "wu_beta"])
+    rp.mark_started(str(scratch), ["wu_beta"])
     first = scratch / "arms" / "margin-dw-b80" / "seed-0.json"
     first.write_text(json.dumps({**json.loads(first.read_text()), "config": config}))
     row = rp.paper_claims.by_id("wu_t3_f")

@@ -1318,11 +1318,15 @@ def wanted_text(out):
     if not wanted:
         return (f"Every check of the experiments in {out} is decided or has {verdicts.MIN_SEEDS} seeds: "
                 "no run is wanted.")
+    name = os.path.basename(os.path.normpath(out))
+    # the budget a folder of reproduce.py's naming holds; any other folder by its path (a run
+    # of another budget there is refused: its stored configs differ)
+    where = "" if name == "standard" else f" --budget {name}" if name in BUDGETS else f" --out {out}"
     lines, minutes = [], 0.0
     for experiment, (seeds, open_checks, runs, median) in wanted.items():
         cost = f"~{runs * median / 60:.1f} h" if median is not None else "cost unknown"
         minutes += runs * (median or 0.0)
-        lines.append(f"python benchmarks/reproduce.py --claim {experiment} --seeds {' '.join(map(str, seeds))}"
+        lines.append(f"python benchmarks/reproduce.py --claim {experiment}{where} --seeds {' '.join(map(str, seeds))}"
                      f"   # {open_checks} open check(s), {runs} run(s) to add, {cost} of one runner")
     lines.append(f"# in all ~{minutes / 60:.1f} h of one runner (each experiment's median run so far)")
     return "\n".join(lines)

@@ -352,8 +352,22 @@ def test_wanted_lists_the_seeds_that_could_decide_an_open_check(tmp_path, capsys
     assert wanted["wu_sampling"][0] == [0, 1, 2, 3, 4] and wanted["wu_beta"][2] == 8
     assert rp.main(["--wanted", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "python benchmarks/reproduce.py --claim wu_beta --seeds 3 4   # 1 open check(s), 8 run(s) to add, " \
-           "~0.3 h of one runner" in text
+    assert f"python benchmarks/reproduce.py --claim wu_beta --out {out} --seeds 3 4   # 1 open check(s), 8 run(s) " \
+           "to add, ~0.3 h of one runner" in text
+
+
+def test_wanted_commands_run_in_the_budget_of_the_folder(tmp_path, capsys):
+    """A run --wanted prints for another budget's folder adds to that folder, in that budget."""
+    for folder, option in (("wu_scratch", "--budget wu_scratch"), ("standard", ""), ("mine", None)):
+        out = tmp_path / folder
+        _fake_results(out, "margin-dw-b80", [0.60, 0.61, 0.62])
+        rp.mark_started(str(out), ["wu_beta"])
+        assert rp.main(["--wanted", "--out", str(out)]) == 0
+        command = capsys.readouterr().out.splitlines()[0].split("   #")[0]
+        if option is None:  # a folder of no budget's name: its path says where
+            option = f"--out {out}"
+        assert command == " ".join(filter(None, ["python benchmarks/reproduce.py --claim wu_beta", option,
+                                                 "--seeds 0 1 2 3 4"]))
 
 
 def test_the_report_reads_its_verdict_from_the_verdict_function(tmp_path):

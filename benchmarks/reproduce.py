@@ -59,6 +59,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -977,8 +978,45 @@ def run_arm(arm, seed, out, data_dir, budget, quiet=True):
         "seconds": seconds, "attempts": attempts, "load_average_at_start": round(load, 2),
         "machine": machine.describe(), "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(),
     }
+    replaced = os.path.join(arm_dir, f"seed-{seed}{REPLACED_SUFFIX}")
+    if os.path.exists(replaced):  # a rerun of a result without a data set checksum
+        with open(replaced) as f:
+            earlier = json.load(f)
+        result["replaces"] = {k: earlier.get(k) for k in REPLACED_KEYS}
     _write_json(result_path, result)
+    if os.path.exists(replaced):
+        os.remove(replaced)
     return result
+
+
+#: The suffix of the copy of a result that records no data set checksum, kept while
+#: ``--rerun-unrecorded`` trains it again; its :data:`REPLACED_KEYS` then go into the new
+#: result as ``replaces`` (so the rerun shows how far the earlier run's figures were).
+REPLACED_SUFFIX = ".replaced"
+REPLACED_KEYS = ("metrics", "finished", "seconds", "machine")
+
+
+def set_aside_unrecorded(arm, seed, out):
+    """Make (arm, seed) of ``out`` train again when its result records no data set checksum
+    (it was trained before provenance was recorded): keep the result in
+    ``seed-<s>.replaced``, then remove it, its run folder and its attempts ledger, so the rerun
+    trains from the start and counts only its own time. Returns whether it did. A cut at any
+    point is safe to redo: the copy is written first and once, the result removed last."""
+    arm_dir = os.path.join(out, "arms", arm)
+    result_path = os.path.join(arm_dir, f"seed-{seed}.json")
+    with open(result_path) as f:
+        done = json.load(f)
+    if data_checksum(done):
+        return False
+    replaced = os.path.join(arm_dir, f"seed-{seed}{REPLACED_SUFFIX}")
+    if not os.path.exists(replaced):
+        _write_json(replaced, done)
+    ledger = os.path.join(arm_dir, f"seed-{seed}.attempts")
+    if os.path.exists(ledger):
+        os.remove(ledger)
+    shutil.rmtree(os.path.join(arm_dir, f"seed-{seed}"), ignore_errors=True)
+    os.remove(result_path)
+    return True
 
 
 # --------------------------------------------------------------------------- report
@@ -1122,6 +1160,13 @@ def data_line(results, floor=None):
                      f"sample{version}: a count another font set would change, though the images themselves "
                      "are not recorded")
         parts.append(text)
+    reruns = [r for r in results if (r.get("replaces") or {}).get("metrics", {}).get(VERDICT_METRIC) is not None
+              and r.get("metrics", {}).get(VERDICT_METRIC) is not None]
+    if reruns:
+        moved = [100 * abs(r["metrics"][VERDICT_METRIC] - r["replaces"]["metrics"][VERDICT_METRIC]) for r in reruns]
+        parts.append(f"{len(reruns)} of them trained again once the checksum was recorded (`--rerun-unrecorded`): "
+                     f"their {VERDICT_METRIC.upper()} differs from the earlier run's by {statistics.median(moved):.2f} "
+                     f"points (median; at most {max(moved):.2f})")
     return "Data: " + "; ".join(parts) + "." if parts else ""
 
 
@@ -1657,6 +1702,9 @@ def build_parser():
     p.add_argument("--wanted", action="store_true",
                    help="list the runs the verdicts still ask for (checks open on fewer than "
                         f"{verdicts.MIN_SEEDS} seeds), as commands, with their cost")
+    p.add_argument("--rerun-unrecorded", action="store_true",
+                   help="train again the runs whose result records no data set checksum (made before "
+                        "provenance was recorded); the new result keeps the earlier one's figures as 'replaces'")
     p.add_argument("--verbose", action="store_true", help="show train.py's full output")
     return p
 
@@ -1753,9 +1801,12 @@ def main(argv=None):
         print(f"{len(arms)} arms × {len(args.seeds)} seeds, budget {figures}, results in {out}", flush=True)
         for seed in args.seeds:  # every arm of seed 0 first: a verdict needs all arms
             for arm in arms:
+                rerun = False
                 if os.path.exists(os.path.join(out, "arms", arm, f"seed-{seed}.json")):
-                    run_arm(arm, seed, out, data_dir, budget)  # checks the stored config
-                    continue
+                    done = run_arm(arm, seed, out, data_dir, budget)  # checks the stored config
+                    rerun = args.rerun_unrecorded and not data_checksum(done)
+                    if not rerun:
+                        continue
                 lock = runner_lock(out, arm, seed)
                 try:
                     lock.acquire()
@@ -1765,7 +1816,11 @@ def main(argv=None):
                           f"(PID {holder.get('pid')}); skipped", flush=True)
                     continue
                 try:
-                    print(f"[{datetime.datetime.now():%H:%M:%S}] {arm} seed {seed}", flush=True)
+                    if (rerun and os.path.exists(os.path.join(out, "arms", arm, f"seed-{seed}.json"))
+                            and not set_aside_unrecorded(arm, seed, out)):
+                        continue  # another runner reran it meanwhile
+                    print(f"[{datetime.datetime.now():%H:%M:%S}] {arm} seed {seed}"
+                          + (" (rerun: its result recorded no data set checksum)" if rerun else ""), flush=True)
                     result = run_arm(arm, seed, out, data_dir, budget, quiet=not args.verbose)
                 finally:
                     lock.release()

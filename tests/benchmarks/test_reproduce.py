@@ -245,6 +245,25 @@ def test_an_arm_runs_through_train_py_and_is_not_run_twice(kanji_dir, tmp_path, 
         assert again["metrics"] == result["metrics"]
         # the read-back is a second attempt; its cost adds to the first one's
         assert again["attempts"] == 2 and again["seconds"] >= result["seconds"]
+        # A result trained before the data set checksum was recorded is kept as it is, unless
+        # --rerun-unrecorded: then it trains again from the start and keeps the earlier figures.
+        unrecorded = {k: v for k, v in again.items() if k != "provenance"}
+        unrecorded["metrics"] = {**again["metrics"], "map@r": 0.123}
+        result_path.write_text(json.dumps(unrecorded))
+        assert rp.main(argv) == 0 and "provenance" not in json.loads(result_path.read_text())
+        assert rp.main(argv + ["--rerun-unrecorded"]) == 0
+        rerun = json.loads(result_path.read_text())
+        assert rerun["provenance"]["data"]["checksum"] == "ab" * 32
+        assert rerun["attempts"] == 1 and rerun["replaces"]["metrics"]["map@r"] == 0.123
+        assert not (out / "arms" / "margin-dw-b80" / "seed-0.replaced").exists()
+        assert rp.main(argv + ["--rerun-unrecorded"]) == 0  # recorded now: not trained a third time
+        assert json.loads(result_path.read_text())["finished"] == rerun["finished"]
+        # cut right after the result was set aside: the next run, with or without the flag,
+        # trains it and still records what it replaces
+        result_path.write_text(json.dumps(unrecorded))
+        assert rp.set_aside_unrecorded("margin-dw-b80", 0, str(out)) and not result_path.exists()
+        assert rp.main(argv) == 0
+        assert json.loads(result_path.read_text())["replaces"]["metrics"]["map@r"] == 0.123
     finally:
         rp.claim_arms = original
 
@@ -543,6 +562,14 @@ def test_the_data_line_counts_older_results_scored_on_the_floors_test_images(tmp
     assert "not recorded (3 of 3 runs)" in line
     assert "2 of them were scored on 24,201 test images" in line and "aaaaaaaaaaaa…" in line
     assert "scored on" not in rp.data_line(results)  # no floor, nothing to compare with
+    # trained again with the checksum recorded: how far each rerun's MAP@R is from the earlier run's
+    for r, earlier in zip(results, (0.59, 0.6125, 0.62)):
+        r["provenance"] = {"data": {"checksum": "a" * 64}}
+        r["replaces"] = {"metrics": {"map@r": earlier}}
+    line = rp.data_line(results)
+    assert "not recorded" not in line and "kanji set checksum aaaaaaaaaaaa… (3 runs)" in line
+    assert "3 of them trained again once the checksum was recorded" in line
+    assert "by 0.25 points (median; at most 1.00)" in line
 
 
 def test_a_result_of_another_version_of_the_set_is_refused_before_training(kanji_dir, tmp_path):

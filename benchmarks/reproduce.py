@@ -5,6 +5,7 @@
     python benchmarks/reproduce.py --claim wu_sampling --budget quick      # the machinery only
     python benchmarks/reproduce.py --claim wu_sampling --report            # tables, verdicts, curves
     python benchmarks/reproduce.py --wanted                                # the runs the verdicts ask for
+    python benchmarks/reproduce.py --claim wu_sampling --rerun-unrecorded  # retrain results without a checksum
     python benchmarks/reproduce.py report                                  # RESULTS.md from the JSON
     python benchmarks/reproduce.py verify-floor                            # floor.json against the set here
 
@@ -1355,14 +1356,29 @@ def seeds_wanted(out):
     return wanted
 
 
+def unrecorded_runs(out):
+    """``{experiment: [results]}``: the results of the experiments of ``out`` that record no data
+    set checksum, each under the first experiment that has its arm."""
+    runs, seen = {}, set()
+    for experiment in experiments_in(out):
+        for arm in claim_arms(experiment):
+            for result in load_results(out, arm):
+                if not data_checksum(result) and (arm, result["seed"]) not in seen:
+                    seen.add((arm, result["seed"]))
+                    runs.setdefault(experiment, []).append(result)
+    return runs
+
+
 def wanted_text(out):
-    """The commands that add the seeds :func:`seeds_wanted` asks for, with their cost so far."""
-    wanted = seeds_wanted(out)
+    """The commands that add the seeds :func:`seeds_wanted` asks for, with their cost so far,
+    and the one that trains again the results without a data set checksum
+    (:func:`unrecorded_runs`), with their own run times."""
+    wanted, unrecorded = seeds_wanted(out), unrecorded_runs(out)
     if not experiments_in(out):
         return f"No experiment has results in {out} yet: start one with --claim."
-    if not wanted:
-        return (f"Every check of the experiments in {out} is decided or has {verdicts.MIN_SEEDS} seeds: "
-                "no run is wanted.")
+    if not wanted and not unrecorded:
+        return (f"Every check of the experiments in {out} is decided or has {verdicts.MIN_SEEDS} seeds, and every "
+                "result records its data set: no run is wanted.")
     name = os.path.basename(os.path.normpath(out))
     # the budget a folder of reproduce.py's naming holds; any other folder by its path (a run
     # of another budget there is refused: its stored configs differ)
@@ -1373,6 +1389,15 @@ def wanted_text(out):
         minutes += runs * (median or 0.0)
         lines.append(f"python benchmarks/reproduce.py --claim {experiment}{where} --seeds {' '.join(map(str, seeds))}"
                      f"   # {open_checks} open check(s), {runs} run(s) to add, {cost} of one runner")
+    if unrecorded:
+        results = [r for rs in unrecorded.values() for r in rs]
+        seeds = sorted({r["seed"] for r in results})
+        rerun_minutes = run_cost(results)[1]
+        minutes += rerun_minutes
+        claims = " ".join(f"--claim {c}" for c in unrecorded)
+        lines.append(f"python benchmarks/reproduce.py {claims}{where} --seeds {' '.join(map(str, seeds))} "
+                     f"--rerun-unrecorded   # {len(results)} result(s) without a data set checksum, "
+                     f"~{rerun_minutes / 60:.1f} h of one runner (their own run times)")
     lines.append(f"# in all ~{minutes / 60:.1f} h of one runner (each experiment's median run so far)")
     return "\n".join(lines)
 
@@ -1538,8 +1563,9 @@ def results_block(out):
              f"<experiment> --seeds 0 1 2` (resumable: one JSON per arm and seed under `{where}/arms/`); "
              f"`python benchmarks/reproduce.py report` rewrites this block from those JSON files "
              f"(`--check` fails when it is stale); `python benchmarks/reproduce.py --wanted` lists the runs the "
-             f"verdicts still ask for (checks open on fewer than {verdicts.MIN_SEEDS} seeds) as commands, with "
-             f"their cost. The detail of every experiment follows.", ""]
+             f"verdicts still ask for (checks open on fewer than {verdicts.MIN_SEEDS} seeds) and the results to "
+             f"train again because they record no data set checksum, as commands, with their cost. The detail "
+             f"of every experiment follows.", ""]
     beside = beside_outs(out)
     for other in beside:
         lines += [beside_summary(out, other), ""]
@@ -1701,7 +1727,8 @@ def build_parser():
     p.add_argument("--list", action="store_true", help="list the claims and their arms")
     p.add_argument("--wanted", action="store_true",
                    help="list the runs the verdicts still ask for (checks open on fewer than "
-                        f"{verdicts.MIN_SEEDS} seeds), as commands, with their cost")
+                        f"{verdicts.MIN_SEEDS} seeds) and the results without a data set checksum, as "
+                        "commands, with their cost")
     p.add_argument("--rerun-unrecorded", action="store_true",
                    help="train again the runs whose result records no data set checksum (made before "
                         "provenance was recorded); the new result keeps the earlier one's figures as 'replaces'")

@@ -373,6 +373,12 @@ def test_wanted_lists_the_seeds_that_could_decide_an_open_check(tmp_path, capsys
     text = capsys.readouterr().out
     assert f"python benchmarks/reproduce.py --claim wu_beta --out {out} --seeds 3 4   # 1 open check(s), 8 run(s) " \
            "to add, ~0.3 h of one runner" in text
+    # these results record no data set checksum: one command trains them again, at their own cost
+    assert f"python benchmarks/reproduce.py --claim wu_sampling --claim wu_beta --out {out} --seeds 0 1 2 " \
+           "--rerun-unrecorded   # 15 result(s) without a data set checksum, ~0.5 h of one runner" in text
+    for path in (out / "arms").glob("*/seed-*.json"):
+        path.write_text(json.dumps({**json.loads(path.read_text()), "provenance": {"data": {"checksum": "a" * 64}}}))
+    assert "--rerun-unrecorded" not in rp.wanted_text(str(out))
 
 
 def test_wanted_commands_run_in_the_budget_of_the_folder(tmp_path, capsys):

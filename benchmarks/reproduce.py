@@ -1569,11 +1569,22 @@ def results_block(out):
     beside = beside_outs(out)
     for other in beside:
         lines += [beside_summary(out, other), ""]
+    if beside:
+        lines += [study_cost_line([out] + beside), ""]
     lines += [report(c, out, draw=False) for c in experiments]
     for other in beside:
         lines += [beside_detail(other)]
     lines += [RESULTS_END]
     return "\n".join(lines)
+
+
+def study_cost_line(folders):
+    """One line: the runs and hours of every budget's results, in all and per budget."""
+    costs = [(os.path.basename(os.path.normpath(f)), *run_cost(distinct_results(experiments_in(f), f))[:2])
+             for f in folders]
+    parts = ", ".join(f"`{name}` {runs} runs, {minutes / 60:.1f} h" for name, runs, minutes in costs)
+    return (f"The whole study: {sum(c[1] for c in costs)} runs, {sum(c[2] for c in costs) / 60:.1f} hours of this "
+            f"machine ({parts}).")
 
 
 def beside_outs(out):

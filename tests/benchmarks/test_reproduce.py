@@ -686,6 +686,9 @@ def test_results_show_wu_s_protocol_beside_the_standard_budget(tmp_path):
     assert "500 training classes, 20% of them held out as a validation split" in detail
     assert "Protocol: Wu: SOP, from scratch, 100 epochs" in detail and "2,000 steps" not in detail
     assert "Total: 25 distinct runs (arm × seed), 4.2 hours" in block  # the wu_scratch runs' cost
+    # both budgets' runs: 25 of 60 s and 25 of 600 s
+    assert "The whole study: 50 runs, 4.6 hours of this machine (`standard` 25 runs, 0.4 h, `wu_scratch` 25 runs, " \
+        "4.2 h)." in block
     # the standard budget's own detail keeps the claim's protocol line
     assert "Protocol: Wu: SOP, ImageNet-pretrained, 8k iterations; here: from scratch, 2,000 steps" in \
         rp.report("wu_beta", str(standard), draw=False)

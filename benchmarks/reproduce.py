@@ -1560,7 +1560,8 @@ def results_block(out):
              claims_table(out), "", total_cost_line(experiments, out), "",
              data_line(distinct_results(experiments, out), read_floor(out)), "",
              f"Every run is reproduced by one command per experiment, `python benchmarks/reproduce.py --claim "
-             f"<experiment> --seeds 0 1 2` (resumable: one JSON per arm and seed under `{where}/arms/`); "
+             f"<experiment> --seeds <its seeds>` (each experiment's cost line names them; resumable: one JSON per arm "
+             f"and seed under `{where}/arms/`); "
              f"`python benchmarks/reproduce.py report` rewrites this block from those JSON files "
              f"(`--check` fails when it is stale); `python benchmarks/reproduce.py --wanted` lists the runs the "
              f"verdicts still ask for (checks open on fewer than {verdicts.MIN_SEEDS} seeds) and the results to "
@@ -1620,8 +1621,9 @@ def beside_detail(other):
     name = os.path.basename(os.path.normpath(other))
     experiments = experiments_in(other)
     lines = [f"### The experiments under `{name}`", "", budget_text(other), "",
-             f"Each run: `python benchmarks/reproduce.py --claim <experiment> --budget {name} --seeds 0 1 2` "
-             f"(one JSON per arm and seed under `{os.path.relpath(other, ROOT)}/arms/`).", ""]
+             f"Each run: `python benchmarks/reproduce.py --claim <experiment> --budget {name} --seeds <its seeds>` "
+             f"(each experiment's cost line names them; one JSON per arm and seed under "
+             f"`{os.path.relpath(other, ROOT)}/arms/`).", ""]
     lines += [report(c, other, draw=False) for c in experiments]
     return "\n".join(lines)
 

@@ -1520,13 +1520,15 @@ def budget_text(out):
         return ""
     config = results["config"]
     seeds = sorted({r["seed"] for c in CLAIMS for a in claim_arms(c) for r in load_results(out, a)})
-    factor = max(arm.get(STEPS_KEY, 1) for arm in ARMS.values())
+    longer = {c: max(ARMS[arm].get(STEPS_KEY, 1) for arm in claim_arms(c)) for c in experiments_in(out)}
+    longer = ", ".join(f"{factor}× in `{c}`" for c, factor in longer.items() if factor > 1)
     training, model = config["training"], config["model"]
-    steps = training["epochs"] * training["steps_per_epoch"]
+    steps = training["epochs"] * training["steps_per_epoch"] // ARMS[results["arm"]].get(STEPS_KEY, 1)
     text = (f"Setting: `{os.path.basename(os.path.normpath(out))}` budget, a `{model['backbone']}` "
             f"({model['embedding_dim']}-d, L2-normalised), {config['optimizer']['name']} "
-            f"{config['optimizer']['learning_rate']:g}, no augmentation, **{steps:,} steps** per run "
-            f"(the budget probes: {factor}×), {training['epochs']} evaluations on the way, one `train.py` process "
+            f"{config['optimizer']['learning_rate']:g}, no augmentation, **{steps:,} steps** per run"
+            + (f" ({longer})" if longer else "")
+            + f", {training['epochs']} evaluations on the way, one `train.py` process "
             f"per (arm, seed), seeds {', '.join(map(str, seeds))}; from scratch, ")
     validation = (config.get("data") or {}).get("validation")
     train_classes = budget_of(out).get("train_classes")

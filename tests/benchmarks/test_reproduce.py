@@ -684,6 +684,8 @@ def test_results_show_wu_s_protocol_beside_the_standard_budget(tmp_path):
         "pre-trained, 8k iterations, R@1 %) — budget `wu_scratch`" in block
     detail = block.split("### The experiments under `wu_scratch`", 1)[1]
     assert "500 training classes, 20% of them held out as a validation split" in detail
+    # no experiment of that folder trains longer than its budget (wu_margin_budget is not one)
+    assert "**6,000 steps** per run, 24 evaluations" in detail
     assert "Protocol: Wu: SOP, from scratch, 100 epochs" in detail and "2,000 steps" not in detail
     assert "Total: 25 distinct runs (arm × seed), 4.2 hours" in block  # the wu_scratch runs' cost
     # both budgets' runs: 25 of 60 s and 25 of 600 s

@@ -1276,6 +1276,9 @@ def claim_detail(row, out):
         cells += [_diff_cell(*paired_summary(out, check, m, at)[:2], m) for m in reported]
         lines.append("| " + " | ".join(cells + [checked["outcome"]]) + " |")
     counts = outcome_counts(judged)
+    if budget_of(out).get("validation") and any(c["at"] is not None for c in judged["checks"]):
+        lines += ["", "A check after a fraction of the steps reads the validation split's curve: the test split "
+                      "is scored once, at the end."]
     lines += ["", f"Verdict: **{judged['verdict']}** ({counts}; {metric}"
               + (", lower is better: Δ is B − A" if metric in TRAINING_FIGURES else "") + ").", ""]
     return "\n".join(lines)

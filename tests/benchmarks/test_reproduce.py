@@ -476,6 +476,18 @@ def test_checks_at_a_fraction_of_the_budget_read_the_curve(tmp_path):
     # a quarter of the 4-point curve is its first point: margin 3v/4, triplet v/4, paired by seed
     expected = np.mean(0.75 * np.array([0.20, 0.21, 0.22]) - 0.25 * np.array([0.40, 0.41, 0.425]))
     assert early[3].startswith(f"{100 * expected:+.1f} ± ")
+    assert "validation split's curve" not in rp.claim_detail(rp.paper_claims.by_id("wu_fig6_g"), str(out))
+    # a budget with a validation split evaluates it along the way (the test split once, at the
+    # end): the same checks read the validation curve, and the report says so
+    scratch = tmp_path / "wu_scratch"
+    shutil.copytree(out, scratch)
+    for path in (scratch / "arms").glob("*/seed-*.json"):
+        result = json.loads(path.read_text())
+        result["history"] = [{k.replace("test_", "val_"): v for k, v in row.items()} for row in result["history"]]
+        path.write_text(json.dumps(result))
+    detail = rp.claim_detail(rp.paper_claims.by_id("wu_fig6_g"), str(scratch))
+    assert _check_rows(detail)["margin-dw-b80 > triplet-semi_hard-b80, after 25.0% of the steps"][3] == early[3]
+    assert "A check after a fraction of the steps reads the validation split's curve" in detail
 
 
 def test_a_verdict_refuses_results_of_two_data_set_versions(tmp_path):

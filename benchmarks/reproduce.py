@@ -1309,13 +1309,13 @@ def claims_table(out):
              "|---|---|---|---|---|---|---|"]
     started = experiments_in(out)
     for row in paper_claims.CLAIMS:
-        judged = judge_claim(row, out)
         if row.get("untested"):
-            how, counts = row["untested"], "–"
-        elif row["experiment"] not in started:  # its arms may have runs of other experiments
+            judged, how, counts = judge_claim(row, out), row["untested"], "–"
+        elif row["experiment"] not in started:  # its arms may hold runs of other experiments: not judged
             judged = {"verdict": verdicts.UNTESTED}
             how, counts = f"`--claim {row['experiment']}` (not started in this folder)", "–"
         else:
+            judged = judge_claim(row, out)
             how = f"`--claim {row['experiment']}`"
             counts = outcome_counts(judged) if judged["checks"] else "–"
             if judged["reason"]:

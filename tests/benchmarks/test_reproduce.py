@@ -495,6 +495,7 @@ def test_a_verdict_refuses_results_of_two_data_set_versions(tmp_path):
     _fake_results(out, "precision_at_k-m10", [0.50, 0.55, 0.60], checksum="a" * 64)
     _fake_results(out, "triplet-semi_hard-m10", [0.49, 0.54, 0.59], checksum="a" * 64)
     _fake_results(out, "triplet-dw-m10", [0.49, 0.54, 0.59])  # predates the record: allowed, and said
+    rp.mark_started(str(out), ["lu_topk"])
     row = rp.paper_claims.by_id("lu_t1")
     assert rp.judge_claim(row, str(out))["verdict"] in rp.verdicts.VERDICT_WORDS
     assert "checksum not recorded (3 of 9 runs)" in rp.report("lu_topk", str(out), draw=False)

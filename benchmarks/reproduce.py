@@ -980,12 +980,13 @@ def run_arm(arm, seed, out, data_dir, budget, quiet=True):
         "machine": machine.describe(), "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(),
     }
     replaced = os.path.join(arm_dir, f"seed-{seed}{REPLACED_SUFFIX}")
-    if os.path.exists(replaced):  # a rerun of a result without a data set checksum
+    rerun = os.path.exists(replaced)  # of a result without a data set checksum
+    if rerun:
         with open(replaced) as f:
             earlier = json.load(f)
         result["replaces"] = {k: earlier.get(k) for k in REPLACED_KEYS}
     _write_json(result_path, result)
-    if os.path.exists(replaced):
+    if rerun:
         os.remove(replaced)
     return result
 
@@ -1846,8 +1847,9 @@ def main(argv=None):
         print(f"{len(arms)} arms × {len(args.seeds)} seeds, budget {figures}, results in {out}", flush=True)
         for seed in args.seeds:  # every arm of seed 0 first: a verdict needs all arms
             for arm in arms:
+                result_path = os.path.join(out, "arms", arm, f"seed-{seed}.json")
                 rerun = False
-                if os.path.exists(os.path.join(out, "arms", arm, f"seed-{seed}.json")):
+                if os.path.exists(result_path):
                     done = run_arm(arm, seed, out, data_dir, budget)  # checks the stored config
                     rerun = args.rerun_unrecorded and not data_checksum(done)
                     if not rerun:
@@ -1861,8 +1863,7 @@ def main(argv=None):
                           f"(PID {holder.get('pid')}); skipped", flush=True)
                     continue
                 try:
-                    if (rerun and os.path.exists(os.path.join(out, "arms", arm, f"seed-{seed}.json"))
-                            and not set_aside_unrecorded(arm, seed, out)):
+                    if rerun and os.path.exists(result_path) and not set_aside_unrecorded(arm, seed, out):
                         continue  # another runner reran it meanwhile
                     print(f"[{datetime.datetime.now():%H:%M:%S}] {arm} seed {seed}"
                           + (" (rerun: its result recorded no data set checksum)" if rerun else ""), flush=True)

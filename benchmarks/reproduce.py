@@ -1143,6 +1143,21 @@ def check_one_data_version(results, what):
     return known
 
 
+#: How close every metric of a rerun must come to the earlier run's for the two to count as the
+#: same run: a seed fixes a run to the bit on one CPU type, and a different image or label
+#: changes the figures far more than this, so only rounding in the metrics' sums is left.
+SAME_FIGURES_TOLERANCE = 1e-6
+
+
+def gave_the_earlier_figures(result):
+    """Whether a rerun's metrics equal those of the result it replaces, metric by metric (every
+    numeric metric the earlier result records, within :data:`SAME_FIGURES_TOLERANCE`)."""
+    earlier = (result.get("replaces") or {}).get("metrics") or {}
+    now = result.get("metrics") or {}
+    shared = [k for k, v in earlier.items() if isinstance(v, (int, float)) and isinstance(now.get(k), (int, float))]
+    return bool(shared) and all(abs(now[k] - earlier[k]) <= SAME_FIGURES_TOLERANCE for k in shared)
+
+
 def data_line(results, floor=None):
     """One line: which data set version the results record. For results that predate the
     record, how many were scored on as many test images as ``floor`` (floor.json's sample):
@@ -1166,9 +1181,14 @@ def data_line(results, floor=None):
               and r.get("metrics", {}).get(VERDICT_METRIC) is not None]
     if reruns:
         moved = [100 * abs(r["metrics"][VERDICT_METRIC] - r["replaces"]["metrics"][VERDICT_METRIC]) for r in reruns]
-        parts.append(f"{len(reruns)} of them trained again once the checksum was recorded (`--rerun-unrecorded`): "
-                     f"their {VERDICT_METRIC.upper()} differs from the earlier run's by {statistics.median(moved):.2f} "
-                     f"points (median; at most {max(moved):.2f})")
+        text = (f"{len(reruns)} of them trained again once the checksum was recorded (`--rerun-unrecorded`): "
+                f"their {VERDICT_METRIC.upper()} differs from the earlier run's by {statistics.median(moved):.2f} "
+                f"points (median; at most {max(moved):.2f})")
+        again = sum(gave_the_earlier_figures(r) for r in reruns)
+        if again:
+            text += (f", and {again} of them gave the earlier run's figures again (every metric within "
+                     f"{SAME_FIGURES_TOLERANCE:g}), so those earlier runs were trained on the same data")
+        parts.append(text)
     return "Data: " + "; ".join(parts) + "." if parts else ""
 
 

@@ -589,6 +589,13 @@ def test_the_data_line_counts_older_results_scored_on_the_floors_test_images(tmp
     assert "not recorded" not in line and "kanji set checksum aaaaaaaaaaaa… (3 runs)" in line
     assert "3 of them trained again once the checksum was recorded" in line
     assert "by 0.25 points (median; at most 1.00)" in line
+    assert "and 1 of them gave the earlier run's figures again" in line  # the third: 0.62 both times
+    # the same run: every metric both record within the tolerance, not MAP@R alone
+    results[2]["metrics"]["nmi"], results[2]["replaces"]["metrics"]["nmi"] = 0.9, 0.9 + 1e-3
+    assert "figures again" not in rp.data_line(results)
+    results[2]["replaces"]["metrics"]["nmi"] = 0.9 + 1e-8
+    results[2]["replaces"]["metrics"]["map@r"] = 0.62 + 3e-8
+    assert rp.gave_the_earlier_figures(results[2]) and not rp.gave_the_earlier_figures(results[0])
 
 
 def test_a_result_of_another_version_of_the_set_is_refused_before_training(kanji_dir, tmp_path):

@@ -649,9 +649,16 @@ def view_checksum(view):
         return (str(data["data_checksum"]) or None) if "data_checksum" in data.files else None
 
 
-#: How far a recomputed floor may sit from the stored one and still be the same images
-#: (float rounding of the summation order; a different image moves the figures far more).
-FLOOR_TOLERANCE = 1e-6
+#: How far a figure scored again may sit from the stored one and still be the same: a recomputed
+#: floor on the same images, a rerun of the same run on the same data and CPU type (float
+#: rounding of the summation order; a different image or label moves the figures far more).
+SAME_FIGURES_TOLERANCE = 1e-6
+
+
+def figure_differences(stored, now, keys):
+    """The keys of ``keys`` whose figure in ``now`` is missing from ``stored`` or further from it
+    than :data:`SAME_FIGURES_TOLERANCE`."""
+    return [k for k in keys if stored.get(k) is None or abs(stored[k] - now[k]) > SAME_FIGURES_TOLERANCE]
 
 
 def score_raw_pixels(view):
@@ -692,13 +699,11 @@ def raw_pixel_floor(view, out):
 
 def floor_differences(stored, recomputed):
     """What differs between a stored floor and one recomputed (empty: the same test images,
-    every figure within :data:`FLOOR_TOLERANCE`)."""
+    every figure within :data:`SAME_FIGURES_TOLERANCE`)."""
     differences = [f"{key} {stored.get(key)} vs {recomputed[key]}" for key in ("classes", "images")
                    if stored.get(key) != recomputed[key]]
-    for metric in FLOOR_METRICS:
-        old, new = stored["metrics"].get(metric), recomputed["metrics"][metric]
-        if old is None or abs(old - new) > FLOOR_TOLERANCE:
-            differences.append(f"{metric} {old} vs {new:.9f}")
+    for metric in figure_differences(stored["metrics"], recomputed["metrics"], FLOOR_METRICS):
+        differences.append(f"{metric} {stored['metrics'].get(metric)} vs {recomputed['metrics'][metric]:.9f}")
     return differences
 
 
@@ -716,7 +721,7 @@ def verify_floor(view, out):
         stored["data_checksum"] = recomputed["data_checksum"]
         stored["data_checksum_verified"] = (
             f"recorded by `reproduce.py verify-floor` on {datetime.date.today():%Y-%m-%d}: the floor recomputed "
-            f"from the set with this checksum, every figure within {FLOOR_TOLERANCE:g}")
+            f"from the set with this checksum, every figure within {SAME_FIGURES_TOLERANCE:g}")
         _write_json(os.path.join(out, "floor.json"), stored)
     return differences
 
@@ -1143,19 +1148,14 @@ def check_one_data_version(results, what):
     return known
 
 
-#: How close every metric of a rerun must come to the earlier run's for the two to count as the
-#: same run: a seed fixes a run to the bit on one CPU type, and a different image or label
-#: changes the figures far more than this, so only rounding in the metrics' sums is left.
-SAME_FIGURES_TOLERANCE = 1e-6
-
-
 def gave_the_earlier_figures(result):
     """Whether a rerun's metrics equal those of the result it replaces, metric by metric (every
-    numeric metric the earlier result records, within :data:`SAME_FIGURES_TOLERANCE`)."""
+    numeric metric both record, within :data:`SAME_FIGURES_TOLERANCE`: a seed fixes a run to the
+    bit on one CPU type, so only rounding in the metrics' sums is left)."""
     earlier = (result.get("replaces") or {}).get("metrics") or {}
     now = result.get("metrics") or {}
     shared = [k for k, v in earlier.items() if isinstance(v, (int, float)) and isinstance(now.get(k), (int, float))]
-    return bool(shared) and all(abs(now[k] - earlier[k]) <= SAME_FIGURES_TOLERANCE for k in shared)
+    return bool(shared) and not figure_differences(earlier, now, shared)
 
 
 def data_line(results, floor=None):

@@ -555,7 +555,7 @@ def test_verify_floor_recomputes_the_floor_and_records_the_checksum_of_an_older_
         assert "data_checksum" not in json.loads((out / "floor.json").read_text())  # nothing recorded
     # a rounding-sized difference is the same images
     other = json.loads(json.dumps(older))
-    other["metrics"]["map@r"] += rp.FLOOR_TOLERANCE / 2
+    other["metrics"]["map@r"] += rp.SAME_FIGURES_TOLERANCE / 2
     (out / "floor.json").write_text(json.dumps(other))
     assert rp.verify_floor(view, str(out)) == []
     # the command: exit 1 naming the figures and what to do

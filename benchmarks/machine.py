@@ -2,6 +2,7 @@
 
 import os
 import platform
+import re
 
 
 #: The vector instruction sets that change TensorFlow's CPU speed, as /proc/cpuinfo flags and
@@ -23,6 +24,21 @@ def describe_cpuinfo(text):
     detail = [f"family {fields['cpu family']} model {fields['model']}"] if "cpu family" in fields else []
     detail += [shown for flag, shown in VECTOR_FLAGS if flag in flags]
     return f"{name} ({', '.join(detail)})" if detail else name
+
+
+#: A :func:`describe` line up to its core count: the CPU model between the platform and the cores.
+DESCRIBED_CPU = re.compile(r"^[^,]*, (?P<name>.*?)(?: \((?P<detail>[^()]*)\))?, \d+ usable cores")
+
+
+def cpu_type(description):
+    """The CPU of a :func:`describe` line as (model name, "family F model M"): the generation is
+    None when the line records none (a cloud "AMD EPYC" then names several); None when the line
+    names no CPU."""
+    found = DESCRIBED_CPU.match(description or "")
+    if not found:
+        return None
+    generation = re.search(r"family \d+ model \d+", found["detail"] or "")
+    return found["name"], generation[0] if generation else None
 
 
 def cpu_model():

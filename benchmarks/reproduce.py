@@ -54,6 +54,7 @@ were scored on as many test images as that floor.
 """
 
 import argparse
+import collections
 import copy
 import datetime
 import hashlib
@@ -1192,6 +1193,29 @@ def data_line(results, floor=None):
     return "Data: " + "; ".join(parts) + "." if parts else ""
 
 
+def machines_line(results):
+    """One line: the CPU types the results ran on (each result's ``machine``), most runs first. A
+    seed fixes a run on one CPU type; on another the kernels round differently."""
+    types = collections.Counter(machine.cpu_type(r.get("machine")) for r in results)
+    known = [(t, n) for t, n in types.most_common() if t is not None and t[1] is not None]
+    vague = collections.Counter()
+    for t, n in types.items():
+        if t is not None and t[1] is None:
+            vague[t[0]] += n
+    unnamed = types.get(None, 0)
+    if not known and not vague and not unnamed:
+        return ""
+    text = (f"Machines: {len(known)} CPU type{'s' if len(known) != 1 else ''} by the results' `machine`"
+            + (": " + ", ".join(f"{name} {generation} ({n} run{'s' if n != 1 else ''})"
+                                for (name, generation), n in known) if known else ""))
+    if vague:
+        text += ("; " + ", ".join(f"{n} run{'s' if n != 1 else ''} recorded the model name alone ({name}), "
+                                  "not its generation" for name, n in vague.most_common()))
+    if unnamed:
+        text += f"; {unnamed} run{'s' if unnamed != 1 else ''} recorded no machine"
+    return text + "."
+
+
 # ---- claims and their verdicts
 
 
@@ -1585,6 +1609,7 @@ def results_block(out):
              "on its checks; an investigation is a probe of a failed claim, not a claim of a paper):", "",
              claims_table(out), "", total_cost_line(experiments, out), "",
              data_line(distinct_results(experiments, out), read_floor(out)), "",
+             machines_line(distinct_results(experiments, out)), "",
              f"Every run is reproduced by one command per experiment, `python benchmarks/reproduce.py --claim "
              f"<experiment> --seeds <its seeds>` (each experiment's cost line names them; resumable: one JSON per arm "
              f"and seed under `{where}/arms/`); "
@@ -1638,7 +1663,8 @@ def beside_summary(out, other):
         cells = [f"**{j['verdict']}** | {outcome_counts(j) if j['checks'] else '–'}" for j in judged]
         lines.append(f"| {row['id']} | {row['where']} | {row['claim']} | {cells[0]} | {cells[1]} |")
     lines += ["", total_cost_line(experiments, other), "",
-              data_line(distinct_results(experiments, other), read_floor(other))]
+              data_line(distinct_results(experiments, other), read_floor(other)), "",
+              machines_line(distinct_results(experiments, other))]
     return "\n".join(lines)
 
 

@@ -598,6 +598,20 @@ def test_the_data_line_counts_older_results_scored_on_the_floors_test_images(tmp
     assert rp.gave_the_earlier_figures(results[2]) and not rp.gave_the_earlier_figures(results[0])
 
 
+def test_the_machines_line_counts_runs_by_cpu_type_and_those_that_recorded_no_generation(tmp_path):
+    out = tmp_path / "out"
+    _fake_results(out, "margin-dw-b80", [0.60, 0.61, 0.62, 0.63])
+    results = rp.load_results(str(out), "margin-dw-b80")
+    zen4 = "Linux x86_64, AMD EPYC (family 25 model 17, AVX-512, AVX2), 2 usable cores, load average 1.00, no GPU"
+    for r, line in zip(results, (zen4, zen4, "Linux x86_64, AMD EPYC, 2 usable cores, load average 1.93, no GPU")):
+        r["machine"] = line
+    results[3].pop("machine", None)
+    assert rp.machines_line(results) == (
+        "Machines: 1 CPU type by the results' `machine`: AMD EPYC family 25 model 17 (2 runs); "
+        "1 run recorded the model name alone (AMD EPYC), not its generation; 1 run recorded no machine.")
+    assert rp.machines_line([]) == ""
+
+
 def test_a_result_of_another_version_of_the_set_is_refused_before_training(kanji_dir, tmp_path):
     data = _versioned_copy(kanji_dir, tmp_path / "kanji", "a" * 64)
     out, arm, budget = tmp_path / "out", "margin-dw-b80", {"steps": 2, "evaluations": 1, "train_classes": 20,

@@ -18,8 +18,8 @@ The test classes of a larger view start with those of the standard one
 (both take the first classes in the same sha256 order), and the training
 classes are the same, so only the number of distractors changes.
 
-Results: ``<out>/probes/<claim>-test<N>.json`` (per run and per metric,
-written atomically) and a markdown table on stdout. Runs whose model is
+Results: ``<out>/probes/<claim>-test<N>.json`` (per run and per metric, with
+the ``finished`` time of each result scored, written atomically) and a markdown table on stdout. Runs whose model is
 missing are listed and skipped.
 """
 
@@ -41,13 +41,15 @@ def metric_names(ks):
 
 
 def probe(claim, out, data_dir, budget, test_classes, ks, batch_size=1024):
-    """{arm: {seed: {metric: value}}} of the claim's finished runs on the larger view."""
+    """The claim's finished runs on the larger view: ``({arm: {seed: {metric: value}}}, the runs
+    skipped, {arm: {seed: the scored result's finished time}})`` (what ties the scores to the
+    runs: :func:`reproduce.stale_probes` compares it with the results as they are now)."""
     evaluate = reproduce.evaluate_cli()
     view = reproduce.make_view(data_dir, out, budget["train_classes"], test_classes)
     split = reproduce.view_test_split(view)
     print(f"view {os.path.basename(view)}: {split.num_classes} test classes, {split.num_examples} images",
           flush=True)
-    scores, missing = {}, []
+    scores, missing, runs = {}, [], {}
     for arm in reproduce.claim_arms(claim):
         if reproduce.ARMS[arm].get(reproduce.VIEW_KEY):
             missing.append(f"{arm} (trained on a view of its own)")
@@ -63,9 +65,10 @@ def probe(claim, out, data_dir, budget, test_classes, ks, batch_size=1024):
                 metrics=("recall", "precision", "map@r"), ks=tuple(sorted({1, *ks})), batch_size=batch_size,
                 plots=False, grid=(0, 0)), verbose=0).metrics
             scores.setdefault(arm, {})[str(seed)] = {m: float(values[m]) for m in metric_names(ks)}
+            runs.setdefault(arm, {})[str(seed)] = result.get("finished")
             print(f"  {arm} seed {seed}: " + ", ".join(f"{m} {values[m]:.4f}" for m in metric_names(ks)),
                   flush=True)
-    return scores, missing
+    return scores, missing, runs
 
 
 def table(claim, scores, ks):
@@ -111,14 +114,14 @@ def main(argv=None):
         build_parser().error(f"--test-classes must exceed the budget's {budget['test_classes']} "
                              "(the probe asks whether a harder view changes the verdict)")
     out, data_dir = reproduce.probe_folders(args)
-    scores, missing = probe(args.claim, out, data_dir, budget, args.test_classes, args.ks)
+    scores, missing, runs = probe(args.claim, out, data_dir, budget, args.test_classes, args.ks)
     for name in missing:
         print(f"skipped: {name} (no model.keras in its run folder: it was trained elsewhere)")
     if not scores:
         sys.exit("No finished run of this claim has its model here; nothing to re-score.")
     path = os.path.join(out, "probes", f"{args.claim}-test{args.test_classes}.json")
     files.write_json(path, {"claim": args.claim, "test_classes": args.test_classes, "ks": args.ks,
-                            "scores": scores}, indent=1)
+                            "scores": scores, reproduce.PROBE_RUNS_KEY: runs}, indent=1)
     print(f"\nFigures in %, mean ± sample std over seeds; wrote {path}\n")
     print(table(args.claim, scores, args.ks))
     return 0

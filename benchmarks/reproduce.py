@@ -57,6 +57,7 @@ import argparse
 import collections
 import copy
 import datetime
+import glob
 import hashlib
 import json
 import math
@@ -1417,16 +1418,46 @@ def unrecorded_runs(out):
     return runs
 
 
+#: The key of a probe file (``probes/<claim>-test<N>.json``, probe_reproduction.py) that holds
+#: ``{arm: {seed: finished}}``: the time each result it scored finished, which ties its scores to
+#: those runs.
+PROBE_RUNS_KEY = "runs"
+
+
+def stale_probes(out):
+    """``[(claim, test classes, ks, reason)]``: the probes of ``out`` that re-scored runs trained
+    again since (a result's ``finished`` differs from the one the probe records), or that record no
+    runs, so cannot be tied to the results now there."""
+    stale = []
+    for path in sorted(glob.glob(os.path.join(out, "probes", "*-test*.json"))):
+        with open(path, encoding="utf-8") as f:
+            found = json.load(f)
+        if not {"claim", "test_classes", "ks", "scores"} <= set(found):
+            continue  # another script's probe
+        scored = [(arm, seed) for arm, seeds in found["scores"].items() for seed in seeds]
+        recorded = found.get(PROBE_RUNS_KEY)
+        if recorded is None:
+            reason = f"it records no runs, so its {len(scored)} scores cannot be tied to the results now there"
+        else:
+            now = {(arm, str(r["seed"])): r.get("finished") for arm in found["scores"] for r in load_results(out, arm)}
+            again = sum(now.get(run) != recorded.get(run[0], {}).get(run[1]) for run in scored)
+            if not again:
+                continue
+            reason = f"{again} of the {len(scored)} runs it scored were trained again since"
+        stale.append((found["claim"], found["test_classes"], found["ks"], reason))
+    return stale
+
+
 def wanted_text(out):
     """The commands that add the seeds :func:`seeds_wanted` asks for, with their cost so far,
     and the one that trains again the results without a data set checksum
     (:func:`unrecorded_runs`), with their own run times."""
-    wanted, unrecorded = seeds_wanted(out), unrecorded_runs(out)
+    wanted, unrecorded, probes = seeds_wanted(out), unrecorded_runs(out), stale_probes(out)
     if not experiments_in(out):
         return f"No experiment has results in {out} yet: start one with --claim."
-    if not wanted and not unrecorded:
-        return (f"Every check of the experiments in {out} is decided or has {verdicts.MIN_SEEDS} seeds, and every "
-                "result records its data set: no run is wanted.")
+    if not wanted and not unrecorded and not probes:
+        return (f"Every check of the experiments in {out} is decided or has {verdicts.MIN_SEEDS} seeds, every "
+                "result records its data set, and every probe scored the runs now there: no run is wanted.")
     name = os.path.basename(os.path.normpath(out))
     # the budget a folder of reproduce.py's naming holds; any other folder by its path (a run
     # of another budget there is refused: its stored configs differ)
@@ -1446,6 +1477,10 @@ def wanted_text(out):
         lines.append(f"python benchmarks/reproduce.py {claims}{where} --seeds {' '.join(map(str, seeds))} "
                      f"--rerun-unrecorded   # {len(results)} result(s) without a data set checksum, "
                      f"~{rerun_minutes / 60:.1f} h of one runner (their own run times)")
+    for claim, test_classes, ks, reason in probes:
+        lines.append(f"python benchmarks/probe_reproduction.py --claim {claim}{where} --test-classes {test_classes} "
+                     f"--ks {' '.join(map(str, ks))}   # re-score (after the runs above, on the machine that "
+                     f"trained them: it reads their models): {reason}")
     lines.append(f"# in all ~{minutes / 60:.1f} h of one runner (each experiment's median run so far)")
     return "\n".join(lines)
 
@@ -1616,7 +1651,9 @@ def results_block(out):
              f"`python benchmarks/reproduce.py report` rewrites this block from those JSON files "
              f"(`--check` fails when it is stale); `python benchmarks/reproduce.py --wanted` lists the runs the "
              f"verdicts still ask for (checks open on fewer than {verdicts.MIN_SEEDS} seeds) and the results to "
-             f"train again because they record no data set checksum, as commands, with their cost. The detail "
+             f"train again because they record no data set checksum, as commands, with their cost, and the "
+             f"probes (`probe_reproduction.py`) to score again because a run they scored was trained again since. "
+             f"The detail "
              f"of every experiment follows.", ""]
     beside = beside_outs(out)
     for other in beside:
@@ -1792,8 +1829,8 @@ def build_parser():
     p.add_argument("--list", action="store_true", help="list the claims and their arms")
     p.add_argument("--wanted", action="store_true",
                    help="list the runs the verdicts still ask for (checks open on fewer than "
-                        f"{verdicts.MIN_SEEDS} seeds) and the results without a data set checksum, as "
-                        "commands, with their cost")
+                        f"{verdicts.MIN_SEEDS} seeds), the results without a data set checksum and the "
+                        "probes of runs trained again since, as commands, with their cost")
     p.add_argument("--rerun-unrecorded", action="store_true",
                    help="train again the runs whose result records no data set checksum (made before "
                         "provenance was recorded); the new result keeps the earlier one's figures as 'replaces'")

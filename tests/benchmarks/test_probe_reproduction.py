@@ -47,12 +47,15 @@ def test_probe_rescores_every_run_with_a_model_and_applies_the_checks(kanji_dir,
         for seed in (0, 1):
             folder = out / "arms" / arm
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / f"seed-{seed}.json").write_text(json.dumps({"arm": arm, "seed": seed, "metrics": {}}))
+            (folder / f"seed-{seed}.json").write_text(json.dumps({"arm": arm, "seed": seed, "metrics": {},
+                                                                  "finished": f"2026-01-0{seed + 1}T0{i}:00"}))
             if not (i == len(arms) - 1 and seed == 1):  # one run trained elsewhere: no model here
                 _stand_in_model(str(folder / f"seed-{seed}" / "model.keras"), 10 * i + seed)
     budget = {"train_classes": None, "test_classes": 3}
-    scores, missing = probe.probe("lu_topk", str(out), kanji_dir, budget, test_classes=6, ks=[1, 2])
+    scores, missing, runs = probe.probe("lu_topk", str(out), kanji_dir, budget, test_classes=6, ks=[1, 2])
     assert missing == [f"{arms[-1]} seed 1"]
+    # each score is tied to the result it came from (what tells a stale probe)
+    assert runs == {arm: {s: f"2026-01-0{int(s) + 1}T0{i}:00" for s in scores[arm]} for i, arm in enumerate(arms)}
     assert sorted(scores) == sorted(arms) and set(scores[arms[0]]) == {"0", "1"}
     for seeds in scores.values():
         for values in seeds.values():

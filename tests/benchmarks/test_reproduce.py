@@ -612,6 +612,33 @@ def test_the_machines_line_counts_runs_by_cpu_type_and_those_that_recorded_no_ge
     assert rp.machines_line([]) == ""
 
 
+def test_a_probe_of_runs_trained_again_since_is_wanted_again(tmp_path):
+    out = tmp_path / "out"
+    arm = rp.claim_arms("lu_topk")[0]
+    _fake_results(out, arm, [0.60, 0.61], checksum="a" * 64)
+    rp.mark_started(str(out), ["lu_topk"])
+    results = rp.load_results(str(out), arm)
+    for r in results:
+        r["finished"] = f"2026-01-0{r['seed'] + 1}T00:00"
+        (out / "arms" / arm / f"seed-{r['seed']}.json").write_text(json.dumps(r))
+    (out / "probes").mkdir()
+    probe = {"claim": "lu_topk", "test_classes": 2000, "ks": [1, 5], "scores": {arm: {"0": {}, "1": {}}},
+             rp.PROBE_RUNS_KEY: {arm: {"0": "2026-01-01T00:00", "1": "2026-01-02T00:00"}}}
+    (out / "probes" / "lu_topk-test2000.json").write_text(json.dumps(probe))
+    (out / "probes" / "memory-some-arm.json").write_text(json.dumps({"arm": arm}))  # another script's probe
+    assert rp.stale_probes(str(out)) == []
+    assert "probe_reproduction" not in rp.wanted_text(str(out))
+    results[1]["finished"] = "2026-02-01T00:00"  # seed 1 trained again
+    (out / "arms" / arm / "seed-1.json").write_text(json.dumps(results[1]))
+    assert rp.stale_probes(str(out)) == [("lu_topk", 2000, [1, 5], "1 of the 2 runs it scored were trained again since")]
+    line = rp.wanted_text(str(out)).splitlines()[-2]
+    assert line.startswith("python benchmarks/probe_reproduction.py --claim lu_topk --out ")
+    assert " --test-classes 2000 --ks 1 5 " in line and "1 of the 2 runs" in line
+    del probe[rp.PROBE_RUNS_KEY]  # a probe that records no runs cannot be tied to them
+    (out / "probes" / "lu_topk-test2000.json").write_text(json.dumps(probe))
+    assert "records no runs, so its 2 scores" in rp.stale_probes(str(out))[0][3]
+
+
 def test_a_result_of_another_version_of_the_set_is_refused_before_training(kanji_dir, tmp_path):
     data = _versioned_copy(kanji_dir, tmp_path / "kanji", "a" * 64)
     out, arm, budget = tmp_path / "out", "margin-dw-b80", {"steps": 2, "evaluations": 1, "train_classes": 20,

@@ -19,8 +19,8 @@ The test classes of a larger view start with those of the standard one
 classes are the same, so only the number of distractors changes.
 
 Results: ``<out>/probes/<claim>-test<N>.json`` (per run and per metric, with
-the ``finished`` time of each result scored, written atomically) and a markdown table on stdout. Runs whose model is
-missing are listed and skipped.
+the ``finished`` time of each result scored, written atomically) and a
+markdown table on stdout. Runs whose model is missing are listed and skipped.
 """
 
 import argparse

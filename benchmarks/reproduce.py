@@ -1197,23 +1197,28 @@ def data_line(results, floor=None):
 def machines_line(results):
     """One line: the CPU types the results ran on (each result's ``machine``), most runs first. A
     seed fixes a run on one CPU type; on another the kernels round differently."""
-    types = collections.Counter(machine.cpu_type(r.get("machine")) for r in results)
-    known = [(t, n) for t, n in types.most_common() if t is not None and t[1] is not None]
-    vague = collections.Counter()
-    for t, n in types.items():
-        if t is not None and t[1] is None:
-            vague[t[0]] += n
-    unnamed = types.get(None, 0)
-    if not known and not vague and not unnamed:
+    known, vague, unnamed = collections.Counter(), collections.Counter(), 0
+    for result in results:
+        cpu = machine.cpu_type(result.get("machine"))
+        if cpu is None:
+            unnamed += 1
+        elif cpu[1] is None:
+            vague[cpu[0]] += 1
+        else:
+            known[cpu] += 1
+    if not results:
         return ""
-    text = (f"Machines: {len(known)} CPU type{'s' if len(known) != 1 else ''} by the results' `machine`"
-            + (": " + ", ".join(f"{name} {generation} ({n} run{'s' if n != 1 else ''})"
-                                for (name, generation), n in known) if known else ""))
-    if vague:
-        text += ("; " + ", ".join(f"{n} run{'s' if n != 1 else ''} recorded the model name alone ({name}), "
-                                  "not its generation" for name, n in vague.most_common()))
+
+    def runs(n):
+        return f"{n} run{'s' if n != 1 else ''}"
+
+    text = f"Machines: {len(known)} CPU type{'s' if len(known) != 1 else ''} by the results' `machine`"
+    if known:
+        text += ": " + ", ".join(f"{name} {generation} ({runs(n)})" for (name, generation), n in known.most_common())
+    for name, n in vague.most_common():
+        text += f"; {runs(n)} recorded the model name alone ({name}), not its generation"
     if unnamed:
-        text += f"; {unnamed} run{'s' if unnamed != 1 else ''} recorded no machine"
+        text += f"; {runs(unnamed)} recorded no machine"
     return text + "."
 
 
@@ -1450,8 +1455,9 @@ def stale_probes(out):
 
 def wanted_text(out):
     """The commands that add the seeds :func:`seeds_wanted` asks for, with their cost so far,
-    and the one that trains again the results without a data set checksum
-    (:func:`unrecorded_runs`), with their own run times."""
+    the one that trains again the results without a data set checksum
+    (:func:`unrecorded_runs`), with their own run times, and those that score again the probes
+    of runs trained again since (:func:`stale_probes`)."""
     wanted, unrecorded, probes = seeds_wanted(out), unrecorded_runs(out), stale_probes(out)
     if not experiments_in(out):
         return f"No experiment has results in {out} yet: start one with --claim."
@@ -1637,14 +1643,15 @@ def results_block(out):
     """The generated block of RESULTS' "Reproduction": setting, rule, every claim with its verdict,
     the total cost, then each experiment's detail (the same text as report.md)."""
     experiments = experiments_in(out)
+    results = distinct_results(experiments, out)
     where = os.path.relpath(out, ROOT)
     lines = [RESULTS_BEGIN, "", budget_text(out), "", rule_text(), "",
              "**Every claim of the four papers**, and the memory-size claims of Wang et al. 2020 (XBM), run or "
              "not (the verdict of each row is the verdict function's "
              "on its checks; an investigation is a probe of a failed claim, not a claim of a paper):", "",
              claims_table(out), "", total_cost_line(experiments, out), "",
-             data_line(distinct_results(experiments, out), read_floor(out)), "",
-             machines_line(distinct_results(experiments, out)), "",
+             data_line(results, read_floor(out)), "",
+             machines_line(results), "",
              f"Every run is reproduced by one command per experiment, `python benchmarks/reproduce.py --claim "
              f"<experiment> --seeds <its seeds>` (each experiment's cost line names them; resumable: one JSON per arm "
              f"and seed under `{where}/arms/`); "
@@ -1699,9 +1706,9 @@ def beside_summary(out, other):
         judged = [judge_claim(row, folder) for folder in (out, other)]
         cells = [f"**{j['verdict']}** | {outcome_counts(j) if j['checks'] else '–'}" for j in judged]
         lines.append(f"| {row['id']} | {row['where']} | {row['claim']} | {cells[0]} | {cells[1]} |")
-    lines += ["", total_cost_line(experiments, other), "",
-              data_line(distinct_results(experiments, other), read_floor(other)), "",
-              machines_line(distinct_results(experiments, other))]
+    results = distinct_results(experiments, other)
+    lines += ["", total_cost_line(experiments, other), "", data_line(results, read_floor(other)), "",
+              machines_line(results)]
     return "\n".join(lines)
 
 

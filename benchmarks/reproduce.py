@@ -42,7 +42,8 @@ Claims and verdicts: every claim of the papers, run or not, is a row of
 comes from one function, :func:`verdicts.judge` (paired by seed, Holm across a
 claim's checks, MAP@R; its docstring states the rule). ``--report`` writes
 ``<out>/report.md``; ``python benchmarks/reproduce.py report`` also rewrites the
-generated block of RESULTS.md's "Reproduction" from the committed results.
+generated block of RESULTS.md's "Reproduction" from the committed results, and the
+figures its hand-written notes quote (:mod:`note_figures`).
 
 Provenance: a result records the kanji set's checksum and the command that
 builds it, the package versions and the git commit; its stored config writes the
@@ -77,6 +78,7 @@ sys.path[:0] = [ROOT, HERE]
 
 import kanji_fonts  # noqa: E402  (benchmarks/kanji_fonts.py)
 import machine  # noqa: E402
+import note_figures  # noqa: E402
 import reproduction_claims as paper_claims  # noqa: E402
 import verdicts  # noqa: E402
 from tfdml import files  # noqa: E402  (atomic writes: a temporary file of this writer's own, then a rename)
@@ -1724,9 +1726,35 @@ def beside_detail(other):
     return "\n".join(lines)
 
 
+class NoteFigureSource:
+    """The results :class:`note_figures.Figures` reads: ``out`` and, by budget name, the
+    results folders beside it."""
+
+    def __init__(self, out):
+        self.out = out
+
+    def folder(self, budget):
+        if budget is None:
+            return self.out
+        if budget not in BUDGETS:
+            raise note_figures.NoteFigureError(f"note figure: unknown budget {budget!r} "
+                                               f"(known: {', '.join(sorted(BUDGETS))})")
+        return os.path.join(os.path.dirname(os.path.normpath(self.out)), budget)
+
+    def values(self, budget, arm, metric, at):
+        return {r["seed"]: _metric(r, metric, at) for r in load_results(self.folder(budget), arm)}
+
+    def arms(self, budget):
+        return [arm for arm in ARMS if load_results(self.folder(budget), arm)]
+
+    def scale(self, metric):
+        return _scale(metric)
+
+
 def write_results(out, path=RESULTS_PATH, check=False):
-    """Replace the generated block of ``path`` with :func:`results_block`; with ``check``, only say
-    whether it is current. Returns True when the file is (or now is) current."""
+    """Replace the generated block of ``path`` with :func:`results_block` and rewrite the note
+    figures outside it (:mod:`note_figures`); with ``check``, only say whether it is current.
+    Returns True when the file is (or now is) current."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
     if RESULTS_BEGIN not in text or RESULTS_END not in text:
@@ -1734,7 +1762,8 @@ def write_results(out, path=RESULTS_PATH, check=False):
                          f"{RESULTS_END!r}); add them under its Reproduction heading.")
     head, rest = text.split(RESULTS_BEGIN, 1)
     _, tail = rest.split(RESULTS_END, 1)
-    new = head + results_block(out) + tail
+    figures = note_figures.Figures(NoteFigureSource(out))
+    new = figures.fill(head) + results_block(out) + figures.fill(tail)
     if check:
         return new == text
     if new != text:
@@ -1868,7 +1897,7 @@ def report_main(argv):
         for folder in [out] + beside_outs(out):
             write_report_md(folder)
         write_results(out, args.results)
-    except MixedDataVersions as err:
+    except (MixedDataVersions, note_figures.NoteFigureError) as err:
         sys.exit(f"reproduce.py: {err}")
     print(f"wrote {args.results} and {os.path.join(out, 'report.md')}")
     return 0

@@ -713,6 +713,32 @@ def test_report_command_rewrites_only_the_generated_block(tmp_path):
     assert rp.main(["report", "--out", str(out), "--results", str(results), "--check"]) == 0
 
 
+def test_report_rewrites_the_figures_the_notes_quote_and_check_fails_when_one_is_stale(tmp_path, capsys):
+    out = tmp_path / "standard"
+    _fake_results(out, "precision_at_k-m10", [0.50, 0.55, 0.60])
+    _fake_results(out, "triplet-dw-m10", [0.40, 0.44, 0.48])  # 10, 11, 12 points below: SE 0.577
+    _fake_results(tmp_path / "wu_scratch", "triplet-dw-m10", [0.30, 0.30])
+    rp.mark_started(str(out), ["lu_topk"])
+    results = tmp_path / "RESULTS.md"
+    notes = ("\n\nleads by <!-- fig: diff precision_at_k-m10 triplet-dw-m10 -->?<!-- /fig -->, at a quarter "
+             "<!-- fig: gain precision_at_k-m10 triplet-dw-m10 at=0.25 -->?<!-- /fig -->, under wu_scratch "
+             "<!-- fig: mean triplet-dw-m10 budget=wu_scratch -->?<!-- /fig -->\n")
+    results.write_text(f"# R\n\n{rp.RESULTS_BEGIN}\n{rp.RESULTS_END}{notes}")
+    assert rp.main(["report", "--out", str(out), "--results", str(results), "--check"]) == 1
+    assert rp.main(["report", "--out", str(out), "--results", str(results)]) == 0
+    text = results.read_text()
+    # the fake curves rise linearly over 4 evaluations: a quarter of the way is a quarter of the final gap
+    assert text.endswith("leads by <!-- fig: diff precision_at_k-m10 triplet-dw-m10 -->+11.0 ± 0.6<!-- /fig -->, "
+                         "at a quarter <!-- fig: gain precision_at_k-m10 triplet-dw-m10 at=0.25 -->+2.8<!-- /fig -->, "
+                         "under wu_scratch <!-- fig: mean triplet-dw-m10 budget=wu_scratch -->30.0<!-- /fig -->\n")
+    assert rp.main(["report", "--out", str(out), "--results", str(results), "--check"]) == 0
+    _fake_results(out, "triplet-dw-m10", [0.45, 0.44, 0.48])  # a rerun moves the figure: the note is stale
+    assert rp.main(["report", "--out", str(out), "--results", str(results), "--check"]) == 1
+    results.write_text(text.replace("diff precision_at_k-m10 triplet-dw-m10", "diff precision_at_k-m10 lu-none"))
+    with pytest.raises(SystemExit, match="note figure 'diff precision_at_k-m10 lu-none': arm lu-none has no results"):
+        rp.main(["report", "--out", str(out), "--results", str(results)])
+
+
 def test_results_show_wu_s_protocol_beside_the_standard_budget(tmp_path):
     """The wu_scratch budget's results are reported next to the standard budget's: each claim it
     reran with both verdicts, its own setting (the best validation evaluation), cost and detail."""

@@ -57,7 +57,10 @@ def parse_term(text):
     if len(arms) != (1 if kind == "mean" else 2):
         raise NoteFigureError(f"note figure {text!r}: {kind} takes {'one arm' if kind == 'mean' else 'two arms'}")
     if "at" in options:
-        options["at"] = float(options["at"])
+        try:
+            options["at"] = float(options["at"])
+        except ValueError:
+            raise NoteFigureError(f"note figure {text!r}: at= takes a fraction of the budget, e.g. at=0.25") from None
     return kind, arms, options
 
 
@@ -79,8 +82,8 @@ class Figures:
         return values
 
     def term_values(self, expr, term):
-        """[(value, se or None)] of one term (several for a pattern in ``mean``), unscaled."""
-        kind, arms, options = parse_term(term)
+        """[(value, se or None)] of one parsed term (several for a pattern in ``mean``), unscaled."""
+        kind, arms, options = term
         if kind == "mean":
             names = arms
             if any(ch in arms[0] for ch in "*?["):
@@ -88,29 +91,29 @@ class Figures:
                 if not names:
                     raise NoteFigureError(f"note figure {expr!r}: no arm with results matches {arms[0]}")
             return [(statistics.fmean(self._values(expr, name, options).values()), None) for name in names]
-        seeds, diffs = verdicts.paired(self._values(expr, arms[0], options), self._values(expr, arms[1], options))
+        _, diffs = verdicts.paired(self._values(expr, arms[0], options), self._values(expr, arms[1], options))
         if len(diffs) < 2:
             raise NoteFigureError(f"note figure {expr!r}: {arms[0]} and {arms[1]} share fewer than 2 seeds")
-        se = statistics.stdev(diffs) / len(diffs) ** 0.5
-        return [(statistics.fmean(diffs), se if kind == "diff" else None)]
+        mean, se, _, _ = verdicts.paired_t_test(diffs)
+        return [(mean, se if kind == "diff" else None)]
 
     def render(self, expr):
         """The text of one figure expression."""
         ranged = expr.startswith("range:")
-        terms = [t.strip() for t in (expr[len("range:"):] if ranged else expr).split(";") if t.strip()]
-        if not terms or (len(terms) > 1 and not ranged):
+        texts = [t.strip() for t in (expr[len("range:"):] if ranged else expr).split(";") if t.strip()]
+        if not texts or (len(texts) > 1 and not ranged):
             raise NoteFigureError(f"note figure {expr!r}: one term, or 'range:' and terms separated by ';'")
-        metric = [parse_term(t)[2].get("metric", self.default_metric) for t in terms]
-        if len(set(metric)) > 1:
+        terms = [parse_term(t) for t in texts]
+        metrics = {options.get("metric", self.default_metric) for _, _, options in terms}
+        if len(metrics) > 1:
             raise NoteFigureError(f"note figure {expr!r}: a range spans one metric")
-        factor, spec = self.source.scale(metric[0])
-        kinds = [parse_term(t)[0] for t in terms]
+        factor, spec = self.source.scale(metrics.pop())
         values = [(factor * v, None if se is None else factor * se) for t in terms for v, se in self.term_values(expr, t)]
         if not ranged:
             if len(values) != 1:
                 raise NoteFigureError(f"note figure {expr!r}: an arm pattern spans several arms: use 'range:'")
             (value, se), = values
-            if kinds[0] == "mean":
+            if terms[0][0] == "mean":
                 return f"{value:{spec}}"
             return _signed(value, spec) + ("" if se is None else f" ± {se:{spec}}")
         low, high = min(v for v, _ in values), max(v for v, _ in values)

@@ -1732,6 +1732,7 @@ class NoteFigureSource:
 
     def __init__(self, out):
         self.out = out
+        self._loaded = {}  # (folder, arm) → its results: a report's notes quote many arms more than once
 
     def folder(self, budget):
         if budget is None:
@@ -1741,11 +1742,17 @@ class NoteFigureSource:
                                                f"(known: {', '.join(sorted(BUDGETS))})")
         return os.path.join(os.path.dirname(os.path.normpath(self.out)), budget)
 
+    def results(self, budget, arm):
+        key = (self.folder(budget), arm)
+        if key not in self._loaded:
+            self._loaded[key] = load_results(*key)
+        return self._loaded[key]
+
     def values(self, budget, arm, metric, at):
-        return {r["seed"]: _metric(r, metric, at) for r in load_results(self.folder(budget), arm)}
+        return {r["seed"]: _metric(r, metric, at) for r in self.results(budget, arm)}
 
     def arms(self, budget):
-        return [arm for arm in ARMS if load_results(self.folder(budget), arm)]
+        return [arm for arm in ARMS if self.results(budget, arm)]
 
     def scale(self, metric):
         return _scale(metric)

@@ -58,7 +58,7 @@ def test_a_figure_that_cannot_be_computed_names_itself_and_the_fix(figures):
                         ("mean x-dw-*", "use 'range:'"), ("gain a b; gain c b", "'range:'"),
                         ("range: mean q-*", "no arm with results matches q-*"),
                         ("range: mean a; mean a metric=recall@1", "one metric"),
-                        ("diff a b budget=other", "has no results")):
+                        ("diff a b budget=other", "has no results"), ("mean a at=half", "at= takes a fraction")):
         with pytest.raises(nf.NoteFigureError, match="note figure") as err:
             figures.render(expr)
         assert words in str(err.value), (expr, str(err.value))

@@ -713,7 +713,7 @@ def test_report_command_rewrites_only_the_generated_block(tmp_path):
     assert rp.main(["report", "--out", str(out), "--results", str(results), "--check"]) == 0
 
 
-def test_report_rewrites_the_figures_the_notes_quote_and_check_fails_when_one_is_stale(tmp_path, capsys):
+def test_report_rewrites_the_figures_the_notes_quote_and_check_fails_when_one_is_stale(tmp_path):
     out = tmp_path / "standard"
     _fake_results(out, "precision_at_k-m10", [0.50, 0.55, 0.60])
     _fake_results(out, "triplet-dw-m10", [0.40, 0.44, 0.48])  # 10, 11, 12 points below: SE 0.577

@@ -1281,8 +1281,10 @@ def paired_summary(out, check, metric, at=None):
     seeds, diffs = verdicts.paired(seed_values(out, check[0], metric, at), seed_values(out, check[1], metric, at))
     if not diffs:
         return None, None, 0
-    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else None
-    return statistics.fmean(diffs), se, len(diffs)
+    if len(diffs) == 1:
+        return diffs[0], None, 1
+    mean, se, _, _ = verdicts.paired_t_test(diffs)
+    return mean, se, len(diffs)
 
 
 def _diff_cell(mean, se, metric):

@@ -412,6 +412,19 @@ def test_the_report_reads_its_verdict_from_the_verdict_function(tmp_path):
     assert f"**{verdict}**" in text.splitlines()[0]
 
 
+def test_a_reported_metric_shows_the_paired_mean_and_se_of_the_judged_statistic(tmp_path):
+    """The R@1 column of a check: mean and SE of the per-seed differences, by hand; one shared
+    seed gives its difference and no SE; none gives no figure."""
+    out = tmp_path / "out"
+    _fake_results(out, "a", [0.50, 0.60, 0.70])
+    _fake_results(out, "b", [0.48, 0.57, 0.66])  # differences 0.02, 0.03, 0.04: mean 0.03, sd 0.01
+    mean, se, n = rp.paired_summary(str(out), ("a", "b"), "recall@1")
+    assert (mean, se, n) == (pytest.approx(0.03), pytest.approx(0.01 / np.sqrt(3)), 3)
+    _fake_results(out, "c", [0.45])
+    assert rp.paired_summary(str(out), ("a", "c"), "recall@1") == (pytest.approx(0.05), None, 1)
+    assert rp.paired_summary(str(out), ("a", "missing"), "recall@1") == (None, None, 0)
+
+
 def test_a_training_figure_is_read_from_the_history_and_lower_is_better(tmp_path):
     """hong_objective: train_objective comes from the last history row (or the row at a fraction
     of the budget); the IS arm's lower objective makes "lower with IS" hold, shown as it is (not

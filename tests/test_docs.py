@@ -134,3 +134,15 @@ def test_the_guide_s_examples_are_python_and_name_configs_that_exist():
     named = set(re.findall(r"configs/[\w.-]+\.yaml", guide))
     missing = sorted(p for p in named if not os.path.exists(os.path.join(ROOT, p)))
     assert named and not missing, f"docs/guide.md names configs that do not exist: {missing}"
+
+
+def test_the_guide_names_every_loss_that_takes_a_memory_and_no_other():
+    """The cross-batch memory's list of losses is the registry's: a loss whose
+    ``memory_refusal`` is None takes a memory."""
+    import tfdml
+
+    guide = " ".join(_read(os.path.join(DOCS, "guide.md")).split())
+    sentence = re.search(r"The losses whose terms are pair or triplet terms of an anchor take it \((.*?)\)", guide)
+    named = set(re.findall(r"`(\w+)`", sentence.group(1))) - {"loss.name"}
+    takes = {name for name, cls in tfdml.losses.LOSSES.items() if cls.memory_refusal is None}
+    assert named == takes

@@ -78,6 +78,8 @@ def test_run_writes_everything(finished_run):
     history = open(os.path.join(out, "history.csv")).read().splitlines()
     # The per-epoch figures are labelled as the test split's (history only).
     assert len(history) == 3 and "test_map@r" in history[0].split(",")
+    # One numbering: the last row is the epoch the summary and metrics.json name ("epoch 2 of 2").
+    assert [row.split(",")[0] for row in history] == ["epoch", "1", "2"]
     text = summary.summary(cfg, result)
     assert "recall@1" in text and "map@r" in text
     assert ("model.keras and saved_model/: epoch 2 of 2, the last epoch's: there is no validation split"

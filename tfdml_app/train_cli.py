@@ -8,8 +8,9 @@ the names the library registers after. The run writes into ``output_dir``:
 
     config.yaml          the resolved config
     history.csv          per-epoch loss and the validation split's metrics (val_*), or,
-                         without data.validation, the test split's (test_*, shown only)
-    logs/                TensorBoard logs
+                         without data.validation, the test split's (test_*, shown only);
+                         epochs counted from 1, as the progress bar and the summary
+    logs/                TensorBoard logs (step: the epoch, counted from 1 too)
     backup/              the last completed epoch (a rerun resumes from it); removed
                          when the run finishes
     checkpoints/         while training with a data.validation split only:

@@ -1052,7 +1052,8 @@ def test_no_config_trains_the_main_job_and_an_empty_one_is_refused(tmp_path, cap
 
     monkeypatch.setattr(fit, "run", record)
     assert train.main(["--quiet"]) == 2
-    assert "No --config given: training configs/default.yaml" in capsys.readouterr().err
+    main_job = os.path.join(ROOT, "configs", "default.yaml")
+    assert f"No --config given: training the main job ({main_job})" in capsys.readouterr().err
     assert seen["cfg"] == config.load(os.path.join(ROOT, "configs", "default.yaml"))
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing here\n")

@@ -79,3 +79,14 @@ def test_the_summary_of_the_main_job_suggests_a_validation_split_that_runs(tmp_p
     advised = config.load(MAIN_JOB, [*QUICK, f"output_dir={tmp_path / 'advised'}", *settings])
     text = summary.summary(advised, fit.run(advised, verbose=0))
     assert "on the validation split (5 classes" in text, text
+
+
+def test_the_early_stopping_error_of_the_main_job_names_settings_that_work():
+    """Early stopping needs a validation split; the config error says how to hold one out,
+    and on the main job (5 training classes, n = 5) the whole of its advice works."""
+    patience = ["training.early_stopping_patience=2"]
+    with pytest.raises(config.ConfigError, match="needs a validation split") as error:
+        config.load(MAIN_JOB, patience)
+    settings = suggested_settings(str(error.value))
+    assert settings, str(error.value)
+    assert_works(settings, extra=patience)

@@ -5,6 +5,11 @@ import configparser
 import importlib.metadata
 import os
 import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -128,3 +133,64 @@ def test_no_extra_brings_another_tensorflow_through_its_dependencies():
                 d.marker.evaluate({"extra": e}) for e in {""} | req.extras)]
             found = set(_tensorflows(deps)) - ours
             assert not found, f"tfdml[{extra}]: {req.name} requires {sorted(found)} beside {sorted(ours)}"
+
+
+#: What a wheel is built from: the packages, their metadata and build files
+#: (the tests, benchmarks and docs are not shipped).
+WHEEL_SOURCES = ("tfdml", "pipelines", "tfdml_app", "configs", "setup.py", "setup.cfg", "pyproject.toml",
+                 "MANIFEST.in", "README.md")
+
+
+@pytest.fixture(scope="module")
+def wheel_install(tmp_path_factory):
+    """tfdml built as a wheel (offline, with this environment's setuptools) and
+    installed into a folder of its own, with no repository around it."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    for name in WHEEL_SOURCES:
+        source = os.path.join(ROOT, name)
+        if not os.path.exists(source):
+            continue
+        if os.path.isdir(source):
+            shutil.copytree(source, tmp / "src" / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            os.makedirs(tmp / "src", exist_ok=True)
+            shutil.copy(source, tmp / "src" / name)
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(tmp / "dist"),
+                    str(tmp / "src")], check=True, cwd=tmp)
+    (wheel,) = (tmp / "dist").glob("tfdml-*.whl")
+    subprocess.run([*pip, "install", "--no-deps", "--no-index", "--target", str(tmp / "site"), str(wheel)],
+                   check=True, cwd=tmp)
+    shutil.rmtree(tmp / "src")
+    return tmp / "site"
+
+
+def _in_install(site, args):
+    """Run ``args`` (a Python command line) with the installed packages of ``site``
+    first on the path, from a folder with no configs/ in it."""
+    home = site.parent / "elsewhere"
+    home.mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(site), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run([sys.executable, *args], cwd=home, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_wheel_install_trains_the_main_job_without_the_repository(wheel_install):
+    """tfdml-train without --config trains configs/default.yaml: a wheel ships it in the
+    package, built from the repository's one file."""
+    found = _in_install(wheel_install, ["-c", "from tfdml_app import train_cli; print(train_cli.default_config())"])
+    path = found.stdout.strip()
+    assert path == str(wheel_install / "tfdml_app" / "configs" / "default.yaml"), found.stderr
+    with open(path, "rb") as packaged, open(os.path.join(ROOT, "configs", "default.yaml"), "rb") as source:
+        assert packaged.read() == source.read()
+    # The installed command reads it: an unknown key is refused before TensorFlow is imported.
+    run = _in_install(wheel_install, [str(wheel_install / "bin" / "tfdml-train"), "--set", "no_such_key=1"])
+    assert run.returncode == 2 and f"training the main job ({path})" in run.stderr, run.stderr
+    assert "Unknown config key 'no_such_key'" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("command", ["tfdml-train", "tfdml-evaluate", "tfdml-search"])
+def test_the_installed_commands_name_themselves_in_their_help(wheel_install, command):
+    run = _in_install(wheel_install, [str(wheel_install / "bin" / command), "--help"])
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(f"usage: {command} "), run.stdout
+    assert ".py" not in run.stdout.replace("tfdml_app", ""), run.stdout

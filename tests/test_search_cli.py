@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml_app import search_cli
+from tfdml_app import commands, search_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -99,7 +99,7 @@ def test_clear_errors(folder_and_model, tmp_path, capsys):
     assert search_cli.main(["query", "--index", str(tmp_path / "none.npz"), "--model", model,
                             str(root / "images")]) == 2
     err = capsys.readouterr().err
-    assert "search.py: error:" in err and "Traceback" not in err
+    assert f"{commands.name('search')}: error:" in err and "Traceback" not in err
     (tmp_path / "empty").mkdir()
     assert search_cli.main(["build", "--model", model, "--images", str(tmp_path / "empty"),
                             "--out", str(tmp_path / "i.npz")]) == 2

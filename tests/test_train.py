@@ -78,6 +78,8 @@ def test_run_writes_everything(finished_run):
     history = open(os.path.join(out, "history.csv")).read().splitlines()
     # The per-epoch figures are labelled as the test split's (history only).
     assert len(history) == 3 and "test_map@r" in history[0].split(",")
+    # One numbering: the last row is the epoch the summary and metrics.json name ("epoch 2 of 2").
+    assert [row.split(",")[0] for row in history] == ["epoch", "1", "2"]
     text = summary.summary(cfg, result)
     assert "recall@1" in text and "map@r" in text
     assert ("model.keras and saved_model/: epoch 2 of 2, the last epoch's: there is no validation split"
@@ -1050,7 +1052,8 @@ def test_no_config_trains_the_main_job_and_an_empty_one_is_refused(tmp_path, cap
 
     monkeypatch.setattr(fit, "run", record)
     assert train.main(["--quiet"]) == 2
-    assert "No --config given: training configs/default.yaml" in capsys.readouterr().err
+    main_job = os.path.join(ROOT, "configs", "default.yaml")
+    assert f"No --config given: training the main job ({main_job})" in capsys.readouterr().err
     assert seen["cfg"] == config.load(os.path.join(ROOT, "configs", "default.yaml"))
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing here\n")

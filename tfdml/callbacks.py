@@ -57,7 +57,8 @@ class RetrievalEvaluation(keras.callbacks.Callback):
       metrics, ks: metric names and the k of Recall@k / Precision@k
         (:mod:`tfdml.metrics`); validated here.
       log_dir: if given, the values are also written as TensorBoard scalars
-        ``retrieval/<key>`` ("@" written as "_at_") at step = epoch; the
+        ``retrieval/<key>`` ("@" written as "_at_") at step = the epoch counted
+        from 1 (as Keras' progress bar and ``history.csv``); the
         tensorboard package is not needed to write them.
       batch_size: prediction batch size for array data.
       distance: ``"euclidean"``, ``"squared_euclidean"`` or ``"cosine"``.
@@ -182,7 +183,7 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         with self._writer.as_default():
             for key in self.keys:
                 tf.summary.write("retrieval/" + key.replace("@", "_at_"),
-                                 tf.constant(results[key], tf.float32), step=epoch,
+                                 tf.constant(results[key], tf.float32), step=epoch + 1,
                                  metadata=metadata)
         self._writer.flush()
 
@@ -286,7 +287,9 @@ class HeldOutTensorBoard(keras.callbacks.TensorBoard):
     training figures. Here each key with a prefix of ``held_out`` goes to its
     own run instead (default: ``test_*`` → ``<log_dir>/test``, as
     ``epoch_map@r``), ``val_*`` to ``validation`` as in Keras, the rest to
-    ``train``. The logs seen by later callbacks are not changed.
+    ``train``. The logs seen by later callbacks are not changed. Every run's
+    step is the epoch counted from 1 (Keras' own TensorBoard counts from 0), as
+    Keras' progress bar and ``history.csv`` count it.
     """
 
     def __init__(self, log_dir="logs", held_out=(("test_", "test"),), **kwargs):
@@ -300,7 +303,9 @@ class HeldOutTensorBoard(keras.callbacks.TensorBoard):
         for prefix, run in self.held_out:
             for key in [k for k in logs if k.startswith(prefix)]:
                 by_run.setdefault(run, {})[key[len(prefix):]] = logs.pop(key)
-        super().on_epoch_end(epoch, logs)
+        # Keras files the epoch of on_epoch_end(0) at step 0; here at step 1, the
+        # epoch as the progress bar and history.csv count it.
+        super().on_epoch_end(epoch + 1, logs)
         for run, values in by_run.items():
             writer = self._held_out_writers.get(run)
             if writer is None:
@@ -308,7 +313,7 @@ class HeldOutTensorBoard(keras.callbacks.TensorBoard):
                 self._held_out_writers[run] = writer
             with writer.as_default():
                 for name, value in values.items():
-                    tf.summary.scalar(f"epoch_{name}", value, step=epoch)
+                    tf.summary.scalar(f"epoch_{name}", value, step=epoch + 1)
             writer.flush()
 
     def on_train_end(self, logs=None):

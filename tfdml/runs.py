@@ -310,22 +310,31 @@ class HistoryCSV(keras.callbacks.Callback):
     """``history.csv``: one row per epoch, the whole file rewritten atomically
     after every epoch (an append cut by a kill would leave half a row).
 
-    ``rows``: the rows of earlier epochs (from a backup) to continue from.
+    The ``epoch`` column counts from 1: the row of Keras' ``on_epoch_end(0)`` is
+    epoch 1, the model after one epoch, as Keras' progress bar ("Epoch 1/N"),
+    the backups (``epoch-0001``) and :class:`AtomicCheckpoint`'s ``best_epoch`` count.
+
+    ``rows``: the rows of earlier epochs (from a backup) to continue from. Rows
+    numbered from 0 (a backup of a tfdml whose history.csv counted epochs from 0:
+    its first row was epoch 0) are renumbered from 1.
     """
 
     def __init__(self, path, rows=None):
         super().__init__()
         self.path = path
         self.rows = [dict(r) for r in rows or []]
+        if any(r.get("epoch") == 0 for r in self.rows):
+            for row in self.rows:
+                row["epoch"] += 1
 
     def on_epoch_end(self, epoch, logs=None):
-        row = {"epoch": epoch}
+        row = {"epoch": epoch + 1}
         for key, value in (logs or {}).items():
             try:
                 row[key] = float(value)
             except (TypeError, ValueError):
                 continue
-        self.rows = [r for r in self.rows if r.get("epoch") != epoch] + [row]
+        self.rows = [r for r in self.rows if r.get("epoch") != row["epoch"]] + [row]
         self.write()
 
     def write(self):

@@ -365,7 +365,9 @@ def _check_combinations(cfg):
         if cfg["data"]["validation"]["fraction"] is None:
             raise ConfigError(
                 "training.early_stopping_patience needs a validation split to watch (stopping on the "
-                "test split would select on test data): set data.validation.fraction (e.g. 0.2), or "
+                "test split would select on test data): hold one out of the training split, e.g. "
+                "--set data.validation.fraction=0.2 (and --set data.validation.mode=examples when "
+                "holding out whole classes would leave fewer training classes than design.n), or "
                 "remove training.early_stopping_patience."
             )
         if cfg["strategy"] == "multi_worker":

@@ -67,7 +67,7 @@ def load_embedder(path):
     outputs = getattr(model, "outputs", None) or [None]  # subclassed models have none
     if len(outputs) != 1:
         raise EvaluationError(
-            f"The model {path!r} has {len(outputs)} outputs; evaluate.py needs one, "
+            f"The model {path!r} has {len(outputs)} outputs; an embedding model has one, "
             "the [batch, d] embedding."
         )
 
@@ -117,7 +117,7 @@ def _saved_model_fn(loaded, path):
     if len(inputs) != 1:
         raise EvaluationError(
             f"The SavedModel's serving_default takes {len(inputs)} inputs "
-            f"({sorted(inputs)}); evaluate.py needs one image input."
+            f"({sorted(inputs)}); an embedding model takes one image input."
         )
     (name, spec), = inputs.items()
 
@@ -126,7 +126,7 @@ def _saved_model_fn(loaded, path):
         if len(out) != 1:
             raise EvaluationError(
                 f"The SavedModel's serving_default returns {len(out)} outputs "
-                f"({sorted(out)}); evaluate.py needs one, the embedding."
+                f"({sorted(out)}); an embedding model returns one, the embedding."
             )
         return next(iter(out.values()))
 
@@ -168,14 +168,14 @@ def embed(embedder, dataset, num_examples, batch_size=256, verbose=1, transform=
             ) from None
         if isinstance(out, (dict, list, tuple)):
             raise EvaluationError(
-                f"The model returns a {type(out).__name__}; evaluate.py needs one [batch, d] "
+                f"The model returns a {type(out).__name__}; an embedding model returns one [batch, d] "
                 "embedding tensor."
             )
         out = np.asarray(out)
         if out.ndim != 2 or out.shape[0] != x.shape[0]:
             raise EvaluationError(
                 f"The model output has shape {out.shape} for a batch of {x.shape[0]}: not an "
-                "embedding. evaluate.py needs a model mapping each input to one vector "
+                "embedding. An embedding model maps each input to one vector "
                 "[batch, d] (e.g. the exported embedding model, not a classifier's feature map)."
             )
         embeddings.append(out.astype(np.float32))

@@ -24,6 +24,7 @@ command-line flags override them.
 import argparse
 import os
 
+from tfdml_app.commands import name
 from tfdml_app.embedding import check_model_path, load_embedder, load_split, model_input_transform
 from tfdml_app.errors import EvaluationError
 from tfdml_app.evaluation import BASELINES, DEFAULT_KS, DEFAULT_METRICS, Options, read_config, run
@@ -32,7 +33,7 @@ from tfdml.startup import quiet_tensorflow_import
 
 def build_parser():
     p = argparse.ArgumentParser(
-        prog="evaluate.py",
+        prog=name("evaluate"),
         description="Evaluate an embedding model: retrieval, clustering and verification "
                     "metrics, metrics.json and PNG plots.",
         epilog="Ranking and ties: every distance ranks on one score (cosine first puts the "
@@ -40,11 +41,11 @@ def build_parser():
                "embeddings get the same neighbours and the same metrics by cosine and by "
                "euclidean. Retrieval metrics rank a negative tied with a positive before it "
                "(ties never raise a metric, and the metrics do not depend on the order of "
-               "the data); neighbour lists (the retrieval grid, search.py) put equal "
+               f"the data); neighbour lists (the retrieval grid, {name('search')}) put equal "
                "distances lower index first. See tfdml.metrics.retrieval and "
                "tfdml.metrics.knn.")
     p.add_argument("--model", required=True, help="a .keras file or a SavedModel directory")
-    p.add_argument("--config", help="a train.py YAML; its data: and evaluation: sections are used")
+    p.add_argument("--config", help=f"a {name('train')} YAML; its data: and evaluation: sections are used")
     p.add_argument("--data", help="data source name (overrides the config), e.g. mnist5k, digits")
     p.add_argument("--split", default=None, help="split to evaluate (default: test)")
     p.add_argument("--out", default=None,
@@ -109,5 +110,5 @@ def main(argv=None):
             extra_info={"model": os.path.abspath(args.model), "data": source,
                         "source_kwargs": kwargs, "split": split_name})
     except (EvaluationError, *errors.USER_ERROR_TYPES) as err:
-        return errors.report(err, "evaluate.py: error: ")
+        return errors.report(err, f"{name('evaluate')}: error: ")
     return 0

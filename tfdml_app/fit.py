@@ -13,7 +13,7 @@ import numpy as np
 
 from tfdml import callbacks as callbacks_lib
 from tfdml import files, models, runs
-from tfdml_app import build, evaluation, export, fit_loops, summary
+from tfdml_app import advice, build, evaluation, export, fit_loops, summary
 from tfdml_app import data as data_lib
 from tfdml_app import config as config_lib
 from tfdml_app.embedding import embed
@@ -128,6 +128,7 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
         test_split = source.split(cfg["data"]["test_split"])
     except ValueError as err:
         raise ExperimentError(f"data: {err}") from None
+    whole_train = train_split
     train_split, val_split = data_lib.split_validation(cfg, train_split)
     described = data_lib.describe_data(cfg, train_split, val_split, test_split)
     if verbose:
@@ -136,7 +137,7 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
     try:
         design.validate(train_split)
     except ValueError as err:
-        raise ExperimentError(f"design: {err}") from None
+        raise ExperimentError(f"design: {err}{validation_hint(cfg, whole_train, val_split)}") from None
     input_shape = data_lib.input_shape_for(cfg, train_split.image_shape)
     # L of the losses (Hong's η, Wu's β_class): the classes the training split
     # holds, not its highest label + 1 (train_classes [5..9] are 5 classes).
@@ -189,7 +190,10 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
             kept.update(epoch=int(best.best_epoch), selected_by=(
                 f"best {best.monitor} on the validation split ({best.monitor} {best.best:.4f})"))
         result["model"] = kept
-        result["best_checkpoint"] = fit_loops.best_checkpoint_note(cfg, val_split, kept)
+        settings = None
+        if val_split is None and cfg["strategy"] != "multi_worker":
+            settings = advice.validation_split(cfg, whole_train)
+        result["best_checkpoint"] = fit_loops.best_checkpoint_note(cfg, val_split, kept, settings)
         result["data"] = described
         result.update(final_evaluation(cfg, model, test_split, out, verbose, kept=kept, data=described,
                                        last_epoch=last_figures and {"epoch": last_epoch,
@@ -209,6 +213,21 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
     if best is not None:
         remove_checkpoints(best.path)
     return result
+
+
+def validation_hint(cfg, whole_train, val_split):
+    """For a design that does not fit the training split left by
+    ``data.validation`` (``val_split``): the settings that keep a validation
+    split the design fits (:func:`tfdml_app.advice.validation_split`), as the end
+    of the error message; "" without a validation split, or when none is found."""
+    if val_split is None:
+        return ""
+    settings = advice.validation_split(cfg, whole_train)
+    if not settings:
+        return ""
+    return (f" The validation split (data.validation) holds out {val_split.num_classes} of the "
+            f"{whole_train.num_classes} training classes; for one that leaves the design enough, "
+            f"rerun with {advice.as_options(settings)}")
 
 
 def remove_checkpoints(path):

@@ -10,7 +10,7 @@ import numpy as np
 from tfdml import callbacks as callbacks_lib
 from tfdml import losses as losses_lib
 from tfdml import runs
-from tfdml_app import build
+from tfdml_app import advice, build
 from tfdml_app import config as config_lib
 from tfdml_app.data import model_input
 from tfdml_app.errors import ExperimentError
@@ -20,16 +20,21 @@ from tfdml_app.errors import ExperimentError
 VALIDATION_PREFIX, TEST_PREFIX = "val_", "test_"
 
 
-def best_checkpoint_note(cfg, val_split, kept=None):
+def best_checkpoint_note(cfg, val_split, kept=None, validation_settings=None):
     """One line for the summary: which model model.keras / saved_model/ are
-    (``kept``: the ``model`` record of the run) and on what it was selected."""
+    (``kept``: the ``model`` record of the run) and on what it was selected.
+    ``validation_settings``: without a validation split, the settings that give
+    this run one (:func:`tfdml_app.advice.validation_split`), suggested to
+    select the best epoch; None: nothing is suggested."""
     epoch = "" if kept is None else f"epoch {kept['epoch']} of {kept['epochs']}, "
     if cfg["strategy"] == "multi_worker":
         return (f"{epoch}the last epoch's: multi-worker training evaluates nothing per epoch, "
                 "so no checkpoint is selected")
     if val_split is None:
+        hint = (f" (to select the best epoch on a validation split, rerun with "
+                f"{advice.as_options(validation_settings)})" if validation_settings else "")
         return (f"{epoch}the last epoch's: there is no validation split, and no checkpoint is "
-                "selected on test data (set data.validation.fraction to select the best epoch)")
+                f"selected on test data{hint}")
     where = (f"on the validation split ({val_split.num_classes} classes, {val_split.num_examples} "
              f"examples, mode {cfg['data']['validation']['mode']})")
     if kept is not None and not kept["selected_by"].startswith("best"):

@@ -27,6 +27,7 @@ import argparse
 import os
 import sys
 
+from tfdml_app.commands import name
 from tfdml_app.embedding import load_embedder
 from tfdml_app.errors import EvaluationError
 from tfdml.startup import quiet_tensorflow_import
@@ -144,7 +145,7 @@ def query(args):
         stored = index.metadata_for(ids.ravel())
         if not all(isinstance(m, dict) and "file" in m for m in stored):
             raise EvaluationError(
-                "--grid needs an index that records its image files (one built by 'search.py build').")
+                f"--grid needs an index that records its image files (one built by '{name('search')} build').")
         results = load_images([m["file"] for m in stored], size, channels)
         results = results.reshape(ids.shape + results.shape[1:])
         correct = np.ones(ids.shape, bool)  # a query of unknown class: no red
@@ -165,11 +166,11 @@ def query(args):
 def describe(args):
     from tfdml import search as search_lib
 
-    return search_lib.report_all(args.paths, "search.py")
+    return search_lib.report_all(args.paths, name("search"))
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="search.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=name("search"), description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="embed an image folder into an index file")
     b.add_argument("--model", required=True, help="a .keras file or a SavedModel directory")
@@ -200,6 +201,6 @@ def main(argv=None):
     try:
         code = {"build": build, "query": query, "describe": describe}[args.command](args)
     except (EvaluationError, *errors.USER_ERROR_TYPES) as err:
-        return errors.report(err, "search.py: error: ")
+        return errors.report(err, f"{name('search')}: error: ")
     return code or 0
 

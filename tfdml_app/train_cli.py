@@ -8,8 +8,9 @@ the names the library registers after. The run writes into ``output_dir``:
 
     config.yaml          the resolved config
     history.csv          per-epoch loss and the validation split's metrics (val_*), or,
-                         without data.validation, the test split's (test_*, shown only)
-    logs/                TensorBoard logs
+                         without data.validation, the test split's (test_*, shown only);
+                         epochs counted from 1, as the progress bar and the summary
+    logs/                TensorBoard logs (step: the epoch, counted from 1 too)
     backup/              the last completed epoch (a rerun resumes from it); removed
                          when the run finishes
     checkpoints/         while training with a data.validation split only:
@@ -32,7 +33,8 @@ Every file is written atomically (a kill never leaves half a file). The
 output dir is locked while a run uses it; a finished run is not overwritten
 without ``--overwrite`` (or ``--fresh``); a backup is resumed only if the
 config still matches (more epochs or other evaluation settings may change).
-Without ``--config``, configs/default.yaml (the main job) is trained.
+Without ``--config``, configs/default.yaml (the main job) is trained; an
+install (``tfdml-train``) ships that file, so no checkout is needed for it.
 
 Exit status: 0 when the run finished; 2 for a problem of the config, the
 data or the model (a NaN, an unreadable file, a full disk), printed as one
@@ -47,15 +49,28 @@ import argparse
 import os
 import sys
 
+from tfdml_app.commands import name
+
 #: The repository root (configs/ lives there).
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: What ``train.py`` trains without ``--config``: the README's main job.
+#: What ``train.py`` trains without ``--config``: the README's main job, at this
+#: path of the repository, and of this package in an install (setup.py copies
+#: the repository's file there when it builds the package).
 DEFAULT_CONFIG = os.path.join("configs", "default.yaml")
 
 
+def default_config():
+    """The path of the main job's config: the copy installed with this package
+    (an install without the repository), else the repository's
+    ``configs/default.yaml`` (a checkout, an editable install)."""
+    packaged = os.path.join(os.path.dirname(os.path.abspath(__file__)), DEFAULT_CONFIG)
+    return packaged if os.path.exists(packaged) else os.path.join(ROOT, DEFAULT_CONFIG)
+
+
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="train.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", help=f"YAML config (see configs/); {DEFAULT_CONFIG} if omitted")
+    parser = argparse.ArgumentParser(prog=name("train"), description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", help=f"YAML config (see configs/); the main job, {DEFAULT_CONFIG}, "
+                                         "if omitted (an install ships it)")
     parser.add_argument(
         "--set",
         action="append",
@@ -85,8 +100,8 @@ def main(argv=None):
     from tfdml_app import config as config_lib
 
     if args.config is None:
-        args.config = os.path.join(ROOT, DEFAULT_CONFIG)
-        print(f"No --config given: training {DEFAULT_CONFIG} (the main job).", file=sys.stderr)
+        args.config = default_config()
+        print(f"No --config given: training the main job ({args.config}).", file=sys.stderr)
     try:
         config_lib.check_structure(config_lib.read(args.config, args.set))
     except config_lib.ConfigError as err:

@@ -107,7 +107,7 @@ def test_tensorboard_scalars(data, tmp_path):
         for event in tf.compat.v1.train.summary_iterator(str(f)):
             for value in event.summary.value:
                 tags.setdefault(value.tag, []).append(event.step)
-    assert tags == {"retrieval/recall_at_1": [0, 1]}
+    assert tags == {"retrieval/recall_at_1": [1, 2]}  # epochs counted from 1, as in history.csv
 
 
 def test_bad_arguments(data):
@@ -204,7 +204,8 @@ def test_held_out_figures_go_to_their_own_tensorboard_run(data, tmp_path):
     test = _scalars(tmp_path / "test")
     val = _scalars(tmp_path / "validation")
     assert "epoch_loss" in train and not any("map" in tag or "recall" in tag for tag in train)
-    assert [s for s, _ in test["epoch_map@r"]] == [0, 1]
+    # Every run's step is the epoch counted from 1, as in history.csv and the progress bar.
+    assert [s for s, _ in test["epoch_map@r"]] == [1, 2] == [s for s, _ in train["epoch_loss"]]
     np.testing.assert_allclose([v for _, v in test["epoch_map@r"]], hist.history["test_map@r"],
                                rtol=1e-6)
     np.testing.assert_allclose([v for _, v in val["epoch_recall@1"]], hist.history["val_recall@1"],

@@ -142,11 +142,30 @@ def test_checkpoint_with_a_restored_best_saves_only_on_improvement(tmp_path):
 
 def test_history_csv_continues_the_backed_up_rows(tmp_path):
     path = tmp_path / "history.csv"
-    history = runs.HistoryCSV(str(path), rows=[{"epoch": 0, "loss": 1.5}, {"epoch": 1, "loss": 1.25}])
-    history.on_epoch_end(1, {"loss": 1.0, "map@r": 0.5})  # epoch 1 replayed after a kill
+    history = runs.HistoryCSV(str(path), rows=[{"epoch": 1, "loss": 1.5}, {"epoch": 2, "loss": 1.25}])
+    history.on_epoch_end(1, {"loss": 1.0, "map@r": 0.5})  # the second epoch replayed after a kill
     history.on_epoch_end(2, {"loss": 0.75, "map@r": 0.625})
     assert path.read_text().splitlines() == [
-        "epoch,loss,map@r", "0,1.5,", "1,1.0,0.5", "2,0.75,0.625"]
+        "epoch,loss,map@r", "1,1.5,", "2,1.0,0.5", "3,0.75,0.625"]
+
+
+def test_history_csv_counts_epochs_from_1_as_the_progress_bar_and_the_summary(tmp_path):
+    """Keras calls on_epoch_end(0) after the first epoch, which its progress bar shows
+    as "Epoch 1/N"; the row of that epoch is epoch 1 (the model after 1 epoch), as the
+    backups (epoch-0001), the best checkpoint's epoch and the run summary count."""
+    path = tmp_path / "history.csv"
+    model = _model()
+    history = runs.HistoryCSV(str(path))
+    model.fit(np.ones((4, 3)), np.ones((4, 2)), epochs=2, verbose=0, callbacks=[history])
+    assert [line.split(",")[0] for line in path.read_text().splitlines()] == ["epoch", "1", "2"]
+
+
+def test_history_csv_renumbers_the_rows_of_a_backup_that_counted_from_0(tmp_path):
+    """A backup written when history.csv counted epochs from 0 resumes into one numbering."""
+    path = tmp_path / "history.csv"
+    history = runs.HistoryCSV(str(path), rows=[{"epoch": 0, "loss": 1.5}, {"epoch": 1, "loss": 1.25}])
+    history.on_epoch_end(2, {"loss": 1.0})
+    assert path.read_text().splitlines() == ["epoch,loss", "1,1.5", "2,1.25", "3,1.0"]
 
 
 def test_a_backup_that_cannot_fit_is_refused_before_writing(tmp_path, monkeypatch):

@@ -54,6 +54,7 @@ from tensorflow.python.eager import record as _tf_record
 from tfdml import backbones as backbones_lib
 from tfdml.backbones.scratch import mlp, small_cnn  # noqa: F401 (tfdml.models.small_cnn / mlp)
 from tfdml import errors, kernels
+from tfdml import optimizers as optimizers_lib
 from tfdml import targets as targets_lib
 from tfdml.losses import base as loss_base
 
@@ -437,7 +438,12 @@ class EmbeddingModel(keras.Model):
         ``jit_compile`` also takes ``"loss"`` (:data:`LOSS_ONLY`): the loss and
         its sampler run as one XLA computation inside an otherwise uncompiled
         train step. The default, ``"auto"``, is resolved by
-        :func:`resolve_auto_jit_compile` (on a CPU: ``"loss"``)."""
+        :func:`resolve_auto_jit_compile` (on a CPU: ``"loss"``).
+
+        A loss's ``lr_multipliers`` (a proxy loss's ``proxy_lr_multiplier``) reach the
+        optimizer: :func:`tfdml.optimizers.with_loss_multipliers` turns ``"adam"`` /
+        ``"adamw"`` / ``"sgd"`` into their :mod:`tfdml.optimizers` variants, adds them to a
+        ``tfdml.optimizers`` optimizer and refuses another optimizer, naming the fix."""
         if loss is None:
             raise ValueError("EmbeddingModel.compile needs a loss, e.g. tfdml.losses.MarginLoss().")
         requested = kwargs.get("jit_compile", "auto")
@@ -464,6 +470,7 @@ class EmbeddingModel(keras.Model):
         self.loss_parameters = layers
         if was_locked:
             self._tracker.lock()
+        optimizer = optimizers_lib.with_loss_multipliers(optimizer, loss)
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
         self._metric_loss = loss
         self._loss_call = loss

@@ -207,7 +207,9 @@ def test_plain_keras_model_under_xla_gets_a_nan_loss():
     keras.utils.set_random_seed(0)
     inputs = keras.Input((4,))
     model = keras.Model(inputs, keras.layers.UnitNormalization()(keras.layers.Dense(3)(inputs)))
-    model.compile(optimizer="sgd", loss=losses.MarginLoss(num_classes=4, sampler=None), jit_compile=True)
+    loss = losses.MarginLoss(num_classes=4, sampler=None)
+    model.loss_state = loss.parameter_layers  # so that Keras trains β (else the loss refuses the model)
+    model.compile(optimizer="sgd", loss=loss, jit_compile=True)
     history = model.fit(X, GOOD_LABELS + 10, batch_size=B, epochs=2, verbose=0,
                         callbacks=[keras.callbacks.TerminateOnNaN()])
     assert len(history.history["loss"]) == 1 and np.isnan(history.history["loss"][0])

@@ -37,7 +37,7 @@ from tfdml import kernels
 from tfdml import masks as masks_lib
 from tfdml import targets as targets_lib
 from tfdml import xla
-from tfdml.losses import reductions
+from tfdml.losses import reductions, routes
 
 PairWeights = collections.namedtuple("PairWeights", ["pos_weight", "neg_weight"])
 
@@ -708,9 +708,15 @@ class MetricLoss(keras.losses.Loss):
         list), the loss is not converted by autograph inside a caller's
         ``tf.function``: ``compute`` and everything it calls is plain TensorFlow
         (``tf.cond`` / ``tf.while_loop``, never a Python ``if`` on a tensor), so
-        converting it would only cost tracing time."""
+        converting it would only cost tracing time.
+
+        A loss with learned state (trainable variables in ``parameter_layers``) refuses
+        a Keras model that would not train it (:mod:`tfdml.losses.routes`)."""
         if sample_weight is not None:
             refuse_sample_weight(type(self).__name__)
+        learned = [layer for layer in self.parameter_layers if layer.trainable_variables]
+        if learned:
+            routes.refuse_untracked_state(type(self).__name__, learned)
         with tf.name_scope(scope_name(self.name)):
             y_pred = tf.convert_to_tensor(y_pred)
             if y_pred.dtype != self.dtype:

@@ -7,26 +7,56 @@ Wu et al. 2017's β) therefore needs a model that tracks those layers:
 :class:`tfdml.models.EmbeddingModel` does, a plain ``keras.Model`` does not, and its
 ``fit`` would run with the state frozen at its initial values, silently.
 
-:func:`calling_model` finds the model whose ``compute_loss`` (the public Keras hook
-that every train and test step calls, and that ``EmbeddingModel`` overrides) is
-running the loss; :func:`refuse_untracked_state` raises when that model does not train
-the loss's variables. Both run in Python, so at trace time in every ``jit_compile``
-mode, and not at all in a user's own ``tf.function`` or ``GradientTape`` loop (which
-chooses its variables itself).
+* :func:`run_by_embedding_model`: the context in which ``EmbeddingModel.compute_loss``
+  runs its loss (the model trains the loss's state and counts its input checks);
+* :func:`calling_model`: otherwise, the Keras model whose ``compute_loss`` (the public
+  Keras hook every train and test step calls) runs the loss, or None (a user's own
+  ``tf.function`` or ``GradientTape`` loop, which chooses its variables itself);
+* :func:`refuse_untracked_state` raises when that model does not train the loss's
+  variables. All run in Python, so at trace time, in every ``jit_compile`` mode.
 """
 
+import contextlib
 import sys
+import threading
 
 import keras
 
+_lock = threading.Lock()
+#: How many ``EmbeddingModel.compute_loss`` calls are running (replicas of a
+#: distribution strategy run them on threads of their own, so not thread-local).
+_embedding_model_calls = 0
+
+
+@contextlib.contextmanager
+def run_by_embedding_model():
+    """Within: a loss is run by :class:`tfdml.models.EmbeddingModel`, which trains its
+    ``parameter_layers`` and counts its input checks after the step."""
+    global _embedding_model_calls
+    with _lock:
+        _embedding_model_calls += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _embedding_model_calls -= 1
+
+
+def caller_counts_checks():
+    """True inside :func:`run_by_embedding_model`: the model counts the loss's input checks
+    in the step and raises after it, so the loss needs no assert of its own."""
+    return _embedding_model_calls > 0
+
 
 def calling_model():
-    """The ``keras.Model`` whose ``compute_loss`` is on the call stack (the innermost), or None.
-    Also as autograph converts it (``tf__compute_loss``, in a caller's ``tf.function``) and
-    as Keras wraps it (``_compute_loss``)."""
+    """The ``keras.Model`` whose ``compute_loss`` (or Keras' ``_compute_loss`` wrapper) is on
+    the call stack (the innermost), or None. Only frames of functions without closure cells
+    are read (Keras' own, a plain override): reading the locals of a frame with cells (an
+    autograph-converted function) can overwrite its cells on CPython 3.11."""
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_name.endswith("compute_loss"):
+        code = frame.f_code
+        if code.co_name in ("compute_loss", "_compute_loss") and not (code.co_freevars or code.co_cellvars):
             owner = frame.f_locals.get("self")
             if isinstance(owner, keras.Model):
                 return owner
@@ -43,6 +73,8 @@ def untracked_variables(model, layers):
 def refuse_untracked_state(owner, layers):
     """Raise ValueError when a model's ``compute_loss`` runs the loss ``owner`` (its class
     name) but does not train the trainable variables of its ``layers``."""
+    if caller_counts_checks():
+        return  # EmbeddingModel tracks the loss's parameter_layers
     model = calling_model()
     if model is None:
         return

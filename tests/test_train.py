@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import tfdml
 
 import train
 from tfdml_app import build, config, data, evaluate_cli, evaluation, export, fit, fit_loops, loss_config, summary
@@ -270,10 +271,13 @@ def test_train_cli_shows_a_data_problem_as_one_line_exit_2(tmp_path, poisoned_en
 
 
 def test_train_cli_shows_invalid_labels_as_one_line_exit_2(tmp_path, capsys, monkeypatch):
-    """Labels outside MarginLoss's num_classes (set by hand in loss.options) stop the run at
-    the first step under the default jit_compile (XLA keeps no asserts), as one line."""
-    cfg = small_cfg(tmp_path, **{"loss.options": {"num_classes": 2}, "loss.sampler": None})
+    """Labels outside MarginLoss's num_classes (a loss built for fewer classes than the
+    split has; a config cannot set num_classes) stop the run at the first step under the
+    default jit_compile (XLA keeps no asserts), as one line."""
+    cfg = small_cfg(tmp_path, **{"loss.sampler": None})
     monkeypatch.setattr(config, "load", lambda *a, **k: cfg)
+    monkeypatch.setattr(build, "build_loss", lambda cfg, num_classes, num_examples: tfdml.losses.MarginLoss(
+        num_classes=2, sampler=None, seed=cfg["seed"]))
     assert train.main(["--quiet"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err

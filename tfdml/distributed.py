@@ -99,6 +99,7 @@ def train_loop(model, strategy, dataset, global_batch_size, epochs, steps_per_ep
         for step in range(steps_per_epoch):
             loss = float(train_step(iterator))
             model.raise_for_invalid_inputs(f"of the batch of epoch {epoch + 1}, step {step + 1}")
+            model.report_batches_without_positive_pairs({})  # warns once
             if not tf.math.is_finite(loss):
                 raise FloatingPointError(f"the loss became {loss} at epoch {epoch + 1}, step {step + 1}")
             total += loss

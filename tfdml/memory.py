@@ -204,7 +204,9 @@ def _example_ids(targets):
         raise ValueError(
             "A cross-batch memory needs the 'example_id' column of the batch contract (the index "
             "of each example in the training split, tfdml.targets) so that a memory entry never "
-            "pairs with its own example; pass y as a dict with 'example_id', or use no memory."
+            "pairs with its own example. Train a tfdml.models.EmbeddingModel (a plain keras.Model "
+            "refuses a dict of targets for its one output) on y = {'label': ..., 'example_id': ...}, "
+            "e.g. the batches of a design of pipelines.designs; or use no memory."
         )
     return tf.cast(targets.example_id, tf.int64)
 

@@ -19,6 +19,10 @@ and adds what plain ``keras.Model.fit`` lacks for metric learning:
   counts them in the ``nonfinite_embeddings`` metric and makes the step's
   loss NaN, so that any NaN guard (``keras.callbacks.TerminateOnNaN``, the
   one of ``train.py``) sees it.
+* A training batch without a positive pair, for a loss that then scores nothing
+  (``loss.needs_positive_pairs``: multi-similarity's mining, triplets), is counted in
+  the step's logs (:data:`NO_POSITIVES_LOG`, summed over the epoch) and warned about
+  once per ``fit``.
 * Invalid targets stop training too: a tfdml loss lists the conditions its
   target columns must meet (:meth:`tfdml.losses.base.MetricLoss.input_checks`:
   labels inside ``[0, num_classes)`` for β_class, finite non-negative
@@ -46,6 +50,7 @@ and adds what plain ``keras.Model.fit`` lacks for metric learning:
 
 import contextlib
 import sys
+import warnings
 
 import keras
 import tensorflow as tf
@@ -54,8 +59,11 @@ from tensorflow.python.eager import record as _tf_record
 from tfdml import backbones as backbones_lib
 from tfdml.backbones.scratch import mlp, small_cnn  # noqa: F401 (tfdml.models.small_cnn / mlp)
 from tfdml import errors, kernels
+from tfdml import masks as masks_lib
+from tfdml import optimizers as optimizers_lib
 from tfdml import targets as targets_lib
 from tfdml.losses import base as loss_base
+from tfdml.losses import routes as loss_routes
 
 #: The backbones built here, always trained from scratch (all names: :data:`tfdml.backbones.BACKBONES`).
 BACKBONES = backbones_lib.SCRATCH
@@ -229,6 +237,10 @@ def nan_unless_finite(loss, bad_rows):
 
 #: Name of the metric that counts non-finite embedding rows in a training epoch.
 NONFINITE_METRIC = "nonfinite_embeddings"
+#: Name of the log entry that counts the training batches of an epoch without a positive
+#: pair, for a loss that scores nothing on one (``loss.needs_positive_pairs``); in the
+#: logs from the first such batch on.
+NO_POSITIVES_LOG = "batches_without_positive_pairs"
 
 #: ``jit_compile`` value of :meth:`EmbeddingModel.compile` that compiles the
 #: loss and its sampler only (the encoder keeps TensorFlow's kernels).
@@ -374,6 +386,7 @@ class EmbeddingModel(keras.Model):
         model.fit(dataset_of_x_and_targets, ...)
     """
 
+    #: The train and test steps count the loss's input checks and raise after the step
     def __init__(self, encoder, gather_replicas=True, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(encoder, keras.Model) and not isinstance(encoder, keras.layers.Layer):
@@ -389,6 +402,7 @@ class EmbeddingModel(keras.Model):
         self.loss_parameters = []
         self.nonfinite_tracker = keras.metrics.Sum(name=NONFINITE_METRIC, dtype="int32")
         self._set_input_checks([])
+        self._set_positive_pair_counter(False)
 
     def call(self, inputs, training=False):
         return self.encoder(inputs, training=training)
@@ -437,7 +451,12 @@ class EmbeddingModel(keras.Model):
         ``jit_compile`` also takes ``"loss"`` (:data:`LOSS_ONLY`): the loss and
         its sampler run as one XLA computation inside an otherwise uncompiled
         train step. The default, ``"auto"``, is resolved by
-        :func:`resolve_auto_jit_compile` (on a CPU: ``"loss"``)."""
+        :func:`resolve_auto_jit_compile` (on a CPU: ``"loss"``).
+
+        A loss's ``lr_multipliers`` (a proxy loss's ``proxy_lr_multiplier``) reach the
+        optimizer: :func:`tfdml.optimizers.with_loss_multipliers` turns ``"adam"`` /
+        ``"adamw"`` / ``"sgd"`` into their :mod:`tfdml.optimizers` variants, adds them to a
+        ``tfdml.optimizers`` optimizer and refuses another optimizer, naming the fix."""
         if loss is None:
             raise ValueError("EmbeddingModel.compile needs a loss, e.g. tfdml.losses.MarginLoss().")
         requested = kwargs.get("jit_compile", "auto")
@@ -464,11 +483,13 @@ class EmbeddingModel(keras.Model):
         self.loss_parameters = layers
         if was_locked:
             self._tracker.lock()
+        optimizer = optimizers_lib.with_loss_multipliers(optimizer, loss)
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
         self._metric_loss = loss
         self._loss_call = loss
         checks = getattr(loss, "input_checks", None)
         self._set_input_checks(checks() if callable(checks) else [])
+        self._set_positive_pair_counter(getattr(loss, "needs_positive_pairs", False))
         if self.jit_compile_loss:
             self._loss_call = CompiledLoss(loss, lambda: [
                 v for layer in self.loss_parameters for v in layer.trainable_variables])
@@ -490,18 +511,72 @@ class EmbeddingModel(keras.Model):
         object.__setattr__(self, "_input_checks", list(checks))
         object.__setattr__(self, "_invalid_input_counts", counts)
 
-    def _count_invalid_inputs(self, y, global_batch):
-        """Add the rows of ``y`` that break each input check to the counters: ``y`` is the
-        global batch when ``global_batch``, else this replica's slice (summed over replicas
-        here, so every replica, and every worker, counts the same)."""
-        if self._invalid_input_counts is None:
-            return
-        targets = targets_lib.unpack(y)
-        counts = tf.stack([tf.cast(check.invalid_rows(targets), tf.float32) for check in self._input_checks])
+    def _set_positive_pair_counter(self, needed):
+        """When ``needed`` (the loss's ``needs_positive_pairs``), a counter of the training
+        batches without a positive pair (float32, equal on every replica, not tracked)."""
+        counter = None
+        if needed:
+            with self.distribute_strategy.scope():
+                counter = tf.Variable(0.0, trainable=False, name=NO_POSITIVES_LOG,
+                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        object.__setattr__(self, "_no_positive_batches", counter)
+        object.__setattr__(self, "_warned_no_positives", False)
+
+    @staticmethod
+    def _add_counts(variable, counts, global_batch):
+        """Add ``counts`` to ``variable``: of the global batch when ``global_batch``, else of
+        this replica's slice (summed over replicas here, so every replica, and every worker,
+        counts the same)."""
         context = tf.distribute.get_replica_context()
         if not global_batch and context is not None and context.num_replicas_in_sync > 1:
             counts = context.all_reduce(tf.distribute.ReduceOp.SUM, counts)
-        self._invalid_input_counts.assign_add(counts)
+        variable.assign_add(counts)
+
+    def _count_invalid_inputs(self, y, global_batch):
+        """Add the rows of ``y`` that break each input check to the counters."""
+        if self._invalid_input_counts is None:
+            return
+        views = loss_base.check_views(self._input_checks, y)
+        counts = tf.stack([tf.cast(check.invalid_rows(view), tf.float32)
+                           for check, view in zip(self._input_checks, views)])
+        self._add_counts(self._invalid_input_counts, counts, global_batch)
+
+    def _count_batch_without_positive_pairs(self, y, global_batch):
+        """Add 1 to the counter when the batch ``y`` holds no positive candidate pair."""
+        if self._no_positive_batches is None:
+            return
+        targets = targets_lib.unpack(y)
+        positive, _ = masks_lib.pair_masks(targets.label, targets.pair_id)
+        self._add_counts(self._no_positive_batches, 1.0 - tf.cast(tf.reduce_any(positive), tf.float32),
+                         global_batch)
+
+    def reset_metrics(self):
+        """Keras' metrics, and the count of batches without a positive pair (per epoch)."""
+        super().reset_metrics()
+        if getattr(self, "_no_positive_batches", None) is not None:
+            with self.distribute_strategy.scope():
+                self._no_positive_batches.assign(0.0)
+
+    def report_batches_without_positive_pairs(self, logs):
+        """``logs`` with :data:`NO_POSITIVES_LOG` when the epoch so far had training batches
+        without a positive pair (and a warning, once per ``fit``): the loss scored nothing on
+        them. Called after every train function call of ``fit``."""
+        if self._no_positive_batches is None:
+            return logs
+        with self.distribute_strategy.scope():
+            count = int(self._no_positive_batches.read_value().numpy())
+        if not count:
+            return logs
+        if not self._warned_no_positives:
+            object.__setattr__(self, "_warned_no_positives", True)
+            owner = type(self._metric_loss).__name__
+            warnings.warn(
+                f"{owner}: {count} training batch{'' if count == 1 else 'es'} had no positive pair (no "
+                f"two examples of one class), on which {owner} scores nothing (loss 0, no gradient); "
+                f"the logs count them per epoch as {NO_POSITIVES_LOG!r}. Feed batches with several "
+                "examples of each class, e.g. the batches of a design of pipelines.designs "
+                "(MPerClassDesign, GroupDesign).", stacklevel=2)
+        return {**logs, NO_POSITIVES_LOG: count}
 
     def reset_invalid_input_counts(self):
         """Zero the counters of :meth:`raise_for_invalid_inputs` (done when ``fit`` and
@@ -527,24 +602,26 @@ class EmbeddingModel(keras.Model):
                     for check, count in zip(self._input_checks, counts) if count > 0]
         raise errors.InvalidInputError(" ".join(messages))
 
-    def _checked(self, function, where):
-        """``function`` (Keras' train or test function) followed by :meth:`raise_for_invalid_inputs`."""
+    def _checked(self, function, where, training=False):
+        """``function`` (Keras' train or test function) followed by :meth:`raise_for_invalid_inputs`
+        (and, in training, :meth:`report_batches_without_positive_pairs`)."""
         if function is None or getattr(function, "_raises_for_invalid_inputs", False):
             return function
 
         def checked(iterator):
             logs = function(iterator)
             self.raise_for_invalid_inputs(where)
-            return logs
+            return self.report_batches_without_positive_pairs(logs) if training else logs
 
         checked._raises_for_invalid_inputs = True
         return checked
 
     def make_train_function(self, force=False):
         self.reset_invalid_input_counts()  # counts from calls outside fit are not fit's
+        object.__setattr__(self, "_warned_no_positives", False)  # once per fit
         self.build_optimizer()
         super().make_train_function(force)
-        self.train_function = self._checked(self.train_function, "of the last training batch")
+        self.train_function = self._checked(self.train_function, "of the last training batch", training=True)
         return self.train_function
 
     def make_test_function(self, force=False):
@@ -587,9 +664,12 @@ class EmbeddingModel(keras.Model):
             if replicas > 1:  # every replica's loss must see every replica's rows
                 bad_rows = nonfinite_rows(y_pred)
         self._count_invalid_inputs(y, global_batch=replicas > 1)
+        if training:
+            self._count_batch_without_positive_pairs(y, global_batch=replicas > 1)
         memory = getattr(self._metric_loss, "memory", None)
         # A cross-batch memory (tfdml.memory) serves training only: evaluation scores the batch.
-        with memory.paused() if memory is not None and not training else contextlib.nullcontext():
+        paused = memory.paused() if memory is not None and not training else contextlib.nullcontext()
+        with paused, loss_routes.run_by_embedding_model():
             value = self._loss_value(y, y_pred, sample_weight, replicas, training)
         loss = nan_unless_finite(value, bad_rows)
         if replicas > 1:

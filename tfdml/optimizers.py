@@ -65,3 +65,42 @@ class AdamW(LRMultipliers, keras.optimizers.AdamW):
 @keras.saving.register_keras_serializable(package="tfdml")
 class SGD(LRMultipliers, keras.optimizers.SGD):
     """``keras.optimizers.SGD`` with ``lr_multipliers``."""
+
+
+#: The Keras optimizers that have a variant here, by class and by the name ``compile`` takes.
+VARIANTS = {keras.optimizers.Adam: Adam, keras.optimizers.AdamW: AdamW, keras.optimizers.SGD: SGD}
+
+
+def with_loss_multipliers(optimizer, loss):
+    """``optimizer`` (what ``compile`` takes: a name, a config or an instance) applying the
+    ``lr_multipliers`` of ``loss`` (e.g. a proxy loss's ``proxy_lr_multiplier``):
+
+    * none of them != 1: ``optimizer`` as it is;
+    * a name or config of Adam / AdamW / SGD: the variant of this module with that
+      config and the multipliers;
+    * an :class:`LRMultipliers` optimizer: the same object, given the multipliers whose
+      keys it lacks (its own keys keep their values);
+    * any other optimizer: ValueError naming the fix, since it cannot apply them and the
+      variables would train at the base learning rate, silently."""
+    wanted = {key: value for key, value in _check_multipliers(getattr(loss, "lr_multipliers", None)).items()
+              if value != 1.0}
+    if not wanted:
+        return optimizer
+    if isinstance(optimizer, (str, dict)):
+        resolved = keras.optimizers.get(optimizer)
+        variant = VARIANTS.get(type(resolved))
+        if variant is not None:
+            return variant.from_config({**resolved.get_config(), "lr_multipliers": wanted})
+        optimizer = resolved
+    if isinstance(optimizer, LRMultipliers):
+        for key, value in wanted.items():
+            optimizer.lr_multipliers.setdefault(key, value)
+        return optimizer
+    owner = type(loss).__name__
+    raise ValueError(
+        f"{owner} trains some of its variables with a scaled learning rate (lr_multipliers={wanted}), "
+        f"which {type(optimizer).__name__} cannot apply: they would train at the base rate. Pass "
+        "optimizer=tfdml.optimizers.Adam(learning_rate, lr_multipliers=loss.lr_multipliers) (or AdamW / "
+        "SGD, or the name 'adam' / 'adamw' / 'sgd'), or build the loss without them "
+        "(proxy_lr_multiplier=1.0)."
+    )

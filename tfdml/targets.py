@@ -30,8 +30,12 @@ Integer identities never pass through a float: ``label``, ``pair_id`` and
 when their ids are equal, for any int64 id (hashed ids reach 2⁶³) and in any
 dtype policy (a float32 holds integers exactly only up to 2²⁴, a bfloat16 up
 to 2⁸). Keras' ``Loss.__call__`` casts ``y_true`` to the loss dtype;
-:class:`tfdml.losses.MetricLoss` does not. Labels that *arrive* as floats
-have been rounded already: :func:`unpack` warns once.
+:class:`tfdml.losses.MetricLoss` does not. Ids that *arrive* as floats: a
+whole number is taken (:func:`unpack` warns once that larger ids may have
+merged), a fraction (a label 1.5) is refused, never rounded: every tfdml loss
+checks the id columns as they arrive (``unpack(y, round_ids=False)``, the
+whole-number :class:`~tfdml.losses.base.InputCheck` s of
+:meth:`tfdml.losses.MetricLoss.input_checks`).
 """
 
 import collections
@@ -40,6 +44,8 @@ import warnings
 import tensorflow as tf
 
 COLUMNS = ("label", "class_size", "w_pos", "w_neg", "pair_id", "example_id", "w_triplet", "w_memory")
+#: The integer identity columns (compared exactly, never through a float).
+ID_COLUMNS = ("label", "pair_id", "example_id")
 REQUIRED_COLUMNS = ("label",)
 
 Targets = collections.namedtuple("Targets", COLUMNS)
@@ -55,10 +61,13 @@ def _flat(x, dtype):
 _warned_float_ids = set()
 
 
-def _ids(x, name):
+def _ids(x, name, round_ids=True):
     """An integer column as int64 [B]. Floats are rounded to the nearest
-    integer, with a warning: a float cannot tell ids apart beyond its mantissa."""
+    integer, with a warning: a float cannot tell ids apart beyond its mantissa.
+    ``round_ids=False``: the column as it arrives, [B] in its own dtype."""
     x = tf.convert_to_tensor(x)
+    if not round_ids:
+        return tf.reshape(x, [-1]) if x.shape.rank is not None and x.shape.rank > 1 else x
     if x.dtype.is_floating:
         if name not in _warned_float_ids:
             _warned_float_ids.add(name)
@@ -77,9 +86,11 @@ def _ids(x, name):
 _EXACT_INTEGERS_UP_TO = {"float16": 2**11, "bfloat16": 2**8, "float32": 2**24, "float64": 2**53}
 
 
-def unpack(y_true):
+def unpack(y_true, round_ids=True):
     """Normalise ``y_true`` (labels or a batch-contract dict) to :class:`Targets`.
 
+    ``round_ids=False`` leaves the id columns (:data:`ID_COLUMNS`) as they arrive
+    (flattened, in their own dtype), for the checks that refuse a fraction.
     Raises ``ValueError`` naming the problem when a dict lacks ``label`` or has
     a column that is not part of the contract.
     """
@@ -96,7 +107,7 @@ def unpack(y_true):
                 "The targets dict has no 'label' column; every batch needs integer class labels."
             )
         cols = {
-            "label": _ids(y_true["label"], "label"),
+            "label": _ids(y_true["label"], "label", round_ids),
             "class_size": None,
             "w_pos": None,
             "w_neg": None,
@@ -110,9 +121,9 @@ def unpack(y_true):
                 cols[name] = _flat(y_true[name], tf.float32)
         for name in ("pair_id", "example_id"):
             if y_true.get(name) is not None:
-                cols[name] = _ids(y_true[name], name)
+                cols[name] = _ids(y_true[name], name, round_ids)
         return Targets(**cols)
-    return Targets(_ids(y_true, "label"), *([None] * (len(COLUMNS) - 1)))
+    return Targets(_ids(y_true, "label", round_ids), *([None] * (len(COLUMNS) - 1)))
 
 
 def has_importance(targets):

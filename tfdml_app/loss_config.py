@@ -56,6 +56,12 @@ def suggest(key, valid):
 VALIDATION_NUM_CLASSES = 2
 
 
+#: Loss arguments a run fills in itself (:func:`build_loss`), with where their value comes from;
+#: ``loss.options`` may not set them.
+RUN_ARGUMENTS = {"num_classes": "the number of classes of the training split",
+                 "embedding_dim": "model.embedding_dim"}
+
+
 def _init_parameters(cls):
     """The keyword arguments ``cls(...)`` accepts, by name. A constructor that
     passes ``**kwargs`` on (``super().__init__(**kwargs)``, as a user's loss may)
@@ -204,8 +210,8 @@ def build_loss(cfg, num_classes):
     sampler the loss keeps its default one: the DSN selects the training
     tuples); ``seed``, ``num_classes`` (the number of classes of the training
     split) and ``embedding_dim`` (``model.embedding_dim``, e.g. the size of a
-    proxy loss's proxies) where the loss's constructor takes them and ``loss.options`` does
-    not set them. Raises :class:`ConfigError` naming the key for anything the
+    proxy loss's proxies) where the loss's constructor takes them (``loss.options`` may not
+    set these two, :data:`RUN_ARGUMENTS`; it may set ``seed``). Raises :class:`ConfigError` naming the key for anything the
     library refuses.
     """
     section = cfg["loss"]
@@ -216,6 +222,10 @@ def build_loss(cfg, num_classes):
     if "memory" in section["options"]:
         raise ConfigError("loss.options has 'memory': set the cross-batch memory in loss.memory "
                           "({size: K, warmup_steps: S}), which sizes it for model.embedding_dim.")
+    for key, source in RUN_ARGUMENTS.items():
+        if key in section["options"]:
+            raise ConfigError(f"loss.options has {key!r}: a run sets it to {source}, and any other "
+                              f"value would only fail at the first batch; remove {key}.")
     sampler = _sampler_argument(section, cls)
     kwargs = dict(section["options"])
     if sampler is not _DEFAULT:
@@ -223,9 +233,9 @@ def build_loss(cfg, num_classes):
     if "seed" in params:
         kwargs.setdefault("seed", cfg["seed"])
     if "num_classes" in params:
-        kwargs.setdefault("num_classes", num_classes)
+        kwargs["num_classes"] = num_classes
     if "embedding_dim" in params:
-        kwargs.setdefault("embedding_dim", cfg["model"]["embedding_dim"])
+        kwargs["embedding_dim"] = cfg["model"]["embedding_dim"]
     if section.get("memory") is not None:
         kwargs["memory"] = _memory_argument(cfg, cls)
     try:

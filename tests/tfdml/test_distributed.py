@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml import distributed, losses, models
+from tfdml import distributed, losses, models, optimizers
 
 GLOBAL_BATCH = 16
 
@@ -43,7 +43,7 @@ def _model(strategy, loss_name):
         keras.utils.set_random_seed(1)
         encoder = models.build_encoder(models.small_cnn((8, 8, 1), width=4), embedding_dim=8)
         model = models.EmbeddingModel(encoder)
-        model.compile(optimizer=keras.optimizers.SGD(0.05), loss=_loss(loss_name))
+        model.compile(optimizer=optimizers.SGD(0.05), loss=_loss(loss_name))
         model.build((None, 8, 8, 1))
     return model
 

@@ -1,10 +1,11 @@
 """Invalid targets are never trained on silently, in every compile mode.
 
 XLA drops in-graph asserts, so a loss states its checks as counts
-(``MetricLoss.input_checks``): eagerly the loss raises at once, in graphs and
-under XLA its value is NaN, and :class:`tfdml.models.EmbeddingModel` counts the
-invalid rows in its step and raises :class:`tfdml.errors.InvalidInputError`
-after it, without having updated a weight from them.
+(``MetricLoss.input_checks``): eagerly the loss raises at once, in a user's graph
+it asserts, under XLA its value is NaN, and :class:`tfdml.models.EmbeddingModel`
+counts the invalid rows in its step and raises :class:`tfdml.errors.InvalidInputError`
+after it, without having updated a weight from them. Id columns that arrive as
+floats with a fraction (a label 1.5) are refused the same way, never rounded.
 """
 
 import inspect
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml import distributed, errors, losses, models, samplers
+from tfdml import distributed, errors, losses, models, optimizers, samplers
 
 B = 8
 GOOD_LABELS = np.repeat(np.arange(4), 2).astype("int64")
@@ -71,6 +72,21 @@ CASES = {
         _importance(GOOD_LABELS, w_triplet=np.full(B, -1.0, "float32")),
         r"TripletLoss: the 'w_triplet' column must be finite and >= 0.*8 examples", "(got -1.0)",
     ),
+    "proxy_nca_label_above_num_classes": (
+        lambda: losses.ProxyNCALoss(num_classes=4, embedding_dim=4, seed=0),
+        {"label": GOOD_LABELS + 4},
+        r"ProxyNCALoss: the 'label' column must lie in \[0, num_classes=4\).*8 examples", "(got 4, 5, 6, 7)",
+    ),
+    "triplet_fractional_label": (
+        lambda: losses.TripletLoss(sampler="hard"),
+        {"label": GOOD_LABELS.astype("float32") + np.array([0.5, 0.0] * 4, "float32")},
+        r"TripletLoss: the 'label' column must hold whole numbers \(integer ids\).*4 examples", "(got 0.5, 1.5, 2.5, 3.5)",
+    ),
+    "contrastive_fractional_pair_id": (
+        lambda: losses.ContrastiveLoss(),
+        {"label": GOOD_LABELS, "pair_id": np.array([0, 0, 1, 1, 2, 2, 3, 3.25], "float32")},
+        r"ContrastiveLoss: the 'pair_id' column must hold whole numbers \(integer ids\).*1 example[^s]", "(got 3.25)",
+    ),
     "balanced_nan_class_size": (
         lambda: losses.BalancedContrastiveLoss(num_classes=4, importance=False),
         _importance(GOOD_LABELS, class_size=np.array([np.nan] + [5.0] * (B - 1), "float32")),
@@ -94,22 +110,40 @@ def test_eager_call_raises_at_once(case):
     assert seen in str(raised.value)
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_graph_and_xla_loss_is_nan(case):
-    """A tfdml loss outside EmbeddingModel (a plain keras.Model, a custom loop): NaN, never a
-    finite value computed from invalid targets, with and without XLA."""
-    make, y, _, _ = CASES[case]
-    loss = make()
-    embeddings = tf.math.l2_normalize(tf.constant(X), axis=1)
-    graph = tf.function(lambda y, e: loss(y, e))
-    compiled = tf.function(lambda y, e: loss(y, e), jit_compile=True)
-    assert np.isnan(graph(_as_tensors(y), embeddings).numpy())
-    assert np.isnan(compiled(_as_tensors(y), embeddings).numpy())
-    # The same loss on valid targets is a number.
+def _valid(y):
+    """Valid targets with the same columns as ``y``."""
     valid = {k: v for k, v in _importance(GOOD_LABELS).items() if k in y}
     if "example_id" in y:
         valid["example_id"] = np.arange(B, dtype="int64") % 6
-    assert np.isfinite(compiled(_as_tensors(valid), embeddings).numpy())
+    if "pair_id" in y:
+        valid["pair_id"] = np.repeat(np.arange(4), 2)
+    return valid
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_graph_call_raises(case):
+    """A user's own tf.function (no XLA): the loss asserts, so the call stops with the
+    check's message; the same function on valid targets is a number."""
+    make, y, pattern, _ = CASES[case]
+    loss = make()
+    embeddings = tf.math.l2_normalize(tf.constant(X), axis=1)
+    graph = tf.function(lambda y, e: loss(y, e))
+    expected = pattern.split(".*")[0].replace("'", "`") + r", but some examples of the batch do not"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=expected):
+        graph(_as_tensors(y), embeddings)
+    assert np.isfinite(graph(_as_tensors(_valid(y)), embeddings).numpy())
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_xla_loss_is_nan(case):
+    """Under XLA, which drops asserts, a tfdml loss outside EmbeddingModel is NaN, never a
+    finite value computed from invalid targets."""
+    make, y, _, _ = CASES[case]
+    loss = make()
+    embeddings = tf.math.l2_normalize(tf.constant(X), axis=1)
+    compiled = tf.function(lambda y, e: loss(y, e), jit_compile=True)
+    assert np.isnan(compiled(_as_tensors(y), embeddings).numpy())
+    assert np.isfinite(compiled(_as_tensors(_valid(y)), embeddings).numpy())
 
 
 def _model(make_loss, jit_compile, strategy=None, gather_replicas=True):
@@ -117,9 +151,9 @@ def _model(make_loss, jit_compile, strategy=None, gather_replicas=True):
     with strategy.scope():
         keras.utils.set_random_seed(0)
         inputs = keras.Input((4,))
-        outputs = keras.layers.UnitNormalization()(keras.layers.Dense(3)(inputs))
+        outputs = keras.layers.UnitNormalization()(keras.layers.Dense(4)(inputs))
         model = models.EmbeddingModel(keras.Model(inputs, outputs), gather_replicas=gather_replicas)
-        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=make_loss(), jit_compile=jit_compile)
+        model.compile(optimizer=optimizers.SGD(0.1), loss=make_loss(), jit_compile=jit_compile)
         model.build((None, 4))
     return model
 
@@ -201,16 +235,31 @@ def test_fit_run_eagerly_raises(jit_compile):
         np.testing.assert_array_equal(a, b)
 
 
-def test_plain_keras_model_under_xla_gets_a_nan_loss():
-    """Without EmbeddingModel nothing counts after the step, but the loss is NaN (which
-    keras.callbacks.TerminateOnNaN stops on) instead of a number computed from β_class[10]."""
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_plain_keras_model_stops_on_a_fractional_label(jit_compile):
+    """Without EmbeddingModel nothing counts after the step: without XLA the loss's assert
+    stops fit with the check's message; under XLA the loss is NaN (which
+    keras.callbacks.TerminateOnNaN stops on), never a number computed from rounded labels."""
     keras.utils.set_random_seed(0)
     inputs = keras.Input((4,))
     model = keras.Model(inputs, keras.layers.UnitNormalization()(keras.layers.Dense(3)(inputs)))
-    model.compile(optimizer="sgd", loss=losses.MarginLoss(num_classes=4, sampler=None), jit_compile=True)
-    history = model.fit(X, GOOD_LABELS + 10, batch_size=B, epochs=2, verbose=0,
+    model.compile(optimizer="sgd", loss=losses.TripletLoss(sampler="hard"), jit_compile=jit_compile)
+    labels = GOOD_LABELS.astype("float32") + 0.5
+    if not jit_compile:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"the `label` column must hold whole numbers"):
+            model.fit(X, labels, batch_size=B, epochs=2, verbose=0)
+        return
+    history = model.fit(X, labels, batch_size=B, epochs=2, verbose=0,
                         callbacks=[keras.callbacks.TerminateOnNaN()])
     assert len(history.history["loss"]) == 1 and np.isnan(history.history["loss"][0])
+
+
+def test_whole_float_labels_still_train():
+    """Labels that arrive as whole floats (1.0) are ids as before (with the warning that
+    a float holds ids exactly only up to its mantissa)."""
+    model = _model(lambda: losses.TripletLoss(sampler="hard"), False)
+    history = model.fit(_dataset({"label": GOOD_LABELS.astype("float32")}), steps_per_epoch=2, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
 
 
 def test_mirrored_fit_and_custom_loop_raise(mirrored_strategy):
@@ -259,14 +308,13 @@ _TRACED_BY_DEFAULT = {"margin-None", "balanced_contrastive-None", "triplet-semi_
     pytest.param(name, make, marks=[] if name in _TRACED_BY_DEFAULT else [pytest.mark.slow], id=name)
     for name, make in _every_loss_and_sampler()])
 def test_no_assert_ops_left_for_xla_to_drop(name, make):
-    """Every check is a count: no Assert op in any traced loss and sampler, their branches
-    and XLA-only forms included (XLA logs "Ignoring Assert operator" and drops them)."""
+    """Under XLA every check is a count: no Assert op in any traced loss and sampler, their
+    branches and XLA-only forms included (XLA logs "Ignoring Assert operator" and drops them)."""
     loss = make()
     y = _as_tensors(dict(_importance(GOOD_LABELS), example_id=np.arange(B, dtype="int64")))
     embeddings = tf.math.l2_normalize(tf.constant(X), axis=1)
-    for jit in (False, True):
-        function = tf.function(lambda y, e: loss(y, e), jit_compile=jit)
-        graph_def = function.get_concrete_function(y, embeddings).graph.as_graph_def()
-        ops = {node.op for node in graph_def.node}
-        ops |= {node.op for function in graph_def.library.function for node in function.node_def}
-        assert "Assert" not in ops, (name, jit)
+    function = tf.function(lambda y, e: loss(y, e), jit_compile=True)
+    graph_def = function.get_concrete_function(y, embeddings).graph.as_graph_def()
+    ops = {node.op for node in graph_def.node}
+    ops |= {node.op for function in graph_def.library.function for node in function.node_def}
+    assert "Assert" not in ops, name

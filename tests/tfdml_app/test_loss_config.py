@@ -79,3 +79,18 @@ def test_memory_with_isolated_pairs_is_refused():
     with pytest.raises(config.ConfigError, match="design gives isolated pairs"):
         config.validate({"design": {"name": "p_random"},
                          "loss": {"name": "contrastive", "sampler": "none", "memory": {"size": 8}}})
+
+
+@pytest.mark.parametrize("name, key, names", [
+    ("margin", "num_classes", "the number of classes of the training split"),
+    ("proxy_anchor", "num_classes", "the number of classes of the training split"),
+    ("balanced_contrastive", "num_classes", "the number of classes of the training split"),
+    ("proxy_nca", "embedding_dim", "model.embedding_dim"),
+])
+def test_what_a_run_fills_in_is_refused_in_loss_options(name, key, names):
+    """A run sets num_classes from its training split and embedding_dim from the model: a
+    value in loss.options would disagree with them at the first batch, so the config is
+    refused when it is validated, before any work."""
+    cfg = {"loss": {"name": name, "options": {key: 7}}}
+    with pytest.raises(config.ConfigError, match=rf"loss.options has {key!r}: .*{names}.*remove {key}"):
+        config.validate(cfg)

@@ -37,7 +37,7 @@ from tfdml import kernels
 from tfdml import masks as masks_lib
 from tfdml import targets as targets_lib
 from tfdml import xla
-from tfdml.losses import reductions
+from tfdml.losses import reductions, routes
 
 PairWeights = collections.namedtuple("PairWeights", ["pos_weight", "neg_weight"])
 
@@ -265,11 +265,14 @@ class InputCheck(collections.namedtuple("InputCheck",
       (an index a gather takes, a finite weight: no Inf or NaN in the gradient).
 
     :meth:`MetricLoss.input_checks` lists a loss's checks; the loss raises
-    :class:`tfdml.errors.InvalidInputError` eagerly and is NaN in graphs and under XLA,
-    and :class:`tfdml.models.EmbeddingModel` counts the rows in its step and raises
-    after it (:meth:`error`)."""
+    :class:`tfdml.errors.InvalidInputError` eagerly, asserts in a caller's graph
+    (:meth:`MetricLoss.call`) and is NaN under XLA, and :class:`tfdml.models.EmbeddingModel`
+    counts the rows in its step and raises after it (:meth:`error`)."""
 
     __slots__ = ()
+    #: False: the check reads the unpacked targets (:func:`tfdml.targets.unpack`); True: the
+    #: columns as they arrive (``unpack(y, round_ids=False)``), before a float id is rounded.
+    on_arrival = False
 
     def invalid_rows(self, targets):
         """int32 scalar: the rows of ``targets`` (:class:`tfdml.targets.Targets`) that break it."""
@@ -287,10 +290,14 @@ class InputCheck(collections.namedtuple("InputCheck",
         return targets._replace(**{self.column: tf.where(self.valid(values), values, replacement)})
 
     def error(self, owner, count, where="of the batch", seen=None):
-        """The :class:`~tfdml.errors.InvalidInputError` for ``count`` rows ``where``, listing
-        the offending values ``seen`` (a numpy array) when given."""
-        count = int(count)
-        rows = f"{count} example{'' if count == 1 else 's'} {where} do{'es' if count == 1 else ''} not"
+        """The :class:`~tfdml.errors.InvalidInputError` for ``count`` rows ``where`` (None:
+        a number known only at run time), listing the offending values ``seen`` (a numpy
+        array) when given."""
+        if count is None:
+            rows = f"some examples {where} do not"
+        else:
+            count = int(count)
+            rows = f"{count} example{'' if count == 1 else 's'} {where} do{'es' if count == 1 else ''} not"
         if seen is not None and len(seen):
             shown = sorted(set(seen.tolist()), key=lambda v: (v != v, v))  # NaN last
             listed = ", ".join(str(seen.dtype.type(v)) for v in shown[:5])
@@ -306,6 +313,42 @@ class InputCheck(collections.namedtuple("InputCheck",
         broken = tf.logical_not(self.valid(values)).numpy()
         if broken.any():
             raise self.error(owner, broken.sum(), seen=values.numpy()[broken])
+
+
+class WholeNumberCheck(InputCheck):
+    """An :class:`InputCheck` of an id column as it arrives: a float must be a whole number."""
+
+    __slots__ = ()
+    on_arrival = True
+
+    def invalid_rows(self, targets):
+        values = getattr(targets, self.column)
+        if values is None or not values.dtype.is_floating:
+            return tf.constant(0, tf.int32)  # an integer column is whole (statically)
+        return super().invalid_rows(targets)
+
+
+def whole_number_check(column):
+    """The :class:`WholeNumberCheck` of the id column ``column`` (:data:`tfdml.targets.ID_COLUMNS`):
+    a float id is taken when whole (1.0), refused when it has a fraction (1.5), which
+    rounding would silently turn into another id."""
+
+    def valid(values):
+        if not values.dtype.is_floating:
+            return tf.ones_like(values, dtype=tf.bool)
+        return tf.logical_and(tf.math.is_finite(values), tf.equal(values, tf.round(values)))
+
+    return WholeNumberCheck(column, "must hold whole numbers (integer ids)",
+                            f"'{column}' holds ids: feed it as integers (int32 or int64) from the dataset.",
+                            valid, 0)
+
+
+def check_views(checks, y_true, targets=None):
+    """The targets each of ``checks`` reads from ``y_true``: the unpacked ``targets``
+    (unpacked here when None), or the columns as they arrive for a check ``on_arrival``."""
+    targets = targets_lib.unpack(y_true) if targets is None else targets
+    arrived = targets_lib.unpack(y_true, round_ids=False) if any(c.on_arrival for c in checks) else None
+    return [arrived if check.on_arrival else targets for check in checks]
 
 
 def index_check(column, argument, size, what):
@@ -338,6 +381,23 @@ def importance_check(column):
         f"'{column}' is {meaning}; fix the pipeline that writes it (see tfdml.targets), or train "
         "without importance weights.",
         lambda values: tf.logical_and(tf.math.is_finite(values), values >= bound), bound)
+
+
+def assert_valid(owner, checks, counts):
+    """``counts`` (one int32 count per check), each behind an assert that it is 0 whose
+    message is the check's error (names quoted with backticks): how a loss in a caller's graph without XLA stops on
+    invalid targets (XLA drops asserts; there the NaN of :func:`nan_if_invalid` remains).
+    A count known to be 0 while tracing gets no assert."""
+    checked = []
+    for check, count in zip(checks, counts):
+        if tf.get_static_value(count) == 0:
+            checked.append(count)
+            continue
+        # TensorFlow prints the message C-escaped (\' for a quote): quote with backticks.
+        message = str(check.error(owner, None)).replace("'", "`")
+        with tf.control_dependencies([tf.debugging.Assert(tf.equal(count, 0), [message])]):
+            checked.append(tf.identity(count))
+    return checked
 
 
 def nan_if_invalid(value, invalid_rows):
@@ -547,6 +607,16 @@ class MetricLoss(keras.losses.Loss):
         layers = [self._seed_state] if self._seed_state is not None else []
         return layers + ([self.memory] if self.memory is not None else [])
 
+    @property
+    def needs_positive_pairs(self):
+        """True when a batch without a positive pair gives this loss nothing to score (its
+        value 0, no gradient): the formula or its sampler compares an anchor's positives with
+        its negatives (``needs_tuples``; e.g. multi-similarity's mining, Wang et al. 2019 §3.3,
+        keeps the negatives that come near a positive), and no cross-batch memory supplies
+        positives from earlier batches. :class:`tfdml.models.EmbeddingModel` counts such
+        training batches and warns."""
+        return self.memory is None and bool(self.needs_tuples or getattr(self.sampler, "needs_tuples", False))
+
     def next_seed(self):
         """The sampler seed of this call ([2] int32), or ``None`` without randomness."""
         return None if self._seed_state is None else self._seed_state.next()
@@ -559,11 +629,15 @@ class MetricLoss(keras.losses.Loss):
         :class:`tfdml.errors.InvalidInputError` before computing; in a graph and under
         XLA (which drops asserts) it computes on the cleaned targets
         (:meth:`InputCheck.clean`) and returns NaN, with zero gradient, and
-        :class:`tfdml.models.EmbeddingModel` raises the error after the step."""
+        :class:`tfdml.models.EmbeddingModel` raises the error after the step.
+
+        Every loss checks that its id columns hold whole numbers
+        (:func:`whole_number_check`)."""
+        checks = [whole_number_check(column) for column in targets_lib.ID_COLUMNS]
         if not self.importance:
-            return []
+            return checks
         columns = self.importance_columns + (("w_memory",) if self.memory is not None else ())
-        return [importance_check(column) for column in columns]
+        return checks + [importance_check(column) for column in columns]
 
     # -- batch helpers -------------------------------------------------------
     def distances(self, embeddings):
@@ -708,9 +782,15 @@ class MetricLoss(keras.losses.Loss):
         list), the loss is not converted by autograph inside a caller's
         ``tf.function``: ``compute`` and everything it calls is plain TensorFlow
         (``tf.cond`` / ``tf.while_loop``, never a Python ``if`` on a tensor), so
-        converting it would only cost tracing time."""
+        converting it would only cost tracing time.
+
+        A loss with learned state (trainable variables in ``parameter_layers``) refuses
+        a Keras model that would not train it (:mod:`tfdml.losses.routes`)."""
         if sample_weight is not None:
             refuse_sample_weight(type(self).__name__)
+        learned = [layer for layer in self.parameter_layers if layer.trainable_variables]
+        if learned:
+            routes.refuse_untracked_state(type(self).__name__, learned)
         with tf.name_scope(scope_name(self.name)):
             y_pred = tf.convert_to_tensor(y_pred)
             if y_pred.dtype != self.dtype:
@@ -727,10 +807,15 @@ class MetricLoss(keras.losses.Loss):
         checks = self.input_checks()
         if not checks:
             return self._compute_with_memory(targets, tf.cast(embeddings, self.dtype))
+        owner = type(self).__name__
+        views = check_views(checks, y_true, targets)
         if tf.executing_eagerly():
-            for check in checks:
-                check.raise_if_broken(type(self).__name__, targets)
-        invalid = tf.add_n([check.invalid_rows(targets) for check in checks])
+            for check, view in zip(checks, views):
+                check.raise_if_broken(owner, view)
+        counts = [check.invalid_rows(view) for check, view in zip(checks, views)]
+        if not tf.executing_eagerly() and not xla.is_compiling() and not routes.caller_counts_checks():
+            counts = assert_valid(owner, checks, counts)
+        invalid = tf.add_n(counts)
         for check in checks:
             targets = check.clean(targets)
         return nan_if_invalid(self._compute_with_memory(targets, tf.cast(embeddings, self.dtype)), invalid)

@@ -17,9 +17,11 @@
 Learning rate of the proxies: both papers' code trains the proxies with a
 larger step than the network. ``proxy_lr_multiplier`` is that factor; the loss
 exposes it as ``lr_multipliers`` ({proxy layer name: factor}), which
-``train.py`` hands to the :mod:`tfdml.optimizers` variants (the one mechanism
-for per-variable learning rates). With ``model.compile`` directly, pass it
-yourself: ``tfdml.optimizers.Adam(lr, lr_multipliers=loss.lr_multipliers)``.
+``train.py`` and :meth:`tfdml.models.EmbeddingModel.compile` hand to the
+:mod:`tfdml.optimizers` variants (the one mechanism for per-variable learning
+rates; :func:`tfdml.optimizers.with_loss_multipliers` refuses an optimizer that
+cannot apply them). A plain ``keras.Model`` never trains the proxies: the loss
+refuses it (:mod:`tfdml.losses.routes`).
 """
 
 import math

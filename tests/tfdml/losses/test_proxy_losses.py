@@ -277,7 +277,8 @@ def test_fit_with_a_label_outside_the_proxies_raises_and_trains_nothing(jit_comp
     keras.utils.set_random_seed(0)
     encoder = keras.Sequential([keras.Input((6,)), keras.layers.Dense(D), keras.layers.UnitNormalization()])
     model = models.EmbeddingModel(encoder)
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss, jit_compile=jit_compile)
+    model.compile(optimizer=optimizers.SGD(0.1, lr_multipliers=loss.lr_multipliers), loss=loss,
+                  jit_compile=jit_compile)
     model.build((None, 6))
     x, y = _data()
     before = [v.numpy().copy() for v in model.trainable_variables]

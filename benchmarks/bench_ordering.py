@@ -1,6 +1,6 @@
 """Speed of the stable row order, with and without XLA (not a test; nothing here asserts).
 
-``samplers.ordering.stable_order`` (semi-hard's and top-k's sort path) on an
+``tfdml.kernels.chosen.stable_order`` (semi-hard's and top-k's sort path) on an
 R × N float32 matrix (uniform keys, every 7th column tied with column 0,
 70 % of the columns ``first``), against ``tf.argsort(stable=True)`` in the
 same mode. Columns, all in one process, calls interleaved round by round
@@ -35,7 +35,7 @@ import tensorflow as tf  # noqa: E402
 import machine  # noqa: E402  (benchmarks/machine.py)
 import timing  # noqa: E402  (benchmarks/timing.py)
 
-from tfdml.samplers import ordering  # noqa: E402
+from tfdml.kernels import chosen  # noqa: E402
 
 
 def matrix(size, seed=0):
@@ -50,9 +50,9 @@ def contenders():
     """(name, function of (keys, first)) in column order."""
     unknown = [tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None, None], tf.bool)]
     return [
-        ("graph", tf.function(ordering.stable_order)),
-        ("XLA network", tf.function(ordering.stable_order, jit_compile=True)),
-        ("XLA network, N unknown", tf.function(ordering.stable_order, jit_compile=True, input_signature=unknown)),
+        ("graph", tf.function(chosen.stable_order)),
+        ("XLA network", tf.function(chosen.stable_order, jit_compile=True)),
+        ("XLA network, N unknown", tf.function(chosen.stable_order, jit_compile=True, input_signature=unknown)),
         ("XLA argsort", tf.function(lambda keys, first: tf.argsort(keys, axis=1, stable=True), jit_compile=True)),
     ]
 

@@ -42,6 +42,7 @@ import timing  # noqa: E402  (benchmarks/timing.py)
 
 from tfdml import kernels, losses, samplers  # noqa: E402
 from tfdml.kernels import semi_hard  # noqa: E402
+from tfdml import primitives  # noqa: E402
 from tfdml.samplers import base  # noqa: E402
 
 
@@ -65,17 +66,17 @@ class SortOnlySemiHard(base.Sampler):
             tf.cumsum(is_neg, axis=1, exclusive=True),
             num_neg[:, None] + tf.cumsum(1 - is_neg, axis=1, exclusive=True),
         )
-        part = base.invert_permutation_rows(dest)
-        order = base.gather_rows(part, tf.argsort(base.gather_rows(dist, part), axis=1, stable=True))
-        sorted_neg = base.gather_rows(neg, order)
+        part = primitives.invert_permutation_rows(dest)
+        order = primitives.gather_rows(part, tf.argsort(primitives.gather_rows(dist, part), axis=1, stable=True))
+        sorted_neg = primitives.gather_rows(neg, order)
         below = tf.cumsum(tf.cast(sorted_neg, tf.int32), axis=1)
         slot = tf.where(sorted_neg, below - 1, size)
         flat_slot = tf.reshape(slot + (tf.range(size) * (size + 1))[:, None], [-1])
         by_rank = tf.math.unsorted_segment_max(tf.reshape(order, [-1]), flat_slot, size * (size + 1))
         by_rank = tf.reshape(by_rank, tf.stack([size, size + 1]))
-        first = base.gather_rows(below, base.invert_permutation_rows(order))
+        first = primitives.gather_rows(below, primitives.invert_permutation_rows(order))
         found = first < num_neg[:, None]
-        semi_hard_neg = base.gather_rows(by_rank, tf.minimum(first, size - 1))
+        semi_hard_neg = primitives.gather_rows(by_rank, tf.minimum(first, size - 1))
         hardest_inside = tf.argmax(tf.where(neg, dist, -inf), axis=1, output_type=tf.int32)
         negative = tf.where(found, semi_hard_neg, hardest_inside[:, None])
         if self.fallback == "hardest_inside":

@@ -152,3 +152,44 @@ def test_no_module_over_400_lines_without_a_reason_at_its_top(name, path):
         assert any(REASON.match(line) for line in lines[:5]), (
             f"{os.path.relpath(path, ROOT)} has {len(lines)} lines: split it by job, or say why not "
             f"in a first line '# Over {MAX_LINES} lines: <why>'")
+
+
+#: What the kernels may not import: the parts built on them.
+ABOVE_THE_KERNELS = ("tfdml.samplers", "tfdml.metrics", "tfdml.losses", "tfdml.models")
+
+
+def test_the_kernels_import_nothing_built_on_them():
+    """tfdml/kernels holds the fast forms and the table that chooses them: samplers and
+    metrics import the kernels, never the other way (docs/design.md, "Kernels")."""
+    graph = import_graph()
+    kernels = sorted(name for name in graph if name == "tfdml.kernels" or name.startswith("tfdml.kernels."))
+    assert "tfdml.kernels.semi_hard" in kernels and "tfdml.kernels.retrieval" in kernels
+    upward = {name: sorted(m for m in graph[name] if m in ABOVE_THE_KERNELS or m.startswith(tuple(a + "." for a in ABOVE_THE_KERNELS)))
+              for name in kernels}
+    upward = {name: found for name, found in upward.items() if found}
+    assert not upward, f"kernels importing what is built on them: {upward}"
+
+
+def test_the_primitives_import_nothing_of_tfdml_but_the_xla_helpers():
+    """tfdml.primitives, the plain row primitives and score helpers, is the lowest layer:
+    the kernels, samplers and metrics are built on it (docs/design.md, "Kernels")."""
+    graph = import_graph()
+    assert not sorted(m for m in graph["tfdml.primitives"] if m.split(".")[0] == "tfdml" and m != "tfdml.xla")
+    assert "tfdml.primitives" in graph["tfdml.kernels.chosen"]
+
+
+def test_the_table_is_read_through_choose_only():
+    """No module of tfdml but tfdml.kernels reads ``CHOICES``: every choice goes through
+    ``tfdml.kernels.choose``, which a device, a mode and ``kernels.forced`` all reach."""
+    readers = []
+    for name, path in module_files().items():
+        if not name.startswith("tfdml.") or name == "tfdml.kernels":
+            continue
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+        for node in ast.walk(tree):
+            named = (isinstance(node, ast.Attribute) and node.attr == "CHOICES") or (
+                isinstance(node, ast.ImportFrom) and any(alias.name == "CHOICES" for alias in node.names))
+            if named:
+                readers.append(f"{name}:{node.lineno}")
+    assert not readers, f"modules reading the kernels table itself: {readers}"

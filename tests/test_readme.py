@@ -147,16 +147,16 @@ def test_the_xla_forms_paragraph_matches_the_library_and_names_what_exists():
     # take the whole grid) and points to the table of semi-hard's thresholds; they must stay
     # the library's.
     from tfdml import kernels
+    from tfdml.kernels import chosen
     from tfdml.samplers import base
 
     text = " ".join(GUIDE.split())
-    assert f"on up to {base.GRID_WIDTH} valid triplets per anchor (B·{base.GRID_WIDTH} slots)" in text
-    assert f"when a class has more than {base.GRID_WIDTH + 1} examples" in text
+    width = kernels.choose("triplet_slots", mode="xla", device="CPU").params["width"]
+    assert f"on up to {width} valid triplets per anchor (B·{width} slots)" in text
+    assert f"when a class has more than {width + 1} examples" in text
     assert "`tfdml.kernels.CHOICES`" in text
     assert all("sort_above" in choice.params for choice in kernels.CHOICES["CPU"]["semi_hard"].values())
-    from tfdml.samplers import ordering
-
-    assert "`samplers.ordering.stable_order`" in text and callable(ordering.stable_order)
+    assert "`tfdml.kernels.chosen.stable_order`" in text and callable(chosen.stable_order)
     assert callable(getattr(base.Sampler, "xla_is_slower", None))
 
 

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from tfdml import distance_names
 from tfdml.distance_names import DISTANCES  # noqa: F401 (re-exported: the one table of names)
+from tfdml.primitives import expanded_squared_distances, squared_norms
 
 _SQRT_THRESHOLD = 1e-12
 
@@ -53,11 +54,6 @@ def _centre(a):
 #: float32 entries whose first-order error bound exceeds 1/_REFINE_FACTOR of the
 #: value are recomputed in float64 (see pairwise_squared_euclidean).
 _REFINE_FACTOR = 64.0
-
-
-def squared_norms(x):
-    """``|x_i|²`` of every row: the one expression the expansion below uses."""
-    return tf.reduce_sum(tf.square(x), axis=-1)
 
 
 def pairwise_squared_euclidean(a, b=None, *, centre=True, b_squared_norms=None):
@@ -142,8 +138,7 @@ def _expansion(a, b, c, same, sq_v=None):
         sq_v = sq_u if same else squared_norms(v)
     else:
         sq_v = tf.cast(sq_v, u.dtype)
-    d2 = sq_u[:, None] + sq_v[None, :] - 2.0 * tf.matmul(u, v, transpose_b=True)
-    return tf.maximum(d2, 0.0), sq_u, sq_v
+    return expanded_squared_distances(u, v, sq_u, sq_v), sq_u, sq_v
 
 
 def safe_sqrt(x, threshold=_SQRT_THRESHOLD):

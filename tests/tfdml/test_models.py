@@ -357,7 +357,7 @@ def test_compiled_loss_runs_without_xla_where_the_loss_says_xla_is_slower(batch,
 def test_jit_compile_loss_fit_with_a_class_semi_hard_sorts_trains_as_graph_mode():
     """A user's pipeline of unknown batch size whose batches alternate between small classes
     (semi-hard's compare path) and a class of more than the CPU table's XLA sort_above + 1
-    examples (its sort path, under XLA the sorting network of samplers.ordering): training
+    examples (its sort path, under XLA the sorting network of tfdml.kernels.sorting): training
     follows graph mode."""
     from tfdml import kernels
 

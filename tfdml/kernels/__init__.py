@@ -21,6 +21,13 @@ Code asks :func:`choose` at trace time::
     choice = kernels.choose("ordering")
     if choice.form == "bitonic": ...
 
+and nothing reads :data:`CHOICES` itself. The reference paths of the row primitives
+and score helpers are plain TensorFlow in :mod:`tfdml.primitives`, below this
+package, and never ask the table; :mod:`tfdml.kernels.chosen` runs each of them in
+the form :func:`choose` answers. The kernels import :mod:`tfdml.primitives`,
+:mod:`tfdml.xla` and each other, never the samplers, metrics, losses or models
+built on them (``tests/test_imports.py``).
+
 :func:`forced` makes every :func:`choose` in its scope answer one form (the
 reference path, for tests and for comparing forms).
 """
@@ -81,15 +88,15 @@ CHOICES["CPU"].update({
 # top_k.py, distance_weighted.py, triplet_slots.py.
 _LISTED_PER_ANCHOR = 16  # valid slots listed per anchor under XLA: m-per-class batches with m <= 17
 CHOICES["CPU"].update({
-    # samplers.base.first_argmin / first_argmax: TensorFlow's one-pass arg-min kernel in
+    # primitives.first_argmin / first_argmax: TensorFlow's one-pass arg-min kernel in
     # graph mode; under XLA the reference's two fused reductions.
     "first_argmin": {"graph": Choice("one_pass")},
-    # samplers.base.count_less_equal (binary lifting): its steps written out where N is
+    # primitives.count_less_equal (binary lifting): its steps written out where N is
     # static in graph mode; under XLA the reference's loop (one step body to compile).
     "count_less_equal": {"graph": Choice("unrolled")},
-    # samplers.base.running_count: a triangular matmul per block of columns.
+    # primitives.running_count: a triangular matmul per block of columns.
     "running_count": {mode: Choice("blocked_matmul", {"block": 64}) for mode in MODES},
-    # samplers.ordering.stable_order (keys of at most 32 bits): one int64 per entry holding
+    # primitives.stable_order (keys of at most 32 bits): one int64 per entry holding
     # the key's bits and its tie rank, sorted by TensorFlow's sort / a bitonic network.
     "ordering": {"graph": Choice("packed_sort"), "xla": Choice("bitonic")},
     # samplers.SemiHardSampler: per class compare path (K positives per step, K from

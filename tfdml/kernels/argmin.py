@@ -1,4 +1,4 @@
-"""Fast form of :func:`tfdml.samplers.base.first_argmin` (the lowest index holding the minimum).
+"""Fast form of :func:`tfdml.primitives.first_argmin` (the lowest index holding the minimum).
 
 ``one_pass``: ``tf.argmin``, a single (value, index) reduction. TensorFlow's CPU
 kernel keeps the first of equal minima, which is the contract; its documentation

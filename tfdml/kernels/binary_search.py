@@ -1,6 +1,6 @@
-"""Fast form of :func:`tfdml.samplers.base.count_less_equal` (binary lifting over sorted rows).
+"""Fast form of :func:`tfdml.primitives.count_less_equal` (binary lifting over sorted rows).
 
-The reference path runs the ⌈log2(N + 1)⌉ lifting steps in a ``tf.while_loop``: one
+The reference path (its ``unroll`` left None) runs the ⌈log2(N + 1)⌉ lifting steps in a ``tf.while_loop``: one
 step body, compiled once under XLA (each written-out step would compile to fused
 loops of its own, and XLA on CPU spends a large part of the first call compiling
 them). ``unrolled``: the same steps written out at trace time when N is static, so

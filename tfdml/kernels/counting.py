@@ -1,4 +1,4 @@
-"""Fast form of :func:`tfdml.metrics.chunk_scores.count_at_least`: XLA's variadic reduction.
+"""Fast form of :func:`tfdml.primitives.count_at_least`: XLA's variadic reduction.
 
 The reference counts ``out[i, j] = #{n : values[i, n] >= thresholds[i, j]}`` by
 a ``reduce_sum`` of the comparisons. This form accumulates the counts of up to
@@ -49,7 +49,7 @@ def count_at_least(values, thresholds, group):
     width = thresholds.shape[1]
     if not can_run(thresholds):
         raise ValueError("The variadic count runs only under XLA with a static number of "
-                         "thresholds; use tfdml.metrics.chunk_scores.count_at_least, which chooses.")
+                         "thresholds; use tfdml.kernels.chosen.count_at_least, which chooses.")
     if width == 0:
         return tf.zeros([tf.shape(values)[0], 0], tf.int32)
     reached = [tf.cast(values >= thresholds[:, j : j + 1], tf.int32) for j in range(width)]

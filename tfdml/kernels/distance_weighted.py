@@ -10,7 +10,8 @@ outside the valid slots).
 
 import tensorflow as tf
 
-from tfdml.samplers import base
+from tfdml import primitives
+from tfdml.kernels import chosen
 
 FORMS = ("valid_slots", "listed_slots")
 
@@ -32,7 +33,7 @@ def listed_slots(cdf, last, uniform, valid, draw, width):
     :func:`valid_slots`."""
     size = tf.shape(cdf)[0]
     rows = tf.broadcast_to(tf.range(size)[:, None], tf.shape(valid))
-    column, count = base.row_columns(valid, width)
+    column, count = chosen.row_columns(valid, width)
 
     def every_slot():
         return tf.where(valid, draw(cdf, last, uniform, rows), 0)
@@ -40,7 +41,7 @@ def listed_slots(cdf, last, uniform, valid, draw, width):
     def only_listed():
         listed = tf.range(width)[None, :] < count[:, None]
         anchor = tf.broadcast_to(tf.range(size)[:, None], tf.shape(column))
-        drawn = tf.where(listed, draw(cdf, last, base.gather_rows(uniform, column), anchor), 0)
+        drawn = tf.where(listed, draw(cdf, last, primitives.gather_rows(uniform, column), anchor), 0)
         # Unlisted slots point at column N − 1 with value 0; a maximum keeps a listed one there.
         return tf.tensor_scatter_nd_max(tf.zeros_like(rows), tf.stack([anchor, column], axis=-1), drawn)
 

@@ -9,7 +9,7 @@ positive score in the sorted score row. The forms here return the same
 
 * ``"counting"`` (:func:`at_least_by_counting`, compiled by XLA): no sort;
   the items scoring at least each positive score are counted by comparisons
-  (:func:`tfdml.metrics.chunk_scores.count_at_least`; on CPU one pass over the
+  (:func:`tfdml.kernels.chosen.count_at_least`; on CPU one pass over the
   scores per group of thresholds, :mod:`tfdml.kernels.counting`), and the
   query's own score, rather than set to −∞ (one more pass over the scores),
   is compared with the thresholds and taken out of the counts. Its compile
@@ -28,8 +28,8 @@ The form is chosen on the host, once per evaluation, in
 import numpy as np
 import tensorflow as tf
 
-from tfdml.metrics import knn as _knn
-from tfdml.metrics import chunk_scores as _metric
+from tfdml import primitives
+from tfdml.kernels import chosen
 
 
 def count_or_sort(num_positives, num_pairs, max_positives, max_positives_large, large_from_pairs):
@@ -49,9 +49,9 @@ def count_or_sort(num_positives, num_pairs, max_positives, max_positives_large, 
 def count_chunk(query, gallery, gallery_norms, pos_idx, self_index):
     """The ``"counting"`` form (see the module docstring). The positive indices never
     hold the query itself (:func:`tfdml.metrics.retrieval.positive_ranks`)."""
-    s = _knn.scores(query, gallery, gallery_norms)
-    thr, num_pos = _metric.positive_thresholds(s, pos_idx)
-    at_least = _metric.count_at_least(s, thr)
+    s = primitives.scores(query, gallery, gallery_norms)
+    thr, num_pos = primitives.positive_thresholds(s, pos_idx)
+    at_least = chosen.count_at_least(s, thr)
     self_s = tf.gather(s, tf.maximum(self_index, 0)[:, None], batch_dims=1)
     self_counted = (self_s >= thr) & (self_index >= 0)[:, None]
     return at_least - tf.cast(self_counted, tf.int32), thr, num_pos
@@ -62,7 +62,7 @@ at_least_by_counting = tf.function(count_chunk, jit_compile=True, autograph=Fals
 
 def at_least_by_sorting(query, gallery, gallery_norms, pos_idx, self_index):
     """The ``"sorting"`` form (see the module docstring): NumPy int64 counts."""
-    s, thr, num_pos = _metric.scores_and_thresholds_xla(query, gallery, gallery_norms, pos_idx, self_index)
+    s, thr, num_pos = primitives.scores_and_thresholds_xla(query, gallery, gallery_norms, pos_idx, self_index)
     s, thr = s.numpy(), thr.numpy()
     s.sort(axis=1)
     at_least = np.empty(thr.shape, np.int64)

@@ -1,4 +1,4 @@
-"""Fast form of :func:`tfdml.samplers.base.running_count` (``tf.cumsum`` of a 0/1 mask along rows).
+"""Fast form of :func:`tfdml.primitives.running_count` (``tf.cumsum`` of a 0/1 mask along rows).
 
 ``blocked_matmul``: within a block of ``block`` columns, one matmul with a triangular
 matrix of ones; across blocks, the cumulative sum of the block totals (``block``

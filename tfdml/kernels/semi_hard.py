@@ -17,7 +17,7 @@ of an anchor among the candidates) − 1, the most positives an anchor can have:
   B·K answers are scattered to their columns. O(B·M·P) work, no row sort;
 * sort (larger classes, or labels that are not integers): one stable row-wise order
   of the distances (negatives ranked before other columns at equal distance;
-  :func:`~tfdml.samplers.ordering.stable_order`) and a running count, O(B·M log M).
+  :func:`tfdml.kernels.chosen.stable_order`) and a running count, O(B·M log M).
 
 Both are vectorised with fixed shapes and compile under XLA; no [B, M, M] tensor.
 The CPU table puts ``sort_above`` near the crossovers measured in graph mode and
@@ -27,8 +27,8 @@ under XLA (``python benchmarks/bench_semi_hard.py --crossover``; RESULTS,
 
 import tensorflow as tf
 
-from tfdml import kernels, xla
-from tfdml.samplers import base, ordering
+from tfdml import kernels, primitives, xla
+from tfdml.kernels import chosen
 
 FORMS = ("compare_or_sort",)
 
@@ -99,10 +99,10 @@ def _class_layout(labels):
     class is a contiguous run; example i sits at position ``where[i]`` of ``order``, its
     class's run starts at ``start[i]`` and holds ``count[i]`` examples."""
     order = tf.argsort(labels, stable=True)
-    where = base.invert_permutation_rows(order[None, :])[0]
+    where = primitives.invert_permutation_rows(order[None, :])[0]
     sorted_labels = tf.gather(labels, order)[None, :]
-    start = base.count_less_equal(sorted_labels, labels[None, :], strict=True)[0]
-    end = base.count_less_equal(sorted_labels, labels[None, :])[0]
+    start = chosen.count_less_equal(sorted_labels, labels[None, :], strict=True)[0]
+    end = chosen.count_less_equal(sorted_labels, labels[None, :])[0]
     return order, where, start, end - start
 
 
@@ -128,12 +128,12 @@ def _by_comparing(dist, neg_dist, layout, width, loop):
         members = tf.minimum(start[:, None] + k + tf.cast(k >= own[:, None], tf.int32),
                              tf.shape(order)[0] - 1)
         column = tf.gather(order, members)  # [B, K]: the class mates of this step
-        d_ap = base.gather_rows(dist, column)
+        d_ap = primitives.gather_rows(dist, column)
         nearest = _first_beyond(neg_dist, d_ap)
         # -1: no negative beyond, or no class mate in this slot; such a slot writes to the
         # anchor's own column (never a positive), so no column is written twice with
         # different values.
-        nearest = tf.where(tf.logical_and(mate, base.gather_rows(neg_dist, nearest) > d_ap), nearest, -1)
+        nearest = tf.where(tf.logical_and(mate, primitives.gather_rows(neg_dist, nearest) > d_ap), nearest, -1)
         column = tf.where(mate, column, rows)
         return c + 1, tf.tensor_scatter_nd_update(
             semi_hard, tf.stack([rows, column], axis=-1), nearest
@@ -152,10 +152,10 @@ def _first_beyond(neg_dist, d_ap):
     """[B, K] int32: for every anchor a and distance ``d_ap[a, k]``, the column n with the
     smallest ``neg_dist[a, n] > d_ap[a, k]`` (lowest index on ties); meaningless where no
     column is beyond. An arg-min over the masked [B, K, M] comparison
-    (:func:`~tfdml.samplers.base.first_argmin`)."""
+    (:func:`tfdml.kernels.chosen.first_argmin`)."""
     inf = tf.constant(float("inf"), neg_dist.dtype)
     beyond = neg_dist[:, None, :] > d_ap[:, :, None]
-    return base.first_argmin(tf.where(beyond, neg_dist[:, None, :], inf), axis=2)
+    return chosen.first_argmin(tf.where(beyond, neg_dist[:, None, :], inf), axis=2)
 
 
 def _by_sorting(dist, neg):
@@ -163,17 +163,17 @@ def _by_sorting(dist, neg):
     size, columns = tf.shape(dist)[0], tf.shape(dist)[1]
     num_neg = tf.reduce_sum(tf.cast(neg, tf.int32), axis=1)
     # 1-2. Each row's columns ordered by (D_aj, negatives first, index).
-    order = ordering.stable_order(dist, first=neg)
+    order = chosen.stable_order(dist, first=neg)
     # 3. At the sorted position of each column, the number of negatives at or before it:
     #    for a positive p this is |{n : D_an <= D_ap}|, the rank of n*_ap among the negatives.
-    sorted_neg = base.gather_rows(neg, order)
-    below = base.running_count(tf.cast(sorted_neg, tf.int32))
+    sorted_neg = primitives.gather_rows(neg, order)
+    below = chosen.running_count(tf.cast(sorted_neg, tf.int32))
     # 4. The negatives in increasing distance: by_rank[a, t] = column of the t-th negative.
     slot = tf.where(sorted_neg, below - 1, columns)  # non-negatives go to a spare slot
     flat_slot = tf.reshape(slot + (tf.range(size) * (columns + 1))[:, None], [-1])
     by_rank = tf.math.unsorted_segment_max(tf.reshape(order, [-1]), flat_slot, size * (columns + 1))
     by_rank = tf.reshape(by_rank, tf.stack([size, columns + 1]))
     # 5. Back to columns: first[a, p] = rank of the first negative beyond D_ap.
-    first = base.gather_rows(below, base.invert_permutation_rows(order))
+    first = primitives.gather_rows(below, primitives.invert_permutation_rows(order))
     found = first < num_neg[:, None]
-    return base.gather_rows(by_rank, tf.minimum(first, columns - 1)), found
+    return primitives.gather_rows(by_rank, tf.minimum(first, columns - 1)), found

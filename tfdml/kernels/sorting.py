@@ -1,4 +1,4 @@
-"""Fast forms of :func:`tfdml.samplers.ordering.stable_order` for keys of at most 32 bits.
+"""Fast forms of :func:`tfdml.primitives.stable_order` for keys of at most 32 bits.
 
 Both turn every entry into one int64 whose plain integer order is the reference's
 order: the key's bits made order-preserving in the high half, the tie rank (column,

@@ -12,7 +12,7 @@ descending order per row, O(B·M log M), whose cost does not grow with k, is che
 
 import tensorflow as tf
 
-from tfdml.samplers import base
+from tfdml import primitives
 
 FORMS = ("prefix",)
 
@@ -59,8 +59,8 @@ def prefix(key, candidates, pos, neg, k):
     # Case 1 (Eq. 7): negatives in K ranked after the (k − n_+)-th negative, if it exists.
     n_value, n_index, n_present = _first_members(key, neg, k)
     at = tf.clip_by_value(k - n_plus, 1, k) - 1
-    cut = base.gather_rows(n_value, at), base.gather_rows(n_index, at)
-    after_cut = tf.logical_and(base.gather_rows(n_present, at),
+    cut = primitives.gather_rows(n_value, at), primitives.gather_rows(n_index, at)
+    after_cut = tf.logical_and(primitives.gather_rows(n_present, at),
                                tf.logical_not(_ranked_at_or_before(key, *cut)))
     negatives_in_top = tf.logical_and(neg, in_top)
     misplaced_neg = tf.where(case1, tf.logical_and(negatives_in_top, after_cut), negatives_in_top)  # Eq. 7 / 9

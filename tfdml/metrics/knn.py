@@ -1,7 +1,7 @@
 """Exact k-nearest-neighbour search in TensorFlow, by chunks of queries.
 
 The [Q, N] matrix of query-to-gallery scores is never built whole: queries are
-processed ``chunk_size`` at a time, one matmul (:func:`tfdml.distances.pairwise`)
+processed ``chunk_size`` at a time, one matmul (:func:`tfdml.primitives.scores`)
 and one ``tf.math.top_k`` per chunk, so memory grows with ``chunk_size × N``.
 
 Two settings, as in the retrieval protocols of Wu et al. 2017 §5 (Song et al.'s
@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdml import distance_names as _distance_names
-from tfdml import distances as _distances
+from tfdml import primitives
 
 #: Distances a retrieval metric can rank by.
 RETRIEVAL_DISTANCES = _distance_names.DISTANCES
@@ -104,14 +104,14 @@ def ranking_frame(query, gallery, distance="euclidean"):
     """``(query, gallery)`` as every distance is ranked: on the sphere for cosine, centred.
 
     **One ranking for all distances.** Scores are always minus the squared
-    euclidean distance (:func:`scores`). For cosine the rows are first put on
+    euclidean distance (:func:`tfdml.primitives.scores`). For cosine the rows are first put on
     the unit sphere (:func:`to_sphere`), where ``cos = 1 - d²/2`` orders pairs
     exactly as ``d`` does. So on unit-norm embeddings cosine, euclidean and
     squared euclidean rank on the same float32 numbers and return the same
     neighbour order, ties included (lower gallery index first).
 
     **Centring.** Both are then measured from the mean of the gallery's finite
-    rows. Distances do not change, but their expansion in :func:`scores`
+    rows. Distances do not change, but their expansion in :func:`tfdml.primitives.scores`
     keeps its accuracy for nearly collapsed embeddings (an untrained model's,
     near duplicates), as :func:`tfdml.distances.pairwise_squared_euclidean`
     does for a batch, with one pass over the data instead of one per chunk of
@@ -146,9 +146,9 @@ def frame_queries(query, centre, distance="euclidean", checked=False):
 
 def gallery_tensors(centred):
     """``(rows, squared norms)`` of a gallery already in the frame, as tensors: computed
-    once for every chunk of queries scored against it (:func:`scores`)."""
+    once for every chunk of queries scored against it (:func:`tfdml.primitives.scores`)."""
     rows = tf.constant(centred)
-    return rows, _distances.squared_norms(rows)
+    return rows, primitives.squared_norms(rows)
 
 
 class PreparedGallery:
@@ -195,24 +195,6 @@ def frame_centre(gallery):
     return c.astype(gallery.dtype)
 
 
-def scores(query, gallery, gallery_squared_norms=None):
-    """[Q, N] "larger is closer" scores: minus the squared euclidean distance.
-
-    Pass ``query`` and ``gallery`` through :func:`ranking_frame` once
-    beforehand: it puts cosine on the sphere (so this ranks by cosine too)
-    and centres the data (so small distances stay accurate). Ranking by
-    squared euclidean distance equals ranking by euclidean distance (Wu
-    D_ij) and skips the square root over the whole matrix;
-    :func:`exact_neighbours` then measures the few neighbours kept exactly.
-    A caller that scores many chunks of queries against one gallery passes
-    its ``gallery_squared_norms`` (:func:`tfdml.distances.squared_norms`,
-    computed once): otherwise every chunk reads the whole gallery once more
-    to compute them.
-    """
-    return -_distances.pairwise_squared_euclidean(
-        query, gallery, centre=False, b_squared_norms=gallery_squared_norms)
-
-
 def squared_to_distances(d2, distance="euclidean"):
     """Squared euclidean distances (in the frame) as the distance the user named (cosine: similarity)."""
     d2 = np.maximum(np.asarray(d2, np.float64), 0.0)
@@ -249,13 +231,6 @@ def exact_neighbours(query, gallery, indices):
     return np.take_along_axis(indices, order, 1), np.take_along_axis(d2, order, 1)
 
 
-def exclude_self(score_chunk, self_index):
-    """Score -inf where gallery column == ``self_index[i]`` (-1: exclude nothing)."""
-    cols = tf.range(tf.shape(score_chunk)[1], dtype=self_index.dtype)
-    is_self = tf.equal(cols[None, :], self_index[:, None])
-    return tf.where(is_self, tf.constant(-np.inf, score_chunk.dtype), score_chunk)
-
-
 def self_indices(start, size, leave_one_out):
     """int32 [size]: the gallery index of each query of a chunk, or -1 (keep all)."""
     if leave_one_out:
@@ -265,7 +240,7 @@ def self_indices(start, size, leave_one_out):
 
 @tf.function(reduce_retracing=True, autograph=False)
 def _topk_chunk(query, gallery, gallery_squared_norms, self_index, k):
-    s = exclude_self(scores(query, gallery, gallery_squared_norms), self_index)
+    s = primitives.exclude_self(primitives.scores(query, gallery, gallery_squared_norms), self_index)
     return tf.math.top_k(s, k=k, sorted=True)
 
 

@@ -19,16 +19,17 @@ Each is averaged over the queries that have at least one positive.
 
 How the ranks are found, per chunk of queries, without a top-k over the gallery
 (:func:`chunk_counts`, the reference path): one matmul gives the [chunk, N]
-scores (:func:`tfdml.metrics.knn.scores`), the R positives' scores are
+scores (:func:`tfdml.primitives.scores`), the R positives' scores are
 gathered and sorted (they are known by label), and for every positive score
 the items scoring at least as high are counted, by its position in the
 sorted score row; the ranks follow from these counts (:func:`positive_ranks`).
 Memory grows with ``chunk × N``; time does not depend on k, so Recall@1000
 costs the same as Recall@1 (no ``top_k`` over 1000 columns). Faster forms of
 the counts (comparisons counted by one variadic reduction under XLA,
-:func:`count_at_least`; NumPy sorting) live in :mod:`tfdml.kernels.retrieval`
-and :mod:`tfdml.kernels.counting`, chosen by :data:`tfdml.kernels.CHOICES` in
-:func:`chunk_counter` and :func:`count_at_least`; they return the same counts.
+:func:`tfdml.kernels.chosen.count_at_least`; NumPy sorting) live in
+:mod:`tfdml.kernels.retrieval` and :mod:`tfdml.kernels.counting`, chosen by
+:func:`tfdml.kernels.choose` in :func:`chunk_counter` and
+:func:`tfdml.kernels.chosen.count_at_least`; they return the same counts.
 
 Conventions:
 
@@ -52,15 +53,9 @@ Conventions:
 import numpy as np
 import tensorflow as tf
 
-from tfdml import kernels
+from tfdml import kernels, primitives
 from tfdml.kernels import retrieval as fast
 from tfdml.metrics import knn as _knn
-from tfdml.metrics.chunk_scores import (  # noqa: F401 - part of this module's API
-    count_at_least,
-    positive_thresholds,
-    scores_and_thresholds,
-    scores_and_thresholds_xla,
-)
 
 #: Metric names this module computes ("recall" and "precision" take ks).
 RANK_METRICS = ("recall", "precision", "map@r", "r_precision", "map", "mrr")
@@ -97,7 +92,7 @@ def chunk_counts(query, gallery, gallery_norms, pos_idx, self_index):
     ``N`` minus the position of ``thr[i, j]`` in the sorted score row. The
     fast forms (:mod:`tfdml.kernels.retrieval`) return the same.
     """
-    s, thr, num_pos = scores_and_thresholds(query, gallery, gallery_norms, pos_idx, self_index)
+    s, thr, num_pos = primitives.scores_and_thresholds(query, gallery, gallery_norms, pos_idx, self_index)
     below = tf.searchsorted(tf.sort(s, axis=1), thr, side="left")
     return tf.shape(s)[1] - below, thr, num_pos
 

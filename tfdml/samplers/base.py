@@ -1,4 +1,3 @@
-# Over 400 lines: the selection types, the Sampler contract and the row helpers (gather, count, arg-min, draws) that every sampler shares.
 """Base class and selection types shared by every in-graph sampler.
 
 A sampler looks at a [B, M] matrix of the batch's B anchors against M candidates,
@@ -26,14 +25,11 @@ with and without XLA.
 """
 
 import collections
-import math
 
 import tensorflow as tf
 
-from tfdml import kernels, masks
-from tfdml.kernels import argmin as _argmin
-from tfdml.kernels import binary_search as _binary_search
-from tfdml.kernels import running_count as _running_count
+from tfdml import masks, primitives
+from tfdml.kernels import chosen
 
 PairSelection = collections.namedtuple("PairSelection", ["pos_weight", "neg_weight"])
 PairSelection.__doc__ = """Selected pairs as [B, M] float32 multiplicities (0 = not selected; column a of row a 0)."""
@@ -139,25 +135,20 @@ def valid_triplets(selection):
     )
 
 
-#: Valid slots per anchor up to which a grid selection is compacted on CPU under XLA
-#: (:func:`compact_grid`; the kernels table's ``"triplet_slots"``): m-per-class batches
-#: with m ≤ 17 fit.
-GRID_WIDTH = kernels.CHOICES["CPU"]["triplet_slots"]["xla"].params["width"]
-
-
-def compact_grid(selection, width=GRID_WIDTH):
+def compact_grid(selection, width):
     """``(narrow, widest)``: a :class:`GridTripletSelection`'s valid slots, at most
     ``width`` per anchor, as a TripletSelection of fixed T = B·width, and the largest
     number of valid slots of any anchor (a scalar tensor).
 
     For XLA, which needs fixed shapes: ``narrow`` holds every valid triplet, in slot
     order, exactly when ``widest <= width``; the caller picks it or the full grid
-    with a ``tf.cond`` (``MetricLoss.over_triplets``). Anchor a's k-th valid column
-    is found by binary lifting on the running count of its row."""
+    with a ``tf.cond`` (``MetricLoss.over_triplets``, which takes ``width`` from the
+    kernels table's ``"triplet_slots"``). Anchor a's k-th valid column is found by
+    binary lifting on the running count of its row (:func:`tfdml.kernels.chosen.row_columns`)."""
     size, columns = grid_shape(selection)
-    column, count = row_columns(tf.reshape(selection.mask, tf.stack([size, columns])), width)
+    column, count = chosen.row_columns(tf.reshape(selection.mask, tf.stack([size, columns])), width)
     k = tf.range(width)[None, :]
-    negative = gather_rows(tf.reshape(selection.negative, tf.stack([size, columns])), column)
+    negative = primitives.gather_rows(tf.reshape(selection.negative, tf.stack([size, columns])), column)
     narrow = TripletSelection(
         tf.repeat(tf.range(size), width),
         tf.reshape(column, [-1]),
@@ -172,28 +163,6 @@ def grid_shape(selection):
     and M candidates: its positives run through the M columns of every anchor."""
     columns = tf.maximum(tf.reduce_max(selection.positive) + 1, 1)
     return tf.shape(selection.mask)[0] // columns, columns
-
-
-def row_columns(mask, width):
-    """``(column, count)`` of a [R, N] bool mask: ``column[r, k]`` (int32 [R, width]) is
-    the k-th true column of row r, for k < ``count[r]`` (its number of true columns);
-    later slots hold N − 1. Binary lifting on the row's running count."""
-    mask = tf.cast(mask, tf.int32)
-    k = tf.broadcast_to(tf.range(width)[None, :], tf.stack([tf.shape(mask)[0], width]))
-    column = tf.minimum(count_less_equal(running_count(mask), k), tf.shape(mask)[1] - 1)
-    return column, tf.reduce_sum(mask, axis=1)
-
-
-def running_count(mask):
-    """``tf.cumsum(mask, axis=1)``: int32 [R, N] running count of a 0/1 int32 [R, N] mask.
-
-    The reference path is ``tf.cumsum`` itself; a device may run a fast form
-    (:data:`tfdml.kernels.CHOICES`, ``"running_count"``: on CPU a blocked matmul,
-    :mod:`tfdml.kernels.running_count`), equal on every mask."""
-    choice = kernels.choose("running_count")
-    if choice.form == "blocked_matmul":
-        return _running_count.blocked_matmul(mask, **choice.params)
-    return tf.cumsum(tf.cast(mask, tf.int32), axis=1)
 
 
 def uniform01(shape, seed):
@@ -218,111 +187,6 @@ def uniform_int(shape, seed, maxval):
     return tf.random.stateless_uniform(
         shape, seed, minval=0, maxval=maxval, dtype=tf.int32, alg="philox"
     )
-
-
-def gather_rows(params, indices):
-    """``tf.gather(params, indices, batch_dims=1)`` for [R, N] params and [R, M] indices.
-
-    A flat gather: faster on CPU than the batched form, in graph mode and XLA.
-    """
-    n = tf.shape(params)[1]
-    offset = (tf.range(tf.shape(params)[0], dtype=indices.dtype) * tf.cast(n, indices.dtype))[:, None]
-    return tf.gather(tf.reshape(params, [-1]), indices + offset)
-
-
-def first_argmin(values, axis=-1):
-    """int32: the lowest index holding the minimum of ``values`` along ``axis``.
-
-    The reference path: the minimum, then the lowest index holding it (two plain
-    reductions, which XLA fuses with the elementwise work before them). −0.0 and
-    +0.0 tie; the same answer on infinite values; not for NaN. A device may run a
-    fast form (:data:`tfdml.kernels.CHOICES`, ``"first_argmin"``: on CPU in graph
-    mode ``tf.argmin``, :mod:`tfdml.kernels.argmin`)."""
-    if kernels.choose("first_argmin").form == "one_pass":
-        return _argmin.one_pass(values, axis=axis)
-    rank = values.shape.rank
-    axis = axis % rank
-    size = tf.shape(values)[axis]
-    least = tf.reduce_min(values, axis=axis, keepdims=True)
-    index = tf.reshape(tf.range(size), [-1 if d == axis else 1 for d in range(rank)])
-    return tf.minimum(tf.reduce_min(tf.where(tf.equal(values, least), index, size), axis=axis), size - 1)
-
-
-def first_argmax(values, axis=-1):
-    """int32: the lowest index holding the maximum (:func:`first_argmin` of ``-values``)."""
-    if kernels.choose("first_argmin").form == "one_pass":
-        return _argmin.one_pass(values, axis=axis, largest=True)
-    return first_argmin(-values, axis=axis)
-
-
-def sort_key(values):
-    """``values`` with −0.0 made +0.0, so that a sort ranks them as the tie they are.
-
-    TensorFlow's sort kernels compare −0.0 == +0.0 and keep such ties in index
-    order; XLA's CPU sort uses a total order (−0.0 < +0.0), so without this a
-    batch holding both (a cosine score of orthogonal embeddings, say) would be
-    ranked differently with and without ``jit_compile``. (A ``tf.where``, not
-    ``values + 0.0``, which graph optimisation removes.)"""
-    return tf.where(tf.equal(values, 0.0), tf.zeros_like(values), values)
-
-
-def invert_permutation_rows(order):
-    """Row-wise inverse of a [R, N] permutation: ``inverse[r, order[r, i]] = i``.
-
-    A flat segment sum: on CPU much faster than ``tf.scatter_nd`` or a second
-    sort (``tf.math.invert_permutation`` is 1-D only).
-    """
-    shape = tf.shape(order)
-    rows, n = shape[0], shape[1]
-    position = tf.broadcast_to(tf.range(n, dtype=order.dtype)[None, :], shape)
-    target = order + (tf.range(rows, dtype=order.dtype) * n)[:, None]
-    inverse = tf.math.unsorted_segment_sum(tf.reshape(position, [-1]), tf.reshape(target, [-1]), rows * n)
-    return tf.reshape(inverse, shape)
-
-
-def count_less_equal(sorted_rows, values, strict=False, rows=None):
-    """``tf.searchsorted(sorted_rows, values, side="right")`` by binary lifting.
-
-    ``sorted_rows`` is [R, N], ascending along each row; ``values`` is [R, M].
-    Returns [R, M] int32: how many entries of the row are <= each value
-    (< each value with ``strict=True``, i.e. ``side="left"``). With ``rows``
-    (int32, the shape of ``values``, any rank), value i is searched in row
-    ``rows[i]`` instead: a few values in chosen rows.
-    ``tf.searchsorted`` lowers under XLA (CPU) to an all-pairs comparison,
-    ~100x slower at N = M = 256; here each of the ceil(log2(N + 1)) steps is
-    one gather. The reference path loops over the steps (``tf.while_loop``); a
-    device may write them out when N is static (:data:`tfdml.kernels.CHOICES`,
-    ``"count_less_equal"``; :mod:`tfdml.kernels.binary_search`).
-    """
-    num_rows = tf.shape(sorted_rows)[0]
-    n = tf.shape(sorted_rows)[1]
-    flat = tf.reshape(sorted_rows, [-1])
-    if rows is None:
-        rows = tf.range(num_rows)[:, None]
-    offset = tf.cast(rows, tf.int32) * n - 1  # the c-th entry (1-based) of row r is flat[r * n + c - 1]
-    count = tf.zeros(tf.shape(values), tf.int32)
-
-    def lift(count, step):
-        # Standard binary lifting: if the (count + step)-th entry is <= value (< value), all before it are too.
-        nxt = count + step
-        entry = tf.gather(flat, tf.maximum(offset + tf.minimum(nxt, n), 0))
-        below = entry < values if strict else entry <= values
-        return tf.where(tf.logical_and(nxt <= n, below), nxt, count)
-
-    static_n = sorted_rows.shape[1]
-    if static_n is not None:  # the largest power of two <= N (0 for N = 0)
-        top = 1 << (int(static_n).bit_length() - 1) if static_n > 0 else 0
-        if kernels.choose("count_less_equal").form == "unrolled":
-            return _binary_search.unrolled(lift, count, top)
-        top = tf.constant(top, tf.int32)
-    else:
-        # The largest step only has to be >= the largest power of two <= n; one step too many is harmless.
-        log2 = tf.math.floor(tf.math.log(tf.cast(tf.maximum(n, 1), tf.float32)) / math.log(2.0))
-        top = tf.where(n > 0, tf.bitwise.left_shift(1, tf.cast(log2, tf.int32) + 1), 0)
-    count, _ = tf.while_loop(
-        lambda count, step: step >= 1, lambda count, step: (lift(count, step), step // 2), (count, top)
-    )
-    return count
 
 
 def check_positive_int(value, name, owner, allow_none=False):

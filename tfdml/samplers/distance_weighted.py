@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from tfdml import kernels, xla
 from tfdml.kernels import distance_weighted as _fast
+from tfdml.kernels import chosen
 from tfdml.samplers import base
 
 # Distances are clipped just below 2 (the diameter of the unit sphere) so that
@@ -125,7 +126,7 @@ def draw(cdf, last, uniform, rows):
     (the same shape), the first column whose cumulative probability exceeds it, the
     uniform scaled to the row's total mass (1 up to rounding); never past ``last[a]``."""
     total = tf.gather(cdf[:, -1], rows)
-    drawn = base.count_less_equal(cdf, uniform * total, rows=rows)  # first column with cdf > u: probs > 0
+    drawn = chosen.count_less_equal(cdf, uniform * total, rows=rows)  # first column with cdf > u: probs > 0
     return tf.minimum(drawn, tf.gather(last, rows))
 
 

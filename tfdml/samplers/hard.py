@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from tfdml.kernels import chosen
 from tfdml.samplers import base
 
 
@@ -30,8 +31,8 @@ class HardSampler(base.Sampler):
     def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
         pos, neg = base.split_candidates(labels, candidates)
         inf = tf.constant(float("inf"), dist.dtype)
-        positive = base.first_argmax(tf.where(pos, dist, -inf), axis=1)
-        negative = base.first_argmin(tf.where(neg, dist, inf), axis=1)
+        positive = chosen.first_argmax(tf.where(pos, dist, -inf), axis=1)
+        negative = chosen.first_argmin(tf.where(neg, dist, inf), axis=1)
         valid = tf.logical_and(tf.reduce_any(pos, axis=1), tf.reduce_any(neg, axis=1))
         anchor = tf.range(tf.shape(dist)[0], dtype=tf.int32)
         return base.TripletSelection(anchor, positive, negative, valid)

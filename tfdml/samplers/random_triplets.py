@@ -4,6 +4,7 @@
 import keras
 import tensorflow as tf
 
+from tfdml.kernels import chosen
 from tfdml.samplers import base
 
 
@@ -55,7 +56,7 @@ class RandomTripletSampler(base.Sampler):
 
     def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
         pos, neg = base.split_candidates(labels, candidates)
-        negatives = base.running_count(tf.cast(neg, tf.int32))  # [B, M]: N_a's members so far
+        negatives = chosen.running_count(tf.cast(neg, tf.int32))  # [B, M]: N_a's members so far
         count = negatives[:, -1]  # |N_a|
         if self.num_triplets is None:
             return self._per_positive_pair(pos, negatives, count, seed)
@@ -81,7 +82,7 @@ class RandomTripletSampler(base.Sampler):
         total = cumulative[0, -1]
         draw = tf.random.stateless_uniform([self.num_triplets], seed, minval=0, maxval=tf.maximum(total, 1),
                                            dtype=tf.int64, alg="philox")
-        slot = tf.minimum(base.count_less_equal(cumulative, draw, rows=tf.zeros_like(draw, tf.int32)),
+        slot = tf.minimum(chosen.count_less_equal(cumulative, draw, rows=tf.zeros_like(draw, tf.int32)),
                           tf.size(pos) - 1)
         offset = draw - (tf.gather(cumulative[0], slot) - tf.gather(tf.reshape(triplets, [-1]), slot))
         anchor, positive = slot // columns, slot % columns
@@ -112,4 +113,4 @@ def _kth_member(running, k, rows=None):
     """int32: the column of the k-th (0-based) member of each row's set, from the set's
     [R, N] running count; ``rows`` (the shape of ``k``) names the row of each k."""
     last = tf.shape(running)[1] - 1
-    return tf.minimum(base.count_less_equal(running, tf.cast(k, running.dtype), rows=rows), last)
+    return tf.minimum(chosen.count_less_equal(running, tf.cast(k, running.dtype), rows=rows), last)

@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from tfdml import kernels
+from tfdml.kernels import chosen
 from tfdml.kernels import semi_hard as _fast
 from tfdml.samplers import base
 
@@ -62,7 +63,7 @@ class SemiHardSampler(base.Sampler):
         # The least violating negative (largest D_an, lower index on ties); also fills
         # the invalid slots with an index in range.
         inf = tf.constant(float("inf"), dist.dtype)
-        hardest_inside = base.first_argmax(tf.where(neg, dist, -inf), axis=1)
+        hardest_inside = chosen.first_argmax(tf.where(neg, dist, -inf), axis=1)
         negative = tf.where(found, semi_hard, hardest_inside[:, None])
         if self.fallback == "hardest_inside":
             valid = tf.logical_and(pos, tf.reduce_any(neg, axis=1)[:, None])
@@ -96,7 +97,7 @@ def _reference(dist, pos, neg):
     def one_anchor(row):
         d, negative = row  # D_a· and the candidate negatives of anchor a, [B] each
         beyond = tf.logical_and(negative[None, :], d[None, :] > d[:, None])  # [p, n]: D_an > D_ap
-        return base.first_argmin(tf.where(beyond, d[None, :], inf), axis=1), tf.reduce_any(beyond, axis=1)
+        return chosen.first_argmin(tf.where(beyond, d[None, :], inf), axis=1), tf.reduce_any(beyond, axis=1)
 
     nearest, found = tf.map_fn(one_anchor, (dist, neg), fn_output_signature=(tf.int32, tf.bool))
     return nearest, tf.logical_and(pos, found)

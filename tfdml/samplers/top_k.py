@@ -3,9 +3,10 @@
 import keras
 import tensorflow as tf
 
-from tfdml import kernels
+from tfdml import kernels, primitives
+from tfdml.kernels import chosen
 from tfdml.kernels import top_k as _fast
-from tfdml.samplers import base, ordering
+from tfdml.samplers import base
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -38,7 +39,7 @@ class TopKMisplacedSampler(base.Sampler):
     and 10 exactly. Rows without candidates give empty sets.
 
     The reference path (:func:`reference`) ranks each row once
-    (:func:`~tfdml.samplers.ordering.stable_order`) and counts ranks; a device may
+    (:func:`tfdml.kernels.chosen.stable_order`) and counts ranks; a device may
     run a fast form with the same sets (:data:`tfdml.kernels.CHOICES`,
     ``"top_k"``; on CPU for k up to the table's ``up_to``, k passes per ranking
     and no sort, :mod:`tfdml.kernels.top_k`).
@@ -75,9 +76,9 @@ def reference(key, candidates, pos, neg, k):
     """``(P, N)`` [B, M] bool from one descending order per row (``key``: the candidates'
     scores, -inf elsewhere), O(B·M log M)."""
     size = tf.shape(key)[1]
-    order = ordering.stable_order(-key)  # decreasing key, ties: lower index first
-    sorted_pos = base.gather_rows(pos, order)
-    sorted_neg = base.gather_rows(neg, order)
+    order = chosen.stable_order(-key)  # decreasing key, ties: lower index first
+    sorted_pos = primitives.gather_rows(pos, order)
+    sorted_neg = primitives.gather_rows(neg, order)
     rank = tf.range(size, dtype=tf.int32)[None, :]  # 0-based position in the ranking
     in_top = rank < k  # K (candidates occupy the first |C| positions)
     pos_rank = tf.cumsum(tf.cast(sorted_pos, tf.int32), axis=1)  # 1-based rank among positives
@@ -91,5 +92,5 @@ def reference(key, candidates, pos, neg, k):
         case1, tf.logical_and(negatives_in_top, neg_rank > k - n_plus), negatives_in_top
     )  # Eq. 7 / Eq. 9
     # Back from ranking order to columns: inverse[a, order[a, r]] = r.
-    inverse = base.invert_permutation_rows(order)
-    return base.gather_rows(misplaced_pos, inverse), base.gather_rows(misplaced_neg, inverse)
+    inverse = primitives.invert_permutation_rows(order)
+    return primitives.gather_rows(misplaced_pos, inverse), primitives.gather_rows(misplaced_neg, inverse)

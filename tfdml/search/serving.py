@@ -4,7 +4,7 @@ copy of an index and thresholds, with TensorFlow alone."""
 import os
 
 from tfdml import distance_names
-from tfdml import files
+from tfdml import files, primitives
 from tfdml.metrics import knn as _knn
 from tfdml.search.calibration import match_limit
 
@@ -41,7 +41,7 @@ def _lookup_module(model, index, k, threshold, input_signature):
             e = self._embed(inputs)
             if distance_names.is_similarity(distance):
                 e = _knn.to_sphere(e)
-            values, positions = tf.math.top_k(_knn.scores(e + self.offset, self.gallery, self.gallery_norms),
+            values, positions = tf.math.top_k(primitives.scores(e + self.offset, self.gallery, self.gallery_norms),
                                               k=k_eff, sorted=True)
             if distance_names.is_similarity(distance):
                 dist = tf.maximum(-0.5 * values, 0.0)  # 1 - cos = d²/2 on the sphere

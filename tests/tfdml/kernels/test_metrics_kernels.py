@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml import kernels
-from tfdml.kernels import counting
+from tfdml import kernels, primitives
+from tfdml.kernels import chosen, counting
 from tfdml.kernels import retrieval as fast
 from tfdml.metrics import knn, retrieval
 
@@ -41,7 +41,7 @@ def _values_and_thresholds(rows, n, width, seed=0):
 def _count(form, mode, values, thresholds, signature=None):
     """count_at_least with ``form`` forced, traced afresh in ``mode``."""
     with kernels.forced(form):
-        fn = tf.function(retrieval.count_at_least, jit_compile=JIT[mode], input_signature=signature)
+        fn = tf.function(chosen.count_at_least, jit_compile=JIT[mode], input_signature=signature)
         return fn(tf.constant(values), tf.constant(thresholds)).numpy()
 
 
@@ -78,10 +78,10 @@ def test_variadic_count_is_one_reduction_per_group_under_xla_only():
     values, thresholds = _values_and_thresholds(3, 50, 65)
     args = (tf.constant(values), tf.constant(thresholds))
     with kernels.forced("variadic_reduce"):
-        assert _ops(tf.function(retrieval.count_at_least, jit_compile=True), *args).count("XlaVariadicReduceV2") == 2
-        assert "XlaVariadicReduceV2" not in _ops(tf.function(retrieval.count_at_least), *args)
+        assert _ops(tf.function(chosen.count_at_least, jit_compile=True), *args).count("XlaVariadicReduceV2") == 2
+        assert "XlaVariadicReduceV2" not in _ops(tf.function(chosen.count_at_least), *args)
     with kernels.forced("reference"):
-        assert "XlaVariadicReduceV2" not in _ops(tf.function(retrieval.count_at_least, jit_compile=True), *args)
+        assert "XlaVariadicReduceV2" not in _ops(tf.function(chosen.count_at_least, jit_compile=True), *args)
 
 
 def test_count_at_least_without_the_xla_op(monkeypatch):
@@ -89,7 +89,7 @@ def test_count_at_least_without_the_xla_op(monkeypatch):
     monkeypatch.setattr(counting, "_tf2xla", None)
     values, thresholds = _values_and_thresholds(4, 80, 9)
     with kernels.forced("variadic_reduce"):
-        fn = tf.function(retrieval.count_at_least, jit_compile=True)
+        fn = tf.function(chosen.count_at_least, jit_compile=True)
         args = (tf.constant(values), tf.constant(thresholds))
         assert "XlaVariadicReduceV2" not in _ops(fn, *args)
         np.testing.assert_array_equal(fn(*args).numpy(), _numpy_count(values, thresholds))
@@ -104,7 +104,7 @@ def test_count_at_least_unknown_shapes(mode):
     for form in ("reference", "variadic_reduce"):
         for signature in (rows_unknown, all_unknown):  # unknown width: the reference
             np.testing.assert_array_equal(_count(form, mode, values, thresholds, signature), expected)
-    assert retrieval.count_at_least(tf.zeros([3, 4]), tf.zeros([3, 0])).shape == (3, 0)
+    assert chosen.count_at_least(tf.zeros([3, 4]), tf.zeros([3, 0])).shape == (3, 0)
 
 
 def test_variadic_count_outside_xla_is_a_clear_error():
@@ -158,8 +158,8 @@ def _chunk_inputs(case, leave_one_out=True):
 def _numpy_chunk_counts(args):
     """at_least from the definition: items other than the query scoring >= each threshold."""
     query, gallery, g_norms, idx, self_index = args
-    s = knn.scores(query, gallery, g_norms).numpy()
-    thr, _ = retrieval.positive_thresholds(tf.constant(s), idx)
+    s = primitives.scores(query, gallery, g_norms).numpy()
+    thr, _ = primitives.positive_thresholds(tf.constant(s), idx)
     thr = thr.numpy()
     not_self = np.arange(s.shape[1])[None, :] != self_index.numpy()[:, None]
     return np.sum((s[:, None, :] >= thr[:, :, None]) & not_self[:, None, :], axis=2)

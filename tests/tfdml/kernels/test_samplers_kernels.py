@@ -10,9 +10,8 @@ import tensorflow as tf
 
 from tfdml import kernels, losses, masks, samplers
 from tfdml import targets as targets_lib
-from tfdml.kernels import argmin, binary_search, distance_weighted, running_count, semi_hard, sorting, top_k, triplet_slots
+from tfdml.kernels import argmin, binary_search, chosen, distance_weighted, running_count, semi_hard, sorting, top_k, triplet_slots
 from tfdml.losses import base as losses_base
-from tfdml.samplers import base, ordering
 from tfdml.samplers import distance_weighted as dw_sampler
 from tfdml.samplers import semi_hard as semi_hard_sampler
 
@@ -105,10 +104,10 @@ def test_on_a_gpu_the_samplers_trace_their_reference_paths(monkeypatch):
     plan (the reference path) and the row order holds no packed int64 sort."""
     monkeypatch.setattr(kernels, "device_kind", lambda: "GPU")
     assert int(semi_hard.plan(np.array([0, 0, 1, 1]), compiled=False)) == -1
-    graph = tf.function(ordering.stable_order).get_concrete_function(tf.TensorSpec([3, 5], tf.float32)).graph
+    graph = tf.function(chosen.stable_order).get_concrete_function(tf.TensorSpec([3, 5], tf.float32)).graph
     assert not [op for op in graph.get_operations() if op.type == "BitwiseAnd"]  # no unpacking
     monkeypatch.undo()
-    graph = tf.function(ordering.stable_order).get_concrete_function(tf.TensorSpec([3, 5], tf.float32)).graph
+    graph = tf.function(chosen.stable_order).get_concrete_function(tf.TensorSpec([3, 5], tf.float32)).graph
     assert [op for op in graph.get_operations() if op.type == "BitwiseAnd"]
 
 
@@ -129,8 +128,8 @@ def _argmin_values():
 
 
 def _argmins(v):
-    return ([base.first_argmin(v, axis=a) for a in (0, 1, 2)]
-            + [base.first_argmax(v, axis=a) for a in (0, 1, -1)])
+    return ([chosen.first_argmin(v, axis=a) for a in (0, 1, 2)]
+            + [chosen.first_argmax(v, axis=a) for a in (0, 1, -1)])
 
 
 @pytest.mark.parametrize("mode,unknown", MODES, ids=MODE_IDS)
@@ -158,8 +157,8 @@ def test_count_less_equal_unrolled_equals_the_loop(mode, unknown, n):
     spec = [tf.TensorSpec([None, None], tf.float32)] * 2 + [tf.TensorSpec([None, None], tf.int32)]
 
     def counts(rows, values, which):
-        return (base.count_less_equal(rows, values), base.count_less_equal(rows, values, strict=True),
-                base.count_less_equal(rows, values, rows=which))
+        return (chosen.count_less_equal(rows, values), chosen.count_less_equal(rows, values, strict=True),
+                chosen.count_less_equal(rows, values, rows=which))
 
     fast, ref = _both(counts, (rows, values, which), spec, "unrolled", mode, unknown, "count_less_equal")
     _assert_equal(fast, ref)
@@ -186,7 +185,7 @@ def _masks(n):
 @pytest.mark.parametrize("n", [1, 64, 130])
 def test_running_count_blocked_matmul_equals_cumsum(mode, unknown, n):
     mask = _masks(n)
-    fast, ref = _both(base.running_count, (mask,), [tf.TensorSpec([None, None], tf.int32)], "blocked_matmul",
+    fast, ref = _both(chosen.running_count, (mask,), [tf.TensorSpec([None, None], tf.int32)], "blocked_matmul",
                       mode, unknown, "running_count")
     np.testing.assert_array_equal(fast, ref)
     np.testing.assert_array_equal(ref, np.cumsum(mask, axis=1))
@@ -218,7 +217,7 @@ def _lexsort(keys, first):
 def test_ordering_fast_forms_equal_reference(mode, unknown, form, cols):
     keys, first = _order_keys(5, cols, seed=cols)
     specs = [tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None, None], tf.bool)]
-    fast, ref = _both(ordering.stable_order, (keys, first), specs, form, mode, unknown, "ordering")
+    fast, ref = _both(chosen.stable_order, (keys, first), specs, form, mode, unknown, "ordering")
     np.testing.assert_array_equal(fast, ref)
     np.testing.assert_array_equal(ref, _lexsort(keys, first))
 
@@ -229,7 +228,7 @@ def test_ordering_one_key_everywhere_keeps_index_order(form):
     keys[1, ::2] = 0.0
     first = np.array([[True, False] * 3, [False] * 6])
     for mode in ("graph", "xla"):
-        fast, ref = _both(ordering.stable_order, (keys, first), None, form, mode, False, "ordering")
+        fast, ref = _both(chosen.stable_order, (keys, first), None, form, mode, False, "ordering")
         np.testing.assert_array_equal(fast, ref)
         np.testing.assert_array_equal(fast, [[0, 2, 4, 1, 3, 5], [0, 1, 2, 3, 4, 5]])
 

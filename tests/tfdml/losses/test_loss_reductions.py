@@ -50,7 +50,7 @@ def test_triplets_to_pairs_counts_multiplicity():
 @pytest.mark.parametrize("per_anchor", [3, 20])
 def test_triplets_to_pairs_of_a_grid_selection_counts_like_numpy(jit, per_anchor):
     """A grid selection (slot a·B + p) gives pos[a, p] = mask and neg[a, n] = the number of
-    valid slots of anchor a holding negative n; under XLA with at most GRID_WIDTH valid slots
+    valid slots of anchor a holding negative n; under XLA with at most the listed width of valid slots
     per anchor (3) only those are scattered, else (20) the whole grid: the same counts."""
     from tfdml.samplers import GridTripletSelection
 

@@ -7,7 +7,7 @@ import scipy.special
 import scipy.stats
 import tensorflow as tf
 
-from tfdml import masks, samplers
+from tfdml import kernels, masks, samplers
 
 
 def _numpy_probabilities(d, y, cand, n, cutoff, nonzero_loss_cutoff, lam):
@@ -175,7 +175,7 @@ def test_a_loss_refuses_distance_weighted_sampling_on_another_distance():
 
 def _inverse_cdf_batch(per_class):
     """48 unit embeddings: m-per-class (4: every anchor has 3 positives, XLA lists them) or
-    classes of 20, 20 and 8 (19 positives: more than GRID_WIDTH, XLA searches the whole grid)."""
+    classes of 20, 20 and 8 (19 positives: more than XLA lists per anchor, it searches the whole grid)."""
     sizes = [4] * 12 if per_class == 4 else [20, 20, 8]
     y = np.repeat(np.arange(len(sizes)), sizes).astype(np.int32)
     rng = np.random.default_rng(per_class)
@@ -200,7 +200,8 @@ def test_each_valid_slot_draws_by_inverse_cdf_with_its_own_uniform(per_class, mo
     cdf = tf.cumsum(sampler.probabilities(d, y, cand, embedding_dim=n), axis=1).numpy()
     u = samplers.base.uniform01([b, b], seed).numpy() * cdf[:, -1:]
     valid = (cand & (y[:, None] == y[None])) & (cand & (y[:, None] != y[None])).any(1, keepdims=True)
-    assert (valid.sum(1).max() <= samplers.base.GRID_WIDTH) == (per_class == 4)
+    listed = kernels.choose("triplet_slots", mode="xla", device="CPU").params["width"]  # slots XLA lists per anchor
+    assert (valid.sum(1).max() <= listed) == (per_class == 4)
 
     def run(d, y, cand, seed):
         return tuple(sampler(d, y, cand, seed=seed, embedding_dim=n))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml.samplers import ordering
+from tfdml.kernels import chosen
 
 
 def _reference(keys, first):
@@ -30,14 +30,14 @@ def _keys(rows, cols, seed):
 
 def _run(mode, keys, first):
     if mode == "graph":
-        return tf.function(ordering.stable_order)(keys, first)
+        return tf.function(chosen.stable_order)(keys, first)
     if mode == "eager":
-        return ordering.stable_order(keys, first)
+        return chosen.stable_order(keys, first)
     if mode == "xla":
-        return tf.function(ordering.stable_order, jit_compile=True)(keys, first)
+        return tf.function(chosen.stable_order, jit_compile=True)(keys, first)
     # "xla_unknown": the width (and row count) unknown while tracing: the looped network
     spec = [tf.TensorSpec([None, None], keys.dtype), tf.TensorSpec([None, None], tf.bool)]
-    return tf.function(ordering.stable_order, jit_compile=True, input_signature=spec)(keys, first)
+    return tf.function(chosen.stable_order, jit_compile=True, input_signature=spec)(keys, first)
 
 
 MODES = ("eager", "graph", "xla", "xla_unknown")
@@ -55,10 +55,10 @@ def test_without_first_ties_keep_index_order(mode):
     keys = np.array([[0.5, -0.0, 0.5, 0.0, -1.0, 0.5]], np.float32)
     expected = [[4, 1, 3, 0, 2, 5]]  # −0.0 and +0.0 tie: columns 1, 3 in index order
     if mode == "eager":
-        got = ordering.stable_order(keys)
+        got = chosen.stable_order(keys)
     else:
         spec = [tf.TensorSpec([None, None], tf.float32)] if mode == "xla_unknown" else None
-        f = tf.function(lambda k: ordering.stable_order(k), jit_compile=mode.startswith("xla"), input_signature=spec)
+        f = tf.function(lambda k: chosen.stable_order(k), jit_compile=mode.startswith("xla"), input_signature=spec)
         got = f(tf.constant(keys))
     np.testing.assert_array_equal(got.numpy(), expected)
 
@@ -83,7 +83,7 @@ def test_network_under_xla_and_tensorflows_sort_outside():
     """The form depends on the mode (the XLA form has no Sort op in its graph)."""
 
     def ops(jit):
-        f = tf.function(lambda k, m: ordering.stable_order(k, m), jit_compile=jit)
+        f = tf.function(lambda k, m: chosen.stable_order(k, m), jit_compile=jit)
         graph = f.get_concrete_function(tf.TensorSpec([4, 8], tf.float32), tf.TensorSpec([4, 8], tf.bool)).graph
         return {op.type for op in graph.get_operations()}
 

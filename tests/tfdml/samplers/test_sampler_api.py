@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml import masks, samplers
+from tfdml import masks, primitives, samplers
+from tfdml.kernels import chosen
 
 EMBEDDING_DIM = 8
 
@@ -128,42 +129,42 @@ def test_count_less_equal_equals_searchsorted_right(n):
     rows = np.sort(np.round(rng.uniform(size=(5, n)), 1), axis=1).astype(np.float32)  # with ties
     values = np.round(rng.uniform(-0.1, 1.1, size=(5, 7)), 1).astype(np.float32)
     ref = np.stack([np.searchsorted(r, v, side="right") for r, v in zip(rows, values)])
-    np.testing.assert_array_equal(samplers.base.count_less_equal(rows, values).numpy(), ref)
+    np.testing.assert_array_equal(chosen.count_less_equal(rows, values).numpy(), ref)
     spec = [tf.TensorSpec([None, None], tf.float32)] * 2
     for jit in (False, True) if n in (1, 64) else (False,):
-        dynamic = tf.function(samplers.base.count_less_equal, input_signature=spec, jit_compile=jit)
+        dynamic = tf.function(chosen.count_less_equal, input_signature=spec, jit_compile=jit)
         np.testing.assert_array_equal(dynamic(rows, values).numpy(), ref)
 
 
 @pytest.mark.parametrize("n", [1, 5, 64, 65, 200])
 def test_running_count_equals_numpy_cumsum(n):
-    """samplers.base.running_count: the blocked cumsum equals np.cumsum exactly, whatever n
+    """tfdml.kernels.chosen.running_count: the blocked cumsum equals np.cumsum exactly, whatever n
     against the block (64), with a dense row (counts past one block) and an empty one."""
     rng = np.random.default_rng(n)
     mask = (rng.uniform(size=(6, n)) < 0.3).astype(np.int32)
     mask[0] = 1
     mask[1] = 0
     ref = np.cumsum(mask, axis=1)
-    np.testing.assert_array_equal(samplers.base.running_count(mask).numpy(), ref)
+    np.testing.assert_array_equal(chosen.running_count(mask).numpy(), ref)
     spec = [tf.TensorSpec([None, None], tf.int32)]
     for jit in (False, True):
-        dynamic = tf.function(samplers.base.running_count, input_signature=spec, jit_compile=jit)
+        dynamic = tf.function(chosen.running_count, input_signature=spec, jit_compile=jit)
         np.testing.assert_array_equal(dynamic(mask).numpy(), ref)
 
 
 def test_row_helpers():
     rng = np.random.default_rng(0)
     order = np.argsort(rng.uniform(size=(4, 9)), axis=1).astype(np.int32)
-    inverse = samplers.base.invert_permutation_rows(order).numpy()
+    inverse = primitives.invert_permutation_rows(order).numpy()
     np.testing.assert_array_equal(inverse, np.argsort(order, axis=1))
     params = rng.normal(size=(4, 9)).astype(np.float32)
     idx = rng.integers(0, 9, size=(4, 5)).astype(np.int32)
-    np.testing.assert_array_equal(samplers.base.gather_rows(params, idx).numpy(), np.take_along_axis(params, idx, 1))
+    np.testing.assert_array_equal(primitives.gather_rows(params, idx).numpy(), np.take_along_axis(params, idx, 1))
 
 
 @pytest.mark.parametrize("jit", [False, True])
 def test_first_argmin_and_argmax_match_tf_on_ties_infinities_and_signed_zeros(jit):
-    """samplers.base.first_argmin / first_argmax: two reductions under XLA, tf.argmin /
+    """tfdml.kernels.chosen.first_argmin / first_argmax: two reductions under XLA, tf.argmin /
     tf.argmax otherwise; lowest index on ties in both modes (NumPy's rule too)."""
     rng = np.random.default_rng(0)
     values = rng.integers(0, 4, size=(5, 3, 17)).astype(np.float32)  # many ties
@@ -174,8 +175,8 @@ def test_first_argmin_and_argmax_match_tf_on_ties_infinities_and_signed_zeros(ji
     values[3, 0, 5] = -np.inf
     values[3, 1, 7] = np.inf
     fn = tf.function(
-        lambda v: [samplers.base.first_argmin(v, axis=a) for a in (0, 1, 2)]
-        + [samplers.base.first_argmax(v, axis=a) for a in (0, 1, -1)],
+        lambda v: [chosen.first_argmin(v, axis=a) for a in (0, 1, 2)]
+        + [chosen.first_argmax(v, axis=a) for a in (0, 1, -1)],
         jit_compile=jit,
     )
     got = [g.numpy() for g in fn(tf.constant(values))]

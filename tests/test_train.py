@@ -508,7 +508,7 @@ def test_learned_sampler_runs_from_a_config(tmp_path):
     """loss.sampler: learned trains Duan's DSN through train.py's path, and the .keras file
     loads as a DSNEmbeddingModel. Slow (~105 s on 2 cores, already before 2026-11-23; the
     time is not in its 2 steps): the default suite covers the same path with
-    test_shipped_mnist_configs_train_a_few_steps[duan_dsn_triplet]."""
+    tests/test_configs.py with configs/duan_dsn_triplet.yaml."""
     cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned",
                                     "sampler_options": {"tuples_per_minibatch": 4, "minibatches": 2,
                                                         "pretrain_steps": 1}},
@@ -557,46 +557,6 @@ def test_learned_sampler_options_reach_the_sampler_network(tmp_path):
     cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned", "sampler_options": {"diagnostics": "yes"}})
     with pytest.raises(ExperimentError, match="diagnostics must be true or false"):
         build.build_model(cfg, (8, 8, 1), 5, 100)
-
-
-SHIPPED = sorted(
-    os.path.basename(p)[:-5]
-    for p in os.listdir(os.path.join(ROOT, "configs")) if p.endswith(".yaml")
-)
-
-
-@pytest.mark.parametrize("name", SHIPPED)
-def test_every_shipped_config_builds_its_loss(name):
-    """Validation alone does not catch wiring errors between a config and a loss's
-    constructor (the ℓ_k config once failed on a seed argument the loss does not take)."""
-    cfg = config.load(os.path.join(ROOT, "configs", f"{name}.yaml"))
-    loss = build.build_loss(cfg, num_classes=5, num_examples=100)
-    assert type(loss) is fit_loops.losses_lib.LOSSES[cfg["loss"]["name"]]
-
-
-#: Shipped configs that train end to end by default, one for each distinct wiring: learned
-#: margins, the learned sampler, p-random pairs with importance weights, proxies with their
-#: learning-rate multiplier, a mining sampler of pairs, a sets loss. Every config builds its
-#: loss by default (above); the other end-to-end runs are slow (TFDML_SLOW=1).
-END_TO_END = ("wu_margin_dws", "duan_dsn_triplet", "hong_balanced_prandom", "proxy_anchor",
-              "multi_similarity", "lu_precision_at_k")
-
-
-@pytest.mark.parametrize("name", [
-    n if n in END_TO_END else pytest.param(n, marks=pytest.mark.slow)
-    for n in SHIPPED if n not in ("default",)])
-def test_shipped_mnist_configs_train_a_few_steps(name, tmp_path):
-    """Each bundled-data config runs end to end (2 steps, on the 8×8 digits)."""
-    cfg = config.load(os.path.join(ROOT, "configs", f"{name}.yaml"))
-    if cfg["data"]["source"] != "mnist5k" or cfg["model"]["weights"]:
-        pytest.skip("downloads a dataset or loads pretrained weights (tested elsewhere)")
-    cfg = config.load(os.path.join(ROOT, "configs", f"{name}.yaml"), [
-        f"output_dir={tmp_path}", "data.source=digits", "training.epochs=1",
-        "training.steps_per_epoch=2", "evaluation.metrics=[recall]", "evaluation.ks=[1]",
-    ])
-    result = fit.run(cfg, verbose=0)
-    assert np.isfinite(result["history"]["loss"]).all()
-    assert 0.0 <= result["metrics"]["recall@1"] <= 1.0
 
 
 @pytest.mark.parametrize("metrics, expected", [

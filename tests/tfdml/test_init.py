@@ -5,6 +5,7 @@ loads through the one documented way, :func:`tfdml.load_model`."""
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -171,3 +172,20 @@ def test_keras_load_model_without_tfdml_load_model_names_the_missing_class(saved
     load = "keras.saving.load_model"  # the one call of it outside tfdml.load_model
     error = _fails(f"import tfdml, keras\n{load}({saved_run[0]!r})")
     assert error.startswith("TypeError") and "'EmbeddingModel'" in error, error
+
+
+
+def test_every_loader_of_the_repository_goes_through_tfdml_load_model():
+    """No code or doc of the repository calls Keras's loader but tfdml.load_model itself
+    (and the test above, which shows what calling it directly does)."""
+    keras_loader = re.compile(r"(saving|models)\.load_model\(|from keras\.(saving|models) import")
+    found = set()
+    for folder, dirs, names in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "__pycache__", "build", "dist"))
+                   and not d.endswith(".egg-info")]
+        for name in (n for n in names if n.endswith((".py", ".md", ".yaml", ".cfg", ".toml"))):
+            path = os.path.join(folder, name)
+            with open(path, encoding="utf-8") as fh:
+                if any(keras_loader.search(line) for line in fh):
+                    found.add(os.path.relpath(path, ROOT).replace(os.sep, "/"))
+    assert found == {"tfdml/__init__.py"}

@@ -23,19 +23,23 @@ _FINDERS = ("import json\n"
             "            (f if isinstance(f, type) else type(f) for f in sys.meta_path)]\n")
 
 
-def _fresh(code):
-    proc = subprocess.run([sys.executable, "-c", f"import sys\nsys.path.insert(0, {ROOT!r})\n{code}"],
+def _run(code):
+    """``code`` run in a fresh interpreter that imports from this checkout."""
+    return subprocess.run([sys.executable, "-c", f"import sys\nsys.path.insert(0, {ROOT!r})\n{code}"],
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+
+
+def _fresh(code):
+    """What ``code``, run in a fresh interpreter, prints; it must succeed."""
+    proc = _run(code)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
 
 def _fails(code):
     """The last line of the error of ``code`` run in a fresh interpreter, which must fail."""
-    proc = subprocess.run([sys.executable, "-c", f"import sys\nsys.path.insert(0, {ROOT!r})\n{code}"],
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    proc = _run(code)
     assert proc.returncode != 0, proc.stdout[-2000:]
     return proc.stderr.strip().splitlines()[-1]
 

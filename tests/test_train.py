@@ -94,7 +94,7 @@ def test_exported_models_give_the_same_embeddings(finished_run, tmp_path):
     from pipelines import sources
 
     x = sources.get_source("digits").split("test").images[:32].astype("float32")
-    keras_model = keras.saving.load_model(os.path.join(out, "model.keras"))
+    keras_model = tfdml.load_model(os.path.join(out, "model.keras"))
     reference = keras_model.predict(x, verbose=0)
     loaded = tf.saved_model.load(os.path.join(out, "saved_model"))  # keep a reference
     served = loaded.serve(tf.constant(x)).numpy()
@@ -517,7 +517,7 @@ def test_learned_sampler_runs_from_a_config(tmp_path):
     assert "recall@1" in result["metrics"]
     from tfdml import dsn
 
-    model = keras.saving.load_model(os.path.join(cfg["output_dir"], "model.keras"))
+    model = tfdml.load_model(os.path.join(cfg["output_dir"], "model.keras"))
     assert isinstance(model, dsn.DSNEmbeddingModel)
 
 
@@ -622,7 +622,7 @@ def test_reloaded_model_keras_keeps_the_optimizer_state(tmp_path, head_lr_multip
     fit.run(cfg, verbose=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model = keras.saving.load_model(os.path.join(tmp_path, "model.keras"))
+        model = tfdml.load_model(os.path.join(tmp_path, "model.keras"))
     assert not [w for w in caught if "Skipping variable loading" in str(w.message)]
     assert int(model.optimizer.iterations) == 2
     moments = [v.numpy() for v in model.optimizer.variables if "momentum" in v.path]
@@ -845,7 +845,7 @@ def test_a_mixed_bfloat16_run_trains_resumes_only_with_its_policy_and_exports_fl
     from pipelines import sources
 
     x = sources.get_source("digits").split("test").images[:8].astype("float32")
-    model = keras.saving.load_model(os.path.join(tmp_path, "model.keras"))
+    model = tfdml.load_model(os.path.join(tmp_path, "model.keras"))
     assert model.encoder.get_layer("small_cnn").get_layer("conv0").compute_dtype == "bfloat16"
     assert model.encoder.get_layer("embedding").compute_dtype == "float32"
     # The encoder's weights and the loss's state (β; the sampler's seed is an integer).
@@ -897,7 +897,7 @@ def test_an_auto_dtype_policy_is_resolved_when_a_run_starts_and_kept_when_it_res
 
     monkeypatch.setattr(kernels, "cpu_features", lambda: frozenset({"avx2"}))
     assert fit.run(cfg, verbose=0)["resumed_from_epoch"] == 1
-    model = keras.saving.load_model(tmp_path / "run" / "model.keras")
+    model = tfdml.load_model(tmp_path / "run" / "model.keras")
     assert model.encoder.get_layer("small_cnn").get_layer("conv0").compute_dtype == "bfloat16"
 
     fresh = small_cfg(tmp_path / "other", **{"training.epochs": 1, "training.steps_per_epoch": 1,
@@ -1142,7 +1142,7 @@ def test_export_lookup_answers_like_an_index_of_the_test_split(tmp_path):
     assert record["is_match"].startswith(f"distances <= {record['threshold']:.6g}")
     split = sources.get_source("digits").split("test")
     x = split.images.astype("float32")
-    model = keras.saving.load_model(os.path.join(out, "model.keras"))
+    model = tfdml.load_model(os.path.join(out, "model.keras"))
     index = search.Index("cosine").add(model.predict(x, verbose=0), np.arange(len(x)))
     loaded = tf.saved_model.load(str(out / "lookup"))  # keep a reference
     got = loaded.lookup(tf.constant(x[:20]))
@@ -1162,7 +1162,7 @@ def test_export_lookup_of_a_runs_model_keras_needs_no_input_signature(finished_r
     from tfdml import search
 
     _, _, out = finished_run
-    model = keras.saving.load_model(os.path.join(out, "model.keras"))
+    model = tfdml.load_model(os.path.join(out, "model.keras"))
     x = sources.get_source("digits").split("test").images[:30].astype("float32")
     index = search.Index("cosine").add(model.predict(x, verbose=0), np.arange(30))
     search.export_lookup(model, index, tmp_path / "lookup", k=2, threshold=float("inf"))

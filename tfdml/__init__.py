@@ -5,22 +5,26 @@ weights (:mod:`tfdml.importance`), in-graph samplers (:mod:`tfdml.samplers`)
 and losses (:mod:`tfdml.losses`) are separate parts that compose in
 ``model.fit``.
 
-The submodules load on first use (PEP 562): ``import tfdml`` imports neither
-TensorFlow nor matplotlib, scikit-learn, SciPy or PyYAML, and ``tfdml.files``
-(and the application's config, :mod:`tfdml_app.config`, which reads tfdml's
-registries) can be used without TensorFlow: ``train.py`` checks a config
-before paying for it. Once Keras is imported, the submodules with Keras
-classes load, as ``import tfdml`` always did, so that Keras finds tfdml's
-serialisable classes (``import tfdml`` before ``keras.saving.load_model``, in
-either order); ``plots`` and ``search`` still load on first use only.
+The submodules load on first use (PEP 562: ``tfdml.losses`` imports
+:mod:`tfdml.losses` when it is first read): ``import tfdml`` imports neither
+TensorFlow nor matplotlib, scikit-learn, SciPy or PyYAML, and changes nothing
+else (no import hook). ``tfdml.files`` (and the application's config,
+:mod:`tfdml_app.config`, which reads tfdml's registries) can be used without
+TensorFlow: ``train.py`` checks a config before paying for it.
+
+A saved model (``model.keras``) holds tfdml's classes (``EmbeddingModel``, the
+losses, samplers, optimizers); Keras finds a class once the module defining it
+is imported. Load one with :func:`load_model`, which imports them all first;
+``keras.saving.load_model`` after a bare ``import tfdml`` fails with Keras's
+``TypeError: Could not locate class 'EmbeddingModel'``.
 """
 
 import importlib as _importlib
-import importlib.abc as _importlib_abc
-import sys as _sys
 
 __version__ = "0.1.0.dev0"
 
+#: The submodules read as attributes of ``tfdml``; :func:`load_model` imports them
+#: all, so that Keras knows every class of tfdml a saved model may hold.
 _SUBMODULES = (
     "distance_names",
     "metric_names",
@@ -30,6 +34,7 @@ _SUBMODULES = (
     "importance",
     "samplers",
     "losses",
+    "memory",
     "metrics",
     "callbacks",
     "models",
@@ -38,14 +43,10 @@ _SUBMODULES = (
     "optimizers",
     "backbones",
 )
-#: Loaded on first use only, never by :func:`_load_all`: ``tfdml.search``, so that
-#: ``python -m tfdml.search`` runs its module once; ``plots`` (matplotlib), which
-#: registers nothing with Keras, so that loading tfdml with Keras imports no matplotlib.
+#: Read as attributes too, but not imported by :func:`load_model`: they register
+#: nothing with Keras (``plots`` imports matplotlib; ``python -m tfdml.search``
+#: runs :mod:`tfdml.search` as a script, once).
 _LAZY = ("search", "plots")
-
-#: Packages whose import must be complete before tfdml's submodules load
-#: (they import them).
-_PREREQUISITES = ("keras", "tensorflow")
 
 
 def _import(name):
@@ -70,69 +71,18 @@ def __dir__():
     return sorted(set(globals()) | set(_SUBMODULES) | set(_LAZY))
 
 
-def _initializing(name):
-    module = _sys.modules.get(name)
-    return getattr(getattr(module, "__spec__", None), "_initializing", False)
-
-
-def _load_all(finished=None):
-    """Import every submodule once Keras is imported, unless tfdml, Keras or
-    TensorFlow is still being imported (``finished``: the module whose import
-    just completed; that one counts as done)."""
-    if _LOADER.done or "keras" not in _sys.modules:
-        return
-    busy = [m for m in list(_sys.modules) if m != finished and _initializing(m) and (
-        m.startswith(__name__ + ".") or m.split(".")[0] in _PREREQUISITES)]
-    if busy:
-        return  # the last of them to finish loads them
-    _LOADER.done = True
-    if _LOADER in _sys.meta_path:
-        _sys.meta_path.remove(_LOADER)
+def _import_keras_classes():
+    """Import the submodules that register tfdml's classes with Keras."""
     for name in _SUBMODULES:
         _import(name)
 
 
-class _AfterImport:
-    """A module loader that runs :func:`_load_all` after the module it loads."""
+def load_model(path, **kwargs):
+    """Load a model saved with ``model.save(path)`` (a ``.keras`` file) that holds
+    tfdml's classes: imports the submodules that register them with Keras, then
+    returns ``keras.saving.load_model(path, **kwargs)`` (``compile=False``,
+    ``custom_objects=...`` for the user's own classes, and so on)."""
+    _import_keras_classes()
+    import keras
 
-    def __init__(self, loader, name):
-        self._loader, self._name = loader, name
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        _load_all(finished=self._name)
-
-    def __getattr__(self, attr):  # get_source, get_resource_reader, ... of the real loader
-        return getattr(self._loader, attr)
-
-
-class _LoadWithKeras(_importlib_abc.MetaPathFinder):
-    """Watches the imports of Keras, TensorFlow and tfdml's submodules, to load
-    all of tfdml when the last of them completes (then leaves sys.meta_path)."""
-
-    done = False
-
-    def find_spec(self, fullname, path=None, target=None):
-        top = fullname.split(".")[0]
-        if fullname not in _PREREQUISITES and not (top == __name__ and fullname.count(".") == 1):
-            return None
-        for finder in _sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _AfterImport(spec.loader, fullname)
-        return spec
-
-
-_LOADER = _LoadWithKeras()
-if not any(isinstance(f, _LoadWithKeras) for f in _sys.meta_path):
-    _sys.meta_path.insert(0, _LOADER)
-_load_all()
+    return keras.saving.load_model(path, **kwargs)

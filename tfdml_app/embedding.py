@@ -56,12 +56,10 @@ def load_embedder(path):
         except Exception as err:  # noqa: BLE001 - any load failure is the user's file
             raise EvaluationError(f"Could not load the SavedModel at {path!r}: {err}") from None
         return _saved_model_fn(loaded, path)
-    import keras
-
-    import tfdml  # noqa: F401 - registers tfdml's serialisable objects
+    import tfdml
 
     try:
-        model = keras.saving.load_model(path, compile=False)
+        model = tfdml.load_model(path, compile=False)
     except Exception as err:  # noqa: BLE001
         raise EvaluationError(f"Could not load the Keras model {path!r}: {err}") from None
     outputs = getattr(model, "outputs", None) or [None]  # subclassed models have none

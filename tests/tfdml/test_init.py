@@ -1,51 +1,54 @@
-"""``import tfdml``: the config side loads without TensorFlow; with Keras, all
-of tfdml loads and registers its serialisable classes, as it always did."""
+"""``import tfdml``: cheap and without side effects (no TensorFlow, no heavy dependency,
+nothing added to ``sys.meta_path``, submodules loaded on first use); a saved model
+loads through the one documented way, :func:`tfdml.load_model`."""
 
+import ast
+import json
 import os
+import re
 import subprocess
 import sys
 
+import numpy as np
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-_CHECK = """
-import sys
-sys.path.insert(0, {root!r})
-{imports}
-import keras
-import tfdml
-print("registered:", keras.saving.get_registered_object("tfdml>EmbeddingModel") is tfdml.models.EmbeddingModel,
-      keras.saving.get_registered_object("tfdml>MarginLoss") is tfdml.losses.MarginLoss)
-"""
-
-
-def _run(imports):
-    proc = subprocess.run([sys.executable, "-c", _CHECK.format(root=ROOT, imports=imports)],
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout
-
-
-def test_config_loads_without_tensorflow_and_keras_then_finds_tfdml():
-    out = _run("import tfdml, tfdml_app.config, tfdml.files\n"
-               "from tfdml_app.config import validate\n"
-               "print('tensorflow imported:', 'tensorflow' in sys.modules)")
-    assert "tensorflow imported: False" in out and "registered: True True" in out
-
-
-def test_importing_one_submodule_registers_all():
-    assert "registered: True True" in _run("import tfdml.losses")
-
 
 _HEAVY = ("matplotlib", "sklearn", "scipy", "yaml")
 
+#: Prints sys.meta_path as the names of its finders' classes, one JSON line.
+_FINDERS = ("import json\n"
+            "def finders():\n"
+            "    return [f'{c.__module__}.{c.__qualname__}' for c in\n"
+            "            (f if isinstance(f, type) else type(f) for f in sys.meta_path)]\n")
 
-def _fresh(code):
-    proc = subprocess.run([sys.executable, "-c", f"import sys\nsys.path.insert(0, {ROOT!r})\n{code}"],
+
+def _run(code):
+    """``code`` run in a fresh interpreter that imports from this checkout."""
+    return subprocess.run([sys.executable, "-c", f"import sys\nsys.path.insert(0, {ROOT!r})\n{code}"],
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+
+
+def _fresh(code):
+    """What ``code``, run in a fresh interpreter, prints; it must succeed."""
+    proc = _run(code)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
+
+
+def _fails(code):
+    """The last line of the error of ``code`` run in a fresh interpreter, which must fail."""
+    proc = _run(code)
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def test_config_loads_without_tensorflow():
+    out = _fresh("import tfdml, tfdml_app.config, tfdml.files\n"
+                 "from tfdml_app.config import validate\n"
+                 "print('tensorflow imported:', 'tensorflow' in sys.modules)")
+    assert "tensorflow imported: False" in out
 
 
 def test_import_tfdml_imports_no_tensorflow_and_no_heavy_dependency():
@@ -53,19 +56,140 @@ def test_import_tfdml_imports_no_tensorflow_and_no_heavy_dependency():
     assert out.strip() == "[]"
 
 
-def test_tfdml_loads_with_keras_without_matplotlib_sklearn_or_yaml():
+@pytest.mark.parametrize("first, second", [("tfdml", "pipelines"), ("pipelines", "tfdml")])
+def test_import_tfdml_and_pipelines_leaves_sys_meta_path_as_it_was(first, second):
+    """Importing tfdml (alone, or with pipelines, in either order) adds no finder to
+    sys.meta_path and loads none of tfdml's Keras side. pipelines imports TensorFlow,
+    whose own dependencies add finders when they load: the import of both changes
+    sys.meta_path exactly as ``import tensorflow`` alone does, in another fresh process."""
+    out = _fresh(f"{_FINDERS}print(json.dumps(finders()))\nimport {first}\nprint(json.dumps(finders()))\n"
+                 f"import {second}\nprint(json.dumps(finders()))\n"
+                 "print(json.dumps(sorted(m for m in ('tfdml.losses', 'tfdml.models', 'tfdml.optimizers')"
+                 " if m in sys.modules)))")
+    start, after_first, after_both, keras_side = (json.loads(line) for line in out.splitlines())
+    alone = _fresh(f"{_FINDERS}print(json.dumps(finders()))\nimport tensorflow\nprint(json.dumps(finders()))")
+    tf_start, tf_after = (json.loads(line) for line in alone.splitlines())
+    assert tf_start == start
+    if first == "tfdml":
+        assert after_first == start
+    assert after_both == tf_after
+    assert keras_side == []
+
+
+def _registering_modules():
+    """The modules of tfdml that register a class with Keras (a class decorated with
+    ``register_keras_serializable``), read from their source."""
+    found = set()
+    for folder, dirs, names in os.walk(os.path.join(ROOT, "tfdml")):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "__pycache__"))]
+        for name in (n for n in names if n.endswith(".py")):
+            path = os.path.join(folder, name)
+            with open(path, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+            if any(isinstance(node, ast.ClassDef) and any(
+                    "register_keras_serializable" in ast.unparse(d) for d in node.decorator_list)
+                   for node in ast.walk(tree)):
+                parts = os.path.relpath(path, ROOT)[:-3].split(os.sep)
+                found.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return found
+
+
+def test_load_model_registers_every_tfdml_class_keras_saves():
+    """:func:`tfdml.load_model` imports every module that registers a class with Keras
+    (losses, samplers, models, optimizers, callbacks, ...) before Keras reads the file."""
+    modules = _registering_modules()
+    assert {"tfdml.models", "tfdml.optimizers", "tfdml.losses.margin"} <= modules
+    out = _fresh(f"import tfdml\ntfdml._import_keras_classes()\n"
+                 f"print(sorted(m for m in {sorted(modules)!r} if m not in sys.modules))")
+    assert out.strip() == "[]"
+
+
+def test_keras_classes_load_without_matplotlib_sklearn_or_yaml():
     """Keras itself imports matplotlib and scikit-learn when they are installed, so
     they are made unimportable here: tfdml's Keras side loads and registers its classes
     without them (config, plots and the metrics that need them import them on use)."""
     out = _fresh("for m in ('matplotlib', 'sklearn', 'yaml'):\n    sys.modules[m] = None\n"
-                 "import tfdml, keras\n"
+                 "import tfdml, keras\ntfdml._import_keras_classes()\n"
                  "print(keras.saving.get_registered_object('tfdml>MarginLoss') is tfdml.losses.MarginLoss,\n"
                  "      all(f'tfdml.{n}' in sys.modules for n in tfdml._SUBMODULES))")
     assert out.split() == ["True", "True"]
 
 
-def test_tfdml_with_keras_imports_no_yaml_or_matplotlib_beyond_keras():
-    """In one fresh process: the heavy modules loaded by Keras alone, then after tfdml."""
+def test_tfdml_keras_classes_import_no_yaml_or_matplotlib_beyond_keras():
+    """In one fresh process: the heavy modules loaded by Keras alone, then after tfdml's Keras side."""
     heavy = f"print(sorted(m for m in {_HEAVY!r} if m in sys.modules))"
-    keras_alone, with_tfdml = _fresh(f"import keras\n{heavy}\nimport tfdml\nimport tfdml.losses\n{heavy}").splitlines()
+    keras_alone, with_tfdml = _fresh(
+        f"import keras\n{heavy}\nimport tfdml\ntfdml._import_keras_classes()\n{heavy}").splitlines()
     assert with_tfdml == keras_alone and "yaml" not in with_tfdml
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory):
+    """A ``model.keras`` of an EmbeddingModel trained one step with a MarginLoss that
+    learns β0 and per-class β's and a ``tfdml.optimizers.Adam``; ``(path, data)`` with
+    ``data.npz`` holding the inputs, the model's embeddings of them and its β's."""
+    import keras
+
+    from tfdml import losses, models, optimizers
+
+    folder = tmp_path_factory.mktemp("saved_run")
+    keras.utils.set_random_seed(0)
+    encoder = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.UnitNormalization()])
+    model = models.EmbeddingModel(encoder)
+    model.compile(optimizer=optimizers.Adam(0.05), loss=losses.MarginLoss(num_classes=4, nu=0.1))
+    x = np.random.default_rng(0).normal(size=(16, 4)).astype(np.float32)
+    model.fit(x, np.repeat(np.arange(4), 4), batch_size=16, epochs=1, verbose=0)
+    beta = model.loss_parameters[0]
+    assert float(beta.beta0.numpy()) != pytest.approx(1.2)  # β0 learned: the file holds state
+    path = str(folder / "model.keras")
+    model.save(path)
+    data = str(folder / "data.npz")
+    np.savez(data, x=x, embeddings=model.predict(x, verbose=0), beta0=beta.beta0.numpy(),
+             beta_class=beta.beta_class.numpy())
+    return path, data
+
+
+_LOAD = """
+import numpy as np
+{imports}
+model = tfdml.load_model({path!r})
+data = np.load({data!r})
+np.testing.assert_allclose(model.predict(data["x"], verbose=0), data["embeddings"], atol=1e-6)
+beta = model.loss_parameters[0]
+np.testing.assert_allclose(beta.beta0.numpy(), data["beta0"])
+np.testing.assert_allclose(beta.beta_class.numpy(), data["beta_class"])
+print(type(model) is tfdml.models.EmbeddingModel, type(beta).__module__,
+      type(model.optimizer) is tfdml.optimizers.Adam, int(model.optimizer.iterations.numpy()))
+"""
+
+
+@pytest.mark.parametrize("imports", ["import keras\nimport tfdml", "import tfdml\nimport keras"])
+def test_saved_model_loads_in_a_fresh_process_through_tfdml_load_model(saved_run, imports):
+    path, data = saved_run
+    out = _fresh(_LOAD.format(imports=imports, path=path, data=data))
+    assert out.split() == ["True", "tfdml.losses.margin", "True", "1"]
+
+
+def test_keras_load_model_without_tfdml_load_model_names_the_missing_class(saved_run):
+    """Keras alone does not know tfdml's classes after a bare ``import tfdml``: its error
+    names the class (the guide says to load with :func:`tfdml.load_model`)."""
+    load = "keras.saving.load_model"  # the one call of it outside tfdml.load_model
+    error = _fails(f"import tfdml, keras\n{load}({saved_run[0]!r})")
+    assert error.startswith("TypeError") and "'EmbeddingModel'" in error, error
+
+
+
+def test_every_loader_of_the_repository_goes_through_tfdml_load_model():
+    """No code or doc of the repository calls Keras's loader but tfdml.load_model itself
+    (and the test above, which shows what calling it directly does)."""
+    keras_loader = re.compile(r"(saving|models)\.load_model\(|from keras\.(saving|models) import")
+    found = set()
+    for folder, dirs, names in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "__pycache__", "build", "dist"))
+                   and not d.endswith(".egg-info")]
+        for name in (n for n in names if n.endswith((".py", ".md", ".yaml", ".cfg", ".toml"))):
+            path = os.path.join(folder, name)
+            with open(path, encoding="utf-8") as fh:
+                if any(keras_loader.search(line) for line in fh):
+                    found.add(os.path.relpath(path, ROOT).replace(os.sep, "/"))
+    assert found == {"tfdml/__init__.py"}

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tfdml
 from tfdml import distances, losses, masks, models, targets, xla
 
 
@@ -70,7 +71,7 @@ def test_keras_file_round_trip_restores_embeddings_and_loss_state(tmp_path):
     model.fit(x, y["label"], batch_size=16, epochs=1, verbose=0)
     path = str(tmp_path / "m.keras")
     model.save(path)
-    loaded = keras.saving.load_model(path)
+    loaded = tfdml.load_model(path)
     np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6)
     assert loaded.loss_parameters[0].offset.numpy() == pytest.approx(
         model.loss_parameters[0].offset.numpy()
@@ -267,7 +268,7 @@ def test_jit_compile_loss_compiles_the_loss_only_and_trains_as_graph_mode(tmp_pa
     # Saved and reloaded, the model keeps the setting.
     path = str(tmp_path / "m.keras")
     loss_only.save(path)
-    again = keras.saving.load_model(path)
+    again = tfdml.load_model(path)
     assert again.jit_compile_loss is True and again.get_compile_config()["jit_compile"] == "loss"
 
 

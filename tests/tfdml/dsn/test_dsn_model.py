@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tfdml
 from tfdml import dsn, losses, models
 
 K, M = 2, 6
@@ -136,7 +137,7 @@ def test_save_restore_and_reproducibility(pools, tmp_path):
     weights = str(tmp_path / "dsn.weights.h5")
     first.save_weights(weights)
 
-    loaded = keras.saving.load_model(path)
+    loaded = tfdml.load_model(path)
     assert isinstance(loaded, dsn.DSNEmbeddingModel) and loaded.sampler.kind == "triplet"
     _assert_same(_all_state(loaded), _all_state(first))
 

@@ -186,6 +186,7 @@ def keras_file_round_trip(loss, path):
     loaded again: ``(model, loaded)``."""
     import keras
 
+    import tfdml
     from tfdml import models
 
     keras.utils.set_random_seed(0)
@@ -195,7 +196,7 @@ def keras_file_round_trip(loss, path):
     x = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
     model.fit(x, np.repeat(np.arange(4), 2), batch_size=8, epochs=1, verbose=0)
     model.save(str(path))
-    return model, keras.saving.load_model(str(path))
+    return model, tfdml.load_model(str(path))
 
 
 @pytest.fixture(scope="session")

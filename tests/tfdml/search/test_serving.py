@@ -119,7 +119,7 @@ def test_export_lookup_of_a_reloaded_embedding_model_infers_its_input(tmp_path, 
     x = rng.standard_normal((10, 6)).astype(np.float32)
     model(x[:2])
     model.save(tmp_path / "model.keras")
-    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    loaded = tfdml.load_model(tmp_path / "model.keras")
     assert getattr(loaded, "inputs", None) is None
     index = Index().add(loaded(x).numpy(), np.arange(10))
     export_lookup(loaded, index, tmp_path / "lookup", k=3, threshold=float("inf"))

@@ -342,6 +342,88 @@ def test_a_config_typo_is_reported_before_tensorflow_is_imported(tmp_path):
     assert "training.epochs must be int, got 'two'" in proc.stderr
 
 
+
+_VALUE_ERRORS_WITHOUT_TENSORFLOW = """
+import contextlib, io, json, sys
+sys.path.insert(0, {root!r})
+import train
+out = []
+for args in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = train.main(["--config", {config!r}] + args)
+    out.append([code, err.getvalue()])
+print(json.dumps({{"results": out, "tensorflow": "tensorflow" in sys.modules}}))
+"""
+
+#: ``--set`` values the config refuses, and the start of what it says: ranges, the
+#: names of every registry and the combinations that need no part of the library.
+_VALUE_ERRORS = [
+    (["training.epochs=-1"], "training.epochs must be >= 1, got -1."),
+    (["training.steps_per_epoch=0"], "training.steps_per_epoch must be >= 1, got 0."),
+    (["optimizer.learning_rate=0"], "optimizer.learning_rate must be > 0, got 0.0."),
+    (["optimizer.head_lr_multiplier=-1"], "optimizer.head_lr_multiplier must be > 0, got -1.0."),
+    (["loss.name=margn"], "loss.name = 'margn' is not valid (did you mean 'margin'?); choose one of: "),
+    (["loss.sampler=semi_hrad"], "loss.sampler = 'semi_hrad' is not valid (did you mean 'semi_hard'?)"),
+    (["design.name=m_per_clas"], "design.name = 'm_per_clas' is not valid (did you mean 'm_per_class'?)"),
+    (["data.source=mnist"], "data.source = 'mnist' is not valid (did you mean 'mnist5k'?)"),
+    (["data.validation.mode=exampels"], "data.validation.mode = 'exampels' is not valid"),
+    (["model.backbone=resnet50"], "model.backbone = 'resnet50' is not valid (did you mean 'resnet50v2'?)"),
+    (["model.dtype_policy=bfloat16"], "model.dtype_policy = 'bfloat16' is not valid"),
+    (["training.jit_compile=los"], "training.jit_compile = 'los' is not valid"),
+    (["evaluation.distance=cosin"], "evaluation.distance = 'cosin' is not valid (did you mean 'cosine'?)"),
+    (["evaluation.metrics=[recal]"], "evaluation.metrics: Unknown metric 'recal' (did you mean 'recall'?)"),
+    (["evaluation.ks=[0]"], "evaluation.ks must be positive integers, got [0]."),
+    (["design.name=p_random", "design.p=1.5"], "design.p = 1.5 must lie strictly between 0 and 1."),
+    (["design.m=1"], "design.m = 1 leaves no positive pairs"),
+    (["image.crop_scale=[0.9, 0.1]"], "image.crop_scale must be [min, max]"),
+    (["loss.sampler=learned", "strategy=mirrored"], "strategy = 'mirrored' is not supported with it"),
+    (["loss.sampler=learned", "design.name=p_random"], "design.name = 'p_random' gives no such pool"),
+    (["loss.sampler=learned", "training.jit_compile=loss"], "the learned sampler's step is one piece"),
+    (["training.early_stopping_patience=2"], "training.early_stopping_patience needs a validation split"),
+]
+
+
+def test_config_value_errors_are_reported_before_tensorflow_is_imported(tmp_path):
+    """A fresh interpreter: a value out of range, a misspelt name of any registry and
+    an impossible combination stop train.py with the one-line config error (exit 2)
+    before TensorFlow is imported, as a misspelt key does."""
+    runs = [[a for setting in settings for a in ("--set", setting)] for settings, _ in _VALUE_ERRORS]
+    script = _VALUE_ERRORS_WITHOUT_TENSORFLOW.format(root=ROOT, config=os.path.join(ROOT, "configs", "default.yaml"))
+    proc = subprocess.run([sys.executable, "-c", script, json.dumps(runs)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.splitlines()[-1])
+    for (settings, expected), (code, err) in zip(_VALUE_ERRORS, report["results"]):
+        assert code == 2, (settings, err)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert lines == [lines[0]] and lines[0].startswith("Config error: "), (settings, err)
+        assert expected in err, (settings, err)
+    assert report["tensorflow"] is False
+
+
+def test_with_import_the_names_are_checked_after_the_module_is_imported(tmp_path, capsys, monkeypatch):
+    """--import may register new names: they are read after the import, and a misspelt
+    built-in name is still refused there."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    args = ["--config", os.path.join(ROOT, "configs", "default.yaml"), "--import", "tests.tfdml_app.extension_module",
+            "--set", f"output_dir={tmp_path / 'run'}"]
+    try:
+        assert train.main(args + ["--set", "loss.name=margn"]) == 2
+        assert "loss.name = 'margn' is not valid (did you mean 'margin'?)" in capsys.readouterr().err
+        assert train.main(args + ["--set", "loss.sampler=extension_sampler", "--set", "training.epochs=0"]) == 2
+        err = capsys.readouterr().err
+        assert "training.epochs must be >= 1, got 0." in err and "loss.sampler" not in err
+    finally:
+        tfdml.samplers.SAMPLERS.pop("extension_sampler", None)
+        from pipelines import designs, sources
+
+        designs.DESIGNS.pop("extension_design", None)
+        sources.SOURCES.pop("extension_source", None)
+        tfdml.metrics.METRICS.pop("extension_metric", None)
+        sys.modules.pop("tests.tfdml_app.extension_module", None)
+
 def test_loss_the_library_refuses_stops_before_any_work(tmp_path, capsys):
     """stable_contrast + random must not pass validation, create the output
     dir and load the data before failing on loss.options."""

@@ -374,6 +374,29 @@ def test_check_structure_needs_no_library(tmp_path):
             config.check_structure(bad)
 
 
+
+def test_check_structure_with_names_checks_the_builtin_names_and_the_combinations():
+    """names=True (train.py without --import): also the names of the built-in parts
+    (tfdml.builtin_names) and every range and combination that needs no part of the
+    library, with the messages of validate()."""
+    config.check_structure({"loss": {"name": "margin", "sampler": "semi_hard"}, "model": {"backbone": "mlp"}},
+                           names=True)
+    for bad, match in (({"loss": {"name": "not_a_registered_loss"}}, "loss.name = 'not_a_registered_loss'"),
+                       ({"model": {"backbone": "resnet"}}, "model.backbone = 'resnet' is not valid"),
+                       ({"training": {"epochs": 0}}, r"training.epochs must be >= 1, got 0\."),
+                       ({"evaluation": {"metrics": ["nmi", "recal"]}}, "Unknown metric 'recal'"),
+                       ({"design": {"name": "group", "m": 1}}, "design.m = 1 leaves no positive pairs")):
+        with pytest.raises(config.ConfigError, match=match):
+            config.check_structure(bad, names=True)
+        with pytest.raises(config.ConfigError, match=match):
+            config.validate(bad)
+
+
+def test_an_unknown_backbone_is_a_config_error():
+    with pytest.raises(config.ConfigError, match=r"model.backbone = 'resnet50' is not valid \(did you mean "
+                                                 r"'resnet50v2'\?\); choose one of: small_cnn, mlp, "):
+        config.validate({"model": {"backbone": "resnet50"}})
+
 @pytest.mark.parametrize("name", sorted(loss_config._losses().LOSSES))
 def test_every_sampler_offered_for_a_loss_builds_with_it(name):
     """valid_samplers is what errors and docs offer: each in-graph sampler it lists for a

@@ -1,0 +1,54 @@
+"""tfdml.builtin_names lists, without TensorFlow, the names the registries hold when
+nothing but tfdml is imported: the config is checked against it before TensorFlow
+is imported, so each list must equal its registry (names and order)."""
+
+import os
+import subprocess
+import sys
+
+from tfdml import builtin_names
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+_LIVE = """
+import json
+from pipelines import designs, sources
+from tfdml import backbones, losses, metric_names, metrics, models, samplers
+from tfdml.metrics import knn
+print(json.dumps({
+    "LOSSES": list(losses.LOSSES),
+    "SAMPLERS": list(samplers.SAMPLERS),
+    "BACKBONES": list(backbones.BACKBONES),
+    "DESIGNS": list(designs.DESIGNS),
+    "GROUPED_DESIGNS": [n for n, c in designs.DESIGNS.items() if c.grouped_by_class],
+    "SOURCES": list(sources.SOURCES),
+    "VALIDATION_MODES": list(sources.VALIDATION_MODES),
+    "RETRIEVAL_DISTANCES": list(knn.RETRIEVAL_DISTANCES),
+    "JIT_COMPILE_CHOICES": list(models.JIT_COMPILE_CHOICES),
+    "LOSS_ONLY": models.LOSS_ONLY,
+    "DTYPE_POLICY_CHOICES": list(models.DTYPE_POLICY_CHOICES),
+    "METRICS": list(metrics.METRICS),
+}))
+"""
+
+
+def test_the_builtin_names_are_the_registries_of_a_fresh_interpreter():
+    """In a fresh interpreter, so that what the test session registers does not count."""
+    import json
+
+    proc = subprocess.run([sys.executable, "-c", _LIVE], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    live = json.loads(proc.stdout.splitlines()[-1])
+    from tfdml import metric_names
+
+    static = {name: getattr(builtin_names, name) for name in live if name != "METRICS"}
+    static["METRICS"] = list(metric_names.METRICS)
+    static = {k: list(v) if isinstance(v, tuple) else v for k, v in static.items()}
+    assert static == live
+
+
+def test_builtin_names_imports_nothing_heavy():
+    proc = subprocess.run([sys.executable, "-c", "import sys, tfdml.builtin_names; "
+                           "print(sorted(m for m in ('tensorflow', 'keras', 'numpy', 'yaml', 'pipelines') "
+                           "if m in sys.modules))"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "[]", proc.stderr

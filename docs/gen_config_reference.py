@@ -5,10 +5,11 @@
 
 Every key of ``tfdml_app.config.SCHEMA`` becomes one row: its dotted name (as
 ``--set`` takes it), type, default, allowed values and the field's ``doc``
-string. Choices that the library registers (loss and sampler names, XLA modes,
-distances) are read from the library, as validation reads them; of the loss
-registry only the losses that tfdml itself defines are listed, so that a loss
-registered by a user's module (or a test) does not change the reference.
+string. Of the choices that the library registers (loss, sampler, backbone,
+design and source names, XLA modes, distances) the built-in ones are listed
+(:mod:`tfdml.builtin_names`, which a test keeps equal to the registries), so
+that a part registered by a user's module (or a test) does not change the
+reference.
 ``tests/test_docs.py`` fails when the file differs from this rendering.
 """
 
@@ -61,14 +62,10 @@ def _types(field):
     return " or ".join("null" if t is type(None) else t.__name__ for t in field.types)
 
 
-def _choices(key, field):
-    choices = field.choices
+def _choices(field):
+    choices = field.builtin if field.builtin is not None else field.choices
     if choices is None:
         return ""
-    if key == "loss.name":
-        from tfdml import losses
-
-        choices = [n for n in choices if losses.LOSSES[n].__module__.startswith("tfdml.")]
     return ", ".join(f"`{_yaml(c)}`" for c in choices)
 
 
@@ -113,7 +110,7 @@ def render():
         lines.append("| key | type | default | allowed | meaning |")
         lines.append("|---|---|---|---|---|")
         for key, field in rows:
-            allowed = "; ".join(x for x in (_choices(key, field), _check(field)) if x)
+            allowed = "; ".join(x for x in (_choices(field), _check(field)) if x)
             lines.append(
                 f"| `{key}` | {_types(field)} | `{_cell(_yaml(field.default))}` | {_cell(allowed)} "
                 f"| {_prose(field.doc)} |"

@@ -28,6 +28,7 @@ __version__ = "0.1.0.dev0"
 _SUBMODULES = (
     "distance_names",
     "metric_names",
+    "builtin_names",
     "distances",
     "targets",
     "masks",

@@ -9,6 +9,7 @@ section and ``evaluate.py``. What each name computes is listed in
 """
 
 import dataclasses
+import numbers
 
 from tfdml import registry
 
@@ -56,3 +57,45 @@ DEFAULT_METRICS = ("recall", "map@r", "r_precision", "nmi")
 #: The ks of recall@k / precision@k when none are named: the 1, 2, 4, 8 that the
 #: papers report (Wu §5; Song et al. 2016).
 DEFAULT_KS = (1, 2, 4, 8)
+
+
+def parse_metrics(metrics=DEFAULT_METRICS, ks=DEFAULT_KS):
+    """Validate metric names and ks; returns ``(names, ks)`` in canonical form.
+
+    Raises ValueError naming the bad entry and the valid choices.
+    """
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    if isinstance(ks, numbers.Integral):
+        ks = [ks]
+    out_ks = set()
+    for k in ks:
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+            raise ValueError(f"ks must be positive integers, got {k!r} in {list(ks)}.")
+        out_ks.add(int(k))
+    names = []
+    for raw in metrics:
+        name = str(raw).strip().lower()
+        name = ALIASES.get(name, name)
+        for prefix in ("recall@", "precision@"):
+            if name.startswith(prefix):
+                try:
+                    k = int(name[len(prefix):])
+                except ValueError:
+                    k = 0
+                if k < 1:
+                    raise ValueError(f"Bad metric {raw!r}: expected e.g. {prefix}1.")
+                out_ks.add(k)
+                name = prefix[:-1]
+        if name not in METRICS:
+            raise ValueError(
+                f"Unknown metric {raw!r}{registry.did_you_mean(name, METRICS)}; choose from "
+                f"{', '.join(METRICS)} (or recall@k / precision@k)."
+            )
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise ValueError(f"No metric requested; choose from {', '.join(METRICS)}.")
+    if ("recall" in names or "precision" in names) and not out_ks:
+        out_ks = set(DEFAULT_KS)
+    return tuple(names), tuple(sorted(out_ks))

@@ -16,5 +16,5 @@ imports both.
   the name each was invoked as).
 
 Importing this package imports nothing else: :mod:`tfdml_app.config` checks a
-config's keys and types before TensorFlow is imported.
+config's keys, types, ranges and built-in names before TensorFlow is imported.
 """

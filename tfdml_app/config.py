@@ -8,15 +8,20 @@ file, applies ``--set key=value`` overrides, fills defaults and validates
 impossible combination raises :class:`ConfigError` with a message naming the
 key, the bad value and the valid choices.
 
-The names of losses, samplers, metrics and distances, and which of them fit
-together, are not copied here: they are read from the library at validation
-time (the registries :data:`tfdml.losses.LOSSES` and
-:data:`tfdml.samplers.SAMPLERS`, each sampler's ``kind`` against each loss's
-``sampler_kinds``, the losses' and samplers' ``needs_tuples``,
-:func:`tfdml.metrics.parse_metrics`, the retrieval distances of
-:mod:`tfdml.metrics.knn`), and the loss is built once with its sampler, so
-whatever the library would refuse is refused before any work. A loss added to
-the registry is a valid ``loss.name`` without any change here.
+The names of losses, samplers, backbones, designs, sources, metrics and
+distances, and which of them fit together, are not copied here. Before
+TensorFlow is imported (:func:`check_structure` with ``names=True``, as
+``train.py`` runs it without ``--import``) they are those of the built-in parts,
+from the dependency-free :mod:`tfdml.builtin_names`, :mod:`tfdml.metric_names`
+and :mod:`tfdml.distance_names`, with every range and every combination that
+needs no class of the library. :func:`validate` reads them from the library
+(the registries :data:`tfdml.losses.LOSSES`, :data:`tfdml.samplers.SAMPLERS`,
+:data:`tfdml.backbones.BACKBONES`, :data:`pipelines.designs.DESIGNS` and
+:data:`pipelines.sources.SOURCES`, each sampler's ``kind`` against each loss's
+``sampler_kinds``, the losses' and samplers' ``needs_tuples``), and the loss is
+built once with its sampler, so whatever the library would refuse is refused
+before any work. A part added to a registry is a valid name without any change
+here.
 """
 
 import copy
@@ -24,7 +29,7 @@ import re
 
 import yaml
 
-from tfdml import metric_names
+from tfdml import builtin_names, distance_names, metric_names
 from tfdml_app.loss_config import (  # noqa: F401 - the config's names, read here
     LEARNED_SAMPLERS, NO_SAMPLER, VALIDATION_NUM_CLASSES, ConfigError, _losses, _samplers, build_loss,
     check_loss, suggest, valid_samplers)
@@ -67,17 +72,20 @@ def _at_least(bound):
 
 class _Field:
     """One config key. ``choices``: a tuple, or a function returning one (names
-    that the library registers, read when a config is validated). ``absent``: what a
-    saved config that does not have the key ran with, when that is not ``default``
-    (the key's default changed since it was added)."""
+    that the library registers, read when a config is validated); ``builtin``: with
+    such a function, the tuple it returns when nothing but tfdml registered names
+    (from :mod:`tfdml.builtin_names`: checked before TensorFlow is imported).
+    ``absent``: what a saved config that does not have the key ran with, when that
+    is not ``default`` (the key's default changed since it was added)."""
 
     _DEFAULT = object()
 
-    def __init__(self, types, default, choices=None, doc="", check=None, absent=_DEFAULT):
+    def __init__(self, types, default, choices=None, doc="", check=None, absent=_DEFAULT, builtin=None):
         self.types = types if isinstance(types, tuple) else (types,)
         self.default = default
         self.absent = default if absent is _Field._DEFAULT else absent
         self._choices = choices
+        self.builtin = builtin
         self.doc = doc
         self.check = check
 
@@ -89,8 +97,8 @@ class _Field:
 _NUM = (int, float)
 
 
-# The data side's names, read from pipelines when a config is validated
-# (pipelines imports TensorFlow: these are checked after the keys and types).
+# The names the library registers, read from it when a config is validated
+# (these modules import TensorFlow); before that, the fields' builtin names.
 def _design_names():
     from pipelines import designs
 
@@ -133,12 +141,22 @@ def _distance_names():
     return knn.RETRIEVAL_DISTANCES
 
 
+def _backbone_names():
+    from tfdml import backbones
+
+    return tuple(backbones.BACKBONES)
+
+
 def _loss_names():
     return tuple(_losses().LOSSES)
 
 
+#: loss.sampler values besides the registered samplers' names.
+_CONFIG_SAMPLERS = LEARNED_SAMPLERS + (NO_SAMPLER, None)
+
+
 def _sampler_names():
-    return tuple(_samplers().SAMPLERS) + LEARNED_SAMPLERS + (NO_SAMPLER, None)
+    return tuple(_samplers().SAMPLERS) + _CONFIG_SAMPLERS
 
 
 SCHEMA = {
@@ -146,7 +164,7 @@ SCHEMA = {
     "output_dir": _Field(str, "runs/default", doc="where the run writes everything"),
     "strategy": _Field(str, "default", STRATEGIES, doc="tf.distribute strategy"),
     "data": {
-        "source": _Field(str, "mnist5k", _source_names, doc="data source"),
+        "source": _Field(str, "mnist5k", _source_names, builtin=builtin_names.SOURCES, doc="data source"),
         "options": _Field(dict, {}, doc="keyword arguments of the source (root, dataset, ...)"),
         "train_split": _Field(str, "train"),
         "test_split": _Field(str, "test"),
@@ -157,14 +175,14 @@ SCHEMA = {
                                    "per-epoch evaluation, the best checkpoint; the test split is then "
                                    "scored once, at the end (None: no validation split, no best "
                                    "checkpoint)"),
-            "mode": _Field(str, "classes", _validation_modes,
+            "mode": _Field(str, "classes", _validation_modes, builtin=builtin_names.VALIDATION_MODES,
                            doc="'classes': whole training classes held out (open set, as the test "
                                "split); 'examples': that fraction of each training class"),
             "seed": _Field(int, 0, doc="seed of the held-out choice (fixed, independent of the run's seed)"),
         },
     },
     "design": {
-        "name": _Field(str, "m_per_class", _design_names, doc="batch design"),
+        "name": _Field(str, "m_per_class", _design_names, builtin=builtin_names.DESIGNS, doc="batch design"),
         "m": _Field(int, 8, doc="examples per class (m_per_class, group)"),
         "n": _Field(int, 5, doc="classes per batch (m_per_class, group)"),
         "p": _Field(_NUM, 0.5, doc="probability of a positive pair (p_random)"),
@@ -186,12 +204,15 @@ SCHEMA = {
                                         "image is the same class: set false for text, characters, glyphs"),
     },
     "model": {
-        "backbone": _Field(str, "small_cnn", doc="small_cnn, mlp, or a tfdml.backbones name"),
+        "backbone": _Field(str, "small_cnn", _backbone_names, builtin=builtin_names.BACKBONES,
+                           doc="a tfdml.backbones.BACKBONES name (small_cnn and mlp: always "
+                               "trained from scratch)"),
         "backbone_options": _Field(dict, {}, doc="keyword arguments of the backbone"),
         "weights": _Field((str, type(None)), None, doc="pretrained weights: None, 'imagenet', 'bundled' or a path"),
         "embedding_dim": _Field(int, 64, check=_at_least(1)),
         "normalize": _Field(bool, True, doc="L2-normalise embeddings"),
         "dtype_policy": _Field(str, "auto", _dtype_policies, absent="float32",
+                               builtin=builtin_names.DTYPE_POLICY_CHOICES,
                                doc="Keras dtype policy of the backbone: 'mixed_bfloat16' computes it "
                                    "in bfloat16 (variables, embedding head, embeddings and loss stay "
                                    "float32); 'auto' picks it where the CPU has bfloat16 instructions "
@@ -199,9 +220,10 @@ SCHEMA = {
                                    "(tfdml.models.resolve_dtype_policy); the run records its choice"),
     },
     "loss": {
-        "name": _Field(str, "margin", _loss_names, doc="a tfdml.losses.LOSSES name"),
+        "name": _Field(str, "margin", _loss_names, builtin=builtin_names.LOSSES, doc="a tfdml.losses.LOSSES name"),
         "options": _Field(dict, {}, doc="keyword arguments of the loss class"),
         "sampler": _Field((str, type(None)), None, _sampler_names,
+                          builtin=builtin_names.SAMPLERS + _CONFIG_SAMPLERS,
                           doc="a tfdml.samplers name, 'learned' (tfdml.dsn), 'none', or None: the loss's default"),
         "sampler_options": _Field(dict, {}, doc="keyword arguments of the sampler (None: of the loss's default)"),
         "memory": _Field((dict, type(None)), None,
@@ -222,6 +244,7 @@ SCHEMA = {
         "epochs": _Field(int, 4),
         "steps_per_epoch": _Field(int, 60),
         "jit_compile": _Field((bool, str), False, _jit_compile_choices,
+                              builtin=builtin_names.JIT_COMPILE_CHOICES,
                               doc="XLA: true compiles the whole train step (encoder included), "
                                   "'loss' only the loss and its sampler (the encoder keeps "
                                   "TensorFlow's kernels), false nothing"),
@@ -233,7 +256,7 @@ SCHEMA = {
         "metrics": _Field(list, list(metric_names.DEFAULT_METRICS),
                           doc="tfdml.metrics.METRICS names (or recall@k / precision@k)"),
         "ks": _Field(list, list(metric_names.DEFAULT_KS), doc="the k of recall@k and precision@k"),
-        "distance": _Field(str, "euclidean", _distance_names,
+        "distance": _Field(str, "euclidean", _distance_names, builtin=distance_names.DISTANCES,
                            doc="distance of the retrieval metrics and plots (also read by evaluate.py)"),
         "every_n_epochs": _Field(int, 1, check=_at_least(1)),
         "batch_size": _Field(int, 256, check=_at_least(1)),
@@ -278,11 +301,32 @@ def defaults(schema=SCHEMA):
 
 
 
+#: Which names :func:`_validate` checks a field's ``choices`` against: those the
+#: library registers (imports it), the built-in ones (:mod:`tfdml.builtin_names`,
+#: no TensorFlow), or none (fixed choices only).
+LIBRARY, BUILTIN, FIXED = "library", "builtin", "fixed"
+
+
+def _choices(field, names):
+    """The values a field takes when names of the kind ``names`` are checked (None: any)."""
+    if not callable(field._choices):
+        return field._choices
+    if names == LIBRARY:
+        return field.choices
+    return field.builtin if names == BUILTIN else None
+
+
+def _grouped_designs():
+    from pipelines import designs
+
+    return [name for name, cls in designs.DESIGNS.items() if cls.grouped_by_class]
+
+
 def _type_names(types):
     return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
 
-def _validate(config, schema, path, library=True):
+def _validate(config, schema, path, names=LIBRARY):
     if not isinstance(config, dict):
         raise ConfigError(f"{path or 'config'} must be a mapping of keys to values, got {config!r}.")
     for key in config:
@@ -296,7 +340,7 @@ def _validate(config, schema, path, library=True):
     for key, field in schema.items():
         where = f"{path}.{key}" if path else key
         if isinstance(field, dict):
-            out[key] = _validate(config.get(key, {}) or {}, field, where, library)
+            out[key] = _validate(config.get(key, {}) or {}, field, where, names)
             continue
         value = config.get(key, copy.deepcopy(field.default))
         if isinstance(value, bool) and bool not in field.types:
@@ -307,7 +351,7 @@ def _validate(config, schema, path, library=True):
             raise ConfigError(
                 f"{where} must be {_type_names(field.types)}, got {value!r} ({type(value).__name__})."
             )
-        choices = field.choices if library or not callable(field._choices) else None
+        choices = _choices(field, names)
         if choices is not None and value not in choices:
             shown = [c for c in choices if c is not None]
             raise ConfigError(
@@ -322,11 +366,11 @@ def _validate(config, schema, path, library=True):
     return out
 
 
-def _check_combinations(cfg):
-    from pipelines import designs
-
+def _check_combinations(cfg, names=LIBRARY):
+    """The ranges and combinations of a config whose fields are valid: of the built-in
+    designs (``names=BUILTIN``) or of the registered ones (``LIBRARY``)."""
     sampler, design = cfg["loss"]["sampler"], cfg["design"]["name"]
-    grouped = [name for name, cls in designs.DESIGNS.items() if cls.grouped_by_class]
+    grouped = builtin_names.GROUPED_DESIGNS if names == BUILTIN else _grouped_designs()
     if sampler == "learned" and design not in grouped:
         raise ConfigError(
             f"loss.sampler = 'learned' draws tuples from a pool of several classes; design.name = {design!r} "
@@ -337,9 +381,7 @@ def _check_combinations(cfg):
             f"loss.sampler = 'learned' (the DSN of Duan et al.) runs on one replica; strategy = "
             f"{cfg['strategy']!r} is not supported with it: use strategy 'default'."
         )
-    from tfdml import models
-
-    if sampler == "learned" and cfg["training"]["jit_compile"] == models.LOSS_ONLY:
+    if sampler == "learned" and cfg["training"]["jit_compile"] == builtin_names.LOSS_ONLY:
         raise ConfigError(
             f"training.jit_compile = {cfg['training']['jit_compile']!r} compiles a loss and its in-graph "
             "sampler; the learned sampler's step is one piece: use true (all of it) or false."
@@ -355,10 +397,8 @@ def _check_combinations(cfg):
     bad_k = [k for k in cfg["evaluation"]["ks"] if not isinstance(k, int) or isinstance(k, bool) or k < 1]
     if bad_k:
         raise ConfigError(f"evaluation.ks must be positive integers, got {bad_k}.")
-    from tfdml import metrics
-
     try:
-        metrics.parse_metrics(cfg["evaluation"]["metrics"], cfg["evaluation"]["ks"])
+        metric_names.parse_metrics(cfg["evaluation"]["metrics"], cfg["evaluation"]["ks"])
     except ValueError as err:
         raise ConfigError(f"evaluation.metrics: {err}") from None
     if cfg["training"]["early_stopping_patience"] is not None:
@@ -394,12 +434,21 @@ def validate(config):
     return cfg
 
 
-def check_structure(config):
+def check_structure(config, names=False):
     """Check a config dict without the library (and without TensorFlow): its
     keys, types, fixed choices and value ranges; the names the library
-    registers (losses, samplers, metrics, distances) and the combinations are
-    checked by :func:`validate`. Raises :class:`ConfigError`."""
-    _validate(config or {}, SCHEMA, "", library=False)
+    registers (losses, samplers, backbones, designs, sources, metrics,
+    distances) and the combinations are checked by :func:`validate`.
+
+    ``names=True``: also the names, as those of tfdml's built-in parts
+    (:mod:`tfdml.builtin_names`), and the ranges and combinations that need no
+    class of the library, with :func:`validate`'s messages; for a config that can
+    name only built-in parts (``train.py`` without ``--import``). What is left to
+    :func:`validate`: the loss built with its options and sampler. Raises
+    :class:`ConfigError`."""
+    cfg = _validate(config or {}, SCHEMA, "", BUILTIN if names else FIXED)
+    if names:
+        _check_combinations(cfg, BUILTIN)
 
 
 def parse_override(text):

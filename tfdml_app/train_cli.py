@@ -3,8 +3,9 @@
     python train.py --config configs/default.yaml [--set key=value ...]
 
 The config (see :mod:`tfdml_app.config` for every key) is validated before any
-work starts: its keys, types and fixed choices before TensorFlow is imported,
-the names the library registers after. The run writes into ``output_dir``:
+work starts: all of it but what needs the loss built (its options, its
+sampler, and what they ask of the batch design) before TensorFlow is imported
+(the names of parts a ``--import`` module registers after that import). The run writes into ``output_dir``:
 
     config.yaml          the resolved config
     history.csv          per-epoch loss and the validation split's metrics (val_*), or,
@@ -94,16 +95,17 @@ def main(argv=None):
     args = parse_args(argv)
     import importlib
 
-    # The config's keys, types and fixed choices are checked before TensorFlow
-    # is imported (which can take minutes on a busy machine); the names the
-    # library registers, after it (and after --import).
+    # The config's keys, types, ranges and combinations, and the names of the
+    # built-in parts, are checked before TensorFlow is imported (which can take
+    # minutes on a busy machine); with --import, which may register more names,
+    # the names after the import. The loss is built with its sampler after it.
     from tfdml_app import config as config_lib
 
     if args.config is None:
         args.config = default_config()
         print(f"No --config given: training the main job ({args.config}).", file=sys.stderr)
     try:
-        config_lib.check_structure(config_lib.read(args.config, args.set))
+        config_lib.check_structure(config_lib.read(args.config, args.set), names=not args.imports)
     except config_lib.ConfigError as err:
         print(f"Config error: {err}", file=sys.stderr)
         return 2

@@ -41,9 +41,11 @@ def test_the_builtin_names_are_the_registries_of_a_fresh_interpreter():
     live = json.loads(proc.stdout.splitlines()[-1])
     from tfdml import metric_names
 
-    static = {name: getattr(builtin_names, name) for name in live if name != "METRICS"}
-    static["METRICS"] = list(metric_names.METRICS)
-    static = {k: list(v) if isinstance(v, tuple) else v for k, v in static.items()}
+    from tfdml import distance_names
+
+    own = {"METRICS": metric_names.METRICS, "RETRIEVAL_DISTANCES": distance_names.DISTANCES}
+    static = {name: own[name] if name in own else getattr(builtin_names, name) for name in live}
+    static = {k: v if isinstance(v, str) else list(v) for k, v in static.items()}
     assert static == live
 
 

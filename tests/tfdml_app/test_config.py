@@ -134,9 +134,9 @@ def test_numbers_in_exponent_notation_are_floats(tmp_path):
     assert cfg["loss"]["options"]["alpha"] == 0.25
     assert cfg["output_dir"] == "1e-3"
     cfg = config.load(str(path), ["optimizer.learning_rate=1e-4", "optimizer.decay_rate=5E-1",
-                                  "output_dir=runs/1e-3", "model.backbone='2e5'"])
+                                  "output_dir=runs/1e-3", "data.train_split='2e5'"])
     assert cfg["optimizer"]["learning_rate"] == 1e-4 and cfg["optimizer"]["decay_rate"] == 0.5
-    assert cfg["output_dir"] == "runs/1e-3" and cfg["model"]["backbone"] == "2e5"
+    assert cfg["output_dir"] == "runs/1e-3" and cfg["data"]["train_split"] == "2e5"
     # The resolved config written into a run reads back the same.
     config.dump(cfg, str(tmp_path / "resolved.yaml"))
     assert config.load(str(tmp_path / "resolved.yaml")) == cfg

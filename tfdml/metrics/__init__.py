@@ -60,10 +60,9 @@ from tfdml.metrics.verification import (
     verification_metrics,
 )
 
-from tfdml.metric_names import ALIASES as _ALIASES
 from tfdml.metric_names import DEFAULT_KS, DEFAULT_METRICS, METRICS  # the one table of names and defaults
+from tfdml.metric_names import parse_metrics  # without TensorFlow: a config is checked with it first
 from tfdml.metric_names import BuiltinMetric as _BuiltinMetric
-from tfdml.registry import did_you_mean as _did_you_mean
 
 VERIFICATION_KEYS = ("verification_accuracy", "verification_accuracy_std", "roc_auc", "eer")
 #: Keys where smaller is better (for ModelCheckpoint / EarlyStopping ``mode``).
@@ -88,48 +87,6 @@ def register(name):
             return float(embeddings.std(axis=0).mean())
     """
     return METRICS.register(name)
-
-
-def parse_metrics(metrics=DEFAULT_METRICS, ks=DEFAULT_KS):
-    """Validate metric names and ks; returns ``(names, ks)`` in canonical form.
-
-    Raises ValueError naming the bad entry and the valid choices.
-    """
-    if isinstance(metrics, str):
-        metrics = [metrics]
-    if isinstance(ks, (int, np.integer)):
-        ks = [ks]
-    out_ks = set()
-    for k in ks:
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"ks must be positive integers, got {k!r} in {list(ks)}.")
-        out_ks.add(int(k))
-    names = []
-    for raw in metrics:
-        name = str(raw).strip().lower()
-        name = _ALIASES.get(name, name)
-        for prefix in ("recall@", "precision@"):
-            if name.startswith(prefix):
-                try:
-                    k = int(name[len(prefix):])
-                except ValueError:
-                    k = 0
-                if k < 1:
-                    raise ValueError(f"Bad metric {raw!r}: expected e.g. {prefix}1.")
-                out_ks.add(k)
-                name = prefix[:-1]
-        if name not in METRICS:
-            raise ValueError(
-                f"Unknown metric {raw!r}{_did_you_mean(name, METRICS)}; choose from "
-                f"{', '.join(METRICS)} (or recall@k / precision@k)."
-            )
-        if name not in names:
-            names.append(name)
-    if not names:
-        raise ValueError(f"No metric requested; choose from {', '.join(METRICS)}.")
-    if ("recall" in names or "precision" in names) and not out_ks:
-        out_ks = set(DEFAULT_KS)
-    return tuple(names), tuple(sorted(out_ks))
 
 
 def metric_keys(metrics=DEFAULT_METRICS, ks=DEFAULT_KS):

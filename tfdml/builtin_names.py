@@ -1,0 +1,53 @@
+"""The names of tfdml's built-in parts, without TensorFlow.
+
+The registries (:data:`tfdml.losses.LOSSES`, :data:`tfdml.samplers.SAMPLERS`,
+:data:`tfdml.backbones.BACKBONES`, :data:`pipelines.designs.DESIGNS`,
+:data:`pipelines.sources.SOURCES`) and a few fixed choices of :mod:`tfdml.models`,
+:mod:`tfdml.metrics.knn` and :mod:`pipelines.sources` live in modules that import
+TensorFlow. The config reader (:mod:`tfdml_app.config`) checks a config against
+the names listed here before it pays for that import (``train.py`` without
+``--import``: with it, a module may register more names, and the registries are
+read after the import). ``tests/tfdml/test_builtin_names.py`` checks that each
+list equals, in order, what its registry holds in a fresh interpreter.
+
+No imports (not even tfdml's other modules). Metric names are in
+:mod:`tfdml.metric_names` and distance names in :mod:`tfdml.distance_names`.
+"""
+
+#: :data:`tfdml.losses.LOSSES`.
+LOSSES = ("contrastive", "triplet", "margin", "weighted_contrastive", "balanced_contrastive", "npair",
+          "precision_at_k", "stable_contrast", "robust_hard_contrastive", "histogram", "angular",
+          "lifted_structured", "binomial_deviance", "multi_similarity", "proxy_nca", "proxy_anchor")
+
+#: :data:`tfdml.samplers.SAMPLERS`.
+SAMPLERS = ("all", "random", "random_triplets", "semi_hard", "hard", "distance_weighted", "top_k",
+            "multi_similarity")
+
+#: :data:`tfdml.backbones.BACKBONES`: the from-scratch networks, EfficientNet-Lite0 and
+#: the ``keras.applications`` networks (:data:`tfdml.backbones.applications.APPLICATIONS`,
+#: sorted).
+BACKBONES = ("small_cnn", "mlp", "efficientnet_lite0", "convnext_tiny", "efficientnet_b0", "efficientnet_b1",
+             "efficientnet_b2", "efficientnet_b3", "efficientnetv2_b0", "efficientnetv2_s", "mobilenet_v2",
+             "mobilenet_v3_large", "mobilenet_v3_small", "resnet101v2", "resnet50v2")
+
+#: :data:`pipelines.designs.DESIGNS`.
+DESIGNS = ("group", "p_random", "m_per_class")
+
+#: The designs of :data:`DESIGNS` whose batches hold whole groups of classes
+#: (``Design.grouped_by_class``).
+GROUPED_DESIGNS = ("group", "m_per_class")
+
+#: :data:`pipelines.sources.SOURCES`.
+SOURCES = ("mnist5k", "digits", "folder", "tfds", "arrays", "npz")
+
+#: ``pipelines.sources.VALIDATION_MODES``: how a validation split is held out.
+VALIDATION_MODES = ("classes", "examples")
+
+#: ``tfdml.models.LOSS_ONLY``: the ``jit_compile`` value that compiles the loss only.
+LOSS_ONLY = "loss"
+
+#: ``tfdml.models.JIT_COMPILE_CHOICES``.
+JIT_COMPILE_CHOICES = (False, True, LOSS_ONLY)
+
+#: ``tfdml.models.DTYPE_POLICY_CHOICES``.
+DTYPE_POLICY_CHOICES = ("auto", "float32", "mixed_bfloat16")

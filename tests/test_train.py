@@ -381,6 +381,10 @@ _VALUE_ERRORS = [
     (["loss.sampler=learned", "design.name=p_random"], "design.name = 'p_random' gives no such pool"),
     (["loss.sampler=learned", "training.jit_compile=loss"], "the learned sampler's step is one piece"),
     (["training.early_stopping_patience=2"], "training.early_stopping_patience needs a validation split"),
+    (["loss.options={alph: 0.3}"], "loss.options has 'alph', which is not an option of margin (did you mean "
+                                   "'alpha'?); valid: alpha, beta0, "),
+    (["loss.options={num_classes: 3}"], "loss.options has 'num_classes': a run sets it to the number of classes"),
+    (["loss.options={memory: {size: 8}}"], "loss.options has 'memory': set the cross-batch memory in loss.memory"),
 ]
 
 

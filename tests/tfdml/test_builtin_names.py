@@ -15,6 +15,7 @@ import json
 from pipelines import designs, sources
 from tfdml import backbones, losses, metric_names, metrics, models, samplers
 from tfdml.metrics import knn
+from tfdml_app import loss_config
 print(json.dumps({
     "LOSSES": list(losses.LOSSES),
     "SAMPLERS": list(samplers.SAMPLERS),
@@ -28,6 +29,7 @@ print(json.dumps({
     "LOSS_ONLY": models.LOSS_ONLY,
     "DTYPE_POLICY_CHOICES": list(models.DTYPE_POLICY_CHOICES),
     "METRICS": list(metrics.METRICS),
+    "LOSS_OPTIONS": {n: loss_config._option_names(c) for n, c in losses.LOSSES.items()},
 }))
 """
 
@@ -45,7 +47,8 @@ def test_the_builtin_names_are_the_registries_of_a_fresh_interpreter():
 
     own = {"METRICS": metric_names.METRICS, "RETRIEVAL_DISTANCES": distance_names.DISTANCES}
     static = {name: own[name] if name in own else getattr(builtin_names, name) for name in live}
-    static = {k: v if isinstance(v, str) else list(v) for k, v in static.items()}
+    static = {k: v if isinstance(v, str) else list(v) for k, v in static.items() if k != "LOSS_OPTIONS"}
+    static["LOSS_OPTIONS"] = {n: None if o is None else list(o) for n, o in builtin_names.LOSS_OPTIONS.items()}
     assert static == live
 
 

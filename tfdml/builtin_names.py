@@ -4,11 +4,13 @@ The registries (:data:`tfdml.losses.LOSSES`, :data:`tfdml.samplers.SAMPLERS`,
 :data:`tfdml.backbones.BACKBONES`, :data:`pipelines.designs.DESIGNS`,
 :data:`pipelines.sources.SOURCES`) and a few fixed choices of :mod:`tfdml.models`,
 :mod:`tfdml.metrics.knn` and :mod:`pipelines.sources` live in modules that import
-TensorFlow. The config reader (:mod:`tfdml_app.config`) checks a config against
+TensorFlow, as do the loss classes whose signatures give each loss's option
+names (:data:`LOSS_OPTIONS`). The config reader (:mod:`tfdml_app.config`) checks a config against
 the names listed here before it pays for that import (``train.py`` without
 ``--import``: with it, a module may register more names, and the registries are
 read after the import). ``tests/tfdml/test_builtin_names.py`` checks that each
-list equals, in order, what its registry holds in a fresh interpreter.
+list equals, in order, what its registry (or the signatures) hold in a fresh
+interpreter.
 
 No imports (not even tfdml's other modules). Metric names are in
 :mod:`tfdml.metric_names` and distance names in :mod:`tfdml.distance_names`.
@@ -51,3 +53,39 @@ JIT_COMPILE_CHOICES = (False, True, LOSS_ONLY)
 
 #: ``tfdml.models.DTYPE_POLICY_CHOICES``.
 DTYPE_POLICY_CHOICES = ("auto", "float32", "mixed_bfloat16")
+
+#: Each loss of :data:`LOSSES` → the names of its options (its constructor's keyword
+#: arguments, as ``tfdml_app.loss_config`` reads them from the signature), or None when it
+#: takes any: what ``loss.options`` may set.
+LOSS_OPTIONS = {
+    "contrastive": ("margin", "squared", "distance", "sampler", "seed", "tuple_reduction", "name", "reduction",
+                    "dtype", "importance", "memory"),
+    "triplet": ("margin", "squared", "sampler", "distance", "seed", "tuple_reduction", "name", "reduction",
+                "dtype", "importance", "memory"),
+    "margin": ("alpha", "beta0", "nu", "num_classes", "num_examples", "learn_beta0", "sampler", "distance",
+               "seed", "tuple_reduction", "name", "reduction", "dtype", "importance", "memory"),
+    "weighted_contrastive": ("margin", "eta", "importance", "importance_power", "squared", "distance", "seed",
+                             "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "balanced_contrastive": ("margin", "lam", "num_classes", "importance", "eta", "importance_power", "squared",
+                             "distance", "seed", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "npair": ("l2_reg", "seed", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "precision_at_k": ("k", "gamma", "seed", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "stable_contrast": ("alpha", "beta", "sampler", "distance", "seed", "tuple_reduction", "name", "reduction",
+                        "dtype", "importance", "memory"),
+    "robust_hard_contrastive": ("alpha", "beta", "distance", "seed", "tuple_reduction", "name", "reduction",
+                                "dtype", "importance", "memory"),
+    "histogram": ("num_bins", "distance", "sampler", "seed", "tuple_reduction", "name", "reduction", "dtype",
+                  "importance", "memory"),
+    "angular": ("alpha", "combine_npair", "lam", "distance", "seed", "tuple_reduction", "name", "reduction",
+                "dtype", "memory"),
+    "lifted_structured": ("margin", "generalized", "distance", "sampler", "seed", "tuple_reduction", "name",
+                          "reduction", "dtype", "memory"),
+    "binomial_deviance": ("alpha", "beta", "cost", "balanced", "distance", "sampler", "seed", "tuple_reduction",
+                          "name", "reduction", "dtype", "importance", "memory"),
+    "multi_similarity": ("alpha", "beta", "lam", "sampler", "distance", "seed", "tuple_reduction", "name",
+                         "reduction", "dtype", "memory"),
+    "proxy_nca": ("num_classes", "embedding_dim", "embedding_scale", "proxy_scale", "proxy_lr_multiplier",
+                  "seed", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "proxy_anchor": ("num_classes", "embedding_dim", "alpha", "delta", "proxy_lr_multiplier", "seed",
+                     "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+}

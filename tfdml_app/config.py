@@ -32,7 +32,7 @@ import yaml
 from tfdml import builtin_names, distance_names, metric_names
 from tfdml_app.loss_config import (  # noqa: F401 - the config's names, read here
     LEARNED_SAMPLERS, NO_SAMPLER, VALIDATION_NUM_CLASSES, ConfigError, _losses, _samplers, build_loss,
-    check_loss, suggest, valid_samplers)
+    check_loss, check_loss_options, suggest, valid_samplers)
 
 
 class _Loader(yaml.SafeLoader):
@@ -443,12 +443,15 @@ def check_structure(config, names=False):
     ``names=True``: also the names, as those of tfdml's built-in parts
     (:mod:`tfdml.builtin_names`), and the ranges and combinations that need no
     class of the library, with :func:`validate`'s messages; for a config that can
-    name only built-in parts (``train.py`` without ``--import``). What is left to
-    :func:`validate`: the loss built with its options and sampler. Raises
-    :class:`ConfigError`."""
+    name only built-in parts (``train.py`` without ``--import``), and the names
+    in ``loss.options`` (:data:`tfdml.builtin_names.LOSS_OPTIONS`). What is left
+    to :func:`validate`: the loss built with its options and sampler (the
+    options' values, the sampler's fit and options, and what they ask of the
+    design and the model). Raises :class:`ConfigError`."""
     cfg = _validate(config or {}, SCHEMA, "", BUILTIN if names else FIXED)
     if names:
         _check_combinations(cfg, BUILTIN)
+        check_loss_options(cfg["loss"], builtin_names.LOSS_OPTIONS[cfg["loss"]["name"]])
 
 
 def parse_override(text):

@@ -95,7 +95,11 @@ def _option_names(cls):
 
 
 def _check_option_names(key, options, cls, owner):
-    valid = _option_names(cls)
+    _check_names(key, options, _option_names(cls), owner)
+
+
+def _check_names(key, options, valid, owner):
+    """Each of ``options`` among ``valid`` (None: any name), else a ConfigError for ``key``."""
     if valid is None:
         return
     for option in options:
@@ -218,14 +222,7 @@ def build_loss(cfg, num_classes):
     name = section["name"]
     cls = _losses().LOSSES[name]
     params = _init_parameters(cls)
-    _check_option_names("loss.options", section["options"], cls, name)
-    if "memory" in section["options"]:
-        raise ConfigError("loss.options has 'memory': set the cross-batch memory in loss.memory "
-                          "({size: K, warmup_steps: S}), which sizes it for model.embedding_dim.")
-    for key, source in RUN_ARGUMENTS.items():
-        if key in section["options"]:
-            raise ConfigError(f"loss.options has {key!r}: a run sets it to {source}, and any other "
-                              f"value would only fail at the first batch; remove {key}.")
+    check_loss_options(section, _option_names(cls))
     sampler = _sampler_argument(section, cls)
     kwargs = dict(section["options"])
     if sampler is not _DEFAULT:
@@ -244,6 +241,20 @@ def build_loss(cfg, num_classes):
         if "sampler" in kwargs and _refuses_sampler(cls, sampler, cfg["seed"], num_classes):
             raise _misfit(name, section["sampler"], str(err)) from None
         raise ConfigError(f"loss.options for {name!r}: {err}") from None
+
+
+def check_loss_options(section, valid):
+    """The names in ``loss.options`` of the config's ``loss`` ``section``: options of
+    the loss (``valid``: their names, or None: any), and none that a run or
+    ``loss.memory`` sets. Raises :class:`ConfigError`."""
+    _check_names("loss.options", section["options"], valid, section["name"])
+    if "memory" in section["options"]:
+        raise ConfigError("loss.options has 'memory': set the cross-batch memory in loss.memory "
+                          "({size: K, warmup_steps: S}), which sizes it for model.embedding_dim.")
+    for key, source in RUN_ARGUMENTS.items():
+        if key in section["options"]:
+            raise ConfigError(f"loss.options has {key!r}: a run sets it to {source}, and any other "
+                              f"value would only fail at the first batch; remove {key}.")
 
 
 def _memory_argument(cfg, cls):

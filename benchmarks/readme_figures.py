@@ -109,13 +109,14 @@ def render(runs, seeds, machine_line=""):
     return "\n".join(lines)
 
 
-def replace_block(text, block):
-    """``text`` with the lines between the markers replaced by ``block``."""
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise ValueError(f"README.md must hold one {BEGIN} ... {END} block.")
-    head, rest = text.split(BEGIN)
-    _, tail = rest.split(END)
-    return f"{head}{BEGIN}\n{block}\n{END}{tail}"
+def replace_block(text, block, begin=BEGIN, end=END, document="README.md"):
+    """``text`` (of ``document``) with the lines between the markers ``begin`` and ``end``
+    replaced by ``block``."""
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise ValueError(f"{document} must hold one {begin} ... {end} block.")
+    head, rest = text.split(begin)
+    _, tail = rest.split(end)
+    return f"{head}{begin}\n{block}\n{end}{tail}"
 
 
 def main(argv=None):

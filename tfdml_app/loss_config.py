@@ -60,6 +60,8 @@ VALIDATION_NUM_CLASSES = 2
 #: ``loss.options`` may not set them.
 RUN_ARGUMENTS = {"num_classes": "the number of classes of the training split",
                  "embedding_dim": "model.embedding_dim"}
+#: The run arguments that ``loss.options`` may set to null, and what null means.
+NULLABLE_RUN_ARGUMENTS = {"num_classes": "no per-class parameters, e.g. MarginLoss without β_class"}
 
 
 def _init_parameters(cls):
@@ -230,7 +232,7 @@ def build_loss(cfg, num_classes):
     if "seed" in params:
         kwargs.setdefault("seed", cfg["seed"])
     if "num_classes" in params:
-        kwargs["num_classes"] = num_classes
+        kwargs.setdefault("num_classes", num_classes)  # loss.options may hold null only
     if "embedding_dim" in params:
         kwargs["embedding_dim"] = cfg["model"]["embedding_dim"]
     if section.get("memory") is not None:
@@ -252,9 +254,11 @@ def check_loss_options(section, valid):
         raise ConfigError("loss.options has 'memory': set the cross-batch memory in loss.memory "
                           "({size: K, warmup_steps: S}), which sizes it for model.embedding_dim.")
     for key, source in RUN_ARGUMENTS.items():
-        if key in section["options"]:
+        if key in section["options"] and not (key in NULLABLE_RUN_ARGUMENTS and section["options"][key] is None):
             raise ConfigError(f"loss.options has {key!r}: a run sets it to {source}, and any other "
-                              f"value would only fail at the first batch; remove {key}.")
+                              f"value would only fail at the first batch; remove {key}"
+                              + (f" (or set it to null: {NULLABLE_RUN_ARGUMENTS[key]})"
+                                 if key in NULLABLE_RUN_ARGUMENTS else "") + ".")
 
 
 def _memory_argument(cfg, cls):
@@ -298,7 +302,7 @@ def _refuses_sampler(cls, sampler, seed, num_classes):
     if "seed" in params:
         kwargs["seed"] = seed
     if "num_classes" in params:
-        kwargs["num_classes"] = num_classes
+        kwargs.setdefault("num_classes", num_classes)  # loss.options may hold null only
     if "embedding_dim" in params:
         kwargs["embedding_dim"] = 2
     try:

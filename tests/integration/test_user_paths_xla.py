@@ -21,7 +21,6 @@ their shapes are static, and by default the README's snippet (group design,
 user-built CNNs and the DSN model cover designs under XLA.
 """
 
-import functools
 import os
 import re
 
@@ -210,21 +209,30 @@ def _readme_design_snippet():
 
 @pytest.mark.parametrize("jit_compile", [True, "auto"])
 def test_readme_batch_designs_snippet(jit_compile):
-    """The user guide's "Batch designs" snippet, with a user-built functional CNN as ``model``."""
+    """The user guide's "Batch designs" snippet, with a user-built functional CNN as its
+    encoder and ``jit_compile`` set in its own compile call (tests/test_doc_examples.py runs
+    it as printed)."""
     snippet = _readme_design_snippet()
-    model = tfdml.models.EmbeddingModel(user_cnn((28, 28, 1), stages=2))
-    model.build((None, 28, 28, 1))
-    before = [w.numpy().copy() for w in model.trainable_weights]
-    # The snippet's own compile call, with jit_compile set.
-    model.compile = functools.partial(model.compile, jit_compile=jit_compile)
-    namespace = {"__name__": "readme_batch_designs", "tfdml": tfdml, "model": model}
-    exec(compile(snippet.replace("steps_per_epoch=100", "steps_per_epoch=3"), "docs/guide.md", "exec"), namespace)
+    replaced = {
+        "model = tfdml.models.EmbeddingModel(encoder)":
+            "model = tfdml.models.EmbeddingModel(user_cnn((28, 28, 1), stages=2))\n"
+            "model.build((None, 28, 28, 1))\n"
+            "before = [w.numpy().copy() for w in model.trainable_weights]",
+        "model.compile(": "model.compile(jit_compile=jit_compile, ",
+        "steps_per_epoch=100": "steps_per_epoch=3",
+    }
+    for old, new in replaced.items():
+        assert snippet.count(old) == 1, f"docs/guide.md's batch designs snippet no longer holds {old!r}"
+        snippet = snippet.replace(old, new)
+    namespace = {"__name__": "readme_batch_designs", "user_cnn": user_cnn, "jit_compile": jit_compile}
+    exec(compile(snippet, "docs/guide.md", "exec"), namespace)
+    model = namespace["model"]
     x_spec, y_spec = namespace["batches"].element_spec
     assert x_spec.shape == (20, 28, 28, 1)  # the snippet's comment
     assert set(y_spec) == {"label", "class_size", "w_pos", "w_neg", "example_id",
                            "w_triplet", "w_memory"}
     assert int(model.optimizer.iterations) == 3
-    assert any(not np.array_equal(b, w.numpy()) for b, w in zip(before, model.trainable_weights))
+    assert any(not np.array_equal(b, w.numpy()) for b, w in zip(namespace["before"], model.trainable_weights))
 
 
 def test_user_cnn_on_m_per_class_design_under_xla():

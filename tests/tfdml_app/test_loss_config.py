@@ -94,3 +94,12 @@ def test_what_a_run_fills_in_is_refused_in_loss_options(name, key, names):
     cfg = {"loss": {"name": name, "options": {key: 7}}}
     with pytest.raises(config.ConfigError, match=rf"loss.options has {key!r}: .*{names}.*remove {key}"):
         config.validate(cfg)
+
+
+def test_a_null_num_classes_in_loss_options_builds_a_loss_without_class_parameters():
+    """``num_classes: null`` is not a number a run would contradict: MarginLoss then learns
+    no β_class (Wu et al. Table 3's fixed β0, an arm of the reproduction study)."""
+    cfg = config.validate({"loss": {"name": "margin", "sampler": "distance_weighted",
+                                    "options": {"num_classes": None, "learn_beta0": False}}})
+    loss = loss_config.build_loss(cfg, num_classes=5)
+    assert loss.margin_parameters.num_classes is None

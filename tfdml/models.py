@@ -724,13 +724,33 @@ class EmbeddingModel(keras.Model):
         super().build(input_shape)
         self._build_loss_state(input_shape)
 
+    def load_weights(self, filepath, *args, **kwargs):
+        """``keras.Model.load_weights``, refusing a loss whose state layers have no variables
+        to load into yet (a cross-batch memory built without ``embedding_dim``, in a model
+        whose encoder's output size is unknown): Keras would skip them silently."""
+        if self.built:
+            pending = [layer.name for layer in self._unbuilt_state_layers()]
+            if pending:
+                raise ValueError(
+                    f"load_weights: the loss's state layer(s) {pending} have no variables yet (their "
+                    "size follows the embeddings, and this model's encoder gives no output size before "
+                    "its first batch), so their saved state would be skipped. Build the loss with the "
+                    "embedding size, e.g. memory={'size': K, 'embedding_dim': d}, or give the encoder a "
+                    "keras.Input.")
+        return super().load_weights(filepath, *args, **kwargs)
+
+    def _unbuilt_state_layers(self):
+        """The loss's state layers sized by the embeddings (a ``build_for(embedding_dim)``
+        method) that have no variables yet."""
+        return [layer for layer in self.loss_parameters
+                if not layer.built and callable(getattr(layer, "build_for", None))]
+
     def _build_loss_state(self, input_shape=None):
         """Build the loss's state layers sized by the embeddings (those with a
         ``build_for(embedding_dim)`` method, e.g. a cross-batch memory built without
         ``embedding_dim``) once the encoder's output size is known, so that their
         variables exist before weights or a checkpoint are restored into them."""
-        pending = [layer for layer in self.loss_parameters
-                   if not layer.built and callable(getattr(layer, "build_for", None))]
+        pending = self._unbuilt_state_layers()
         if not pending:
             return
         dim = _output_size(self.encoder, input_shape)

@@ -83,6 +83,59 @@ def test_save_weights_and_load_weights_restore_the_loss_state(tmp_path, loss):
     _assert_same_loss_state(fresh, model)
 
 
+def _model_without_input(encoder_layers=None):
+    keras.utils.set_random_seed(1)
+    layers = encoder_layers or [keras.layers.Dense(D), keras.layers.UnitNormalization()]
+    model = models.EmbeddingModel(keras.Sequential(layers))  # no keras.Input: no output size yet
+    model.compile(optimizer="sgd", loss=LOSSES["triplet_memory"](), jit_compile=False)
+    return model
+
+
+def test_a_memory_without_embedding_dim_is_built_with_the_model_and_loads_its_weights(tmp_path):
+    model = _trained("triplet_memory")
+    path = str(tmp_path / "m.weights.h5")
+    model.save_weights(path)
+    fresh = _model_without_input()
+    assert not fresh._metric_loss.memory.built
+    fresh.build((None, 6))
+    assert fresh._metric_loss.memory.built
+    fresh.load_weights(path)
+    _assert_same_loss_state(fresh, model)
+
+
+@keras.saving.register_keras_serializable(package="tfdml_test")
+class NoOutputShape(keras.layers.Dense):
+    """A layer that cannot tell its output shape before it runs."""
+
+    def compute_output_shape(self, input_shape):
+        raise NotImplementedError
+
+
+def test_load_weights_into_a_memory_of_unknown_size_is_refused(tmp_path):
+    model = _trained("triplet_memory")
+    path = str(tmp_path / "m.weights.h5")
+    model.save_weights(path)
+    fresh = _model_without_input([NoOutputShape(D)])
+    fresh.build((None, 6))
+    with pytest.raises(ValueError, match="embedding_dim"):
+        fresh.load_weights(path)
+
+
+def test_a_checkpoint_restored_before_the_memory_exists_reaches_it_when_it_is_built(tmp_path):
+    model = _trained("triplet_memory")
+    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+    built = _model_without_input()
+    tf.train.Checkpoint(model=built).restore(path)
+    built.build((None, 6))  # the memory is built here and receives its saved state
+    _assert_same_loss_state(built, model)
+    lazy = _model_without_input()
+    tf.train.Checkpoint(model=lazy).restore(path)
+    x, y = _data()
+    lazy.fit(x[:10], {k: v[:10] for k, v in y.items()}, batch_size=10, epochs=1, verbose=0)  # built at this batch
+    saved = model._metric_loss.memory
+    assert int(lazy._metric_loss.memory.steps.numpy()) == int(saved.steps.numpy()) + 1
+
+
 @pytest.mark.parametrize("loss", sorted(LOSSES))
 def test_tf_train_checkpoint_restores_the_loss_state(tmp_path, loss):
     model = _trained(loss)

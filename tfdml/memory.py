@@ -186,6 +186,16 @@ class CrossBatchMemory(keras.layers.Layer):
         ]
         return [op for op in ops if op is not None]
 
+    def load_own_variables(self, store):
+        """Keras' loading of the saved state (``load_weights``, ``.keras``). A file saved
+        while the memory had no variables yet (built without ``embedding_dim``, before its
+        first batch: then the model built it at its first batch only) holds none: that
+        memory was empty, and this one is emptied to match."""
+        if self.built and len(store.keys()) == 0:
+            self.reset()
+            return
+        super().load_own_variables(store)
+
     def _ensure_built(self, embeddings):
         dim = embeddings.shape[-1]
         if dim is None:

@@ -83,9 +83,10 @@ def test_save_weights_and_load_weights_restore_the_loss_state(tmp_path, loss):
     _assert_same_loss_state(fresh, model)
 
 
-def _model_without_input(encoder_layers=None):
+def _model_without_input(encoder_layers=None, with_input=False):
     keras.utils.set_random_seed(1)
     layers = encoder_layers or [keras.layers.Dense(D), keras.layers.UnitNormalization()]
+    layers = [keras.Input((6,))] + layers if with_input else layers
     model = models.EmbeddingModel(keras.Sequential(layers))  # no keras.Input: no output size yet
     model.compile(optimizer="sgd", loss=LOSSES["triplet_memory"](), jit_compile=False)
     return model
@@ -119,6 +120,24 @@ def test_load_weights_into_a_memory_of_unknown_size_is_refused(tmp_path):
     fresh.build((None, 6))
     with pytest.raises(ValueError, match="embedding_dim"):
         fresh.load_weights(path)
+
+
+def test_weights_saved_before_the_memory_had_variables_load_as_an_empty_memory(tmp_path):
+    """A file saved while a memory without embedding_dim had no variables yet (before its
+    first batch) holds none of them: that memory was empty, and it loads as one."""
+    early = _model_without_input([NoOutputShape(D)])
+    early.build((None, 6))
+    assert not early._metric_loss.memory.built
+    path = str(tmp_path / "early.weights.h5")
+    early.save_weights(path)
+    model = _model_without_input([NoOutputShape(D)], with_input=True)
+    model.fit(*_data(), batch_size=10, epochs=1, verbose=0)
+    memory = model._metric_loss.memory
+    assert int(memory.filled.numpy()) == 12
+    model.load_weights(path)
+    assert all(not v.numpy().any() for v in memory.weights)
+    for a, b in zip(model.encoder.weights, early.encoder.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
 def test_a_checkpoint_restored_before_the_memory_exists_reaches_it_when_it_is_built(tmp_path):

@@ -34,12 +34,13 @@ LOSSES = {
 }
 
 
-def _model(loss, seed=1):
-    keras.utils.set_random_seed(seed)
-    encoder = keras.Sequential([keras.Input((6,)), keras.layers.Dense(D, name="embedding"),
-                                keras.layers.UnitNormalization()])
-    model = models.EmbeddingModel(encoder)
-    model.compile(optimizer="sgd", loss=LOSSES[loss](), jit_compile=False)
+def _model(loss, seed=1, strategy=None):
+    with (strategy or tf.distribute.get_strategy()).scope():
+        keras.utils.set_random_seed(seed)
+        encoder = keras.Sequential([keras.Input((6,)), keras.layers.Dense(D, name="embedding"),
+                                    keras.layers.UnitNormalization()])
+        model = models.EmbeddingModel(encoder)
+        model.compile(optimizer="sgd", loss=LOSSES[loss](), jit_compile=False)
     return model
 
 
@@ -168,6 +169,23 @@ def test_tf_train_checkpoint_restores_the_loss_state(tmp_path, loss):
     _assert_same_loss_state(fresh, model)
     for a, b in zip(fresh.encoder.weights, model.encoder.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_tf_train_checkpoint_restores_a_mirrored_memory_on_every_replica(tmp_path, mirrored_strategy):
+    model = _model("margin_memory", strategy=mirrored_strategy)
+    model.fit(_dataset(), epochs=1, verbose=0)
+    _assert_state_is_trained(model)
+    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+    fresh = _model("margin_memory", seed=2, strategy=mirrored_strategy)
+    tf.train.Checkpoint(model=fresh).restore(path).assert_existing_objects_matched()
+    saved = [v for layer in model.loss_parameters for v in layer.weights]
+    restored = [v for layer in fresh.loss_parameters for v in layer.weights]
+    assert len(restored) == len(saved)
+    for a, b in zip(restored, saved):
+        local = mirrored_strategy.experimental_local_results(a.value)
+        assert len(local) == 2
+        for replica in local:
+            np.testing.assert_array_equal(replica.numpy(), b.numpy())
 
 
 @pytest.mark.parametrize("loss", sorted(LOSSES))

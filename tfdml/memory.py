@@ -33,8 +33,9 @@ Evaluation does not touch it: :class:`tfdml.models.EmbeddingModel` computes the 
 loss with the memory :meth:`~CrossBatchMemory.paused` (the batch alone, nothing
 written). Under a distribution strategy the model gives the loss the global batch
 (all-gathered), so every replica writes the same rows (variables aggregated
-``only_first_replica``). The memory's variables are weights of the model (saved in
-checkpoints and backups, restored on resume) and not of its exported encoder.
+``only_first_replica``). The memory's variables are weights of the model (saved by
+``save_weights``, ``model.save``, ``tf.train.Checkpoint`` and backups, restored on
+resume) and not of its exported encoder.
 """
 
 import collections
@@ -61,8 +62,10 @@ class CrossBatchMemory(keras.layers.Layer):
       warmup_steps: training calls of the loss before the memory is filled and used
         (Wang et al. start it after a warm-up of 1k iterations on their benchmarks;
         0: from the first call).
-      embedding_dim: d; ``None`` builds the variables at the first call (pass it to
-        restore a checkpoint before training).
+      embedding_dim: d; ``None`` builds the variables when the
+        :class:`~tfdml.models.EmbeddingModel` that trains the loss learns its encoder's
+        output size (compiled with an encoder that has a ``keras.Input``, or built),
+        so that weights and checkpoints restore into them; else at the first call.
     """
 
     def __init__(self, size, warmup_steps=0, embedding_dim=None, **kwargs):
@@ -182,6 +185,16 @@ class CrossBatchMemory(keras.layers.Layer):
             self.steps.assign_add(tf.constant(1, tf.int64)),
         ]
         return [op for op in ops if op is not None]
+
+    def load_own_variables(self, store):
+        """Keras' loading of the saved state (``load_weights``, ``.keras``). A file saved
+        while the memory had no variables yet (built without ``embedding_dim``, before its
+        first batch: then the model built it at its first batch only) holds none: that
+        memory was empty, and this one is emptied to match."""
+        if self.built and len(store.keys()) == 0:
+            self.reset()
+            return
+        super().load_own_variables(store)
 
     def _ensure_built(self, embeddings):
         dim = embeddings.shape[-1]

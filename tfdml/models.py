@@ -12,7 +12,14 @@ and adds what plain ``keras.Model.fit`` lacks for metric learning:
 * The loss's own state (Wu et al. 2017 §4: the learned margins β0, β_class,
   β_img of :class:`tfdml.losses.MarginLoss`; a sampler's seed) lives in the
   layers listed by ``loss.parameter_layers``. ``compile`` tracks them, so the
-  optimizer trains them and checkpoints save and restore them.
+  optimizer trains them and every save route restores them: ``save_weights`` /
+  ``load_weights``, ``model.save`` / :func:`tfdml.load_model`, and
+  ``tf.train.Checkpoint`` (Keras keeps them in a list, which TensorFlow's
+  checkpoints do not walk; the model also holds them in a ``tf.Module`` they do).
+  A state layer sized by the embeddings (a cross-batch memory built without
+  ``embedding_dim``) is built as soon as the encoder's output size is known, when
+  the model is compiled or built, so that a fresh model has its variables to
+  restore into.
 * Non-finite embeddings stop training even when the loss would hide them
   (a mask, a ``where``, a max or a ReLU kernel can turn NaN into a finite
   number, and whether it does depends on the CPU's kernels): the train step
@@ -400,6 +407,7 @@ class EmbeddingModel(keras.Model):
         self.jit_compile_loss = False
         self.jit_compile_requested = "auto"
         self.loss_parameters = []
+        self._loss_state = _LossState([])
         self.nonfinite_tracker = keras.metrics.Sum(name=NONFINITE_METRIC, dtype="int32")
         self._set_input_checks([])
         self._set_positive_pair_counter(False)
@@ -483,6 +491,11 @@ class EmbeddingModel(keras.Model):
         self.loss_parameters = layers
         if was_locked:
             self._tracker.lock()
+        # The same layers for tf.train.Checkpoint, which walks TensorFlow trackables
+        # (a tf.Module wraps its list as one) and not Keras' tracked list above; Keras'
+        # own saving (.weights.h5, .keras) ignores a tf.Module.
+        self._loss_state = _LossState(layers)
+        self._build_loss_state()
         optimizer = optimizers_lib.with_loss_multipliers(optimizer, loss)
         super().compile(optimizer=optimizer, loss=loss, **kwargs)
         self._metric_loss = loss
@@ -709,6 +722,64 @@ class EmbeddingModel(keras.Model):
         if not self.encoder.built:
             self.encoder.build(input_shape)
         super().build(input_shape)
+        self._build_loss_state(input_shape)
+
+    def load_weights(self, filepath, *args, **kwargs):
+        """``keras.Model.load_weights``, refusing a loss whose state layers have no variables
+        to load into yet (a cross-batch memory built without ``embedding_dim``, in a model
+        whose encoder's output size is unknown): Keras would skip them silently."""
+        if self.built:
+            pending = [layer.name for layer in self._unbuilt_state_layers()]
+            if pending:
+                raise ValueError(
+                    f"load_weights: the loss's state layer(s) {pending} have no variables yet (their "
+                    "size follows the embeddings, and this model's encoder gives no output size before "
+                    "its first batch), so their saved state would be skipped. Build the loss with the "
+                    "embedding size, e.g. memory={'size': K, 'embedding_dim': d}, or give the encoder a "
+                    "keras.Input.")
+        return super().load_weights(filepath, *args, **kwargs)
+
+    def _unbuilt_state_layers(self):
+        """The loss's state layers sized by the embeddings (a ``build_for(embedding_dim)``
+        method) that have no variables yet."""
+        return [layer for layer in self.loss_parameters
+                if not layer.built and callable(getattr(layer, "build_for", None))]
+
+    def _build_loss_state(self, input_shape=None):
+        """Build the loss's state layers sized by the embeddings (those with a
+        ``build_for(embedding_dim)`` method, e.g. a cross-batch memory built without
+        ``embedding_dim``) once the encoder's output size is known, so that their
+        variables exist before weights or a checkpoint are restored into them."""
+        pending = self._unbuilt_state_layers()
+        if not pending:
+            return
+        dim = _output_size(self.encoder, input_shape)
+        if dim is None:
+            return  # built at the first batch
+        with self.distribute_strategy.scope():
+            for layer in pending:
+                layer.build_for(dim)
+
+
+class _LossState(tf.Module):
+    """The loss's state layers as a TensorFlow trackable (``layers``, in the order of
+    ``loss.parameter_layers``): what ``tf.train.Checkpoint`` of the model saves them under."""
+
+    def __init__(self, layers):
+        super().__init__(name="loss_state")
+        self.layers = list(layers)
+
+
+def _output_size(encoder, input_shape=None):
+    """The last dimension of ``encoder``'s output (for inputs of ``input_shape`` when
+    given), or None when it is not known yet."""
+    try:
+        shape = encoder.compute_output_shape(input_shape) if input_shape is not None else encoder.output_shape
+    except (AttributeError, ValueError, TypeError, NotImplementedError):
+        return None
+    if not isinstance(shape, (tuple, list)) or not shape or isinstance(shape[0], (tuple, list)):
+        return None  # no output yet, or several
+    return None if shape[-1] is None else int(shape[-1])
 
 
 def _release_epoch_iterators(model, traceback, fit_frame):

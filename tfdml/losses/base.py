@@ -46,8 +46,9 @@ PairWeights = collections.namedtuple("PairWeights", ["pos_weight", "neg_weight"]
 class SeedState(keras.layers.Layer):
     """Holds the ``keras.random.SeedGenerator`` of a loss's sampler.
 
-    The generator's state is tracked as a non-trainable weight of this layer, so
-    ``model.save_weights`` / checkpoints restore the random stream of a loss
+    The generator's state is tracked as a non-trainable weight of this layer (for
+    ``model.save_weights`` and ``.keras`` files) and as its attribute ``state`` (for
+    ``tf.train.Checkpoint``), so every save route restores the random stream of a loss
     whose ``parameter_layers`` the model tracks.
     """
 
@@ -60,6 +61,7 @@ class SeedState(keras.layers.Layer):
         # the state twice and not save it) and track the state as a weight.
         object.__setattr__(self, "generator", keras.random.SeedGenerator(seed))
         self._track_variable(self.generator.state)
+        self.state = self.generator.state  # the same weight, as a child TensorFlow's checkpoints walk
         self.built = True
 
     def next(self):

@@ -154,6 +154,21 @@ def test_save_restore_and_reproducibility(pools, tmp_path):
     assert int(straight.dsn_optimizer.iterations) == 4 * K
 
 
+def test_tf_train_checkpoint_restores_the_dsn_and_its_random_stream(pools, tmp_path):
+    """tf.train.Checkpoint (and its CheckpointManager) of a trained model saves the DSN, both
+    optimizers and the DSN's random stream: a fresh model restores all of them exactly."""
+    xs, ys = pools
+    first = _model()
+    first.fit(_dataset(xs, ys, 0, 2), epochs=1, verbose=0)
+    assert first.sampler_seed.generator.state.numpy().any()
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=first), str(tmp_path), max_to_keep=1)
+    manager.save()
+    restored = _model(seed=99)  # a different seed: its state must come from the checkpoint
+    restored.build((None, 8, 8, 1))
+    tf.train.Checkpoint(model=restored).restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    _assert_same(_all_state(restored), _all_state(first))
+
+
 def test_bad_configuration_raises():
     encoder = models.build_encoder(models.mlp((4,), width=4), embedding_dim=3)
     with pytest.raises(ValueError, match="TripletLoss"):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.tfdml.losses.test_loss_common import value_and_grad
 from tfdml import losses, models, samplers
 
 CASES = ["mixed", "one_class", "no_positive"]
@@ -38,14 +39,6 @@ def np_circle(s, pos, neg, m=0.25, gamma=256.0, alpha_sim=None, delta_p=None, de
     if reduction == "mean_active":
         terms = [t for t in terms if t > 0]
     return float(np.mean(terms)) if terms else 0.0
-
-
-def value_and_grad(loss, y, e):
-    e = tf.convert_to_tensor(e)
-    with tf.GradientTape() as tape:
-        tape.watch(e)
-        value = loss(y, e)
-    return float(value), tape.gradient(value, e).numpy()
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -228,3 +228,37 @@ def test_fit_trains(ref):
     x = (rng.normal(size=(16, 6)) + 2.0 * np.eye(6)[labels]).astype(np.float32)
     history = model.fit(x, labels, batch_size=16, epochs=8, shuffle=False, verbose=0).history["loss"]
     assert np.all(np.isfinite(history)) and history[-1] < history[0]
+
+
+def test_stable_at_a_large_scale(ref):
+    """γ = 10⁴: exponents of ±10⁴ overflow a plain exp in any float; the loss and its
+    gradient stay finite and equal the reference's log-sum-exp."""
+    labels = ref.LABELS["mixed"]
+    e = ref.embeddings(len(labels), seed=7)
+    s = ref.cosine(e)
+    pos, neg = ref.pos_neg(labels, ref.candidates(labels))
+    value, grad = value_and_grad(losses.CircleLoss(gamma=1e4), labels, e)
+    np.testing.assert_allclose(value, np_circle(s, pos, neg, gamma=1e4), rtol=1e-5)
+    assert np.all(np.isfinite(grad))
+
+
+def test_cross_batch_memory_adds_candidates(ref):
+    """An empty memory gives the loss of the batch; filled with a batch, its rows are further
+    candidates of the next batch's anchors (Sun et al.'s sums over them too)."""
+    labels = ref.LABELS["mixed"]
+    y = {"label": labels, "example_id": np.arange(len(labels), dtype=np.int32)}
+    e = ref.embeddings(len(labels), seed=8)
+    with_memory = losses.CircleLoss(gamma=16.0, memory={"size": 32})
+    assert with_memory.memory in with_memory.parameter_layers
+    np.testing.assert_allclose(float(with_memory(y, e)), float(losses.CircleLoss(gamma=16.0)(labels, e)),
+                               rtol=1e-6)
+    # The next batch (other examples) has the first one's embeddings as further candidates.
+    e2 = ref.embeddings(len(labels), seed=9)
+    y2 = {"label": labels, "example_id": np.arange(len(labels), dtype=np.int32) + 100}
+    cols = np.concatenate([e2, e]).astype(np.float64)
+    s = np.array([[a @ b / (np.linalg.norm(a) * np.linalg.norm(b)) for b in cols] for a in e2.astype(np.float64)])
+    same = labels[:, None] == np.concatenate([labels, labels])[None, :]
+    other = np.ones_like(same)
+    other[:, :len(labels)] = ~np.eye(len(labels), dtype=bool)
+    pos, neg = (same & other).astype(float), (~same & other).astype(float)
+    np.testing.assert_allclose(float(with_memory(y2, e2)), np_circle(s, pos, neg, gamma=16.0), rtol=1e-5)

@@ -76,6 +76,7 @@ def cases(num_classes, dim=128):
         ("lifted generalized (Hermans §2)", "all pairs", lambda: losses.LiftedStructuredLoss(generalized=True)),
         ("binomial deviance (Yi 2014)", "all pairs", lambda: losses.BinomialDevianceLoss()),
         ("multi-similarity (Wang 2019)", "multi_similarity", lambda: losses.MultiSimilarityLoss()),
+        ("circle (Sun 2020 Eq. 6)", "all pairs", lambda: losses.CircleLoss()),
         ("histogram (Ustinova Eq. 4)", "all pairs", lambda: losses.HistogramLoss()),
         ("angular (Wang 2017 Eq. 8)", "pairs by class rank", lambda: losses.AngularLoss()),
         ("proxy NCA (Movshovitz-Attias §3)", "proxies",

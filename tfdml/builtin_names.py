@@ -19,7 +19,8 @@ No imports (not even tfdml's other modules). Metric names are in
 #: :data:`tfdml.losses.LOSSES`.
 LOSSES = ("contrastive", "triplet", "margin", "weighted_contrastive", "balanced_contrastive", "npair",
           "precision_at_k", "stable_contrast", "robust_hard_contrastive", "histogram", "angular",
-          "lifted_structured", "binomial_deviance", "multi_similarity", "proxy_nca", "proxy_anchor")
+          "lifted_structured", "binomial_deviance", "multi_similarity", "circle", "proxy_nca",
+          "proxy_anchor")
 
 #: :data:`tfdml.samplers.SAMPLERS`.
 SAMPLERS = ("all", "random", "random_triplets", "semi_hard", "hard", "distance_weighted", "top_k",
@@ -84,6 +85,8 @@ LOSS_OPTIONS = {
                           "name", "reduction", "dtype", "importance", "memory"),
     "multi_similarity": ("alpha", "beta", "lam", "sampler", "distance", "seed", "tuple_reduction", "name",
                          "reduction", "dtype", "memory"),
+    "circle": ("m", "gamma", "sampler", "distance", "seed", "tuple_reduction", "name", "reduction", "dtype",
+               "memory"),
     "proxy_nca": ("num_classes", "embedding_dim", "embedding_scale", "proxy_scale", "proxy_lr_multiplier",
                   "seed", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
     "proxy_anchor": ("num_classes", "embedding_dim", "alpha", "delta", "proxy_lr_multiplier", "seed",

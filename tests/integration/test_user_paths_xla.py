@@ -55,6 +55,8 @@ SAMPLER_FOR = {
     ("binomial_deviance", "triplets"): "hard",
     ("multi_similarity", "pairs"): "multi_similarity",
     ("multi_similarity", "triplets"): "semi_hard",
+    ("circle", "pairs"): "all",
+    ("circle", "triplets"): "hard",
 }
 # Constructor arguments a loss needs beyond its defaults.
 REQUIRED = {

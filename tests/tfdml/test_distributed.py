@@ -27,6 +27,8 @@ def _loss(name):
         return losses.ProxyAnchorLoss(num_classes=4, embedding_dim=8, alpha=1.0, seed=2)
     if name == "multi_similarity":  # Wang et al.'s mining compares pairs across the global batch
         return losses.MultiSimilarityLoss(lam=0.5)
+    if name == "circle":  # every anchor against the pairs of the global batch; γ = 4 keeps gradients O(1)
+        return losses.CircleLoss(m=0.4, gamma=4.0)
     return losses.TripletLoss(margin=0.2, squared=False, sampler="semi_hard")
 
 
@@ -64,7 +66,7 @@ def test_fit_mirrored_equals_single_device(loss_name, mirrored_strategy):
 
 
 @pytest.mark.parametrize("loss_name", ["margin_dws", "triplet_semi_hard", "histogram", "angular_npair",
-                                       "multi_similarity", "proxy_anchor"])
+                                       "multi_similarity", "circle", "proxy_anchor"])
 def test_first_step_gradients_equal(loss_name, mirrored_strategy):
     """The gradient of the global-batch loss, one device vs two replicas."""
     x, y = next(iter(_data()))

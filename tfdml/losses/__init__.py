@@ -20,6 +20,7 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`LiftedStructuredLoss`   Song et al. 2016 Eq. 4; Hermans et al. 2017
 :class:`BinomialDevianceLoss`   Yi et al. 2014; Ustinova & Lempitsky 2016 §4
 :class:`MultiSimilarityLoss`    Wang et al. 2019, L_MS with its pair mining
+:class:`CircleLoss`             Sun et al. 2020, Eq. 6 with Eq. 5 / 8 (pairs)
 :class:`ProxyNCALoss`           Movshovitz-Attias et al. 2017 §3 (proxies)
 :class:`ProxyAnchorLoss`        Kim et al. 2020 Eq. 4 (proxies)
 ==============================  ==============================================
@@ -32,6 +33,7 @@ from tfdml.losses.angular import AngularLoss
 from tfdml.losses.balanced_contrastive import BalancedContrastiveLoss
 from tfdml.losses.base import InputCheck, MetricLoss, SeedState, select_pairs, triplets_to_pairs
 from tfdml.losses.binomial_deviance import BinomialDevianceLoss
+from tfdml.losses.circle import CircleLoss
 from tfdml.losses.contrastive import ContrastiveLoss
 from tfdml.losses.histogram import HistogramLoss
 from tfdml.losses.lifted_structured import LiftedStructuredLoss
@@ -72,6 +74,7 @@ LOSSES.update({
     "lifted_structured": LiftedStructuredLoss,
     "binomial_deviance": BinomialDevianceLoss,
     "multi_similarity": MultiSimilarityLoss,
+    "circle": CircleLoss,
     "proxy_nca": ProxyNCALoss,
     "proxy_anchor": ProxyAnchorLoss,
 })
@@ -104,6 +107,7 @@ __all__ = [
     "AngularLoss",
     "BalancedContrastiveLoss",
     "BinomialDevianceLoss",
+    "CircleLoss",
     "ContrastiveLoss",
     "HistogramLoss",
     "InputCheck",

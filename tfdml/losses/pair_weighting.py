@@ -170,3 +170,25 @@ def multi_similarity_weights(sim, pos, neg, alpha, beta, lam):
         return tf.where(counts > 0, w, _neutral(w))
 
     return weights(-alpha * (sim - lam), pos), weights(beta * (sim - lam), neg)
+
+
+# -- circle loss (Sun et al. 2020, Eq. 1 / 6 with the self-paced weights of Eq. 5 / 8) ------
+
+
+def circle_terms(sim, pos, neg, gamma, m):
+    """[B] per-anchor terms of Sun et al.'s Circle loss (Eq. 6, with Eq. 5 and Eq. 8):
+
+        log[1 + Σ_{k∈N_i} Σ_{j∈P_i} e^{γ (α_n^k (S_ik − Δ_n) − α_p^j (S_ij − Δ_p))}]
+          = softplus( log Σ_{k∈N_i} e^{γ α_n^k (S_ik − Δ_n)} + log Σ_{j∈P_i} e^{−γ α_p^j (S_ij − Δ_p)} )
+
+    with α_p^j = [1 + m − S_ij]_+, α_n^k = [S_ik + m]_+ (held constant: no gradient
+    flows through them), Δ_p = 1 − m, Δ_n = m. 0 for an anchor without a positive
+    or without a negative pair (:func:`lifted_anchors`)."""
+    fixed = tf.stop_gradient(sim)
+    alpha_p = tf.nn.relu(1.0 + m - fixed)
+    alpha_n = tf.nn.relu(fixed + m)
+    positive = weighted_logsumexp(-gamma * alpha_p * (sim - (1.0 - m)), pos, axis=1)
+    negative = weighted_logsumexp(gamma * alpha_n * (sim - m), neg, axis=1)
+    valid = lifted_anchors(pos, neg) > 0
+    both = tf.where(valid, positive + negative, _neutral(positive))
+    return tf.where(valid, tf.nn.softplus(both), _neutral(both))

@@ -35,6 +35,8 @@ FACTORIES = {
     "binomial_deviance_random": lambda: losses.BinomialDevianceLoss(sampler="random", seed=5),
     "binomial_deviance_importance": lambda: losses.BinomialDevianceLoss(balanced=False, importance=True),
     "multi_similarity": lambda: losses.MultiSimilarityLoss(),
+    "circle": lambda: losses.CircleLoss(),
+    "circle_semi_hard": lambda: losses.CircleLoss(m=0.4, gamma=80.0, sampler="semi_hard"),
 }
 NAMES = [
     pytest.param(n, marks=pytest.mark.skipif(n == "precision_at_k" and not HAS_TOP_K, reason="no top_k sampler"))

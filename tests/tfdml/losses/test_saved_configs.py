@@ -113,7 +113,22 @@ SAVED = {'contrastive': {'module': 'tfdml.losses.contrastive',
                                      'margin': 0.7,
                                      'lam': 128.0,
                                      'num_classes': 4},
-                          'registered_name': 'tfdml>BalancedContrastiveLoss'}}
+                          'registered_name': 'tfdml>BalancedContrastiveLoss'},
+ 'circle': {'module': 'tfdml.losses.circle',
+            'class_name': 'CircleLoss',
+            'config': {'name': 'circ',
+                       'reduction': 'sum_over_batch_size',
+                       'dtype': 'float32',
+                       'distance': 'cosine',
+                       'sampler': {'module': 'tfdml.samplers.semi_hard',
+                                   'class_name': 'SemiHardSampler',
+                                   'config': {'fallback': 'hardest_inside'},
+                                   'registered_name': 'tfdml>SemiHardSampler'},
+                       'seed': 5,
+                       'tuple_reduction': 'mean_active',
+                       'm': 0.4,
+                       'gamma': 80.0},
+            'registered_name': 'tfdml>CircleLoss'}}
 
 
 @pytest.mark.parametrize("name", sorted(SAVED))

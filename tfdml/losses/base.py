@@ -167,9 +167,10 @@ def resolve_sampler(sampler, kinds, owner):
     """
     if sampler is None:
         return None
+    samplers = _samplers_module()  # registers the samplers' Keras classes before a saved config is read
     if isinstance(sampler, dict):
         sampler = keras.saving.deserialize_keras_object(sampler)
-    sampler = _samplers_module().get(sampler)
+    sampler = samplers.get(sampler)
     kind = getattr(sampler, "kind", None)
     if kind not in kinds:
         raise ValueError(

@@ -229,7 +229,7 @@ def test_the_block_runs_as_printed(document, number, lang, text, scratch_folders
         config.validate(yaml.safe_load(text))
         return
     if lang == "text":
-        assert not any(_program(shlex.split(c)) for c in _commands(text) if "#" not in c), (
+        assert not any(_program(line.split()) for line in text.splitlines()), (
             f"{where} holds a command: mark it ```bash")
         pytest.skip(f"{where}: not code")
     assert lang == "bash", f"{where}: mark a block ```bash, ```python, ```yaml or ```text"

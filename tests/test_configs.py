@@ -39,7 +39,13 @@ def test_every_shipped_config_builds_its_loss(name):
     assert type(loss) is fit_loops.losses_lib.LOSSES[cfg["loss"]["name"]]
 
 
-@pytest.mark.parametrize("name", ON_BUNDLED_DATA)
+#: Configs whose one step is slow (the pretrained EfficientNet embeds the 2,500 test images at
+#: 96 pixels): run with TFDML_SLOW=1; tests/test_train.py trains that backbone from a config.
+SLOW = ("mnist_efficientnet_lite0",)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
+                                  for n in ON_BUNDLED_DATA])
 def test_every_bundled_data_config_trains_as_written(name, tmp_path):
     """One step of the config as shipped, on the data it names (not a stand-in: a design
     that asks for more classes than the bundled data's training split has must fail

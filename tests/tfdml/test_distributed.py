@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml import distributed, losses, models, optimizers
+from tfdml import distributed, losses, models, optimizers, replica_gather
 
 GLOBAL_BATCH = 16
 
@@ -117,7 +117,7 @@ def test_indivisible_global_batch_is_a_clear_error():
 def test_sum_gather_used_by_multi_worker_equals_single_device(mirrored_strategy, monkeypatch):
     """The all-reduce form of the gather (used under MultiWorkerMirroredStrategy)
     gives the single-device weights too, through the custom loop."""
-    monkeypatch.setattr(models, "GATHER_METHOD", "sum")
+    monkeypatch.setattr(replica_gather, "GATHER_METHOD", "sum")
     single = _model(tf.distribute.get_strategy(), "margin_dws")
     single.fit(_data(), steps_per_epoch=3, epochs=1, verbose=0)
     mirrored = _model(mirrored_strategy, "margin_dws")

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import base, input_checks
 from tfdml.losses.weighted_contrastive import WeightedContrastiveLoss
 
 
@@ -60,7 +60,7 @@ class BalancedContrastiveLoss(WeightedContrastiveLoss):
         """η reads ``class_size`` with or without importance weights."""
         checks = super().input_checks()
         if all(check.column != "class_size" for check in checks):
-            checks.append(base.importance_check("class_size"))
+            checks.append(input_checks.importance_check("class_size"))
         return checks
 
     def negative_weights(self, targets, dtype):

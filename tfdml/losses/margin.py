@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdml import targets as targets_lib
-from tfdml.losses import base
+from tfdml.losses import base, input_checks
 
 
 def _check_count(name, value):
@@ -51,20 +51,20 @@ class MarginParameters(keras.layers.Layer):
         self.built = True
 
     def input_checks(self):
-        """The :class:`~tfdml.losses.base.InputCheck` s of the indices into β_class and β_img:
+        """The :class:`~tfdml.losses.input_checks.InputCheck` s of the indices into β_class and β_img:
         ``label`` in [0, num_classes), ``example_id`` in [0, num_examples)."""
         checks = []
         if self.beta_class is not None:
-            checks.append(base.index_check("label", "num_classes", self.num_classes, "classes"))
+            checks.append(input_checks.index_check("label", "num_classes", self.num_classes, "classes"))
         if self.beta_img is not None:
-            checks.append(base.index_check("example_id", "num_examples", self.num_examples,
+            checks.append(input_checks.index_check("example_id", "num_examples", self.num_examples,
                                            "training examples"))
         return checks
 
     def beta(self, labels, example_id=None, dtype=tf.float32):
         """β(i) for each example of the batch, a [B] tensor. Eagerly an index outside
         :meth:`input_checks` raises :class:`tfdml.errors.InvalidInputError`; in a graph its
-        β is that of index 0 (:meth:`~tfdml.losses.base.InputCheck.clean`), and the loss is NaN."""
+        β is that of index 0 (:meth:`~tfdml.losses.input_checks.InputCheck.clean`), and the loss is NaN."""
         labels = tf.reshape(labels, [-1])
         if self.beta_img is not None:
             if example_id is None:

@@ -11,7 +11,7 @@
   training split, which ``train.py`` fills in) and ``embedding_dim`` (the
   config's ``model.embedding_dim``) size the proxies; the batch's ``label``
   column (contiguous 0..L−1, :mod:`tfdml.targets`) indexes them, checked by an
-  :class:`~tfdml.losses.base.InputCheck` (so an id outside [0, num_classes) is
+  :class:`~tfdml.losses.input_checks.InputCheck` (so an id outside [0, num_classes) is
   refused, also under XLA). Raw int64 ids never size or index proxies.
 
 Learning rate of the proxies: both papers' code trains the proxies with a
@@ -30,7 +30,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import base, input_checks
 
 
 def _check_size(name, value, minimum, what):
@@ -59,7 +59,7 @@ class Proxies(keras.layers.Layer):
 
     def input_checks(self):
         """``label`` in [0, num_classes): the index of the example's proxy."""
-        return [base.index_check("label", "num_classes", self.num_classes, "classes of the training split")]
+        return [input_checks.index_check("label", "num_classes", self.num_classes, "classes of the training split")]
 
     def call(self, inputs):  # pragma: no cover - never used as a layer in a model
         return inputs

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdml import losses, models
+from tfdml import losses, models, replica_gather
 
 from tests.tfdml.losses.test_loss_common import FACTORIES, NAMES, batch
 
@@ -137,12 +137,12 @@ def test_fit_with_large_labels_equals_fit_with_small_ones(jit_compile, dtype):
 
 @pytest.mark.parametrize("method", ["all_gather", "sum"])
 def test_replica_gather_keeps_int64_ids_exact(method, mirrored_strategy, monkeypatch):
-    monkeypatch.setattr(models, "GATHER_METHOD", method)
+    monkeypatch.setattr(replica_gather, "GATHER_METHOD", method)
     ids = np.array([2**62 + 1, -(2**40) - 3, 2**24 + 1, 7], np.int64)
 
     @tf.function
     def step(value):
-        return models.gather_across_replicas(value, tf.zeros([2, 1]))[0]
+        return replica_gather.gather_across_replicas(value, tf.zeros([2, 1]))[0]
 
     per_replica = mirrored_strategy.experimental_distribute_values_from_function(
         lambda ctx: tf.constant(ids[2 * ctx.replica_id_in_sync_group: 2 * ctx.replica_id_in_sync_group + 2])

@@ -19,7 +19,7 @@ No imports (not even tfdml's other modules). Metric names are in
 #: :data:`tfdml.losses.LOSSES`.
 LOSSES = ("contrastive", "triplet", "margin", "weighted_contrastive", "balanced_contrastive", "npair",
           "precision_at_k", "stable_contrast", "robust_hard_contrastive", "histogram", "angular",
-          "lifted_structured", "binomial_deviance", "multi_similarity", "circle", "proxy_nca",
+          "lifted_structured", "binomial_deviance", "multi_similarity", "circle", "facility_location", "proxy_nca",
           "proxy_anchor")
 
 #: :data:`tfdml.samplers.SAMPLERS`.
@@ -87,6 +87,8 @@ LOSS_OPTIONS = {
                          "reduction", "dtype", "memory"),
     "circle": ("m", "gamma", "sampler", "distance", "seed", "tuple_reduction", "name", "reduction", "dtype",
                "memory"),
+    "facility_location": ("gamma", "refinement_steps", "nmi_average", "distance", "seed", "tuple_reduction",
+                          "name", "reduction", "dtype", "memory"),
     "proxy_nca": ("num_classes", "embedding_dim", "embedding_scale", "proxy_scale", "proxy_lr_multiplier",
                   "seed", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
     "proxy_anchor": ("num_classes", "embedding_dim", "alpha", "delta", "proxy_lr_multiplier", "seed",

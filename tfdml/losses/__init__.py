@@ -21,6 +21,7 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`BinomialDevianceLoss`   Yi et al. 2014; Ustinova & Lempitsky 2016 §4
 :class:`MultiSimilarityLoss`    Wang et al. 2019, L_MS with its pair mining
 :class:`CircleLoss`             Sun et al. 2020, Eq. 6 with Eq. 5 / 8 (pairs)
+:class:`FacilityLocationLoss`   Song et al. 2017 §3.1–3.4 (clustering, NMI margin)
 :class:`ProxyNCALoss`           Movshovitz-Attias et al. 2017 §3 (proxies)
 :class:`ProxyAnchorLoss`        Kim et al. 2020 Eq. 4 (proxies)
 ==============================  ==============================================
@@ -36,6 +37,7 @@ from tfdml.losses.input_checks import InputCheck
 from tfdml.losses.binomial_deviance import BinomialDevianceLoss
 from tfdml.losses.circle import CircleLoss
 from tfdml.losses.contrastive import ContrastiveLoss
+from tfdml.losses.facility_location import FacilityLocationLoss
 from tfdml.losses.histogram import HistogramLoss
 from tfdml.losses.lifted_structured import LiftedStructuredLoss
 from tfdml.losses.margin import MarginLoss, MarginParameters
@@ -76,6 +78,7 @@ LOSSES.update({
     "binomial_deviance": BinomialDevianceLoss,
     "multi_similarity": MultiSimilarityLoss,
     "circle": CircleLoss,
+    "facility_location": FacilityLocationLoss,
     "proxy_nca": ProxyNCALoss,
     "proxy_anchor": ProxyAnchorLoss,
 })
@@ -110,6 +113,7 @@ __all__ = [
     "BinomialDevianceLoss",
     "CircleLoss",
     "ContrastiveLoss",
+    "FacilityLocationLoss",
     "HistogramLoss",
     "InputCheck",
     "LOSSES",

@@ -24,6 +24,7 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`FacilityLocationLoss`   Song et al. 2017 §3.1–3.4 (clustering, NMI margin)
 :class:`ProxyNCALoss`           Movshovitz-Attias et al. 2017 §3 (proxies)
 :class:`ProxyAnchorLoss`        Kim et al. 2020 Eq. 4 (proxies)
+:class:`WeightedSumLoss`        Σ_t w_t L_t: several losses on one batch (PML's MultipleLosses)
 ==============================  ==============================================
 """
 
@@ -52,6 +53,7 @@ from tfdml.losses.robust_hard_contrastive import RobustHardContrastiveLoss
 from tfdml.losses.stable_contrast import StableContrastLoss
 from tfdml.losses.triplet import TripletLoss
 from tfdml.losses.weighted_contrastive import WeightedContrastiveLoss
+from tfdml.losses.weighted_sum import WeightedSumLoss
 
 
 def _check_loss_class(name, cls):
@@ -133,6 +135,7 @@ __all__ = [
     "StableContrastLoss",
     "TripletLoss",
     "WeightedContrastiveLoss",
+    "WeightedSumLoss",
     "get",
     "reduce_tuples",
     "register",

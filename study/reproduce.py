@@ -1,13 +1,13 @@
 """Reproduce the papers' claims on the kanji-fonts benchmark.
 
-    python benchmarks/reproduce.py --list
-    python benchmarks/reproduce.py --claim wu_sampling --seeds 0 1 2
-    python benchmarks/reproduce.py --claim wu_sampling --budget quick      # the machinery only
-    python benchmarks/reproduce.py --claim wu_sampling --report            # tables, verdicts, curves
-    python benchmarks/reproduce.py --wanted                                # the runs the verdicts ask for
-    python benchmarks/reproduce.py --claim wu_sampling --rerun-unrecorded  # retrain results without a checksum
-    python benchmarks/reproduce.py report                                  # RESULTS.md from the JSON
-    python benchmarks/reproduce.py verify-floor                            # floor.json against the set here
+    python study/reproduce.py --list
+    python study/reproduce.py --claim wu_sampling --seeds 0 1 2
+    python study/reproduce.py --claim wu_sampling --budget quick      # the machinery only
+    python study/reproduce.py --claim wu_sampling --report            # tables, verdicts, curves
+    python study/reproduce.py --wanted                                # the runs the verdicts ask for
+    python study/reproduce.py --claim wu_sampling --rerun-unrecorded  # retrain results without a checksum
+    python study/reproduce.py report                                  # REPORT.md from the JSON
+    python study/reproduce.py verify-floor                            # floor.json against the set here
 
 Every claim is relative (A beats B), so each is a set of **arms** (one
 training config each) and **checks** (arm A scores higher than arm B). An arm
@@ -23,7 +23,7 @@ share one ``--out`` and the same claims (a small network leaves a core idle: two
 runners finish sooner than one): each (arm, seed) is locked by the runner training
 it (``seed-<s>.runner.lock``), and the others skip it.
 
-The data: the kanji-fonts set of ``benchmarks/kanji_fonts.py`` (build it
+The data: the kanji-fonts set of ``study/kanji_fonts.py`` (build it
 first), one character per class, one font face per image, an open-set split
 by class. The budget fixes a *view* of it, written once as an .npz the ``npz``
 source reads: how many training classes (default: all) and a fixed sample of
@@ -31,7 +31,7 @@ test classes (chosen by the sha256 of their code points, so the same for
 every arm and seed). ``--budget quick`` shrinks classes, steps and the test
 sample for a check of the machinery; ``--steps`` / ``--train-classes`` /
 ``--test-classes`` override one figure. Results of different budgets live in
-different folders (``<out>`` defaults to ``benchmarks/reproduction/<budget>``,
+different folders (``<out>`` defaults to ``study/results/<budget>``,
 where the JSON results, ``report.md`` and the curves are committed, and the
 run folders and views are ignored by git), and an
 existing result whose config differs from the one asked for is refused,
@@ -41,8 +41,8 @@ Claims and verdicts: every claim of the papers, run or not, is a row of
 :mod:`reproduction_claims` (its checks, or why it is untested); every verdict
 comes from one function, :func:`verdicts.judge` (paired by seed, Holm across a
 claim's checks, MAP@R; its docstring states the rule). ``--report`` writes
-``<out>/report.md``; ``python benchmarks/reproduce.py report`` also rewrites the
-generated block of RESULTS.md's "Reproduction" from the committed results, and the
+``<out>/report.md``; ``python study/reproduce.py report`` also rewrites the
+generated block of the study's report (``study/REPORT.md``) from the committed results, and the
 figures its hand-written notes quote (:mod:`note_figures`).
 
 Provenance: a result records the kanji set's checksum and the command that
@@ -74,10 +74,10 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path[:0] = [ROOT, HERE]
+sys.path[:0] = [ROOT, HERE, os.path.join(ROOT, "benchmarks")]
 
-import kanji_fonts  # noqa: E402  (benchmarks/kanji_fonts.py)
-import machine  # noqa: E402
+import kanji_fonts  # noqa: E402  (study/kanji_fonts.py)
+import machine  # noqa: E402  (benchmarks/machine.py: the machine's description)
 import note_figures  # noqa: E402
 import reproduction_claims as paper_claims  # noqa: E402
 import verdicts  # noqa: E402
@@ -92,7 +92,7 @@ from tfdml import files  # noqa: E402  (atomic writes: a temporary file of this 
 #: 6,000 steps of batch 80 (about 25 epochs), 24 evaluations.
 #: ``protocol``: how the budget runs the papers' experiments, shown with each claim in place of
 #: the claim's own protocol line (which describes the standard budget); ``beside_standard``: the
-#: committed results of the budget are reported in RESULTS next to the standard budget's.
+#: committed results of the budget are reported in REPORT.md next to the standard budget's.
 BUDGETS = {
     "standard": {"steps": 2000, "evaluations": 8, "train_classes": None, "test_classes": 500},
     "quick": {"steps": 40, "evaluations": 2, "train_classes": 100, "test_classes": 40},
@@ -571,7 +571,7 @@ def kanji_set(data=None):
     cache folder; exits naming the command that builds it when the set is not there."""
     data_dir = data or kanji_fonts.default_out(32)
     if not os.path.exists(os.path.join(data_dir, kanji_fonts.NPZ_NAME)):
-        sys.exit(f"No kanji-fonts set at {data_dir}; build it first: python benchmarks/kanji_fonts.py "
+        sys.exit(f"No kanji-fonts set at {data_dir}; build it first: python study/kanji_fonts.py "
                  "(see its docstring for the fonts to install), or give --data.")
     return data_dir
 
@@ -579,12 +579,12 @@ def kanji_set(data=None):
 def add_probe_arguments(parser):
     """``--data`` and ``--out`` of a script that probes a budget's results (probe_*.py)."""
     parser.add_argument("--data", help="the kanji-fonts set (default: kanji_fonts.py's cache folder)")
-    parser.add_argument("--out", help="results folder of the budget (default benchmarks/reproduction/<budget>)")
+    parser.add_argument("--out", help="results folder of the budget (default study/results/<budget>)")
 
 
 def probe_folders(args):
     """(results folder, kanji-set folder) of :func:`add_probe_arguments`' arguments and ``args.budget``."""
-    out = os.path.abspath(args.out or os.path.join(HERE, "reproduction", args.budget))
+    out = os.path.abspath(args.out or os.path.join(HERE, "results", args.budget))
     return out, kanji_set(args.data)
 
 
@@ -872,7 +872,7 @@ def kanji_build_command(manifest):
     default folder are named by the variable ``$FONTS_DIR``)."""
     settings = manifest.get("settings", {})
     fonts = [face.get("path", "") for face in manifest.get("faces", [])]
-    command = (f"python benchmarks/kanji_fonts.py --size {settings.get('size')} --chars {settings.get('chars')} "
+    command = (f"python study/kanji_fonts.py --size {settings.get('size')} --chars {settings.get('chars')} "
                f"--min-per-class {settings.get('min_per_class')}")
     if fonts and not all(path.startswith(kanji_fonts.DEFAULT_FONTS_DIR + os.sep) for path in fonts):
         command += " --fonts-dir $FONTS_DIR"
@@ -1108,7 +1108,7 @@ def mark_started(out, claims):
     for claim in claims:
         path = os.path.join(folder, claim)
         if not os.path.exists(path):
-            files.write_text(path, f"python benchmarks/reproduce.py --claim {claim} --budget {name}\n")
+            files.write_text(path, f"python study/reproduce.py --claim {claim} --budget {name}\n")
 
 
 def experiments_in(out):
@@ -1340,9 +1340,9 @@ def claim_detail(row, out):
 
 
 def rule_text():
-    """The verdict rule, from :mod:`verdicts`' constants (the RESULTS and report.md preamble)."""
+    """The verdict rule, from :mod:`verdicts`' constants (the REPORT.md and report.md preamble)."""
     words = "; ".join(f"**{w}**: {meaning}" for w, meaning in verdicts.VERDICT_WORDS.items())
-    return (f"Every verdict is computed by one function (`benchmarks/verdicts.py`), the same for every claim "
+    return (f"Every verdict is computed by one function (`study/verdicts.py`), the same for every claim "
             f"and fixed before any further run; the committed runs were made before it was written, so for "
             f"them it is not a pre-registered rule. A check \"A > B\" is judged on {VERDICT_METRIC.upper()} "
             f"(R@1 and the paper's metric are reported, never a tie-breaker) from the **paired** differences "
@@ -1476,7 +1476,7 @@ def wanted_text(out):
     for experiment, (seeds, open_checks, runs, median) in wanted.items():
         cost = f"~{runs * median / 60:.1f} h" if median is not None else "cost unknown"
         minutes += runs * (median or 0.0)
-        lines.append(f"python benchmarks/reproduce.py --claim {experiment}{where} --seeds {' '.join(map(str, seeds))}"
+        lines.append(f"python study/reproduce.py --claim {experiment}{where} --seeds {' '.join(map(str, seeds))}"
                      f"   # {open_checks} open check(s), {runs} run(s) to add, {cost} of one runner")
     if unrecorded:
         results = [r for rs in unrecorded.values() for r in rs]
@@ -1484,11 +1484,11 @@ def wanted_text(out):
         rerun_minutes = run_cost(results)[1]
         minutes += rerun_minutes
         claims = " ".join(f"--claim {c}" for c in unrecorded)
-        lines.append(f"python benchmarks/reproduce.py {claims}{where} --seeds {' '.join(map(str, seeds))} "
+        lines.append(f"python study/reproduce.py {claims}{where} --seeds {' '.join(map(str, seeds))} "
                      f"--rerun-unrecorded   # {len(results)} result(s) without a data set checksum, "
                      f"~{rerun_minutes / 60:.1f} h of one runner (their own run times)")
     for claim, test_classes, ks, reason in probes:
-        lines.append(f"python benchmarks/probe_reproduction.py --claim {claim}{where} --test-classes {test_classes} "
+        lines.append(f"python study/probe_reproduction.py --claim {claim}{where} --test-classes {test_classes} "
                      f"--ks {' '.join(map(str, ks))}   # re-score (after the runs above, on the machine that "
                      f"trained them: it reads their models): {reason}")
     lines.append(f"# in all ~{minutes / 60:.1f} h of one runner (each experiment's median run so far)")
@@ -1598,11 +1598,11 @@ def policy_diagnostics(claim, out):
             "|---|---:|---:|---:|---:|", *rows, ""]
 
 
-#: The block of RESULTS.md that ``reproduce.py report`` writes (between these lines).
-RESULTS_BEGIN = ("<!-- generated by `python benchmarks/reproduce.py report` from the committed results: "
+#: The block of REPORT.md that ``reproduce.py report`` writes (between these lines).
+RESULTS_BEGIN = ("<!-- generated by `python study/reproduce.py report` from the committed results: "
                  "edit reproduce.py, reproduction_claims.py or verdicts.py, not this block -->")
 RESULTS_END = "<!-- end of the generated block -->"
-RESULTS_PATH = os.path.join(HERE, "RESULTS.md")
+RESULTS_PATH = os.path.join(HERE, "REPORT.md")
 
 
 def budget_text(out):
@@ -1644,7 +1644,7 @@ def budget_text(out):
 
 
 def results_block(out):
-    """The generated block of RESULTS' "Reproduction": setting, rule, every claim with its verdict,
+    """The generated block of REPORT.md: setting, rule, every claim with its verdict,
     the total cost, then each experiment's detail (the same text as report.md)."""
     experiments = experiments_in(out)
     results = distinct_results(experiments, out)
@@ -1656,11 +1656,11 @@ def results_block(out):
              claims_table(out), "", total_cost_line(experiments, out), "",
              data_line(results, read_floor(out)), "",
              machines_line(results), "",
-             f"Every run is reproduced by one command per experiment, `python benchmarks/reproduce.py --claim "
+             f"Every run is reproduced by one command per experiment, `python study/reproduce.py --claim "
              f"<experiment> --seeds <its seeds>` (each experiment's cost line names them; resumable: one JSON per arm "
              f"and seed under `{where}/arms/`); "
-             f"`python benchmarks/reproduce.py report` rewrites this block from those JSON files "
-             f"(`--check` fails when it is stale); `python benchmarks/reproduce.py --wanted` lists the runs the "
+             f"`python study/reproduce.py report` rewrites this block from those JSON files "
+             f"(`--check` fails when it is stale); `python study/reproduce.py --wanted` lists the runs the "
              f"verdicts still ask for (checks open on fewer than {verdicts.MIN_SEEDS} seeds) and the results to "
              f"train again because they record no data set checksum, as commands, with their cost, and the "
              f"probes (`probe_reproduction.py`) to score again because a run they scored was trained again since. "
@@ -1721,7 +1721,7 @@ def beside_detail(other):
     name = os.path.basename(os.path.normpath(other))
     experiments = experiments_in(other)
     lines = [f"### The experiments under `{name}`", "", budget_text(other), "",
-             f"Each run: `python benchmarks/reproduce.py --claim <experiment> --budget {name} --seeds <its seeds>` "
+             f"Each run: `python study/reproduce.py --claim <experiment> --budget {name} --seeds <its seeds>` "
              f"(each experiment's cost line names them; one JSON per arm and seed under "
              f"`{os.path.relpath(other, ROOT)}/arms/`).", ""]
     lines += [report(c, other, draw=False) for c in experiments]
@@ -1768,7 +1768,7 @@ def write_results(out, path=RESULTS_PATH, check=False):
         text = f.read()
     if RESULTS_BEGIN not in text or RESULTS_END not in text:
         raise SystemExit(f"{path} has no generated reproduction block (the lines {RESULTS_BEGIN!r} ... "
-                         f"{RESULTS_END!r}); add them under its Reproduction heading.")
+                         f"{RESULTS_END!r}); add them under its title.")
     head, rest = text.split(RESULTS_BEGIN, 1)
     _, tail = rest.split(RESULTS_END, 1)
     figures = note_figures.Figures(NoteFigureSource(out))
@@ -1868,7 +1868,7 @@ def build_parser():
     p.add_argument("--train-classes", type=int, help="training classes (overrides the budget)")
     p.add_argument("--test-classes", type=int, help="test classes evaluated (overrides the budget)")
     p.add_argument("--data", help="the kanji-fonts set (default: kanji_fonts.py's cache folder)")
-    p.add_argument("--out", help="results folder (default benchmarks/reproduction/<budget>: the JSON "
+    p.add_argument("--out", help="results folder (default study/results/<budget>: the JSON "
                                  "results, reports and curves are committed; run folders and views are not)")
     p.add_argument("--report", action="store_true", help="only write the report of what is done")
     p.add_argument("--list", action="store_true", help="list the claims and their arms")
@@ -1885,10 +1885,10 @@ def build_parser():
 
 def build_report_parser():
     p = argparse.ArgumentParser(prog="reproduce.py report",
-                                description="Rewrite RESULTS.md's reproduction block and report.md from the "
+                                description="Rewrite REPORT.md's generated block and report.md from the "
                                             "committed results, through the verdict function.")
-    p.add_argument("--out", default=os.path.join(HERE, "reproduction", "standard"), help="results folder")
-    p.add_argument("--results", default=RESULTS_PATH, help="the RESULTS.md to rewrite")
+    p.add_argument("--out", default=os.path.join(HERE, "results", "standard"), help="results folder")
+    p.add_argument("--results", default=RESULTS_PATH, help="the REPORT.md to rewrite")
     p.add_argument("--check", action="store_true", help="write nothing; fail when the block is stale")
     return p
 
@@ -1899,7 +1899,7 @@ def report_main(argv):
     try:
         if args.check:
             if not write_results(out, args.results, check=True):
-                print(f"{args.results}: the reproduction block is stale; run python benchmarks/reproduce.py report",
+                print(f"{args.results}: the reproduction block is stale; run python study/reproduce.py report",
                       file=sys.stderr)
                 return 1
             return 0
@@ -1948,12 +1948,12 @@ def main(argv=None):
             tested = ", ".join(row["id"] for row in paper_claims.rows_of(claim))
             print(f"{claim}: {spec['source']}\n  claims: {tested}\n  arms: {', '.join(claim_arms(claim))}")
         untested = [row["id"] for row in paper_claims.CLAIMS if row.get("untested")]
-        print(f"untested claims (reasons in RESULTS.md): {', '.join(untested)}")
+        print(f"untested claims (reasons in study/REPORT.md): {', '.join(untested)}")
         return 0
     if args.wanted:
         budget_name = args.budget + ("-custom" if any(getattr(args, k) is not None
                                                       for k in ("steps", "train_classes", "test_classes")) else "")
-        print(wanted_text(os.path.abspath(args.out or os.path.join(HERE, "reproduction", budget_name))))
+        print(wanted_text(os.path.abspath(args.out or os.path.join(HERE, "results", budget_name))))
         return 0
     if not args.claim:
         build_parser().error("give --claim (or --list, --wanted)")
@@ -1963,7 +1963,7 @@ def main(argv=None):
         if getattr(args, key) is not None:
             budget[key] = getattr(args, key)
     custom = any(getattr(args, k) is not None for k in ("steps", "train_classes", "test_classes"))
-    out = os.path.abspath(args.out or os.path.join(HERE, "reproduction", args.budget + ("-custom" if custom else "")))
+    out = os.path.abspath(args.out or os.path.join(HERE, "results", args.budget + ("-custom" if custom else "")))
     if not args.report:
         data_dir = kanji_set(args.data)
         view = make_view(data_dir, out, budget["train_classes"], budget["test_classes"])

@@ -1,4 +1,4 @@
-"""benchmarks/verdicts.py: the statistics every reproduction verdict uses, on inputs whose
+"""study/verdicts.py: the statistics every reproduction verdict uses, on inputs whose
 answers are known by hand; scipy (the test extra) is only the oracle of the distributions."""
 
 import importlib.util
@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location("verdicts", os.path.join(ROOT, "benchmarks", "verdicts.py"))
+_spec = importlib.util.spec_from_file_location("verdicts", os.path.join(ROOT, "study", "verdicts.py"))
 vd = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(vd)
 

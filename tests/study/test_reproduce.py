@@ -1,4 +1,4 @@
-"""benchmarks/reproduce.py: every arm is a valid config, the verdict rule, and one
+"""study/reproduce.py: every arm is a valid config, the verdict rule, and one
 real (tiny) arm run through train.py, resumed and refused when its config changes."""
 
 import importlib.util
@@ -14,7 +14,7 @@ import pytest
 from tfdml_app import config as tfdml_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location("reproduce", os.path.join(ROOT, "benchmarks", "reproduce.py"))
+_spec = importlib.util.spec_from_file_location("reproduce", os.path.join(ROOT, "study", "reproduce.py"))
 rp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(rp)
 
@@ -217,7 +217,7 @@ def test_an_arm_runs_through_train_py_and_is_not_run_twice(kanji_dir, tmp_path, 
         # provenance: the data set's checksum and build command, package versions, the commit
         provenance = result["provenance"]
         assert provenance["data"]["checksum"] == "ab" * 32
-        assert provenance["data"]["build_command"] == ("python benchmarks/kanji_fonts.py --size 32 --chars latin "
+        assert provenance["data"]["build_command"] == ("python study/kanji_fonts.py --size 32 --chars latin "
                                                        "--min-per-class 5")
         assert provenance["data"]["font_packages"] == ["fonts-dejavu-core=2.37-8"]
         assert "numpy" in provenance["packages"] and provenance["git_commit"]
@@ -371,10 +371,10 @@ def test_wanted_lists_the_seeds_that_could_decide_an_open_check(tmp_path, capsys
     assert wanted["wu_sampling"][0] == [0, 1, 2, 3, 4] and wanted["wu_beta"][2] == 8
     assert rp.main(["--wanted", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert f"python benchmarks/reproduce.py --claim wu_beta --out {out} --seeds 3 4   # 1 open check(s), 8 run(s) " \
+    assert f"python study/reproduce.py --claim wu_beta --out {out} --seeds 3 4   # 1 open check(s), 8 run(s) " \
            "to add, ~0.3 h of one runner" in text
     # these results record no data set checksum: one command trains them again, at their own cost
-    assert f"python benchmarks/reproduce.py --claim wu_sampling --claim wu_beta --out {out} --seeds 0 1 2 " \
+    assert f"python study/reproduce.py --claim wu_sampling --claim wu_beta --out {out} --seeds 0 1 2 " \
            "--rerun-unrecorded   # 15 result(s) without a data set checksum, ~0.5 h of one runner" in text
     for path in (out / "arms").glob("*/seed-*.json"):
         path.write_text(json.dumps({**json.loads(path.read_text()), "provenance": {"data": {"checksum": "a" * 64}}}))
@@ -391,7 +391,7 @@ def test_wanted_commands_run_in_the_budget_of_the_folder(tmp_path, capsys):
         command = capsys.readouterr().out.splitlines()[0].split("   #")[0]
         if option is None:  # a folder of no budget's name: its path says where
             option = f"--out {out}"
-        assert command == " ".join(filter(None, ["python benchmarks/reproduce.py --claim wu_beta", option,
+        assert command == " ".join(filter(None, ["python study/reproduce.py --claim wu_beta", option,
                                                  "--seeds 0 1 2 3 4"]))
 
 
@@ -645,7 +645,7 @@ def test_a_probe_of_runs_trained_again_since_is_wanted_again(tmp_path):
     (out / "arms" / arm / "seed-1.json").write_text(json.dumps(results[1]))
     assert rp.stale_probes(str(out)) == [("lu_topk", 2000, [1, 5], "1 of the 2 runs it scored were trained again since")]
     line = rp.wanted_text(str(out)).splitlines()[-2]
-    assert line.startswith("python benchmarks/probe_reproduction.py --claim lu_topk --out ")
+    assert line.startswith("python study/probe_reproduction.py --claim lu_topk --out ")
     assert " --test-classes 2000 --ks 1 5 " in line and "1 of the 2 runs" in line
     del probe[rp.PROBE_RUNS_KEY]  # a probe that records no runs cannot be tied to them
     (out / "probes" / "lu_topk-test2000.json").write_text(json.dumps(probe))
@@ -796,10 +796,10 @@ def test_results_show_wu_s_protocol_beside_the_standard_budget(tmp_path):
         rp.report("wu_beta", str(standard), draw=False)
 
 
-def test_results_md_reproduction_block_is_generated_from_the_committed_results():
-    """RESULTS' verdicts are the verdict function's on the committed JSON: none can say more."""
-    assert rp.write_results(os.path.join(ROOT, "benchmarks", "reproduction", "standard"), check=True), \
-        "benchmarks/RESULTS.md is stale: run python benchmarks/reproduce.py report"
+def test_report_block_is_generated_from_the_committed_results():
+    """The report's verdicts are the verdict function's on the committed JSON: none can say more."""
+    assert rp.write_results(os.path.join(ROOT, "study", "results", "standard"), check=True), \
+        "study/REPORT.md is stale: run python study/reproduce.py report"
 
 
 def _names_an_absolute_path(value):
@@ -810,10 +810,10 @@ def _names_an_absolute_path(value):
     return isinstance(value, str) and (value.startswith("/") or value[1:3] == ":\\")
 
 
-def test_no_absolute_paths_under_benchmarks():
-    """Committed configs and results under benchmarks/ name no folder of one machine: results
+def test_no_absolute_paths_under_study_and_benchmarks():
+    """Committed configs and results under study/ and benchmarks/ name no folder of one machine: results
     write ``$OUT``, configs relative paths. (Run folders and views are git-ignored.)"""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "benchmarks"],
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "study", "benchmarks"],
                             cwd=ROOT, capture_output=True, text=True)
     if listed.returncode != 0:
         pytest.skip("not a git checkout: the committed files are not known")

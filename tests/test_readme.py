@@ -194,7 +194,7 @@ def test_readme_is_short_lists_every_config_and_points_to_the_docs():
     listed = set(re.findall(r"`(configs/[\w.-]+\.yaml)`", README.split("## Whole experiments")[1]))
     on_disk = {f"configs/{name}" for name in os.listdir(os.path.join(ROOT, "configs")) if name.endswith(".yaml")}
     assert listed == on_disk, f"README configs table: missing {on_disk - listed}, stale {listed - on_disk}"
-    for target in ("docs/guide.md", "docs/design.md", "docs/config.md", "benchmarks/RESULTS.md"):
+    for target in ("docs/guide.md", "docs/design.md", "docs/config.md", "benchmarks/RESULTS.md", "study/REPORT.md"):
         assert f"]({target}" in README, target
     for target in re.findall(r"\]\(([^)#\s]+)", README):
         if not re.match(r"[a-z]+://", target):

@@ -22,8 +22,8 @@ def _doc_files():
 
 
 #: The Markdown files outside docs/ that the tests of the docs read too: the benchmarks' and the study's.
-REPORT_FILES = [os.path.join(ROOT, *parts) for parts in (("benchmarks", "RESULTS.md"), ("study", "README.md"),
-                                                        ("study", "REPORT.md"))]
+REPORT_FILES = [os.path.join(ROOT, *parts) for parts in (("benchmarks", "README.md"), ("benchmarks", "RESULTS.md"),
+                                                        ("study", "README.md"), ("study", "REPORT.md"))]
 
 
 def _read(path):

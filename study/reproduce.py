@@ -879,15 +879,42 @@ def kanji_build_command(manifest):
     return command
 
 
-def git_commit():
-    """HEAD of the checkout that runs (``+dirty`` with uncommitted changes; None outside git)."""
+#: The paths (relative to the checkout) whose changes are not code behind a result: the results,
+#: reports and curves the runner and ``report`` write.
+NOT_CODE = ("study/results/", "study/REPORT.md")
+
+
+def uncommitted_changes():
+    """The paths of the checkout that differ from its commit (changed, staged, or new and not
+    ignored by git), outside :data:`NOT_CODE`; None outside a git checkout."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, check=True)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
+                                capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    paths = [line[3:].split(" -> ")[-1].strip('"') for line in status.stdout.splitlines() if line.strip()]
+    return [path for path in paths if not path.startswith(NOT_CODE)]
+
+
+def require_committed_tree():
+    """Exit naming the uncommitted changes when the checkout has any (:func:`uncommitted_changes`):
+    a result records the commit of the code that made it, and a commit plus changes names no code."""
+    changed = uncommitted_changes()
+    if changed:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        sys.exit(f"reproduce.py: the checkout has uncommitted changes ({shown}); a result records the git "
+                 "commit of the code behind it, and with changes that commit does not identify it. Commit "
+                 "or stash them (or remove the new files), then run again.")
+
+
+def git_commit():
+    """HEAD of the checkout that runs (``+dirty`` with uncommitted changes outside :data:`NOT_CODE`;
+    None outside git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if uncommitted_changes() else "")
 
 
 def package_versions():
@@ -1965,6 +1992,7 @@ def main(argv=None):
     custom = any(getattr(args, k) is not None for k in ("steps", "train_classes", "test_classes"))
     out = os.path.abspath(args.out or os.path.join(HERE, "results", args.budget + ("-custom" if custom else "")))
     if not args.report:
+        require_committed_tree()
         data_dir = kanji_set(args.data)
         view = make_view(data_dir, out, budget["train_classes"], budget["test_classes"])
         floor = raw_pixel_floor(view, out)["metrics"]

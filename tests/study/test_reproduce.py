@@ -17,6 +17,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 _spec = importlib.util.spec_from_file_location("reproduce", os.path.join(ROOT, "study", "reproduce.py"))
 rp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(rp)
+UNCOMMITTED_CHANGES = rp.uncommitted_changes
+
+
+@pytest.fixture(autouse=True)
+def _a_committed_checkout(monkeypatch):
+    """The runner refuses a checkout with uncommitted changes; the tests run in a checkout that
+    may have them (the tests of that refusal set them themselves)."""
+    monkeypatch.setattr(rp, "uncommitted_changes", lambda: [])
 
 
 def test_every_arm_of_every_claim_is_a_valid_config(tmp_path):
@@ -1014,3 +1022,44 @@ def test_the_report_says_whether_a_learned_policy_collapsed(tmp_path):
     # entropy (6.9 + 6.7) / 2 → (2.0 + 1.0) / 2; picked / uniform (1.5 + 1.0) / 2 → (1.2 + 1.5) / 2
     assert rows == [f"| {arm} | 2 | 6.80 → 1.50 | 7.00 | 1.25 → 1.35 |"]
     assert rp.policy_diagnostics("wu_sampling", str(out)) == []
+
+
+def test_the_runner_refuses_a_checkout_with_uncommitted_changes(tmp_path, monkeypatch):
+    monkeypatch.setattr(rp, "uncommitted_changes", lambda: ["tfdml/losses/base.py"])
+    monkeypatch.setattr(rp, "kanji_set", lambda data: pytest.fail("the refusal comes before any data or training"))
+    with pytest.raises(SystemExit) as refused:
+        rp.main(["--claim", "wu_beta", "--seeds", "0", "--out", str(tmp_path / "out")])
+    assert "uncommitted changes (tfdml/losses/base.py)" in str(refused.value)
+    assert "Commit or stash them" in str(refused.value)
+    assert not (tmp_path / "out" / "arms").exists()
+    assert rp.main(["--claim", "wu_beta", "--report", "--out", str(tmp_path / "out")]) == 0  # writes no result
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def test_uncommitted_changes_are_those_of_code_not_of_results(tmp_path, monkeypatch):
+    """Changed, staged and new files count; the results and reports the runner writes do not."""
+    monkeypatch.setattr(rp, "uncommitted_changes", UNCOMMITTED_CHANGES)
+    monkeypatch.setattr(rp, "ROOT", str(tmp_path))
+    assert rp.uncommitted_changes() is None and rp.git_commit() is None  # not a git checkout
+    (tmp_path / "study" / "results" / "standard").mkdir(parents=True)
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "study" / "REPORT.md").write_text("report\n")
+    (tmp_path / "study" / "results" / "standard" / "report.md").write_text("report\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-q", "-m", "start")
+    assert rp.uncommitted_changes() == [] and not rp.git_commit().endswith("+dirty")
+    (tmp_path / "study" / "REPORT.md").write_text("rewritten\n")
+    (tmp_path / "study" / "results" / "standard" / "report.md").write_text("rewritten\n")
+    (tmp_path / "study" / "results" / "standard" / "seed-0.json").write_text("{}\n")
+    assert rp.uncommitted_changes() == []
+    (tmp_path / "code.py").write_text("x = 2\n")
+    (tmp_path / "new.py").write_text("y = 1\n")
+    assert sorted(rp.uncommitted_changes()) == ["code.py", "new.py"] and rp.git_commit().endswith("+dirty")
+    _git(tmp_path, "add", "code.py")
+    (tmp_path / "new.py").unlink()
+    assert rp.uncommitted_changes() == ["code.py"]  # staged is not committed

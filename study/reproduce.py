@@ -1282,25 +1282,76 @@ def row_arms(row):
     return list(dict.fromkeys(a for check in row.get("checks", ()) for a in paper_claims.sides(check)))
 
 
-def judge_claim(row, out):
+def is_investigation(row):
+    """Whether a row is one of the study's own investigations, not a claim of a paper."""
+    return row["paper"] == "investigation"
+
+
+def paper_metric(row):
+    """The paper's own metric of a claim (its experiment's: R@1, P@5 for Lu), judged beside
+    :data:`VERDICT_METRIC`; None for a claim that reads another figure (a training figure)."""
+    if row.get("untested") or row.get("metric", VERDICT_METRIC) != VERDICT_METRIC:
+        return None
+    return CLAIMS[row["experiment"]]["metric"]
+
+
+#: How the report names a metric it judges on.
+METRIC_NAMES = {"map@r": "MAP@R", "recall@1": "R@1", "precision@5": "P@5", "train_objective": "training loss"}
+
+
+def claim_specs(row, out, metric):
+    """The checks of a claim, as :func:`verdicts.judge` takes them, on ``metric``."""
+    return [{"check": check, "at": at, "kind": row.get("kind", "better"),
+             "better": seed_values(out, check[0], metric, at), "worse": seed_values(out, check[1], metric, at)}
+            for at in (row.get("at") or (None,)) for check in row["checks"]]
+
+
+def judge_claim(row, out, metric=None):
     """The verdict of one claim of :mod:`reproduction_claims` from the results in ``out``,
-    through :func:`verdicts.judge` (the one verdict function). Returns a dict: verdict,
-    reason (untested), metric, checks (the judged rows, each with its label, check and at)
-    and results (every result read). Refuses results of two data set versions."""
+    through :func:`verdicts.judge` (the one verdict function; Holm's family: the claim's
+    checks), on ``metric`` (default: the claim's, :data:`VERDICT_METRIC` unless it names
+    another). Returns a dict: verdict, reason (untested), metric, checks (the judged rows,
+    each with its label, check and at) and results (every result read). Refuses results of
+    two data set versions."""
     if row.get("untested"):
         return {"verdict": verdicts.UNTESTED, "reason": row["untested"], "checks": [], "results": [],
                 "metric": None}
-    metric = row.get("metric", VERDICT_METRIC)
+    metric = metric or row.get("metric", VERDICT_METRIC)
     results = [r for arm in row_arms(row) for r in load_results(out, arm)]
     check_one_data_version(results, f"claim {row['id']}")
-    specs = [{"check": check, "at": at, "kind": row.get("kind", "better"),
-              "better": seed_values(out, check[0], metric, at), "worse": seed_values(out, check[1], metric, at)}
-             for at in (row.get("at") or (None,)) for check in row["checks"]]
-    judged, verdict = verdicts.judge(specs)
+    specs = claim_specs(row, out, metric)
+    judged, verdict = verdicts.judge(specs, investigation=is_investigation(row))
     for spec, checked in zip(specs, judged):
         checked.update(check=spec["check"], at=spec["at"], label=check_label(spec["check"], spec["at"], spec["kind"]))
     reason = "arms or seeds missing" if verdict == verdicts.UNTESTED else None
     return {"verdict": verdict, "reason": reason, "metric": metric, "checks": judged, "results": results}
+
+
+def judge_paper(paper, out):
+    """``{claim id: judged}`` of the claims of ``paper`` that ``out`` has started, each on its own
+    metric (:func:`judge_claim`'s) with Holm's correction across every check of them (one family
+    per paper); judged: a dict of verdict and checks."""
+    started = experiments_in(out)
+    rows = [row for row in paper_claims.CLAIMS
+            if row["paper"] == paper and not row.get("untested") and row["experiment"] in started]
+    together = verdicts.judge_together([claim_specs(row, out, row.get("metric", VERDICT_METRIC)) for row in rows])
+    return {row["id"]: {"verdict": verdict, "checks": checks} for row, (checks, verdict) in zip(rows, together)}
+
+
+def judged_three_ways(row, out, papers=None):
+    """A claim's verdicts: on its metric (Holm per claim), on the paper's metric (Holm per claim;
+    None when :func:`paper_metric` is None) and on its metric with Holm per paper (None for an
+    investigation). ``papers``: a dict that keeps :func:`judge_paper` results across calls."""
+    papers = {} if papers is None else papers
+    own = judge_claim(row, out)
+    metric = paper_metric(row)
+    theirs = judge_claim(row, out, metric) if metric else None
+    per_paper = None
+    if not is_investigation(row):
+        if row["paper"] not in papers:
+            papers[row["paper"]] = judge_paper(row["paper"], out)
+        per_paper = papers[row["paper"]].get(row["id"])
+    return own, theirs, per_paper
 
 
 def paired_summary(out, check, metric, at=None):
@@ -1333,8 +1384,9 @@ def outcome_counts(judged):
     return f"{held} of {len(outcomes)} hold, {reversed_} reversed"
 
 
-def claim_detail(row, out):
-    """Markdown of one claim: its checks with the statistics and the verdict."""
+def claim_detail(row, out, papers=None):
+    """Markdown of one claim: its checks with the statistics and the verdict, then its verdicts on
+    the paper's metric and with Holm per paper (:func:`judged_three_ways`; ``papers`` as there)."""
     judged = judge_claim(row, out)
     spec = CLAIMS[row["experiment"]]
     metric = judged["metric"]
@@ -1362,8 +1414,18 @@ def claim_detail(row, out):
         lines += ["", "A check after a fraction of the steps reads the validation split's curve: the test split "
                       "is scored once, at the end."]
     lines += ["", f"Verdict: **{judged['verdict']}** ({counts}; {metric}"
-              + (", lower is better: Δ is B − A" if metric in TRAINING_FIGURES else "") + ").", ""]
-    return "\n".join(lines)
+              + (", lower is better: Δ is B − A" if metric in TRAINING_FIGURES else "") + ")."]
+    _, theirs, per_paper = judged_three_ways(row, out, papers)
+    beside = []
+    if theirs is not None:
+        beside.append(f"on the paper's metric, {METRIC_NAMES.get(theirs['metric'], theirs['metric'])}: "
+                      f"**{theirs['verdict']}** ({outcome_counts(theirs)})")
+    if per_paper is not None:
+        beside.append(f"with Holm's correction across every check of {row['paper']} judged here: "
+                      f"**{per_paper['verdict']}** ({outcome_counts(per_paper)})")
+    if beside:
+        lines += ["", "Beside it, by the same rule: " + "; ".join(beside) + "."]
+    return "\n".join(lines + [""])
 
 
 def rule_text():
@@ -1371,39 +1433,59 @@ def rule_text():
     words = "; ".join(f"**{w}**: {meaning}" for w, meaning in verdicts.VERDICT_WORDS.items())
     return (f"Every verdict is computed by one function (`study/verdicts.py`), the same for every claim "
             f"and fixed before any further run; the committed runs were made before it was written, so for "
-            f"them it is not a pre-registered rule. A check \"A > B\" is judged on {VERDICT_METRIC.upper()} "
-            f"(R@1 and the paper's metric are reported, never a tie-breaker) from the **paired** differences "
+            f"them it is not a pre-registered rule. A check \"A > B\" is judged on {VERDICT_METRIC.upper()}, "
+            f"and, by the same rule beside it, on the paper's own metric (R@1; P@5 for Lu), from the "
+            f"**paired** differences "
             f"A_s − B_s over the seeds both arms ran (the same seed gives both the same initial weights and "
             f"batch order): a paired t-test, two-sided, with **Holm's correction across the checks of the "
-            f"claim** at α = {verdicts.ALPHA}. It holds (or is reversed) when significant after Holm; a "
+            f"claim** at α = {verdicts.ALPHA}; the family is a choice, so the verdict with Holm across every "
+            f"check of the paper's claims judged here (one family per paper) is shown beside it. It holds "
+            f"(or is reversed) when significant after Holm; a "
             f"check whose difference is under {verdicts.RESOLVE_SE:g} standard errors needs at least "
             f"{verdicts.MIN_SEEDS} seeds to be decided (else \"{verdicts.NEEDS_SEEDS}\"). The exact sign-flip "
             f"permutation p is shown as a distribution-free cross-check: its floor is 2^(1−n), 0.25 with 3 "
             f"seeds, so with 3 seeds no check can be significant on it. The unpaired (Welch) p is shown for "
             f"comparison. Only a claim that is itself \"not worse\" (Hong's Fig. 4: \"not sensitive to "
             f"λ\") has not-worse checks: the same test on A − B + δ, δ = {verdicts.NON_INFERIORITY_MARGIN:g} "
-            f"of {VERDICT_METRIC.upper()}, declared before its runs. Verdicts: {words}.")
+            f"of {VERDICT_METRIC.upper()}, declared before its runs. Verdicts: {words}. An investigation (the "
+            f"study's own probe, not a paper's claim) is "
+            + ", ".join(f"**{w}**" for w in verdicts.INVESTIGATION_WORDS.values())
+            + " in place of the first three.")
 
 
 def claims_table(out):
-    """Markdown: every claim of :mod:`reproduction_claims`, run or not, with its verdict."""
-    lines = ["| claim | paper | figure / table | the paper's claim | verdict | checks | how to run / why untested |",
-             "|---|---|---|---|---|---|---|"]
-    started = experiments_in(out)
+    """Markdown: every claim of :mod:`reproduction_claims`, run or not, with its verdicts: on its
+    metric, on the paper's metric, and with Holm across the paper's checks
+    (:func:`judged_three_ways`)."""
+    lines = [f"| claim | paper | figure / table | the paper's claim | verdict, {METRIC_NAMES[VERDICT_METRIC]} "
+             "(Holm: the claim's checks) | checks | verdict, the paper's metric (Holm: the claim's checks) | checks "
+             f"| verdict, {METRIC_NAMES[VERDICT_METRIC]} (Holm: every check of the paper) | checks "
+             "| how to run / why untested |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    started, papers = experiments_in(out), {}
+
+    def cells(judged, name=None):
+        if judged is None:
+            return "– | –"
+        word = f"**{judged['verdict']}**" + (f" ({name})" if name else "")
+        return f"{word} | {outcome_counts(judged) if judged.get('checks') else '–'}"
+
     for row in paper_claims.CLAIMS:
         if row.get("untested"):
-            judged, how, counts = judge_claim(row, out), row["untested"], "–"
+            judged, how = judge_claim(row, out), row["untested"]
+            columns = [cells(judged), cells(None), cells(None)]
         elif row["experiment"] not in started:  # its arms may hold runs of other experiments: not judged
-            judged = {"verdict": verdicts.UNTESTED}
-            how, counts = f"`--claim {row['experiment']}` (not started in this folder)", "–"
+            how = f"`--claim {row['experiment']}` (not started in this folder)"
+            columns = [cells({"verdict": verdicts.UNTESTED}), cells(None), cells(None)]
         else:
-            judged = judge_claim(row, out)
+            judged, theirs, per_paper = judged_three_ways(row, out, papers)
             how = f"`--claim {row['experiment']}`"
-            counts = outcome_counts(judged) if judged["checks"] else "–"
             if judged["reason"]:
                 how += f" ({judged['reason']})"
-        lines.append(f"| {row['id']} | {row['paper']} | {row['where']} | {row['claim']} | **{judged['verdict']}** "
-                     f"| {counts} | {how} |")
+            name = METRIC_NAMES.get(theirs["metric"]) if theirs else None
+            columns = [cells(judged), cells(theirs, name), cells(per_paper)]
+        lines.append(f"| {row['id']} | {row['paper']} | {row['where']} | {row['claim']} | " + " | ".join(columns)
+                     + f" | {how} |")
     return "\n".join(lines)
 
 
@@ -1574,8 +1656,9 @@ def report(claim, out, draw=True):
     done = [r for arm in claim_arms(claim) for r in load_results(out, arm)]
     if done:
         lines += [data_line(done, read_floor(out)), ""]
+    papers = {}
     for row in paper_claims.rows_of(claim):
-        lines.append(claim_detail(row, out))
+        lines.append(claim_detail(row, out, papers))
     lines += policy_diagnostics(claim, out)
     if done:
         runs, minutes, median = run_cost(done)

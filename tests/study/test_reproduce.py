@@ -352,7 +352,7 @@ def test_report_gives_the_verdict_of_the_paired_checks_and_draws_the_curves(tmp_
     assert (out / "wu_beta-curves.png").stat().st_size > 0
     # a fixed β0 better than the learned one on every seed: that check is reversed
     _fake_results(out, "margin-dw-b80-fixed1.2", [0.70, 0.71, 0.72])
-    assert "**not reproduced**" in rp.report("wu_beta", str(out))
+    assert "#### wu_t3_f (Wu et al. 2017, Table 3 (f)): **contradicted**" in rp.report("wu_beta", str(out))
 
 
 def test_wanted_lists_the_seeds_that_could_decide_an_open_check(tmp_path, capsys):
@@ -456,7 +456,7 @@ def test_a_training_figure_is_read_from_the_history_and_lower_is_better(tmp_path
     rows = _check_rows(text)
     # nois − is per seed: 0.10, 0.105, 0.11 (mean 0.105, SE 0.00289)
     assert rows["balanced-group4x16-is-fig2 > balanced-group4x16-nois-fig2"][3] == "+0.105 ± 0.00289"
-    assert "#### hong_objective_lower (investigation, of hong_fig2): **reproduced**" in text
+    assert "#### hong_objective_lower (investigation, of hong_fig2): **supported**" in text
     # Hong's own Fig. 2 (traditional loss): the same checks after 12.5 % and 25 % of the steps and at the end
     fig2 = _check_rows(rp.claim_detail(rp.paper_claims.by_id("hong_fig2"), str(out)))
     label = "contrastive-group4x16-is-fig2 > contrastive-group4x16-nois-fig2"
@@ -692,7 +692,7 @@ def test_report_md_keeps_every_claim_with_results(tmp_path, capsys):
     # wu_beta shares margin-dw-b80 with wu_sampling but was not started here: not an experiment
     # of this folder, and its claim says so instead of judging the shared arm
     assert "### wu_beta" not in report
-    assert "| **untested** | – | `--claim wu_beta` (not started in this folder) |" in report
+    assert "| **untested** | – | – | – | – | – | `--claim wu_beta` (not started in this folder) |" in report
     printed = capsys.readouterr().out
     assert "### lu_topk" in printed and "### wu_sampling" not in printed  # what was asked for
 
@@ -711,7 +711,8 @@ def test_report_md_opens_with_every_claim_and_the_total_cost(tmp_path):
     head = report.split("### ")[0]
     rows = {line.split(" | ")[0].strip("| "): line for line in head.splitlines() if line.startswith("| ")}
     assert set(rp.paper_claims.IDS) <= set(rows)
-    assert "| **reproduced** | 4 of 4 hold, 0 reversed | `--claim wu_beta` |" in rows["wu_t3_f"]
+    assert ("| **reproduced** | 4 of 4 hold, 0 reversed | **reproduced** (R@1) | 4 of 4 hold, 0 reversed "
+            "| **reproduced** | 4 of 4 hold, 0 reversed | `--claim wu_beta` |") in rows["wu_t3_f"]
     assert "**untested**" in rows["wu_t1_a"] and "arms or seeds missing" in rows["wu_t1_a"]
     assert "**untested**" in rows["hong_t2_t4"] and "the other methods are not run here" in rows["hong_t2_t4"]
     assert rows["wu_beta"].endswith("| 15 | 54 |") and rows["lu_topk"].endswith("| 3 | 3 |")
@@ -1063,3 +1064,34 @@ def test_uncommitted_changes_are_those_of_code_not_of_results(tmp_path, monkeypa
     _git(tmp_path, "add", "code.py")
     (tmp_path / "new.py").unlink()
     assert rp.uncommitted_changes() == ["code.py"]  # staged is not committed
+
+
+def test_a_claim_is_judged_on_the_paper_s_metric_and_with_holm_per_paper_beside_map_r(tmp_path, monkeypatch):
+    """wu_t3_f: the learned β beats every fixed β0 on MAP@R; on R@1 (Wu's metric) β0 = 1.2 beats it.
+    The table and the claim's detail show both verdicts, and the per-paper one is judge_together's
+    on the checks of every Wu claim started in the folder."""
+    out = tmp_path / "out"
+    _fake_results(out, "margin-dw-b80", [0.60, 0.61, 0.62])
+    for beta in (0.8, 1.0, 1.2, 1.4):
+        _fake_results(out, f"margin-dw-b80-fixed{beta}", [0.40, 0.415, 0.42])
+    path = out / "arms" / "margin-dw-b80-fixed1.2"
+    for seed, value in enumerate([0.70, 0.71, 0.72]):  # R@1 only: MAP@R stays below the learned β
+        result = json.loads((path / f"seed-{seed}.json").read_text())
+        result["metrics"]["recall@1"] = value
+        (path / f"seed-{seed}.json").write_text(json.dumps(result))
+    rp.mark_started(str(out), ["wu_beta"])
+    row = next(r for r in rp.paper_claims.CLAIMS if r["id"] == "wu_t3_f")
+    assert rp.paper_metric(row) == "recall@1"
+    families = []
+    judge_together = rp.verdicts.judge_together
+    monkeypatch.setattr(rp.verdicts, "judge_together", lambda groups: families.append(groups) or judge_together(groups))
+    line = next(line for line in rp.claims_table(str(out)).splitlines() if line.startswith("| wu_t3_f |"))
+    assert ("| **reproduced** | 4 of 4 hold, 0 reversed | **contradicted** (R@1) | 3 of 4 hold, 1 reversed "
+            "| **reproduced** | 4 of 4 hold, 0 reversed |") in line
+    assert [len(group) for group in families[0]] == [4]  # the one Wu claim started here, its 4 checks
+    detail = rp.claim_detail(row, str(out))
+    assert "on the paper's metric, R@1: **contradicted** (3 of 4 hold, 1 reversed)" in detail
+    assert "with Holm's correction across every check of Wu et al. 2017 judged here: **reproduced**" in detail
+    lu = next(r for r in rp.paper_claims.CLAIMS if r["id"] == "lu_t1")
+    hong_objective = next(r for r in rp.paper_claims.CLAIMS if r["id"] == "hong_objective_lower")
+    assert rp.paper_metric(lu) == "precision@5" and rp.paper_metric(hong_objective) is None

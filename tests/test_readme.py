@@ -197,7 +197,8 @@ def test_readme_is_short_lists_every_config_and_points_to_the_docs():
     assert listed == on_disk, f"docs/catalogue.md configs table: missing {on_disk - listed}, stale {listed - on_disk}"
     in_readme = set(re.findall(r"`(configs/[\w.-]+\.yaml)`", README))
     assert in_readme <= on_disk, f"README names configs that do not exist: {in_readme - on_disk}"
-    for target in ("docs/guide.md", "docs/design.md", "docs/config.md", "docs/catalogue.md", "benchmarks/RESULTS.md"):
+    for target in ("docs/guide.md", "docs/design.md", "docs/config.md", "docs/catalogue.md", "benchmarks/RESULTS.md",
+                   "study/REPORT.md"):
         assert f"]({target}" in README, target
     for target in re.findall(r"\]\(([^)#\s]+)", README):
         if not re.match(r"[a-z]+://", target):

@@ -1,10 +1,10 @@
 """Kanji fonts: an offline deep-metric-learning benchmark rendered from installed fonts.
 
-    apt-get install -y fonts-ipafont-gothic fonts-noto-cjk ...   # see README / RESULTS.md
-    python benchmarks/kanji_fonts.py                  # build (or reuse) the 32×32 set of
+    apt-get install -y fonts-ipafont-gothic fonts-noto-cjk ...   # see study/README.md
+    python study/kanji_fonts.py                  # build (or reuse) the 32×32 set of
                                                       # the JIS X 0208 kanji
-    python benchmarks/kanji_fonts.py --floor          # + raw-pixel R@1, MAP@R, NMI on test
-    python benchmarks/kanji_fonts.py --chars latin --fonts-dir DIR --out DIR --size 64
+    python study/kanji_fonts.py --floor          # + raw-pixel R@1, MAP@R, NMI on test
+    python study/kanji_fonts.py --chars latin --fonts-dir DIR --out DIR --size 64
 
 A character is a class and a font face is a sample (as SOP's products and
 their photos). Every face of every font file under ``--fonts-dir`` (each face

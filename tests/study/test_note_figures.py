@@ -1,4 +1,4 @@
-"""benchmarks/note_figures.py: the figures RESULTS' notes quote, on results whose figures are
+"""study/note_figures.py: the figures the study report's notes quote, on results whose figures are
 known by hand."""
 
 import importlib.util
@@ -8,8 +8,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))  # note_figures imports verdicts beside it
-_spec = importlib.util.spec_from_file_location("note_figures", os.path.join(ROOT, "benchmarks", "note_figures.py"))
+sys.path.insert(0, os.path.join(ROOT, "study"))  # note_figures imports verdicts beside it
+_spec = importlib.util.spec_from_file_location("note_figures", os.path.join(ROOT, "study", "note_figures.py"))
 nf = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(nf)
 

@@ -1,6 +1,6 @@
 """Re-score a claim's finished runs on a harder view of the kanji set (investigations).
 
-    python benchmarks/probe_reproduction.py --claim lu_topk --test-classes 2000 --ks 1 5 10 20
+    python study/probe_reproduction.py --claim lu_topk --test-classes 2000 --ks 1 5 10 20
 
 A claim that is not reproduced may fail because the benchmark is too easy:
 on the standard view (500 test classes) raw pixels already reach R@1 93 %
@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 
-import reproduce  # noqa: E402  (benchmarks/reproduce.py)
+import reproduce  # noqa: E402  (study/reproduce.py)
 from tfdml import files  # noqa: E402
 
 

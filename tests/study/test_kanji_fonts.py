@@ -1,4 +1,4 @@
-"""benchmarks/kanji_fonts.py on fonts that are always there: matplotlib's DejaVu
+"""study/kanji_fonts.py on fonts that are always there: matplotlib's DejaVu
 faces rendering a few Latin letters (no CJK package needed)."""
 
 import importlib.util
@@ -16,7 +16,7 @@ from pipelines import sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _spec = importlib.util.spec_from_file_location("kanji_fonts",
-                                               os.path.join(ROOT, "benchmarks", "kanji_fonts.py"))
+                                               os.path.join(ROOT, "study", "kanji_fonts.py"))
 kf = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(kf)
 

@@ -1,4 +1,4 @@
-"""benchmarks/probe_reproduction.py: a larger view only adds distractors, and finished runs'
+"""study/probe_reproduction.py: a larger view only adds distractors, and finished runs'
 models are re-scored with the claim's checks (tiny stand-in models, no training)."""
 
 import importlib.util
@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "study", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""benchmarks/verdicts.py: the statistics every reproduction verdict uses, on inputs whose
+"""study/verdicts.py: the statistics every reproduction verdict uses, on inputs whose
 answers are known by hand; scipy (the test extra) is only the oracle of the distributions."""
 
 import importlib.util
@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location("verdicts", os.path.join(ROOT, "benchmarks", "verdicts.py"))
+_spec = importlib.util.spec_from_file_location("verdicts", os.path.join(ROOT, "study", "verdicts.py"))
 vd = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(vd)
 
@@ -70,7 +70,7 @@ def test_holm_makes_a_check_unresolved_that_alone_would_hold():
     assert rows[0]["p"] == pytest.approx(stats.ttest_1samp(diffs, 0.0).pvalue)
     assert rows[0]["outcome"] == vd.HOLDS and verdict == vd.REPRODUCED
     rows, verdict = vd.judge([check] * 3)
-    assert [r["outcome"] for r in rows] == [vd.UNRESOLVED] * 3 and verdict == vd.NOT_REPRODUCED
+    assert [r["outcome"] for r in rows] == [vd.UNRESOLVED] * 3 and verdict == vd.INCONCLUSIVE
 
 
 def test_sign_flip_enumerates_every_sign_pattern():
@@ -85,7 +85,7 @@ def test_a_small_difference_needs_five_seeds():
     (t = 2.83 > t₀.₀₂₅,₄ = 2.78) decides."""
     four = [0.01, 0.02, 0.0, 0.015]
     rows, verdict = vd.judge([{"better": seeds(four), "worse": seeds([0.0] * 4)}])
-    assert rows[0]["outcome"] == vd.NEEDS_SEEDS and verdict == vd.NOT_REPRODUCED
+    assert rows[0]["outcome"] == vd.NEEDS_SEEDS and verdict == vd.INCONCLUSIVE
     five = four + [0.005]
     assert vd.judge([{"better": seeds(five), "worse": seeds([0.0] * 5)}])[0][0]["outcome"] == vd.HOLDS
 
@@ -102,8 +102,9 @@ LEVEL = [0.01, -0.01, 0.02]  # |d̄| < 3 SE with 3 seeds
 @pytest.mark.parametrize("checks, verdict", [
     ([_check(STRONG_UP), _check(STRONG_UP)], "reproduced"),
     ([_check(STRONG_UP), _check(LEVEL)], "partly"),
-    ([_check(STRONG_UP), _check(STRONG_DOWN)], "not reproduced"),
-    ([_check(LEVEL), _check(LEVEL)], "not reproduced"),
+    ([_check(STRONG_UP), _check(STRONG_DOWN)], "contradicted"),
+    ([_check(LEVEL), _check(STRONG_DOWN)], "contradicted"),
+    ([_check(LEVEL), _check(LEVEL)], "inconclusive"),
     ([_check(STRONG_UP), {"better": {}, "worse": seeds([0.1, 0.2, 0.3])}], "untested"),
     ([_check(STRONG_UP), _check([0.1])], "untested"),
     ([], "untested"),
@@ -111,6 +112,31 @@ LEVEL = [0.01, -0.01, 0.02]  # |d̄| < 3 SE with 3 seeds
 def test_each_verdict_word_on_a_hand_case(checks, verdict):
     assert vd.judge(checks)[1] == verdict
     assert verdict in vd.VERDICT_WORDS
+
+
+@pytest.mark.parametrize("checks, verdict", [
+    ([_check(STRONG_UP), _check(STRONG_UP)], "supported"),
+    ([_check(STRONG_UP), _check(LEVEL)], "partly supported"),
+    ([_check(LEVEL), _check(LEVEL)], "not supported"),
+    ([_check(STRONG_UP), _check(STRONG_DOWN)], "contradicted"),
+    ([_check(STRONG_UP), _check([0.1])], "untested"),
+])
+def test_an_investigation_is_supported_or_not_rather_than_reproduced(checks, verdict):
+    assert vd.judge(checks, investigation=True)[1] == verdict
+
+
+def test_holm_across_the_checks_of_several_claims_is_one_family():
+    """p ≈ 0.047 holds in a claim of one check; in one family with two more such checks (another
+    claim's), Holm multiplies it by 3 and none holds; each claim keeps its own verdict word."""
+    weak = _check([0.01, 0.02, 0.0, 0.015, 0.005])  # n = 5, p = 0.047
+    alone = [vd.judge([weak])[1], vd.judge([weak, weak])[1]]
+    assert alone == [vd.REPRODUCED, vd.INCONCLUSIVE]  # two checks of p 0.047: 2p > 0.05
+    together = vd.judge_together([[weak], [weak, weak]], investigation=(1,))
+    assert [verdict for _, verdict in together] == [vd.INCONCLUSIVE, vd.NOT_SUPPORTED]
+    assert [len(rows) for rows, _ in together] == [1, 2]
+    assert together[0][0][0]["p_holm"] == pytest.approx(3 * together[0][0][0]["p"])
+    strong = vd.judge_together([[_check(STRONG_UP)], [_check(STRONG_UP)]])
+    assert [verdict for _, verdict in strong] == [vd.REPRODUCED, vd.REPRODUCED]
 
 
 def test_outcomes_of_the_hand_cases():

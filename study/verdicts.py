@@ -29,8 +29,16 @@ margin :data:`NON_INFERIORITY_MARGIN` δ: it holds when A is significantly bette
 than B − δ, is reversed when A is significantly worse than B − δ.
 
 The verdict words, defined once (:func:`claim_verdict`): **reproduced** (every
-check holds), **partly** (some hold, none is reversed), **not reproduced** (none
-holds, or any is reversed), **untested** (no runs, or an arm or seeds missing).
+check holds), **partly** (some hold, none is reversed), **inconclusive** (none
+holds and none is reversed: nothing decided), **contradicted** (a check is
+reversed: the paper's direction is contradicted at significance), **untested**
+(no runs, or an arm or seeds missing). An investigation (the study's own probe,
+not a paper's claim) is **supported**, **partly supported** or **not supported**
+in place of the first three.
+
+The family of Holm's correction is a choice: :func:`judge` corrects across the
+checks it is given (the report gives it the checks of one claim, and, beside
+that, every check of one paper: :func:`judge_together`).
 """
 
 import itertools
@@ -53,14 +61,19 @@ NEEDS_SEEDS = f"unresolved: needs ≥{MIN_SEEDS} seeds"
 MISSING, TOO_FEW = "missing", "too few seeds"
 KINDS = ("better", "not worse")
 
-REPRODUCED, PARTLY, NOT_REPRODUCED, UNTESTED = "reproduced", "partly", "not reproduced", "untested"
+REPRODUCED, PARTLY, INCONCLUSIVE = "reproduced", "partly", "inconclusive"
+CONTRADICTED, UNTESTED = "contradicted", "untested"
+SUPPORTED, PARTLY_SUPPORTED, NOT_SUPPORTED = "supported", "partly supported", "not supported"
 #: The verdict words and what each means (the one definition the report prints).
 VERDICT_WORDS = {
     REPRODUCED: "every check holds",
     PARTLY: "some checks hold, none is reversed",
-    NOT_REPRODUCED: "no check holds, or any check is reversed",
+    INCONCLUSIVE: "no check holds and none is reversed: nothing is decided either way",
+    CONTRADICTED: "a check is reversed: the opposite of the paper's direction, significant",
     UNTESTED: "not run (the reason is given), or an arm or seeds missing",
 }
+#: The words of an investigation (the study's own probe, not a paper's claim) in place of a claim's.
+INVESTIGATION_WORDS = {REPRODUCED: SUPPORTED, PARTLY: PARTLY_SUPPORTED, INCONCLUSIVE: NOT_SUPPORTED}
 
 
 # --------------------------------------------------------------------------- distributions
@@ -187,13 +200,14 @@ def paired(better, worse):
     return seeds, [better[s] - worse[s] for s in seeds]
 
 
-def judge(checks, alpha=ALPHA):
+def judge(checks, alpha=ALPHA, investigation=False):
     """The outcome of every check of one claim and the claim's verdict.
 
     ``checks``: dicts with ``better`` and ``worse`` ({seed: value} of the primary metric)
     and optionally ``kind`` (:data:`KINDS`, default "better"). Returns ``(rows, verdict)``,
     ``rows`` one dict per check: seeds, n, diff (d̄), se, t, p, p_holm, p_sign_flip,
-    unpaired (Welch's (diff, se, t, df, p), for comparison) and outcome."""
+    unpaired (Welch's (diff, se, t, df, p), for comparison) and outcome. Holm's family: the
+    checks given. ``investigation``: the verdict in :data:`INVESTIGATION_WORDS`."""
     rows, tested = [], []
     for check in checks:
         kind = check.get("kind", "better")
@@ -226,16 +240,35 @@ def judge(checks, alpha=ALPHA):
             row["outcome"] = NEEDS_SEEDS
         else:
             row["outcome"] = UNRESOLVED
-    return rows, claim_verdict([r["outcome"] for r in rows])
+    return rows, claim_verdict([r["outcome"] for r in rows], investigation)
 
 
-def claim_verdict(outcomes):
-    """The verdict word of a claim from its checks' outcomes (:data:`VERDICT_WORDS`)."""
+def judge_together(groups, alpha=ALPHA, investigation=()):
+    """:func:`judge` of several claims' checks with Holm's correction across all of them (one
+    family): ``groups`` a list of check lists; returns ``(rows, verdict)`` per group, each
+    verdict from that group's outcomes. ``investigation``: the indices of the groups that are
+    investigations."""
+    rows, _ = judge([check for group in groups for check in group], alpha)
+    judged, start = [], 0
+    for i, group in enumerate(groups):
+        part = rows[start:start + len(group)]
+        start += len(group)
+        judged.append((part, claim_verdict([r["outcome"] for r in part], i in investigation)))
+    return judged
+
+
+def claim_verdict(outcomes, investigation=False):
+    """The verdict word of a claim from its checks' outcomes (:data:`VERDICT_WORDS`; an
+    investigation's in :data:`INVESTIGATION_WORDS`)."""
     outcomes = list(outcomes)
     if not outcomes or any(o in (MISSING, TOO_FEW) for o in outcomes):
         return UNTESTED
+    if any(o == REVERSED for o in outcomes):
+        return CONTRADICTED
     if all(o == HOLDS for o in outcomes):
-        return REPRODUCED
-    if any(o == REVERSED for o in outcomes) or not any(o == HOLDS for o in outcomes):
-        return NOT_REPRODUCED
-    return PARTLY
+        word = REPRODUCED
+    elif any(o == HOLDS for o in outcomes):
+        word = PARTLY
+    else:
+        word = INCONCLUSIVE
+    return INVESTIGATION_WORDS[word] if investigation else word

@@ -1,4 +1,4 @@
-"""benchmarks/reproduce.py: every arm is a valid config, the verdict rule, and one
+"""study/reproduce.py: every arm is a valid config, the verdict rule, and one
 real (tiny) arm run through train.py, resumed and refused when its config changes."""
 
 import importlib.util
@@ -14,9 +14,17 @@ import pytest
 from tfdml_app import config as tfdml_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location("reproduce", os.path.join(ROOT, "benchmarks", "reproduce.py"))
+_spec = importlib.util.spec_from_file_location("reproduce", os.path.join(ROOT, "study", "reproduce.py"))
 rp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(rp)
+UNCOMMITTED_CHANGES = rp.uncommitted_changes
+
+
+@pytest.fixture(autouse=True)
+def _a_committed_checkout(monkeypatch):
+    """The runner refuses a checkout with uncommitted changes; the tests run in a checkout that
+    may have them (the tests of that refusal set them themselves)."""
+    monkeypatch.setattr(rp, "uncommitted_changes", lambda: [])
 
 
 def test_every_arm_of_every_claim_is_a_valid_config(tmp_path):
@@ -217,7 +225,7 @@ def test_an_arm_runs_through_train_py_and_is_not_run_twice(kanji_dir, tmp_path, 
         # provenance: the data set's checksum and build command, package versions, the commit
         provenance = result["provenance"]
         assert provenance["data"]["checksum"] == "ab" * 32
-        assert provenance["data"]["build_command"] == ("python benchmarks/kanji_fonts.py --size 32 --chars latin "
+        assert provenance["data"]["build_command"] == ("python study/kanji_fonts.py --size 32 --chars latin "
                                                        "--min-per-class 5")
         assert provenance["data"]["font_packages"] == ["fonts-dejavu-core=2.37-8"]
         assert "numpy" in provenance["packages"] and provenance["git_commit"]
@@ -344,7 +352,7 @@ def test_report_gives_the_verdict_of_the_paired_checks_and_draws_the_curves(tmp_
     assert (out / "wu_beta-curves.png").stat().st_size > 0
     # a fixed β0 better than the learned one on every seed: that check is reversed
     _fake_results(out, "margin-dw-b80-fixed1.2", [0.70, 0.71, 0.72])
-    assert "**not reproduced**" in rp.report("wu_beta", str(out))
+    assert "#### wu_t3_f (Wu et al. 2017, Table 3 (f)): **contradicted**" in rp.report("wu_beta", str(out))
 
 
 def test_wanted_lists_the_seeds_that_could_decide_an_open_check(tmp_path, capsys):
@@ -371,10 +379,10 @@ def test_wanted_lists_the_seeds_that_could_decide_an_open_check(tmp_path, capsys
     assert wanted["wu_sampling"][0] == [0, 1, 2, 3, 4] and wanted["wu_beta"][2] == 8
     assert rp.main(["--wanted", "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert f"python benchmarks/reproduce.py --claim wu_beta --out {out} --seeds 3 4   # 1 open check(s), 8 run(s) " \
+    assert f"python study/reproduce.py --claim wu_beta --out {out} --seeds 3 4   # 1 open check(s), 8 run(s) " \
            "to add, ~0.3 h of one runner" in text
     # these results record no data set checksum: one command trains them again, at their own cost
-    assert f"python benchmarks/reproduce.py --claim wu_sampling --claim wu_beta --out {out} --seeds 0 1 2 " \
+    assert f"python study/reproduce.py --claim wu_sampling --claim wu_beta --out {out} --seeds 0 1 2 " \
            "--rerun-unrecorded   # 15 result(s) without a data set checksum, ~0.5 h of one runner" in text
     for path in (out / "arms").glob("*/seed-*.json"):
         path.write_text(json.dumps({**json.loads(path.read_text()), "provenance": {"data": {"checksum": "a" * 64}}}))
@@ -391,7 +399,7 @@ def test_wanted_commands_run_in_the_budget_of_the_folder(tmp_path, capsys):
         command = capsys.readouterr().out.splitlines()[0].split("   #")[0]
         if option is None:  # a folder of no budget's name: its path says where
             option = f"--out {out}"
-        assert command == " ".join(filter(None, ["python benchmarks/reproduce.py --claim wu_beta", option,
+        assert command == " ".join(filter(None, ["python study/reproduce.py --claim wu_beta", option,
                                                  "--seeds 0 1 2 3 4"]))
 
 
@@ -448,7 +456,7 @@ def test_a_training_figure_is_read_from_the_history_and_lower_is_better(tmp_path
     rows = _check_rows(text)
     # nois − is per seed: 0.10, 0.105, 0.11 (mean 0.105, SE 0.00289)
     assert rows["balanced-group4x16-is-fig2 > balanced-group4x16-nois-fig2"][3] == "+0.105 ± 0.00289"
-    assert "#### hong_objective_lower (investigation, of hong_fig2): **reproduced**" in text
+    assert "#### hong_objective_lower (investigation, of hong_fig2): **supported**" in text
     # Hong's own Fig. 2 (traditional loss): the same checks after 12.5 % and 25 % of the steps and at the end
     fig2 = _check_rows(rp.claim_detail(rp.paper_claims.by_id("hong_fig2"), str(out)))
     label = "contrastive-group4x16-is-fig2 > contrastive-group4x16-nois-fig2"
@@ -645,7 +653,7 @@ def test_a_probe_of_runs_trained_again_since_is_wanted_again(tmp_path):
     (out / "arms" / arm / "seed-1.json").write_text(json.dumps(results[1]))
     assert rp.stale_probes(str(out)) == [("lu_topk", 2000, [1, 5], "1 of the 2 runs it scored were trained again since")]
     line = rp.wanted_text(str(out)).splitlines()[-2]
-    assert line.startswith("python benchmarks/probe_reproduction.py --claim lu_topk --out ")
+    assert line.startswith("python study/probe_reproduction.py --claim lu_topk --out ")
     assert " --test-classes 2000 --ks 1 5 " in line and "1 of the 2 runs" in line
     del probe[rp.PROBE_RUNS_KEY]  # a probe that records no runs cannot be tied to them
     (out / "probes" / "lu_topk-test2000.json").write_text(json.dumps(probe))
@@ -684,7 +692,7 @@ def test_report_md_keeps_every_claim_with_results(tmp_path, capsys):
     # wu_beta shares margin-dw-b80 with wu_sampling but was not started here: not an experiment
     # of this folder, and its claim says so instead of judging the shared arm
     assert "### wu_beta" not in report
-    assert "| **untested** | – | `--claim wu_beta` (not started in this folder) |" in report
+    assert "| **untested** | – | – | – | – | – | `--claim wu_beta` (not started in this folder) |" in report
     printed = capsys.readouterr().out
     assert "### lu_topk" in printed and "### wu_sampling" not in printed  # what was asked for
 
@@ -703,7 +711,8 @@ def test_report_md_opens_with_every_claim_and_the_total_cost(tmp_path):
     head = report.split("### ")[0]
     rows = {line.split(" | ")[0].strip("| "): line for line in head.splitlines() if line.startswith("| ")}
     assert set(rp.paper_claims.IDS) <= set(rows)
-    assert "| **reproduced** | 4 of 4 hold, 0 reversed | `--claim wu_beta` |" in rows["wu_t3_f"]
+    assert ("| **reproduced** | 4 of 4 hold, 0 reversed | **reproduced** (R@1) | 4 of 4 hold, 0 reversed "
+            "| **reproduced** | 4 of 4 hold, 0 reversed | `--claim wu_beta` |") in rows["wu_t3_f"]
     assert "**untested**" in rows["wu_t1_a"] and "arms or seeds missing" in rows["wu_t1_a"]
     assert "**untested**" in rows["hong_t2_t4"] and "the other methods are not run here" in rows["hong_t2_t4"]
     assert rows["wu_beta"].endswith("| 15 | 54 |") and rows["lu_topk"].endswith("| 3 | 3 |")
@@ -796,10 +805,10 @@ def test_results_show_wu_s_protocol_beside_the_standard_budget(tmp_path):
         rp.report("wu_beta", str(standard), draw=False)
 
 
-def test_results_md_reproduction_block_is_generated_from_the_committed_results():
-    """RESULTS' verdicts are the verdict function's on the committed JSON: none can say more."""
-    assert rp.write_results(os.path.join(ROOT, "benchmarks", "reproduction", "standard"), check=True), \
-        "benchmarks/RESULTS.md is stale: run python benchmarks/reproduce.py report"
+def test_report_block_is_generated_from_the_committed_results():
+    """The report's verdicts are the verdict function's on the committed JSON: none can say more."""
+    assert rp.write_results(os.path.join(ROOT, "study", "results", "standard"), check=True), \
+        "study/REPORT.md is stale: run python study/reproduce.py report"
 
 
 def _names_an_absolute_path(value):
@@ -810,10 +819,10 @@ def _names_an_absolute_path(value):
     return isinstance(value, str) and (value.startswith("/") or value[1:3] == ":\\")
 
 
-def test_no_absolute_paths_under_benchmarks():
-    """Committed configs and results under benchmarks/ name no folder of one machine: results
+def test_no_absolute_paths_under_study_and_benchmarks():
+    """Committed configs and results under study/ and benchmarks/ name no folder of one machine: results
     write ``$OUT``, configs relative paths. (Run folders and views are git-ignored.)"""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "benchmarks"],
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "study", "benchmarks"],
                             cwd=ROOT, capture_output=True, text=True)
     if listed.returncode != 0:
         pytest.skip("not a git checkout: the committed files are not known")
@@ -1014,3 +1023,75 @@ def test_the_report_says_whether_a_learned_policy_collapsed(tmp_path):
     # entropy (6.9 + 6.7) / 2 → (2.0 + 1.0) / 2; picked / uniform (1.5 + 1.0) / 2 → (1.2 + 1.5) / 2
     assert rows == [f"| {arm} | 2 | 6.80 → 1.50 | 7.00 | 1.25 → 1.35 |"]
     assert rp.policy_diagnostics("wu_sampling", str(out)) == []
+
+
+def test_the_runner_refuses_a_checkout_with_uncommitted_changes(tmp_path, monkeypatch):
+    monkeypatch.setattr(rp, "uncommitted_changes", lambda: ["tfdml/losses/base.py"])
+    monkeypatch.setattr(rp, "kanji_set", lambda data: pytest.fail("the refusal comes before any data or training"))
+    with pytest.raises(SystemExit) as refused:
+        rp.main(["--claim", "wu_beta", "--seeds", "0", "--out", str(tmp_path / "out")])
+    assert "uncommitted changes (tfdml/losses/base.py)" in str(refused.value)
+    assert "Commit or stash them" in str(refused.value)
+    assert not (tmp_path / "out" / "arms").exists()
+    assert rp.main(["--claim", "wu_beta", "--report", "--out", str(tmp_path / "out")]) == 0  # writes no result
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def test_uncommitted_changes_are_those_of_code_not_of_results(tmp_path, monkeypatch):
+    """Changed, staged and new files count; the results and reports the runner writes do not."""
+    monkeypatch.setattr(rp, "uncommitted_changes", UNCOMMITTED_CHANGES)
+    monkeypatch.setattr(rp, "ROOT", str(tmp_path))
+    assert rp.uncommitted_changes() is None and rp.git_commit() is None  # not a git checkout
+    (tmp_path / "study" / "results" / "standard").mkdir(parents=True)
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "study" / "REPORT.md").write_text("report\n")
+    (tmp_path / "study" / "results" / "standard" / "report.md").write_text("report\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-q", "-m", "start")
+    assert rp.uncommitted_changes() == [] and not rp.git_commit().endswith("+dirty")
+    (tmp_path / "study" / "REPORT.md").write_text("rewritten\n")
+    (tmp_path / "study" / "results" / "standard" / "report.md").write_text("rewritten\n")
+    (tmp_path / "study" / "results" / "standard" / "seed-0.json").write_text("{}\n")
+    assert rp.uncommitted_changes() == []
+    (tmp_path / "code.py").write_text("x = 2\n")
+    (tmp_path / "new.py").write_text("y = 1\n")
+    assert sorted(rp.uncommitted_changes()) == ["code.py", "new.py"] and rp.git_commit().endswith("+dirty")
+    _git(tmp_path, "add", "code.py")
+    (tmp_path / "new.py").unlink()
+    assert rp.uncommitted_changes() == ["code.py"]  # staged is not committed
+
+
+def test_a_claim_is_judged_on_the_paper_s_metric_and_with_holm_per_paper_beside_map_r(tmp_path, monkeypatch):
+    """wu_t3_f: the learned β beats every fixed β0 on MAP@R; on R@1 (Wu's metric) β0 = 1.2 beats it.
+    The table and the claim's detail show both verdicts, and the per-paper one is judge_together's
+    on the checks of every Wu claim started in the folder."""
+    out = tmp_path / "out"
+    _fake_results(out, "margin-dw-b80", [0.60, 0.61, 0.62])
+    for beta in (0.8, 1.0, 1.2, 1.4):
+        _fake_results(out, f"margin-dw-b80-fixed{beta}", [0.40, 0.415, 0.42])
+    path = out / "arms" / "margin-dw-b80-fixed1.2"
+    for seed, value in enumerate([0.70, 0.71, 0.72]):  # R@1 only: MAP@R stays below the learned β
+        result = json.loads((path / f"seed-{seed}.json").read_text())
+        result["metrics"]["recall@1"] = value
+        (path / f"seed-{seed}.json").write_text(json.dumps(result))
+    rp.mark_started(str(out), ["wu_beta"])
+    row = next(r for r in rp.paper_claims.CLAIMS if r["id"] == "wu_t3_f")
+    assert rp.paper_metric(row) == "recall@1"
+    families = []
+    judge_together = rp.verdicts.judge_together
+    monkeypatch.setattr(rp.verdicts, "judge_together", lambda groups: families.append(groups) or judge_together(groups))
+    line = next(line for line in rp.claims_table(str(out)).splitlines() if line.startswith("| wu_t3_f |"))
+    assert ("| **reproduced** | 4 of 4 hold, 0 reversed | **contradicted** (R@1) | 3 of 4 hold, 1 reversed "
+            "| **reproduced** | 4 of 4 hold, 0 reversed |") in line
+    assert [len(group) for group in families[0]] == [4]  # the one Wu claim started here, its 4 checks
+    detail = rp.claim_detail(row, str(out))
+    assert "on the paper's metric, R@1: **contradicted** (3 of 4 hold, 1 reversed)" in detail
+    assert "with Holm's correction across every check of Wu et al. 2017 judged here: **reproduced**" in detail
+    lu = next(r for r in rp.paper_claims.CLAIMS if r["id"] == "lu_t1")
+    hong_objective = next(r for r in rp.paper_claims.CLAIMS if r["id"] == "hong_objective_lower")
+    assert rp.paper_metric(lu) == "precision@5" and rp.paper_metric(hong_objective) is None

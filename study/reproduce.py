@@ -1,13 +1,13 @@
 """Reproduce the papers' claims on the kanji-fonts benchmark.
 
-    python benchmarks/reproduce.py --list
-    python benchmarks/reproduce.py --claim wu_sampling --seeds 0 1 2
-    python benchmarks/reproduce.py --claim wu_sampling --budget quick      # the machinery only
-    python benchmarks/reproduce.py --claim wu_sampling --report            # tables, verdicts, curves
-    python benchmarks/reproduce.py --wanted                                # the runs the verdicts ask for
-    python benchmarks/reproduce.py --claim wu_sampling --rerun-unrecorded  # retrain results without a checksum
-    python benchmarks/reproduce.py report                                  # RESULTS.md from the JSON
-    python benchmarks/reproduce.py verify-floor                            # floor.json against the set here
+    python study/reproduce.py --list
+    python study/reproduce.py --claim wu_sampling --seeds 0 1 2
+    python study/reproduce.py --claim wu_sampling --budget quick      # the machinery only
+    python study/reproduce.py --claim wu_sampling --report            # tables, verdicts, curves
+    python study/reproduce.py --wanted                                # the runs the verdicts ask for
+    python study/reproduce.py --claim wu_sampling --rerun-unrecorded  # retrain results without a checksum
+    python study/reproduce.py report                                  # REPORT.md from the JSON
+    python study/reproduce.py verify-floor                            # floor.json against the set here
 
 Every claim is relative (A beats B), so each is a set of **arms** (one
 training config each) and **checks** (arm A scores higher than arm B). An arm
@@ -23,7 +23,7 @@ share one ``--out`` and the same claims (a small network leaves a core idle: two
 runners finish sooner than one): each (arm, seed) is locked by the runner training
 it (``seed-<s>.runner.lock``), and the others skip it.
 
-The data: the kanji-fonts set of ``benchmarks/kanji_fonts.py`` (build it
+The data: the kanji-fonts set of ``study/kanji_fonts.py`` (build it
 first), one character per class, one font face per image, an open-set split
 by class. The budget fixes a *view* of it, written once as an .npz the ``npz``
 source reads: how many training classes (default: all) and a fixed sample of
@@ -31,7 +31,7 @@ test classes (chosen by the sha256 of their code points, so the same for
 every arm and seed). ``--budget quick`` shrinks classes, steps and the test
 sample for a check of the machinery; ``--steps`` / ``--train-classes`` /
 ``--test-classes`` override one figure. Results of different budgets live in
-different folders (``<out>`` defaults to ``benchmarks/reproduction/<budget>``,
+different folders (``<out>`` defaults to ``study/results/<budget>``,
 where the JSON results, ``report.md`` and the curves are committed, and the
 run folders and views are ignored by git), and an
 existing result whose config differs from the one asked for is refused,
@@ -41,8 +41,8 @@ Claims and verdicts: every claim of the papers, run or not, is a row of
 :mod:`reproduction_claims` (its checks, or why it is untested); every verdict
 comes from one function, :func:`verdicts.judge` (paired by seed, Holm across a
 claim's checks, MAP@R; its docstring states the rule). ``--report`` writes
-``<out>/report.md``; ``python benchmarks/reproduce.py report`` also rewrites the
-generated block of RESULTS.md's "Reproduction" from the committed results, and the
+``<out>/report.md``; ``python study/reproduce.py report`` also rewrites the
+generated block of the study's report (``study/REPORT.md``) from the committed results, and the
 figures its hand-written notes quote (:mod:`note_figures`).
 
 Provenance: a result records the kanji set's checksum and the command that
@@ -74,10 +74,10 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path[:0] = [ROOT, HERE]
+sys.path[:0] = [ROOT, HERE, os.path.join(ROOT, "benchmarks")]
 
-import kanji_fonts  # noqa: E402  (benchmarks/kanji_fonts.py)
-import machine  # noqa: E402
+import kanji_fonts  # noqa: E402  (study/kanji_fonts.py)
+import machine  # noqa: E402  (benchmarks/machine.py: the machine's description)
 import note_figures  # noqa: E402
 import reproduction_claims as paper_claims  # noqa: E402
 import verdicts  # noqa: E402
@@ -92,7 +92,7 @@ from tfdml import files  # noqa: E402  (atomic writes: a temporary file of this 
 #: 6,000 steps of batch 80 (about 25 epochs), 24 evaluations.
 #: ``protocol``: how the budget runs the papers' experiments, shown with each claim in place of
 #: the claim's own protocol line (which describes the standard budget); ``beside_standard``: the
-#: committed results of the budget are reported in RESULTS next to the standard budget's.
+#: committed results of the budget are reported in REPORT.md next to the standard budget's.
 BUDGETS = {
     "standard": {"steps": 2000, "evaluations": 8, "train_classes": None, "test_classes": 500},
     "quick": {"steps": 40, "evaluations": 2, "train_classes": 100, "test_classes": 40},
@@ -571,7 +571,7 @@ def kanji_set(data=None):
     cache folder; exits naming the command that builds it when the set is not there."""
     data_dir = data or kanji_fonts.default_out(32)
     if not os.path.exists(os.path.join(data_dir, kanji_fonts.NPZ_NAME)):
-        sys.exit(f"No kanji-fonts set at {data_dir}; build it first: python benchmarks/kanji_fonts.py "
+        sys.exit(f"No kanji-fonts set at {data_dir}; build it first: python study/kanji_fonts.py "
                  "(see its docstring for the fonts to install), or give --data.")
     return data_dir
 
@@ -579,12 +579,12 @@ def kanji_set(data=None):
 def add_probe_arguments(parser):
     """``--data`` and ``--out`` of a script that probes a budget's results (probe_*.py)."""
     parser.add_argument("--data", help="the kanji-fonts set (default: kanji_fonts.py's cache folder)")
-    parser.add_argument("--out", help="results folder of the budget (default benchmarks/reproduction/<budget>)")
+    parser.add_argument("--out", help="results folder of the budget (default study/results/<budget>)")
 
 
 def probe_folders(args):
     """(results folder, kanji-set folder) of :func:`add_probe_arguments`' arguments and ``args.budget``."""
-    out = os.path.abspath(args.out or os.path.join(HERE, "reproduction", args.budget))
+    out = os.path.abspath(args.out or os.path.join(HERE, "results", args.budget))
     return out, kanji_set(args.data)
 
 
@@ -872,22 +872,49 @@ def kanji_build_command(manifest):
     default folder are named by the variable ``$FONTS_DIR``)."""
     settings = manifest.get("settings", {})
     fonts = [face.get("path", "") for face in manifest.get("faces", [])]
-    command = (f"python benchmarks/kanji_fonts.py --size {settings.get('size')} --chars {settings.get('chars')} "
+    command = (f"python study/kanji_fonts.py --size {settings.get('size')} --chars {settings.get('chars')} "
                f"--min-per-class {settings.get('min_per_class')}")
     if fonts and not all(path.startswith(kanji_fonts.DEFAULT_FONTS_DIR + os.sep) for path in fonts):
         command += " --fonts-dir $FONTS_DIR"
     return command
 
 
-def git_commit():
-    """HEAD of the checkout that runs (``+dirty`` with uncommitted changes; None outside git)."""
+#: The paths (relative to the checkout) whose changes are not code behind a result: the results,
+#: reports and curves the runner and ``report`` write.
+NOT_CODE = ("study/results/", "study/REPORT.md")
+
+
+def uncommitted_changes():
+    """The paths of the checkout that differ from its commit (changed, staged, or new and not
+    ignored by git), outside :data:`NOT_CODE`; None outside a git checkout."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, check=True)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT,
+                                capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    paths = [line[3:].split(" -> ")[-1].strip('"') for line in status.stdout.splitlines() if line.strip()]
+    return [path for path in paths if not path.startswith(NOT_CODE)]
+
+
+def require_committed_tree():
+    """Exit naming the uncommitted changes when the checkout has any (:func:`uncommitted_changes`):
+    a result records the commit of the code that made it, and a commit plus changes names no code."""
+    changed = uncommitted_changes()
+    if changed:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        sys.exit(f"reproduce.py: the checkout has uncommitted changes ({shown}); a result records the git "
+                 "commit of the code behind it, and with changes that commit does not identify it. Commit "
+                 "or stash them (or remove the new files), then run again.")
+
+
+def git_commit():
+    """HEAD of the checkout that runs (``+dirty`` with uncommitted changes outside :data:`NOT_CODE`;
+    None outside git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if uncommitted_changes() else "")
 
 
 def package_versions():
@@ -1108,7 +1135,7 @@ def mark_started(out, claims):
     for claim in claims:
         path = os.path.join(folder, claim)
         if not os.path.exists(path):
-            files.write_text(path, f"python benchmarks/reproduce.py --claim {claim} --budget {name}\n")
+            files.write_text(path, f"python study/reproduce.py --claim {claim} --budget {name}\n")
 
 
 def experiments_in(out):
@@ -1255,25 +1282,76 @@ def row_arms(row):
     return list(dict.fromkeys(a for check in row.get("checks", ()) for a in paper_claims.sides(check)))
 
 
-def judge_claim(row, out):
+def is_investigation(row):
+    """Whether a row is one of the study's own investigations, not a claim of a paper."""
+    return row["paper"] == "investigation"
+
+
+def paper_metric(row):
+    """The paper's own metric of a claim (its experiment's: R@1, P@5 for Lu), judged beside
+    :data:`VERDICT_METRIC`; None for a claim that reads another figure (a training figure)."""
+    if row.get("untested") or row.get("metric", VERDICT_METRIC) != VERDICT_METRIC:
+        return None
+    return CLAIMS[row["experiment"]]["metric"]
+
+
+#: How the report names a metric it judges on.
+METRIC_NAMES = {"map@r": "MAP@R", "recall@1": "R@1", "precision@5": "P@5", "train_objective": "training loss"}
+
+
+def claim_specs(row, out, metric):
+    """The checks of a claim, as :func:`verdicts.judge` takes them, on ``metric``."""
+    return [{"check": check, "at": at, "kind": row.get("kind", "better"),
+             "better": seed_values(out, check[0], metric, at), "worse": seed_values(out, check[1], metric, at)}
+            for at in (row.get("at") or (None,)) for check in row["checks"]]
+
+
+def judge_claim(row, out, metric=None):
     """The verdict of one claim of :mod:`reproduction_claims` from the results in ``out``,
-    through :func:`verdicts.judge` (the one verdict function). Returns a dict: verdict,
-    reason (untested), metric, checks (the judged rows, each with its label, check and at)
-    and results (every result read). Refuses results of two data set versions."""
+    through :func:`verdicts.judge` (the one verdict function; Holm's family: the claim's
+    checks), on ``metric`` (default: the claim's, :data:`VERDICT_METRIC` unless it names
+    another). Returns a dict: verdict, reason (untested), metric, checks (the judged rows,
+    each with its label, check and at) and results (every result read). Refuses results of
+    two data set versions."""
     if row.get("untested"):
         return {"verdict": verdicts.UNTESTED, "reason": row["untested"], "checks": [], "results": [],
                 "metric": None}
-    metric = row.get("metric", VERDICT_METRIC)
+    metric = metric or row.get("metric", VERDICT_METRIC)
     results = [r for arm in row_arms(row) for r in load_results(out, arm)]
     check_one_data_version(results, f"claim {row['id']}")
-    specs = [{"check": check, "at": at, "kind": row.get("kind", "better"),
-              "better": seed_values(out, check[0], metric, at), "worse": seed_values(out, check[1], metric, at)}
-             for at in (row.get("at") or (None,)) for check in row["checks"]]
-    judged, verdict = verdicts.judge(specs)
+    specs = claim_specs(row, out, metric)
+    judged, verdict = verdicts.judge(specs, investigation=is_investigation(row))
     for spec, checked in zip(specs, judged):
         checked.update(check=spec["check"], at=spec["at"], label=check_label(spec["check"], spec["at"], spec["kind"]))
     reason = "arms or seeds missing" if verdict == verdicts.UNTESTED else None
     return {"verdict": verdict, "reason": reason, "metric": metric, "checks": judged, "results": results}
+
+
+def judge_paper(paper, out):
+    """``{claim id: judged}`` of the claims of ``paper`` that ``out`` has started, each on its own
+    metric (:func:`judge_claim`'s) with Holm's correction across every check of them (one family
+    per paper); judged: a dict of verdict and checks."""
+    started = experiments_in(out)
+    rows = [row for row in paper_claims.CLAIMS
+            if row["paper"] == paper and not row.get("untested") and row["experiment"] in started]
+    together = verdicts.judge_together([claim_specs(row, out, row.get("metric", VERDICT_METRIC)) for row in rows])
+    return {row["id"]: {"verdict": verdict, "checks": checks} for row, (checks, verdict) in zip(rows, together)}
+
+
+def judged_three_ways(row, out, papers=None):
+    """A claim's verdicts: on its metric (Holm per claim), on the paper's metric (Holm per claim;
+    None when :func:`paper_metric` is None) and on its metric with Holm per paper (None for an
+    investigation). ``papers``: a dict that keeps :func:`judge_paper` results across calls."""
+    papers = {} if papers is None else papers
+    own = judge_claim(row, out)
+    metric = paper_metric(row)
+    theirs = judge_claim(row, out, metric) if metric else None
+    per_paper = None
+    if not is_investigation(row):
+        if row["paper"] not in papers:
+            papers[row["paper"]] = judge_paper(row["paper"], out)
+        per_paper = papers[row["paper"]].get(row["id"])
+    return own, theirs, per_paper
 
 
 def paired_summary(out, check, metric, at=None):
@@ -1306,8 +1384,9 @@ def outcome_counts(judged):
     return f"{held} of {len(outcomes)} hold, {reversed_} reversed"
 
 
-def claim_detail(row, out):
-    """Markdown of one claim: its checks with the statistics and the verdict."""
+def claim_detail(row, out, papers=None):
+    """Markdown of one claim: its checks with the statistics and the verdict, then its verdicts on
+    the paper's metric and with Holm per paper (:func:`judged_three_ways`; ``papers`` as there)."""
     judged = judge_claim(row, out)
     spec = CLAIMS[row["experiment"]]
     metric = judged["metric"]
@@ -1335,48 +1414,78 @@ def claim_detail(row, out):
         lines += ["", "A check after a fraction of the steps reads the validation split's curve: the test split "
                       "is scored once, at the end."]
     lines += ["", f"Verdict: **{judged['verdict']}** ({counts}; {metric}"
-              + (", lower is better: Δ is B − A" if metric in TRAINING_FIGURES else "") + ").", ""]
-    return "\n".join(lines)
+              + (", lower is better: Δ is B − A" if metric in TRAINING_FIGURES else "") + ")."]
+    _, theirs, per_paper = judged_three_ways(row, out, papers)
+    beside = []
+    if theirs is not None:
+        beside.append(f"on the paper's metric, {METRIC_NAMES.get(theirs['metric'], theirs['metric'])}: "
+                      f"**{theirs['verdict']}** ({outcome_counts(theirs)})")
+    if per_paper is not None:
+        beside.append(f"with Holm's correction across every check of {row['paper']} judged here: "
+                      f"**{per_paper['verdict']}** ({outcome_counts(per_paper)})")
+    if beside:
+        lines += ["", "Beside it, by the same rule: " + "; ".join(beside) + "."]
+    return "\n".join(lines + [""])
 
 
 def rule_text():
-    """The verdict rule, from :mod:`verdicts`' constants (the RESULTS and report.md preamble)."""
+    """The verdict rule, from :mod:`verdicts`' constants (the REPORT.md and report.md preamble)."""
     words = "; ".join(f"**{w}**: {meaning}" for w, meaning in verdicts.VERDICT_WORDS.items())
-    return (f"Every verdict is computed by one function (`benchmarks/verdicts.py`), the same for every claim "
+    return (f"Every verdict is computed by one function (`study/verdicts.py`), the same for every claim "
             f"and fixed before any further run; the committed runs were made before it was written, so for "
-            f"them it is not a pre-registered rule. A check \"A > B\" is judged on {VERDICT_METRIC.upper()} "
-            f"(R@1 and the paper's metric are reported, never a tie-breaker) from the **paired** differences "
+            f"them it is not a pre-registered rule. A check \"A > B\" is judged on {VERDICT_METRIC.upper()}, "
+            f"and, by the same rule beside it, on the paper's own metric (R@1; P@5 for Lu), from the "
+            f"**paired** differences "
             f"A_s − B_s over the seeds both arms ran (the same seed gives both the same initial weights and "
             f"batch order): a paired t-test, two-sided, with **Holm's correction across the checks of the "
-            f"claim** at α = {verdicts.ALPHA}. It holds (or is reversed) when significant after Holm; a "
+            f"claim** at α = {verdicts.ALPHA}; the family is a choice, so the verdict with Holm across every "
+            f"check of the paper's claims judged here (one family per paper) is shown beside it. It holds "
+            f"(or is reversed) when significant after Holm; a "
             f"check whose difference is under {verdicts.RESOLVE_SE:g} standard errors needs at least "
             f"{verdicts.MIN_SEEDS} seeds to be decided (else \"{verdicts.NEEDS_SEEDS}\"). The exact sign-flip "
             f"permutation p is shown as a distribution-free cross-check: its floor is 2^(1−n), 0.25 with 3 "
             f"seeds, so with 3 seeds no check can be significant on it. The unpaired (Welch) p is shown for "
             f"comparison. Only a claim that is itself \"not worse\" (Hong's Fig. 4: \"not sensitive to "
             f"λ\") has not-worse checks: the same test on A − B + δ, δ = {verdicts.NON_INFERIORITY_MARGIN:g} "
-            f"of {VERDICT_METRIC.upper()}, declared before its runs. Verdicts: {words}.")
+            f"of {VERDICT_METRIC.upper()}, declared before its runs. Verdicts: {words}. An investigation (the "
+            f"study's own probe, not a paper's claim) is "
+            + ", ".join(f"**{w}**" for w in verdicts.INVESTIGATION_WORDS.values())
+            + " in place of the first three.")
 
 
 def claims_table(out):
-    """Markdown: every claim of :mod:`reproduction_claims`, run or not, with its verdict."""
-    lines = ["| claim | paper | figure / table | the paper's claim | verdict | checks | how to run / why untested |",
-             "|---|---|---|---|---|---|---|"]
-    started = experiments_in(out)
+    """Markdown: every claim of :mod:`reproduction_claims`, run or not, with its verdicts: on its
+    metric, on the paper's metric, and with Holm across the paper's checks
+    (:func:`judged_three_ways`)."""
+    lines = [f"| claim | paper | figure / table | the paper's claim | verdict, {METRIC_NAMES[VERDICT_METRIC]} "
+             "(Holm: the claim's checks) | checks | verdict, the paper's metric (Holm: the claim's checks) | checks "
+             f"| verdict, {METRIC_NAMES[VERDICT_METRIC]} (Holm: every check of the paper) | checks "
+             "| how to run / why untested |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    started, papers = experiments_in(out), {}
+
+    def cells(judged, name=None):
+        if judged is None:
+            return "– | –"
+        word = f"**{judged['verdict']}**" + (f" ({name})" if name else "")
+        return f"{word} | {outcome_counts(judged) if judged.get('checks') else '–'}"
+
     for row in paper_claims.CLAIMS:
         if row.get("untested"):
-            judged, how, counts = judge_claim(row, out), row["untested"], "–"
+            judged, how = judge_claim(row, out), row["untested"]
+            columns = [cells(judged), cells(None), cells(None)]
         elif row["experiment"] not in started:  # its arms may hold runs of other experiments: not judged
-            judged = {"verdict": verdicts.UNTESTED}
-            how, counts = f"`--claim {row['experiment']}` (not started in this folder)", "–"
+            how = f"`--claim {row['experiment']}` (not started in this folder)"
+            columns = [cells({"verdict": verdicts.UNTESTED}), cells(None), cells(None)]
         else:
-            judged = judge_claim(row, out)
+            judged, theirs, per_paper = judged_three_ways(row, out, papers)
             how = f"`--claim {row['experiment']}`"
-            counts = outcome_counts(judged) if judged["checks"] else "–"
             if judged["reason"]:
                 how += f" ({judged['reason']})"
-        lines.append(f"| {row['id']} | {row['paper']} | {row['where']} | {row['claim']} | **{judged['verdict']}** "
-                     f"| {counts} | {how} |")
+            name = METRIC_NAMES.get(theirs["metric"]) if theirs else None
+            columns = [cells(judged), cells(theirs, name), cells(per_paper)]
+        lines.append(f"| {row['id']} | {row['paper']} | {row['where']} | {row['claim']} | " + " | ".join(columns)
+                     + f" | {how} |")
     return "\n".join(lines)
 
 
@@ -1476,7 +1585,7 @@ def wanted_text(out):
     for experiment, (seeds, open_checks, runs, median) in wanted.items():
         cost = f"~{runs * median / 60:.1f} h" if median is not None else "cost unknown"
         minutes += runs * (median or 0.0)
-        lines.append(f"python benchmarks/reproduce.py --claim {experiment}{where} --seeds {' '.join(map(str, seeds))}"
+        lines.append(f"python study/reproduce.py --claim {experiment}{where} --seeds {' '.join(map(str, seeds))}"
                      f"   # {open_checks} open check(s), {runs} run(s) to add, {cost} of one runner")
     if unrecorded:
         results = [r for rs in unrecorded.values() for r in rs]
@@ -1484,11 +1593,11 @@ def wanted_text(out):
         rerun_minutes = run_cost(results)[1]
         minutes += rerun_minutes
         claims = " ".join(f"--claim {c}" for c in unrecorded)
-        lines.append(f"python benchmarks/reproduce.py {claims}{where} --seeds {' '.join(map(str, seeds))} "
+        lines.append(f"python study/reproduce.py {claims}{where} --seeds {' '.join(map(str, seeds))} "
                      f"--rerun-unrecorded   # {len(results)} result(s) without a data set checksum, "
                      f"~{rerun_minutes / 60:.1f} h of one runner (their own run times)")
     for claim, test_classes, ks, reason in probes:
-        lines.append(f"python benchmarks/probe_reproduction.py --claim {claim}{where} --test-classes {test_classes} "
+        lines.append(f"python study/probe_reproduction.py --claim {claim}{where} --test-classes {test_classes} "
                      f"--ks {' '.join(map(str, ks))}   # re-score (after the runs above, on the machine that "
                      f"trained them: it reads their models): {reason}")
     lines.append(f"# in all ~{minutes / 60:.1f} h of one runner (each experiment's median run so far)")
@@ -1547,8 +1656,9 @@ def report(claim, out, draw=True):
     done = [r for arm in claim_arms(claim) for r in load_results(out, arm)]
     if done:
         lines += [data_line(done, read_floor(out)), ""]
+    papers = {}
     for row in paper_claims.rows_of(claim):
-        lines.append(claim_detail(row, out))
+        lines.append(claim_detail(row, out, papers))
     lines += policy_diagnostics(claim, out)
     if done:
         runs, minutes, median = run_cost(done)
@@ -1598,11 +1708,11 @@ def policy_diagnostics(claim, out):
             "|---|---:|---:|---:|---:|", *rows, ""]
 
 
-#: The block of RESULTS.md that ``reproduce.py report`` writes (between these lines).
-RESULTS_BEGIN = ("<!-- generated by `python benchmarks/reproduce.py report` from the committed results: "
+#: The block of REPORT.md that ``reproduce.py report`` writes (between these lines).
+RESULTS_BEGIN = ("<!-- generated by `python study/reproduce.py report` from the committed results: "
                  "edit reproduce.py, reproduction_claims.py or verdicts.py, not this block -->")
 RESULTS_END = "<!-- end of the generated block -->"
-RESULTS_PATH = os.path.join(HERE, "RESULTS.md")
+RESULTS_PATH = os.path.join(HERE, "REPORT.md")
 
 
 def budget_text(out):
@@ -1644,7 +1754,7 @@ def budget_text(out):
 
 
 def results_block(out):
-    """The generated block of RESULTS' "Reproduction": setting, rule, every claim with its verdict,
+    """The generated block of REPORT.md: setting, rule, every claim with its verdict,
     the total cost, then each experiment's detail (the same text as report.md)."""
     experiments = experiments_in(out)
     results = distinct_results(experiments, out)
@@ -1656,11 +1766,11 @@ def results_block(out):
              claims_table(out), "", total_cost_line(experiments, out), "",
              data_line(results, read_floor(out)), "",
              machines_line(results), "",
-             f"Every run is reproduced by one command per experiment, `python benchmarks/reproduce.py --claim "
+             f"Every run is reproduced by one command per experiment, `python study/reproduce.py --claim "
              f"<experiment> --seeds <its seeds>` (each experiment's cost line names them; resumable: one JSON per arm "
              f"and seed under `{where}/arms/`); "
-             f"`python benchmarks/reproduce.py report` rewrites this block from those JSON files "
-             f"(`--check` fails when it is stale); `python benchmarks/reproduce.py --wanted` lists the runs the "
+             f"`python study/reproduce.py report` rewrites this block from those JSON files "
+             f"(`--check` fails when it is stale); `python study/reproduce.py --wanted` lists the runs the "
              f"verdicts still ask for (checks open on fewer than {verdicts.MIN_SEEDS} seeds) and the results to "
              f"train again because they record no data set checksum, as commands, with their cost, and the "
              f"probes (`probe_reproduction.py`) to score again because a run they scored was trained again since. "
@@ -1721,7 +1831,7 @@ def beside_detail(other):
     name = os.path.basename(os.path.normpath(other))
     experiments = experiments_in(other)
     lines = [f"### The experiments under `{name}`", "", budget_text(other), "",
-             f"Each run: `python benchmarks/reproduce.py --claim <experiment> --budget {name} --seeds <its seeds>` "
+             f"Each run: `python study/reproduce.py --claim <experiment> --budget {name} --seeds <its seeds>` "
              f"(each experiment's cost line names them; one JSON per arm and seed under "
              f"`{os.path.relpath(other, ROOT)}/arms/`).", ""]
     lines += [report(c, other, draw=False) for c in experiments]
@@ -1768,7 +1878,7 @@ def write_results(out, path=RESULTS_PATH, check=False):
         text = f.read()
     if RESULTS_BEGIN not in text or RESULTS_END not in text:
         raise SystemExit(f"{path} has no generated reproduction block (the lines {RESULTS_BEGIN!r} ... "
-                         f"{RESULTS_END!r}); add them under its Reproduction heading.")
+                         f"{RESULTS_END!r}); add them under its title.")
     head, rest = text.split(RESULTS_BEGIN, 1)
     _, tail = rest.split(RESULTS_END, 1)
     figures = note_figures.Figures(NoteFigureSource(out))
@@ -1868,7 +1978,7 @@ def build_parser():
     p.add_argument("--train-classes", type=int, help="training classes (overrides the budget)")
     p.add_argument("--test-classes", type=int, help="test classes evaluated (overrides the budget)")
     p.add_argument("--data", help="the kanji-fonts set (default: kanji_fonts.py's cache folder)")
-    p.add_argument("--out", help="results folder (default benchmarks/reproduction/<budget>: the JSON "
+    p.add_argument("--out", help="results folder (default study/results/<budget>: the JSON "
                                  "results, reports and curves are committed; run folders and views are not)")
     p.add_argument("--report", action="store_true", help="only write the report of what is done")
     p.add_argument("--list", action="store_true", help="list the claims and their arms")
@@ -1885,10 +1995,10 @@ def build_parser():
 
 def build_report_parser():
     p = argparse.ArgumentParser(prog="reproduce.py report",
-                                description="Rewrite RESULTS.md's reproduction block and report.md from the "
+                                description="Rewrite REPORT.md's generated block and report.md from the "
                                             "committed results, through the verdict function.")
-    p.add_argument("--out", default=os.path.join(HERE, "reproduction", "standard"), help="results folder")
-    p.add_argument("--results", default=RESULTS_PATH, help="the RESULTS.md to rewrite")
+    p.add_argument("--out", default=os.path.join(HERE, "results", "standard"), help="results folder")
+    p.add_argument("--results", default=RESULTS_PATH, help="the REPORT.md to rewrite")
     p.add_argument("--check", action="store_true", help="write nothing; fail when the block is stale")
     return p
 
@@ -1899,7 +2009,7 @@ def report_main(argv):
     try:
         if args.check:
             if not write_results(out, args.results, check=True):
-                print(f"{args.results}: the reproduction block is stale; run python benchmarks/reproduce.py report",
+                print(f"{args.results}: the reproduction block is stale; run python study/reproduce.py report",
                       file=sys.stderr)
                 return 1
             return 0
@@ -1948,12 +2058,12 @@ def main(argv=None):
             tested = ", ".join(row["id"] for row in paper_claims.rows_of(claim))
             print(f"{claim}: {spec['source']}\n  claims: {tested}\n  arms: {', '.join(claim_arms(claim))}")
         untested = [row["id"] for row in paper_claims.CLAIMS if row.get("untested")]
-        print(f"untested claims (reasons in RESULTS.md): {', '.join(untested)}")
+        print(f"untested claims (reasons in study/REPORT.md): {', '.join(untested)}")
         return 0
     if args.wanted:
         budget_name = args.budget + ("-custom" if any(getattr(args, k) is not None
                                                       for k in ("steps", "train_classes", "test_classes")) else "")
-        print(wanted_text(os.path.abspath(args.out or os.path.join(HERE, "reproduction", budget_name))))
+        print(wanted_text(os.path.abspath(args.out or os.path.join(HERE, "results", budget_name))))
         return 0
     if not args.claim:
         build_parser().error("give --claim (or --list, --wanted)")
@@ -1963,8 +2073,9 @@ def main(argv=None):
         if getattr(args, key) is not None:
             budget[key] = getattr(args, key)
     custom = any(getattr(args, k) is not None for k in ("steps", "train_classes", "test_classes"))
-    out = os.path.abspath(args.out or os.path.join(HERE, "reproduction", args.budget + ("-custom" if custom else "")))
+    out = os.path.abspath(args.out or os.path.join(HERE, "results", args.budget + ("-custom" if custom else "")))
     if not args.report:
+        require_committed_tree()
         data_dir = kanji_set(args.data)
         view = make_view(data_dir, out, budget["train_classes"], budget["test_classes"])
         floor = raw_pixel_floor(view, out)["metrics"]

@@ -1,4 +1,4 @@
-"""benchmarks/probe_memory.py: the pair composition against hand-computed cases, and the
+"""study/probe_memory.py: the pair composition against hand-computed cases, and the
 fault checks (a wrong label is counted, a fresh row has no drift) on a real memory."""
 
 import importlib.util
@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location("probe_memory", os.path.join(ROOT, "benchmarks", "probe_memory.py"))
+_spec = importlib.util.spec_from_file_location("probe_memory", os.path.join(ROOT, "study", "probe_memory.py"))
 pm = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(pm)
 

@@ -1,7 +1,7 @@
-"""Figures quoted in RESULTS' hand-written notes, computed from the committed results.
+"""Figures quoted in the study report's hand-written notes, computed from the committed results.
 
 A note quotes a figure as ``<!-- fig: EXPR -->VALUE<!-- /fig -->``: the comment does not
-render, VALUE does, and ``python benchmarks/reproduce.py report`` rewrites VALUE from EXPR
+render, VALUE does, and ``python study/reproduce.py report`` rewrites VALUE from EXPR
 (``report --check`` fails when one is stale), so a note cannot quote a figure the results
 no longer give. EXPR is one term, or ``range:`` and terms separated by ``;``:
 

@@ -3,8 +3,8 @@ et al. 2020 (XBM), run or not, as data.
 
 One row per claim: the paper, its figure or table, the claim in the paper's
 terms, and either the **checks** that test it (run by the experiment
-``python benchmarks/reproduce.py --claim <experiment>``) or the reason it is
-**untested**. RESULTS' "Reproduction" table and every verdict are generated from
+``python study/reproduce.py --claim <experiment>``) or the reason it is
+**untested**. The study report's claims table and every verdict are generated from
 these rows through :func:`verdicts.judge`; nothing else states a verdict.
 
 A check is ``(better, worse)``: an arm of ``reproduce.ARMS``, or a contrast

@@ -1,8 +1,8 @@
 """Watch a cross-batch memory while one XBM arm trains (an investigation of xbm_memory).
 
-    python benchmarks/probe_memory.py --arm xbm-contrastive-mem1024 --seed 0
-    python benchmarks/probe_memory.py --arm xbm-contrastive-mem1024 --warmup-fraction 0.75
-    python benchmarks/probe_memory.py --arm xbm-contrastive-mem0 --set optimizer.learning_rate=1e-4
+    python study/probe_memory.py --arm xbm-contrastive-mem1024 --seed 0
+    python study/probe_memory.py --arm xbm-contrastive-mem1024 --warmup-fraction 0.75
+    python study/probe_memory.py --arm xbm-contrastive-mem0 --set optimizer.learning_rate=1e-4
 
 The XBM arms of ``reproduce.py`` fall when their memory switches on. This script
 trains one of them (its config and view, through the user's ``train.py`` path,
@@ -50,7 +50,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 
-import reproduce  # noqa: E402  (benchmarks/reproduce.py)
+import reproduce  # noqa: E402  (study/reproduce.py)
 from tfdml import files  # noqa: E402
 
 

@@ -79,7 +79,8 @@ Modules: :mod:`~pipelines.designs.base` (:class:`Design`, the drawing core share
 design, and :class:`DesignPlan`), :mod:`~pipelines.designs.checks` (the arguments and the
 split a design refuses), :mod:`~pipelines.designs.draws` (stateless draws of distinct
 classes and examples), one module per design (:mod:`~pipelines.designs.group`: group and
-m-per-class; :mod:`~pipelines.designs.p_random`) and :mod:`~pipelines.designs.registry`
+m-per-class; :mod:`~pipelines.designs.p_random`; :mod:`~pipelines.designs.two_views`, every
+image twice for the losses of two views) and :mod:`~pipelines.designs.registry`
 (:data:`DESIGNS`, :func:`register`, :func:`get_design`). Every public name is importable
 from here.
 """
@@ -88,6 +89,7 @@ from pipelines.designs.base import Design, DesignPlan
 from pipelines.designs.group import GroupDesign, MPerClassDesign
 from pipelines.designs.p_random import PRandomDesign
 from pipelines.designs.registry import DESIGNS, get_design, register
+from pipelines.designs.two_views import TwoViewDesign
 
 __all__ = [
     "Design",
@@ -95,6 +97,7 @@ __all__ = [
     "GroupDesign",
     "PRandomDesign",
     "MPerClassDesign",
+    "TwoViewDesign",
     "DESIGNS",
     "get_design",
     "register",

@@ -63,6 +63,9 @@ class Design:
     #: True when a batch is isolated pairs marked by ``pair_id`` (p-random): a loss or
     #: sampler that needs tuples would score nothing on it.
     pairs_only = False
+    #: True when every image of a batch appears twice, as two views under independent
+    #: augmentation (rows sharing an ``example_id``): what the losses of two views read.
+    two_views = False
     #: True when every batch is drawn independently of the others, so that a cross-batch
     #: memory's composition gives its pairs' sampling probability: the design writes the
     #: ``w_memory`` column (:func:`tfdml.importance.memory_pair_weights`).
@@ -129,8 +132,9 @@ class Design:
             "sizes": tf.constant(plan.sizes),
             "eligible": tf.constant(plan.eligible),
         }
-        w_pos = tf.constant(plan.w_pos, tf.float32)
-        w_neg = tf.constant(plan.w_neg, tf.float32)
+        # Designs without importance weights (two views) leave w_pos / w_neg None: no such columns.
+        w_pos = None if plan.w_pos is None else tf.constant(plan.w_pos, tf.float32)
+        w_neg = None if plan.w_neg is None else tf.constant(plan.w_neg, tf.float32)
         w_triplet = None if plan.w_triplet is None else tf.constant(plan.w_triplet, tf.float32)
         w_memory = None if plan.w_memory is None else tf.constant(plan.w_memory, tf.float32)
         batch = self.batch_size
@@ -147,10 +151,11 @@ class Design:
             cols = {
                 "label": tf.gather(consts["labels"], example_id),
                 "class_size": tf.gather(consts["class_size"], example_id),
-                "w_pos": tf.fill([plan.chunk, batch], w_pos),
-                "w_neg": tf.fill([plan.chunk, batch], w_neg),
-                "example_id": example_id,
             }
+            if w_pos is not None:
+                cols["w_pos"] = tf.fill([plan.chunk, batch], w_pos)
+                cols["w_neg"] = tf.fill([plan.chunk, batch], w_neg)
+            cols["example_id"] = example_id
             if pair_id is not None:
                 cols["pair_id"] = pair_id
             if w_triplet is not None:

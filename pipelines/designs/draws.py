@@ -1,4 +1,5 @@
-"""Stateless draws of a chunk of batches: distinct uniform classes, m distinct examples of a class."""
+"""Stateless draws of a chunk of batches: distinct uniform classes, m distinct examples of a
+class, and epochs of blocks of a permutation."""
 
 import tensorflow as tf
 
@@ -59,3 +60,23 @@ def draw_m_per_class(plan, consts, key, classes, m):
     flat = tf.gather(consts["offsets"], classes)[..., None] + pos
     return tf.reshape(tf.gather(consts["order"], flat), [plan.chunk, -1])
 
+
+
+def permutation_blocks(items, block, chunk, seed, salt):
+    """Infinite dataset of [chunk, block] blocks of ``items`` (a 1-D array): each epoch is a
+    fresh uniform permutation of the items, independent of the previous epochs, cut into
+    floor(len / block) blocks; the last len mod block items of the permutation are dropped
+    for that epoch. Keyed by ``(seed, salt)`` and the epoch."""
+    count = len(items)
+    blocks = count // block
+    items = tf.constant(items)
+    epoch_base = tf.constant([int(seed), salt], tf.int64)
+
+    def epoch(e):
+        key = tf.random.experimental.stateless_fold_in(epoch_base, e)
+        bits = tf.random.stateless_uniform([count], key, dtype=tf.int64, minval=None, maxval=None)
+        perm = tf.argsort(bits)[: blocks * block]
+        return tf.reshape(tf.gather(items, perm), [blocks, block])
+
+    # The stream is infinite: drop_remainder drops nothing and keeps the shape static.
+    return tf.data.Dataset.counter().map(epoch).unbatch().batch(chunk, drop_remainder=True)

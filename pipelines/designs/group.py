@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from pipelines.designs.base import Design, DesignPlan
 from pipelines.designs.checks import positive_int, split_batch_arg
-from pipelines.designs.draws import distinct_uniform, draw_m_per_class
+from pipelines.designs.draws import distinct_uniform, draw_m_per_class, permutation_blocks
 
 log = logging.getLogger(__name__)
 
@@ -146,22 +146,8 @@ class MPerClassDesign(Design):
         return self.validate(split_or_labels).num_classes // self.classes_per_batch
 
     def _chunks(self, plan, seed):
-        n = self.classes_per_batch
-        blocks = plan.num_classes // n
-        eligible = tf.constant(plan.eligible)
-        epoch_base = tf.constant([int(seed), 0xE90C], tf.int64)
-
-        def epoch(e):
-            key = tf.random.experimental.stateless_fold_in(epoch_base, e)
-            bits = tf.random.stateless_uniform(
-                [plan.num_classes], key, dtype=tf.int64, minval=None, maxval=None
-            )
-            perm = tf.argsort(bits)[: blocks * n]
-            return tf.reshape(tf.gather(eligible, perm), [blocks, n])
-
-        # The stream is infinite: drop_remainder drops nothing and keeps the shape static.
-        class_blocks = tf.data.Dataset.counter().map(epoch).unbatch().batch(plan.chunk, drop_remainder=True)
-        return tf.data.Dataset.zip(tf.data.Dataset.counter(), class_blocks)
+        blocks = permutation_blocks(plan.eligible, self.classes_per_batch, plan.chunk, seed, salt=0xE90C)
+        return tf.data.Dataset.zip(tf.data.Dataset.counter(), blocks)
 
     def _draw(self, plan, consts, key, extra):
         return draw_m_per_class(plan, consts, key, extra, self.m), None

@@ -6,6 +6,7 @@ from tfdml.registry import Registry
 from pipelines.designs.base import Design
 from pipelines.designs.group import GroupDesign, MPerClassDesign
 from pipelines.designs.p_random import PRandomDesign
+from pipelines.designs.two_views import TwoViewDesign
 
 
 def _check_design(name, obj):
@@ -19,6 +20,7 @@ DESIGNS.update({
     "group": GroupDesign,
     "p_random": PRandomDesign,
     "m_per_class": MPerClassDesign,
+    "two_views": TwoViewDesign,
 })
 
 

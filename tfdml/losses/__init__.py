@@ -23,6 +23,10 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`CircleLoss`             Sun et al. 2020, Eq. 6 with Eq. 5 / 8 (pairs)
 :class:`ProxyNCALoss`           Movshovitz-Attias et al. 2017 §3 (proxies)
 :class:`ProxyAnchorLoss`        Kim et al. 2020 Eq. 4 (proxies)
+:class:`NTXentLoss`             Chen et al. 2020 Eq. 1 (SimCLR; two views)
+:class:`SupConLoss`             Khosla et al. 2020 Eq. 2, L^sup_out
+:class:`VICRegLoss`             Bardes et al. 2022 §3.1 (two views)
+:class:`BarlowTwinsLoss`        Zbontar et al. 2021 Eq. 1 (two views)
 ==============================  ==============================================
 """
 
@@ -31,6 +35,7 @@ import keras
 from tfdml import registry
 from tfdml.losses.angular import AngularLoss
 from tfdml.losses.balanced_contrastive import BalancedContrastiveLoss
+from tfdml.losses.barlow_twins import BarlowTwinsLoss
 from tfdml.losses.base import MetricLoss, SeedState, select_pairs, triplets_to_pairs
 from tfdml.losses.input_checks import InputCheck
 from tfdml.losses.binomial_deviance import BinomialDevianceLoss
@@ -41,6 +46,7 @@ from tfdml.losses.lifted_structured import LiftedStructuredLoss
 from tfdml.losses.margin import MarginLoss, MarginParameters
 from tfdml.losses.multi_similarity import MultiSimilarityLoss
 from tfdml.losses.npair import NPairLoss
+from tfdml.losses.nt_xent import NTXentLoss
 from tfdml.losses.precision_at_k import PrecisionAtKLoss
 from tfdml.losses.proxies import Proxies
 from tfdml.losses.proxy_anchor import ProxyAnchorLoss
@@ -48,7 +54,9 @@ from tfdml.losses.proxy_nca import ProxyNCALoss
 from tfdml.losses.reductions import REDUCTIONS, reduce_tuples
 from tfdml.losses.robust_hard_contrastive import RobustHardContrastiveLoss
 from tfdml.losses.stable_contrast import StableContrastLoss
+from tfdml.losses.supcon import SupConLoss
 from tfdml.losses.triplet import TripletLoss
+from tfdml.losses.vicreg import VICRegLoss
 from tfdml.losses.weighted_contrastive import WeightedContrastiveLoss
 
 
@@ -78,6 +86,10 @@ LOSSES.update({
     "circle": CircleLoss,
     "proxy_nca": ProxyNCALoss,
     "proxy_anchor": ProxyAnchorLoss,
+    "nt_xent": NTXentLoss,
+    "supcon": SupConLoss,
+    "vicreg": VICRegLoss,
+    "barlow_twins": BarlowTwinsLoss,
 })
 
 
@@ -107,6 +119,7 @@ def get(identifier, **kwargs):
 __all__ = [
     "AngularLoss",
     "BalancedContrastiveLoss",
+    "BarlowTwinsLoss",
     "BinomialDevianceLoss",
     "CircleLoss",
     "ContrastiveLoss",
@@ -119,6 +132,7 @@ __all__ = [
     "MetricLoss",
     "MultiSimilarityLoss",
     "NPairLoss",
+    "NTXentLoss",
     "PrecisionAtKLoss",
     "Proxies",
     "ProxyAnchorLoss",
@@ -127,7 +141,9 @@ __all__ = [
     "RobustHardContrastiveLoss",
     "SeedState",
     "StableContrastLoss",
+    "SupConLoss",
     "TripletLoss",
+    "VICRegLoss",
     "WeightedContrastiveLoss",
     "get",
     "reduce_tuples",

@@ -47,6 +47,9 @@ class BarlowTwinsLoss(base.MetricLoss):
     """
 
     needs_tuples = True  # needs two views of an instance in the batch
+    #: Its positives are the views of one instance (rows sharing an ``example_id``): a
+    #: batch design must show each image twice (``Design.two_views``); configs check it.
+    needs_two_views = True
     takes_distance = False
     fixed_arguments = {"distance": "correlates the embeddings' dimensions"}
 

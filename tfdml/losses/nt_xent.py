@@ -34,5 +34,9 @@ class NTXentLoss(ContrastOfViews):
       **kwargs: those of :class:`~tfdml.losses.MetricLoss` except ``distance``.
     """
 
+    #: Its positives are the views of one instance (rows sharing an ``example_id``): a
+    #: batch design must show each image twice (``Design.two_views``); configs check it.
+    needs_two_views = True
+
     def identity(self, targets):
         return views.instance_ids(targets)

@@ -25,6 +25,10 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`ProxyNCALoss`           Movshovitz-Attias et al. 2017 §3 (proxies)
 :class:`ProxyAnchorLoss`        Kim et al. 2020 Eq. 4 (proxies)
 :class:`WeightedSumLoss`        Σ_t w_t L_t: several losses on one batch (PML's MultipleLosses)
+:class:`NTXentLoss`             Chen et al. 2020 Eq. 1 (SimCLR; two views)
+:class:`SupConLoss`             Khosla et al. 2020 Eq. 2, L^sup_out
+:class:`VICRegLoss`             Bardes et al. 2022 §3.1 (two views)
+:class:`BarlowTwinsLoss`        Zbontar et al. 2021 Eq. 1 (two views)
 ==============================  ==============================================
 """
 
@@ -33,6 +37,7 @@ import keras
 from tfdml import registry
 from tfdml.losses.angular import AngularLoss
 from tfdml.losses.balanced_contrastive import BalancedContrastiveLoss
+from tfdml.losses.barlow_twins import BarlowTwinsLoss
 from tfdml.losses.base import MetricLoss, SeedState, select_pairs, triplets_to_pairs
 from tfdml.losses.input_checks import InputCheck
 from tfdml.losses.binomial_deviance import BinomialDevianceLoss
@@ -44,6 +49,7 @@ from tfdml.losses.lifted_structured import LiftedStructuredLoss
 from tfdml.losses.margin import MarginLoss, MarginParameters
 from tfdml.losses.multi_similarity import MultiSimilarityLoss
 from tfdml.losses.npair import NPairLoss
+from tfdml.losses.nt_xent import NTXentLoss
 from tfdml.losses.precision_at_k import PrecisionAtKLoss
 from tfdml.losses.proxies import Proxies
 from tfdml.losses.proxy_anchor import ProxyAnchorLoss
@@ -51,7 +57,9 @@ from tfdml.losses.proxy_nca import ProxyNCALoss
 from tfdml.losses.reductions import REDUCTIONS, reduce_tuples
 from tfdml.losses.robust_hard_contrastive import RobustHardContrastiveLoss
 from tfdml.losses.stable_contrast import StableContrastLoss
+from tfdml.losses.supcon import SupConLoss
 from tfdml.losses.triplet import TripletLoss
+from tfdml.losses.vicreg import VICRegLoss
 from tfdml.losses.weighted_contrastive import WeightedContrastiveLoss
 from tfdml.losses.weighted_sum import WeightedSumLoss
 
@@ -83,6 +91,10 @@ LOSSES.update({
     "facility_location": FacilityLocationLoss,
     "proxy_nca": ProxyNCALoss,
     "proxy_anchor": ProxyAnchorLoss,
+    "nt_xent": NTXentLoss,
+    "supcon": SupConLoss,
+    "vicreg": VICRegLoss,
+    "barlow_twins": BarlowTwinsLoss,
 })
 
 
@@ -112,6 +124,7 @@ def get(identifier, **kwargs):
 __all__ = [
     "AngularLoss",
     "BalancedContrastiveLoss",
+    "BarlowTwinsLoss",
     "BinomialDevianceLoss",
     "CircleLoss",
     "ContrastiveLoss",
@@ -125,6 +138,7 @@ __all__ = [
     "MetricLoss",
     "MultiSimilarityLoss",
     "NPairLoss",
+    "NTXentLoss",
     "PrecisionAtKLoss",
     "Proxies",
     "ProxyAnchorLoss",
@@ -133,7 +147,9 @@ __all__ = [
     "RobustHardContrastiveLoss",
     "SeedState",
     "StableContrastLoss",
+    "SupConLoss",
     "TripletLoss",
+    "VICRegLoss",
     "WeightedContrastiveLoss",
     "WeightedSumLoss",
     "get",

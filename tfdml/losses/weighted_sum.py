@@ -9,15 +9,12 @@ from tfdml.losses.base import check_scalar_reduction, refuse_sample_weight
 
 
 def _resolve(loss):
-    from tfdml import losses as losses_lib
-
-    if isinstance(loss, str):
-        return losses_lib.get(loss)
     if isinstance(loss, dict):
         return keras.saving.deserialize_keras_object(loss)
     if isinstance(loss, keras.losses.Loss):
         return loss
-    raise ValueError(f"WeightedSumLoss terms are tfdml losses, their names or serialised configs; got {loss!r}.")
+    raise ValueError(f"WeightedSumLoss terms are loss objects or their serialised configs (a name: "
+                     f"tfdml.losses.get(name, **options)); got {loss!r}.")
 
 
 class _Memories:
@@ -52,8 +49,7 @@ class WeightedSumLoss(keras.losses.Loss):
     trains, checkpoints and checks them as for one loss.
 
     Args:
-      losses: the terms: tfdml loss objects, registered names (default options) or
-        serialised configs. Their ``name`` s must differ (their state is saved under them):
+      losses: the terms: tfdml loss objects or their serialised configs. Their ``name`` s must differ (their state is saved under them):
         pass ``name=`` to a loss used twice.
       weights: w_t ≥ 0, one per term (default 1 each).
       name, reduction, dtype: as for ``keras.losses.Loss`` (the sum is a scalar: a scalar

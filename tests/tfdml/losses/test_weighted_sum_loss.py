@@ -57,7 +57,7 @@ def test_a_random_sampler_term_draws_the_stream_it_draws_alone():
 
 
 def test_config_round_trip():
-    total = losses.WeightedSumLoss(["multi_similarity", losses.CircleLoss(m=0.4, gamma=80.0)], weights=[1.0, 0.25])
+    total = losses.WeightedSumLoss([losses.MultiSimilarityLoss(), losses.CircleLoss(m=0.4, gamma=80.0)], weights=[1.0, 0.25])
     again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(total))
     assert type(again) is losses.WeightedSumLoss and again.weights == [1.0, 0.25]
     assert [type(t) for t in again.terms] == [losses.MultiSimilarityLoss, losses.CircleLoss]
@@ -68,13 +68,14 @@ def test_config_round_trip():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"losses": []}, "list of at least one"),
-    ({"losses": "contrastive"}, "list of at least one"),
-    ({"losses": ["contrastive", "triplet"], "weights": [1.0]}, "one weight per loss"),
-    ({"losses": ["contrastive"], "weights": [-1.0]}, ">= 0"),
-    ({"losses": ["contrastive"], "weights": [float("nan")]}, ">= 0"),
+    ({"losses": losses.ContrastiveLoss()}, "list of at least one"),
+    ({"losses": [losses.ContrastiveLoss(), losses.TripletLoss()], "weights": [1.0]}, "one weight per loss"),
+    ({"losses": [losses.ContrastiveLoss()], "weights": [-1.0]}, ">= 0"),
+    ({"losses": [losses.ContrastiveLoss()], "weights": [float("nan")]}, ">= 0"),
+    ({"losses": ["contrastive"]}, "tfdml.losses.get"),
     ({"losses": [{"class_name": "tfdml>ContrastiveLoss", "config": {"name": "c"}},
                  {"class_name": "tfdml>TripletLoss", "config": {"name": "c"}}]}, "named 'c'"),
-    ({"losses": [3]}, "tfdml losses"),
+    ({"losses": [3]}, "loss objects"),
 ])
 def test_bad_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):

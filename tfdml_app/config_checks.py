@@ -11,6 +11,7 @@ registers (used by :func:`tfdml_app.config.validate`, which also builds the loss
 import copy
 
 from tfdml import builtin_names, metric_names
+from tfdml_app import sampler_fit
 from tfdml_app.loss_config import ConfigError, check_loss_options, suggest
 from tfdml_app.schema import SCHEMA
 
@@ -152,13 +153,19 @@ def check_structure(config, names=False):
 
     ``names=True``: also the names, as those of tfdml's built-in parts
     (:mod:`tfdml.builtin_names`), and the ranges and combinations that need no
-    class of the library, with :func:`tfdml_app.config.validate`'s messages; for a config that can
-    name only built-in parts (``train.py`` without ``--import``), and the names
-    in ``loss.options`` (:data:`tfdml.builtin_names.LOSS_OPTIONS`). What is left
-    to :func:`tfdml_app.config.validate`: the loss built with its options and sampler (the
-    options' values, the sampler's fit and options, and what they ask of the
-    design and the model). Raises :class:`ConfigError`."""
+    class of the library, with :func:`tfdml_app.config.validate`'s messages; for a
+    config that can name only built-in parts (``train.py`` without ``--import``):
+    the names in ``loss.options`` (:data:`tfdml.builtin_names.LOSS_OPTIONS`), the
+    sampler's fit to the loss and the names in ``loss.sampler_options``
+    (:mod:`tfdml_app.sampler_fit` on :data:`tfdml.builtin_names.LOSS_SAMPLING` and
+    :data:`~tfdml.builtin_names.SAMPLER_FACTS`). What is left to
+    :func:`tfdml_app.config.validate`, which builds the loss with its sampler: the
+    values of ``loss.options``, ``loss.sampler_options`` and ``loss.memory`` (each
+    checked by the constructor of its class), and what the built loss and sampler
+    ask of the batch design and the model (:func:`tfdml_app.loss_config.check_loss`).
+    Raises :class:`ConfigError`."""
     cfg = _validate(config or {}, SCHEMA, "", BUILTIN if names else FIXED)
     if names:
         _check_combinations(cfg, BUILTIN)
         check_loss_options(cfg["loss"], builtin_names.LOSS_OPTIONS[cfg["loss"]["name"]])
+        sampler_fit.check_sampler(cfg["loss"], sampler_fit.builtin_facts())

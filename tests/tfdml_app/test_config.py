@@ -61,7 +61,8 @@ def test_impossible_combinations():
     with pytest.raises(config.ConfigError, match=r"assumes unit-norm embeddings.*model.normalize: true"):
         config.validate({"loss": {"name": "margin", "sampler": "distance_weighted"},
                          "model": {"normalize": False}})
-    with pytest.raises(config.ConfigError, match=r"assumes euclidean distances.*distance='cosine'"):
+    with pytest.raises(config.ConfigError, match=r"assumes euclidean distances, and margin computes cosine distances: "
+                                                 r"use loss.options.distance = 'euclidean'"):
         config.validate({"loss": {"name": "margin", "sampler": "distance_weighted",
                                   "options": {"distance": "cosine"}}})
 

@@ -439,7 +439,7 @@ def test_loss_the_library_refuses_stops_before_any_work(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "Config error: loss.sampler = 'random' does not fit loss.name = 'stable_contrast'" in err
-    listed = ", ".join(s for s in loss_config.valid_samplers("stable_contrast") if s not in ("none", None))
+    listed = ", ".join(s for s in loss_config.valid_samplers("stable_contrast") if s not in (loss_config.NO_SAMPLER, None))
     assert f"valid samplers for stable_contrast: {listed}" in err
     assert not out.exists()
 

@@ -161,7 +161,8 @@ def resume_differences(saved, current, allowed=RESUMABLE_KEYS):
     and the ``current`` one, leaving out ``allowed`` keys (and their subkeys). A
     schema key missing from ``saved`` (a backup of a tfdml that did not have it)
     counts as what such a run ran with (its field's ``absent``, the default unless that
-    changed): there it changes nothing."""
+    changed): there it changes nothing; so does a value of ``saved`` in an old spelling
+    (the field's ``renamed``)."""
     saved, current = plain(saved), plain(current)
     out = []
 
@@ -172,6 +173,8 @@ def resume_differences(saved, current, allowed=RESUMABLE_KEYS):
                 continue
             field = schema.get(key) if isinstance(schema, dict) else None
             x = a[key] if key in a or not isinstance(field, _Field) else plain(field.absent)
+            if isinstance(field, _Field) and isinstance(x, str):
+                x = field.renamed.get(x, x)  # a backup's config holds what it was validated as
             y = b.get(key)
             if isinstance(x, dict) and isinstance(y, dict):
                 walk(x, y, where, field)

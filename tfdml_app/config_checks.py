@@ -9,6 +9,7 @@ registers (used by :func:`tfdml_app.config.validate`, which also builds the loss
 """
 
 import copy
+import warnings
 
 from tfdml import builtin_names, metric_names
 from tfdml_app import sampler_fit
@@ -37,6 +38,13 @@ def _grouped_designs():
     return [name for name, cls in designs.DESIGNS.items() if cls.grouped_by_class]
 
 
+def _renamed(where, old, new):
+    """The new name of a renamed value, with a warning that names it."""
+    warnings.warn(f"{where} = {old!r} is an old spelling of {new!r}, read as {new!r} for now: write "
+                  f"{where.split('.')[-1]}: {new}.", FutureWarning, stacklevel=4)
+    return new
+
+
 def _type_names(types):
     return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
@@ -58,6 +66,8 @@ def _validate(config, schema, path, names=LIBRARY):
             out[key] = _validate(config.get(key, {}) or {}, field, where, names)
             continue
         value = config.get(key, copy.deepcopy(field.default))
+        if isinstance(value, str) and value in field.renamed:
+            value = _renamed(where, value, field.renamed[value])
         if isinstance(value, bool) and bool not in field.types:
             raise ConfigError(f"{where} must be {_type_names(field.types)}, got the boolean {value!r}.")
         if float in field.types and isinstance(value, int) and not isinstance(value, bool):

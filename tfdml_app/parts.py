@@ -13,10 +13,13 @@ class ConfigError(ValueError):
 
 #: loss.sampler names of the config itself: ``learned`` is the trained policy
 #: network of Duan et al. 2019 (:mod:`tfdml.dsn`), not an in-graph sampler;
-#: ``none`` asks for no sampler (all candidate pairs, or a loss that selects
-#: without one).
+#: ``by_loss`` builds the loss with ``sampler=None``: no sampler, the loss forms its
+#: own tuples from the batch (all candidate pairs, or those its formula selects).
+#: An empty loss.sampler (null) is the other thing: the loss's default sampler.
 LEARNED_SAMPLERS = ("learned",)
-NO_SAMPLER = "none"
+NO_SAMPLER = "by_loss"
+#: Old spellings of loss.sampler values, read as the new one with a warning.
+RENAMED_SAMPLERS = {"none": NO_SAMPLER}
 
 
 def _losses():

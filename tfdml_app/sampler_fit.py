@@ -78,7 +78,7 @@ def _fits_distance(loss, sampler, distance=None):
 
 def valid_samplers(loss_name, facts):
     """The loss.sampler names that fit ``loss_name``: the samplers whose kind the loss
-    accepts (and whose distance it computes), ``none`` unless the loss needs a sampler,
+    accepts (and whose distance it computes), ``by_loss`` unless the loss needs a sampler,
     ``learned`` when a tfdml.dsn network trains it."""
     loss = facts.losses[loss_name]
     names = [n for n, s in facts.samplers.items() if s["kind"] in loss["kinds"] and _fits_distance(loss, s)]
@@ -129,7 +129,8 @@ def check_sampler(section, facts):
         return DEFAULT
     if sampler == NO_SAMPLER:
         if options:
-            raise ConfigError(f"loss.sampler_options {options!r} are given, but loss.sampler = 'none'.")
+            raise ConfigError(f"loss.sampler_options {options!r} are given, but loss.sampler = {NO_SAMPLER!r} "
+                              "(no sampler).")
         if loss["required"]:
             raise misfit(name, sampler, f"{name} needs a sampler that selects {_kinds(loss['kinds'])}", facts)
         if not loss["takes_sampler"] and loss["kinds"]:

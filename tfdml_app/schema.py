@@ -13,7 +13,7 @@ imports no TensorFlow.
 import copy
 
 from tfdml import builtin_names, distance_names, metric_names
-from tfdml_app.loss_config import LEARNED_SAMPLERS, NO_SAMPLER, _losses, _samplers
+from tfdml_app.parts import LEARNED_SAMPLERS, NO_SAMPLER, RENAMED_SAMPLERS, _losses, _samplers
 
 def _at_least(bound):
     """A field check: the value must be >= ``bound`` (counts and sizes)."""
@@ -28,11 +28,15 @@ class _Field:
     such a function, the tuple it returns when nothing but tfdml registered names
     (from :mod:`tfdml.builtin_names`: checked before TensorFlow is imported).
     ``absent``: what a saved config that does not have the key ran with, when that
-    is not ``default`` (the key's default changed since it was added)."""
+    is not ``default`` (the key's default changed since it was added). ``renamed``:
+    {old spelling: value} of values that have a new name: an old spelling is read
+    as its new name with a ``FutureWarning`` naming it (so saved configs and
+    backups keep working), and is not among the choices shown."""
 
     _DEFAULT = object()
 
-    def __init__(self, types, default, choices=None, doc="", check=None, absent=_DEFAULT, builtin=None):
+    def __init__(self, types, default, choices=None, doc="", check=None, absent=_DEFAULT, builtin=None,
+                 renamed=None):
         self.types = types if isinstance(types, tuple) else (types,)
         self.default = default
         self.absent = default if absent is _Field._DEFAULT else absent
@@ -40,6 +44,7 @@ class _Field:
         self.builtin = builtin
         self.doc = doc
         self.check = check
+        self.renamed = renamed or {}
 
     @property
     def choices(self):
@@ -176,7 +181,11 @@ SCHEMA = {
         "options": _Field(dict, {}, doc="keyword arguments of the loss class"),
         "sampler": _Field((str, type(None)), None, _sampler_names,
                           builtin=builtin_names.SAMPLERS + _CONFIG_SAMPLERS,
-                          doc="a tfdml.samplers name, 'learned' (tfdml.dsn), 'none', or None: the loss's default"),
+                          renamed=RENAMED_SAMPLERS,
+                          doc="a tfdml.samplers name; 'learned': the learned sampler (tfdml.dsn); "
+                              f"'{NO_SAMPLER}': no sampler, the loss forms its own tuples from the batch "
+                              "(every pair or tuple its formula scores); null: the loss's default "
+                              "sampler (its constructor's)"),
         "sampler_options": _Field(dict, {}, doc="keyword arguments of the sampler (None: of the loss's default)"),
         "memory": _Field((dict, type(None)), None,
                          doc="cross-batch memory (tfdml.memory; Wang et al. 2020, XBM): {size: K, "

@@ -62,7 +62,7 @@ def test_bad_memory_configs_are_refused_with_the_reason(loss, match):
 @pytest.mark.parametrize("name", ["contrastive", "weighted_contrastive"])
 def test_memory_with_importance_weights_is_accepted_with_the_group_design(name):
     resolved = config.validate({"design": {"name": "group", "m": 2, "n": 4},
-                                "loss": {"name": name, "sampler": "none", "memory": {"size": 8},
+                                "loss": {"name": name, "sampler": "by_loss", "memory": {"size": 8},
                                          "options": {"importance": True}}})
     loss = loss_config.build_loss(resolved, 3)
     assert loss.importance and loss.memory.size == 8
@@ -71,14 +71,14 @@ def test_memory_with_importance_weights_is_accepted_with_the_group_design(name):
 def test_memory_with_importance_weights_must_hold_whole_batches():
     with pytest.raises(config.ConfigError, match="multiple of the batch size 8; use size 8"):
         config.validate({"design": {"name": "group", "m": 2, "n": 4},
-                         "loss": {"name": "contrastive", "sampler": "none", "memory": {"size": 12},
+                         "loss": {"name": "contrastive", "sampler": "by_loss", "memory": {"size": 12},
                                   "options": {"importance": True}}})
 
 
 def test_memory_with_isolated_pairs_is_refused():
     with pytest.raises(config.ConfigError, match="design gives isolated pairs"):
         config.validate({"design": {"name": "p_random"},
-                         "loss": {"name": "contrastive", "sampler": "none", "memory": {"size": 8}}})
+                         "loss": {"name": "contrastive", "sampler": "by_loss", "memory": {"size": 8}}})
 
 
 @pytest.mark.parametrize("name, key, names", [

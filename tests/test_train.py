@@ -1503,3 +1503,37 @@ def test_the_test_split_is_scored_with_the_selected_model(tmp_path, scripted_val
     for key in kept:
         np.testing.assert_allclose(again[key], kept[key], atol=1e-6, err_msg=key)
     assert json.load(open(tmp_path / "resumed" / "metrics.json"))["info"]["model"]["epoch"] == 2
+
+
+def test_a_run_embeds_the_test_split_once_per_model_and_writes_metrics_json_once(tmp_path, scripted_validation,
+                                                                                 monkeypatch):
+    """With a validation split the last epoch's model and the kept one (epoch 2 of 3) are
+    scored on the test split, each embedding it once: the kept model's embeddings serve
+    the metrics, the plots and lookup/'s index; metrics.json is written once, whole
+    (the kept model's figures with the last epoch's)."""
+    from tfdml import files
+    from tfdml_app import embedding
+
+    cfg = _arrays_cfg(tmp_path / "run", **{"export.lookup": True, "export.lookup_precision": None,
+                                           "evaluation.baseline": None})  # the baseline embeds raw pixels
+    test_size = 48
+    embedded, written = [], []
+    real_embed, real_write_json = embedding.embed, files.write_json
+
+    def counting_embed(embedder, dataset, num, *args, **kwargs):
+        embedded.append(num)
+        return real_embed(embedder, dataset, num, *args, **kwargs)
+
+    def counting_write_json(path, *args, **kwargs):
+        written.append(os.path.basename(path))
+        return real_write_json(path, *args, **kwargs)
+
+    for module in (evaluation, export, fit):
+        monkeypatch.setattr(module, "embed", counting_embed)
+    monkeypatch.setattr(files, "write_json", counting_write_json)
+    fit.run(cfg, verbose=0)
+    assert embedded.count(test_size) == 2  # the last epoch's model, then the kept one
+    assert written.count("metrics.json") == 1
+    report = json.load(open(tmp_path / "run" / "metrics.json"))
+    assert report["info"]["model"]["epoch"] == 2 and report["last_epoch"]["epoch"] == 3
+    assert json.load(open(tmp_path / "run" / "lookup.json"))["num_entries"] == test_size

@@ -151,3 +151,8 @@ SAMPLER_FACTS = {
     "top_k": {"kind": "sets", "options": ("k",), "distance": None},
     "multi_similarity": {"kind": "pairs", "options": ("epsilon",), "distance": None},
 }
+
+#: The options of a config's ``learned_sampler`` section (``tfdml_app.sampler_fit.dsn_options``):
+#: the model's and the run's, then the sampler network's own (``tfdml.dsn.policy.network_options``).
+LEARNED_SAMPLER_OPTIONS = ("tuples_per_minibatch", "minibatches", "baseline", "diagnostics", "learning_rate",
+                           "pretrain_steps", "width", "depth", "input_size", "trunk", "channels")

@@ -25,7 +25,7 @@ import re
 
 import yaml
 
-from tfdml_app.config_checks import check_structure, check_values  # noqa: F401 - part of this API
+from tfdml_app.config_checks import check_structure, check_values, moved  # noqa: F401 - part of this API
 from tfdml_app.loss_config import (  # noqa: F401 - the config's names, read here
     LEARNED_SAMPLERS, NO_SAMPLER, VALIDATION_NUM_CLASSES, ConfigError, build_loss, check_loss, suggest,
     valid_samplers)
@@ -161,9 +161,9 @@ def resume_differences(saved, current, allowed=RESUMABLE_KEYS):
     and the ``current`` one, leaving out ``allowed`` keys (and their subkeys). A
     schema key missing from ``saved`` (a backup of a tfdml that did not have it)
     counts as what such a run ran with (its field's ``absent``, the default unless that
-    changed): there it changes nothing; so does a value of ``saved`` in an old spelling
-    (the field's ``renamed``)."""
-    saved, current = plain(saved), plain(current)
+    changed): there it changes nothing; so does a value or a key of ``saved`` in an old
+    spelling (a field's ``renamed``, :func:`tfdml_app.config_checks.moved`)."""
+    saved, current = moved(plain(saved)), plain(current)
     out = []
 
     def walk(a, b, prefix, schema):

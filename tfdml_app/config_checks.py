@@ -14,6 +14,7 @@ import warnings
 from tfdml import builtin_names, metric_names
 from tfdml_app import sampler_fit
 from tfdml_app.loss_config import ConfigError, check_loss_options, suggest
+from tfdml_app.parts import LEARNED_SAMPLERS
 from tfdml_app.schema import SCHEMA
 
 
@@ -94,19 +95,19 @@ def _validate(config, schema, path, names=LIBRARY):
 def _check_combinations(cfg, names=LIBRARY):
     """The ranges and combinations of a config whose fields are valid: of the built-in
     designs (``names=BUILTIN``) or of the registered ones (``LIBRARY``)."""
-    sampler, design = cfg["loss"]["sampler"], cfg["design"]["name"]
+    learned, design = cfg["learned_sampler"] is not None, cfg["design"]["name"]
     grouped = builtin_names.GROUPED_DESIGNS if names == BUILTIN else _grouped_designs()
-    if sampler == "learned" and design not in grouped:
+    if learned and design not in grouped:
         raise ConfigError(
-            f"loss.sampler = 'learned' draws tuples from a pool of several classes; design.name = {design!r} "
+            f"learned_sampler draws tuples from a pool of several classes; design.name = {design!r} "
             f"gives no such pool: use {' or '.join(map(repr, grouped))}."
         )
-    if sampler == "learned" and cfg["strategy"] != "default":
+    if learned and cfg["strategy"] != "default":
         raise ConfigError(
-            f"loss.sampler = 'learned' (the DSN of Duan et al.) runs on one replica; strategy = "
+            f"learned_sampler (the DSN of Duan et al.) runs on one replica; strategy = "
             f"{cfg['strategy']!r} is not supported with it: use strategy 'default'."
         )
-    if sampler == "learned" and cfg["training"]["jit_compile"] == builtin_names.LOSS_ONLY:
+    if learned and cfg["training"]["jit_compile"] == builtin_names.LOSS_ONLY:
         raise ConfigError(
             f"training.jit_compile = {cfg['training']['jit_compile']!r} compiles a loss and its in-graph "
             "sampler; the learned sampler's step is one piece: use true (all of it) or false."
@@ -147,11 +148,33 @@ def _check_combinations(cfg, names=LIBRARY):
         raise ConfigError(f"optimizer.learning_rate must be > 0, got {cfg['optimizer']['learning_rate']}.")
 
 
+def moved(config):
+    """``config`` with keys in an old place moved to their new one, each with a
+    ``FutureWarning`` naming it (a copy; ``config`` itself is left as it is):
+    ``loss.sampler: learned`` with its ``loss.sampler_options`` is the
+    ``learned_sampler`` section."""
+    loss = config.get("loss") if isinstance(config, dict) else None
+    if not isinstance(loss, dict) or loss.get("sampler") not in LEARNED_SAMPLERS:
+        return config
+    if config.get("learned_sampler") is not None:
+        raise ConfigError("loss.sampler = 'learned' and learned_sampler are both given; keep learned_sampler "
+                          "(the learned sampler's section) and remove loss.sampler.")
+    config = copy.deepcopy(config)
+    config["loss"].pop("sampler")
+    options = config["loss"].pop("sampler_options", None) or {}
+    config["learned_sampler"] = options
+    warnings.warn(f"loss.sampler = 'learned' is an old spelling of the learned_sampler section, read as "
+                  f"learned_sampler: {options!r} for now: write learned_sampler: {options!r} (the options that "
+                  "were loss.sampler_options) and remove loss.sampler.", FutureWarning, stacklevel=3)
+    return config
+
+
 def check_values(config):
     """Fill defaults and check a config dict against the names the library registers
     (imports it): every check but building the loss; returns the resolved config."""
-    cfg = _validate(config or {}, SCHEMA, "")
+    cfg = _validate(moved(config or {}), SCHEMA, "")
     _check_combinations(cfg)
+    sampler_fit.check_learned_sampler(cfg, sampler_fit.library_facts())
     return cfg
 
 
@@ -166,16 +189,18 @@ def check_structure(config, names=False):
     class of the library, with :func:`tfdml_app.config.validate`'s messages; for a
     config that can name only built-in parts (``train.py`` without ``--import``):
     the names in ``loss.options`` (:data:`tfdml.builtin_names.LOSS_OPTIONS`), the
-    sampler's fit to the loss and the names in ``loss.sampler_options``
-    (:mod:`tfdml_app.sampler_fit` on :data:`tfdml.builtin_names.LOSS_SAMPLING` and
-    :data:`~tfdml.builtin_names.SAMPLER_FACTS`). What is left to
+    sampler's fit to the loss and the names in ``loss.sampler_options`` and
+    ``learned_sampler`` (:mod:`tfdml_app.sampler_fit` on
+    :data:`tfdml.builtin_names.LOSS_SAMPLING`, :data:`~tfdml.builtin_names.SAMPLER_FACTS`
+    and :data:`~tfdml.builtin_names.LEARNED_SAMPLER_OPTIONS`). What is left to
     :func:`tfdml_app.config.validate`, which builds the loss with its sampler: the
     values of ``loss.options``, ``loss.sampler_options`` and ``loss.memory`` (each
     checked by the constructor of its class), and what the built loss and sampler
     ask of the batch design and the model (:func:`tfdml_app.loss_config.check_loss`).
     Raises :class:`ConfigError`."""
-    cfg = _validate(config or {}, SCHEMA, "", BUILTIN if names else FIXED)
+    cfg = _validate(moved(config or {}), SCHEMA, "", BUILTIN if names else FIXED)
     if names:
         _check_combinations(cfg, BUILTIN)
         check_loss_options(cfg["loss"], builtin_names.LOSS_OPTIONS[cfg["loss"]["name"]])
         sampler_fit.check_sampler(cfg["loss"], sampler_fit.builtin_facts())
+        sampler_fit.check_learned_sampler(cfg, sampler_fit.builtin_facts())

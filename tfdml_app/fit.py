@@ -156,8 +156,8 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
               f"{backup.directory} (--fresh starts over).", file=sys.stderr)
     steps = cfg["training"]["steps_per_epoch"]
     train_ds = data_lib.train_dataset(cfg, design, train_split, skip_batches=done * steps)
-    pretrain = cfg["loss"]["sampler_options"].get("pretrain_steps", 0)
-    if cfg["loss"]["sampler"] in config_lib.LEARNED_SAMPLERS and pretrain and not done:
+    pretrain = (cfg["learned_sampler"] or {}).get("pretrain_steps", 0)
+    if pretrain and not done:
         # Algorithm 1, line 2: pre-train the sampler network on its own stream of pools.
         model.pretrain_sampler(data_lib.train_dataset(cfg, design, train_split, skip_batches=10**6), pretrain)
     # The per-epoch evaluation: the validation split when there is one (the

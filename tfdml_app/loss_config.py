@@ -122,8 +122,8 @@ def _memory_argument(cfg, cls):
         takers = [n for n, c in _losses().LOSSES.items() if c.memory_refusal is None]
         raise ConfigError(f"{where}: {name} cannot use a cross-batch memory: {cls.memory_refusal}. "
                           f"Remove loss.memory, or use one of {', '.join(takers)}.")
-    if section["sampler"] in LEARNED_SAMPLERS:
-        raise ConfigError(f"{where}: the learned sampler (tfdml.dsn) draws its tuples from a pool of the "
+    if cfg["learned_sampler"] is not None:
+        raise ConfigError(f"{where}: learned_sampler (tfdml.dsn) draws its tuples from a pool of the "
                           "batch with its own network, not from an anchors x candidates matrix; remove "
                           "loss.memory, or use an in-graph sampler.")
     if "embedding_dim" in memory:

@@ -11,13 +11,16 @@ class ConfigError(ValueError):
     """A config problem, with a message that names the key and the fix."""
 
 
-#: loss.sampler names of the config itself: ``learned`` is the trained policy
-#: network of Duan et al. 2019 (:mod:`tfdml.dsn`), not an in-graph sampler;
-#: ``by_loss`` builds the loss with ``sampler=None``: no sampler, the loss forms its
-#: own tuples from the batch (all candidate pairs, or those its formula selects).
-#: An empty loss.sampler (null) is the other thing: the loss's default sampler.
-LEARNED_SAMPLERS = ("learned",)
+#: The loss.sampler name of the config itself: ``by_loss`` builds the loss with
+#: ``sampler=None``: no sampler, the loss forms its own tuples from the batch (all
+#: candidate pairs, or those its formula selects). An empty loss.sampler (null) is the
+#: other thing: the loss's default sampler. The learned sampler of Duan et al. 2019
+#: (:mod:`tfdml.dsn`), a trained network rather than an in-graph sampler, is the
+#: config's ``learned_sampler`` section.
 NO_SAMPLER = "by_loss"
+#: The old spelling of ``learned_sampler: {...}``: ``loss.sampler: learned`` with the
+#: options in ``loss.sampler_options`` (read as the section, with a warning).
+LEARNED_SAMPLERS = ("learned",)
 #: Old spellings of loss.sampler values, read as the new one with a warning.
 RENAMED_SAMPLERS = {"none": NO_SAMPLER}
 

@@ -4,7 +4,8 @@ One set of checks reads a table of *facts* about the parts: for each loss the
 selection kinds it accepts, whether it takes a ``sampler`` argument, needs one,
 its default sampler, whether the learned sampler (:mod:`tfdml.dsn`) trains it
 and the one distance its equation is written for; for each sampler its kind,
-its option names and the distance it assumes. :func:`library_facts` reads them
+its option names and the distance it assumes; the options of the learned
+sampler (the config's ``learned_sampler`` section). :func:`library_facts` reads them
 from the classes (the registries, including what an ``--import`` module
 registered; imports TensorFlow); :func:`builtin_facts` holds those of tfdml's
 built-in parts, from :mod:`tfdml.builtin_names` (no TensorFlow), which
@@ -17,12 +18,19 @@ import collections
 
 from tfdml import builtin_names, distance_names
 from tfdml_app.parts import (
-    LEARNED_SAMPLERS, NO_SAMPLER, ConfigError, _check_names, _dsn, _init_parameters, _losses, _option_names,
+    NO_SAMPLER, ConfigError, _check_names, _dsn, _init_parameters, _losses, _option_names,
     _samplers, _takes_sampler)
 
 #: ``losses``: loss name -> its facts (:func:`loss_facts`); ``samplers``: sampler name ->
 #: its facts (:func:`sampler_facts`); ``loss_options``: loss name -> its option names (None: any).
-Facts = collections.namedtuple("Facts", "losses samplers loss_options")
+#: ``learned_options``: the option names of the config's ``learned_sampler`` section.
+Facts = collections.namedtuple("Facts", "losses samplers loss_options learned_options")
+
+#: Options of the ``learned_sampler`` section that are the model's
+#: (:class:`tfdml.dsn.DSNEmbeddingModel`) and the run's (the network's learning rate, its
+#: pre-training steps); the sampler network's own follow (:func:`tfdml.dsn.policy.network_options`).
+DSN_MODEL_OPTIONS = ("tuples_per_minibatch", "minibatches", "baseline", "diagnostics", "learning_rate",
+                     "pretrain_steps")
 
 #: What :func:`check_sampler` returns when the loss is built without a ``sampler`` argument
 #: (its default sampler, or the selection it fixes itself).
@@ -54,17 +62,26 @@ def sampler_facts(cls):
     }
 
 
+def dsn_options():
+    """Every option of the ``learned_sampler`` section, from the library."""
+    from tfdml.dsn import policy
+
+    return DSN_MODEL_OPTIONS + policy.network_options()
+
+
 def library_facts():
     """The facts of every registered loss and sampler, read from their classes."""
     losses, samplers = _losses(), _samplers()
     return Facts({name: loss_facts(cls) for name, cls in losses.LOSSES.items()},
                  {name: sampler_facts(type(samplers.get(name))) for name in samplers.SAMPLERS},
-                 {name: _option_names(cls) for name, cls in losses.LOSSES.items()})
+                 {name: _option_names(cls) for name, cls in losses.LOSSES.items()},
+                 dsn_options())
 
 
 def builtin_facts():
     """The facts of tfdml's built-in losses and samplers (:mod:`tfdml.builtin_names`)."""
-    return Facts(builtin_names.LOSS_SAMPLING, builtin_names.SAMPLER_FACTS, builtin_names.LOSS_OPTIONS)
+    return Facts(builtin_names.LOSS_SAMPLING, builtin_names.SAMPLER_FACTS, builtin_names.LOSS_OPTIONS,
+                 builtin_names.LEARNED_SAMPLER_OPTIONS)
 
 
 def _fits_distance(loss, sampler, distance=None):
@@ -78,14 +95,11 @@ def _fits_distance(loss, sampler, distance=None):
 
 def valid_samplers(loss_name, facts):
     """The loss.sampler names that fit ``loss_name``: the samplers whose kind the loss
-    accepts (and whose distance it computes), ``by_loss`` unless the loss needs a sampler,
-    ``learned`` when a tfdml.dsn network trains it."""
+    accepts (and whose distance it computes), ``by_loss`` unless the loss needs a sampler."""
     loss = facts.losses[loss_name]
     names = [n for n, s in facts.samplers.items() if s["kind"] in loss["kinds"] and _fits_distance(loss, s)]
     if not loss["kinds"] or (loss["takes_sampler"] and not loss["required"]):
         names.append(NO_SAMPLER)
-    if loss["learned"]:
-        names += list(LEARNED_SAMPLERS)
     return names
 
 
@@ -109,14 +123,6 @@ def check_sampler(section, facts):
     :class:`ConfigError`."""
     name, sampler, options = section["name"], section["sampler"], section["sampler_options"]
     loss = facts.losses[name]
-    if sampler in LEARNED_SAMPLERS:
-        if not loss["learned"]:
-            supported = [n for n, f in facts.losses.items() if f["learned"]]
-            raise misfit(name, sampler, f"the learned sampler (tfdml.dsn) trains {', '.join(supported)} only",
-                         facts)
-        # loss.sampler_options configure the DSN (tfdml_app.build.build_dsn_model); the
-        # loss keeps its default sampler, which only serves evaluate().
-        return DEFAULT
     if sampler is None and options:
         if loss["default"] is None:
             raise ConfigError(
@@ -157,3 +163,22 @@ def check_sampler(section, facts):
                                     f"{distance or loss['distance']} distances: {fix}", facts)
     _check_names("loss.sampler_options", options, facts_of["options"], sampler)
     return sampler
+
+
+def check_learned_sampler(cfg, facts):
+    """Check the ``learned_sampler`` section of a config (its fields valid) against
+    ``facts``: a loss it trains, no in-graph sampler beside it, its option names.
+    Raises :class:`ConfigError`."""
+    options, name = cfg["learned_sampler"], cfg["loss"]["name"]
+    if options is None:
+        return
+    if not facts.losses[name]["learned"]:
+        supported = [n for n, f in facts.losses.items() if f["learned"]]
+        raise ConfigError(f"learned_sampler with loss.name = {name!r}: the learned sampler (tfdml.dsn) "
+                          f"trains {', '.join(supported)} only; use one of them, or remove learned_sampler.")
+    if cfg["loss"]["sampler"] is not None or cfg["loss"]["sampler_options"]:
+        raise ConfigError(
+            f"learned_sampler picks the training tuples, so loss.sampler = {cfg['loss']['sampler']!r} "
+            f"(loss.sampler_options {cfg['loss']['sampler_options']!r}) would not select any: leave both "
+            "empty (the loss's default sampler then serves evaluation only), or remove learned_sampler.")
+    _check_names("learned_sampler", options, facts.learned_options, "the learned sampler")

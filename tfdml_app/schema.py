@@ -13,7 +13,7 @@ imports no TensorFlow.
 import copy
 
 from tfdml import builtin_names, distance_names, metric_names
-from tfdml_app.parts import LEARNED_SAMPLERS, NO_SAMPLER, RENAMED_SAMPLERS, _losses, _samplers
+from tfdml_app.parts import NO_SAMPLER, RENAMED_SAMPLERS, _losses, _samplers
 
 def _at_least(bound):
     """A field check: the value must be >= ``bound`` (counts and sizes)."""
@@ -109,7 +109,7 @@ def _loss_names():
 
 
 #: loss.sampler values besides the registered samplers' names.
-_CONFIG_SAMPLERS = LEARNED_SAMPLERS + (NO_SAMPLER, None)
+_CONFIG_SAMPLERS = (NO_SAMPLER, None)
 
 
 def _sampler_names():
@@ -182,7 +182,7 @@ SCHEMA = {
         "sampler": _Field((str, type(None)), None, _sampler_names,
                           builtin=builtin_names.SAMPLERS + _CONFIG_SAMPLERS,
                           renamed=RENAMED_SAMPLERS,
-                          doc="a tfdml.samplers name; 'learned': the learned sampler (tfdml.dsn); "
+                          doc="a tfdml.samplers name; "
                               f"'{NO_SAMPLER}': no sampler, the loss forms its own tuples from the batch "
                               "(every pair or tuple its formula scores); null: the loss's default "
                               "sampler (its constructor's)"),
@@ -192,6 +192,15 @@ SCHEMA = {
                              "warmup_steps: S}, the anchors of each batch mined against the batch and "
                              "the last K training embeddings after S steps; None: the batch alone"),
     },
+    "learned_sampler": _Field(
+        (dict, type(None)), None,
+        doc="the learned sampler of Duan et al. 2019 (tfdml.dsn, DE-DSP): a sampler network that picks "
+            "the training tuples from each batch's pool, trained by REINFORCE with the loss as reward "
+            "(triplet and npair losses; loss.sampler empty: the loss's default sampler then serves "
+            "evaluation only). Its options: tuples_per_minibatch, minibatches, baseline, diagnostics "
+            "(tfdml.dsn.DSNEmbeddingModel), learning_rate (of the network's Adam), pretrain_steps (of "
+            "the network alone, before training) and the network's own (tfdml.dsn.policy); {} takes "
+            "the defaults; null: no learned sampler"),
     "optimizer": {
         "name": _Field(str, "adam", OPTIMIZERS),
         "learning_rate": _Field(_NUM, 1e-3),

@@ -21,7 +21,7 @@ def test_the_cells_are_every_loss_with_each_sampler_a_config_accepts():
     cells = bfc.cells()
     assert {loss for loss, _ in cells} == set(losses.LOSSES)
     for loss in losses.LOSSES:
-        expected = [s for s in loss_config.valid_samplers(loss) if s != "learned"]
+        expected = loss_config.valid_samplers(loss)
         assert [s for name, s in cells if name == loss] == expected
     assert bfc.cells(["margin", "npair"], ["by_loss", "hard"]) == [("margin", "hard"), ("margin", "by_loss"),
                                                                 ("npair", "by_loss")]

@@ -32,6 +32,7 @@ print(json.dumps({
     "LOSS_OPTIONS": {n: loss_config._option_names(c) for n, c in losses.LOSSES.items()},
     "LOSS_SAMPLING": sampler_fit.library_facts().losses,
     "SAMPLER_FACTS": sampler_fit.library_facts().samplers,
+    "LEARNED_SAMPLER_OPTIONS": list(sampler_fit.dsn_options()),
 }))
 """
 

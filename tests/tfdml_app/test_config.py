@@ -75,7 +75,7 @@ def test_jit_compile_takes_the_models_choices():
     with pytest.raises(config.ConfigError, match=r"training.jit_compile = 'losses'.*did you mean 'loss'"):
         config.validate({"training": {"jit_compile": "losses"}})
     with pytest.raises(config.ConfigError, match=r"training.jit_compile = 'loss'.*learned sampler.*true"):
-        config.validate({"loss": {"name": "triplet", "sampler": "learned"}, "training": {"jit_compile": "loss"}})
+        config.validate({"loss": {"name": "triplet"}, "learned_sampler": {}, "training": {"jit_compile": "loss"}})
 
 
 def test_dtype_policy_takes_the_models_choices():
@@ -160,7 +160,7 @@ def test_schema_names_are_the_registries():
 
     assert config.SCHEMA["loss"]["name"].choices == tuple(losses.LOSSES)
     sampler_choices = set(config.SCHEMA["loss"]["sampler"].choices)
-    assert sampler_choices == set(samplers.SAMPLERS) | set(config.LEARNED_SAMPLERS) | {config.NO_SAMPLER, None}
+    assert sampler_choices == set(samplers.SAMPLERS) | {config.NO_SAMPLER, None}
     for copied in ("LOSSES", "SAMPLERS", "LOSS_SAMPLERS", "TUPLE_LOSSES", "METRICS"):
         assert not hasattr(config, copied), copied
 
@@ -222,11 +222,44 @@ def test_learned_sampler_losses_come_from_tfdml_dsn():
     from tfdml import dsn, losses
 
     for name, cls in losses.LOSSES.items():
-        raw = {"loss": {"name": name, "sampler": "learned"}}
+        raw = {"loss": {"name": name}, "learned_sampler": {}}
         assert _config_accepts(raw) == (dsn.kind_for_loss(cls) is not None), name
-    assert _config_accepts({"loss": {"name": "triplet", "sampler": "learned"}})
-    with pytest.raises(config.ConfigError, match=r"trains triplet, npair only"):
-        config.validate({"loss": {"name": "margin", "sampler": "learned"}})
+    assert _config_accepts({"loss": {"name": "triplet"}, "learned_sampler": {}})
+    with pytest.raises(config.ConfigError, match=r"learned_sampler with loss.name = 'margin': .*trains triplet, "
+                                                 r"npair only"):
+        config.validate({"loss": {"name": "margin"}, "learned_sampler": {}})
+
+
+def test_the_learned_sampler_is_a_section_of_its_own():
+    """learned_sampler: {options} (null: none) instead of a loss.sampler name; its option
+    names are the model's and the sampler network's, checked before TensorFlow too; the
+    old spelling loss.sampler: learned (options in loss.sampler_options) is read as the
+    section with a warning naming it, and a backup that holds it resumes."""
+    assert config.validate({})["learned_sampler"] is None
+    assert "learned" not in loss_config.valid_samplers("triplet")
+    options = {"tuples_per_minibatch": 4, "width": 8}
+    cfg = config.validate({"loss": {"name": "triplet"}, "learned_sampler": options})
+    assert cfg["learned_sampler"] == options and cfg["loss"]["sampler"] is None
+    for names in (True, False):
+        check = config.check_structure if names else config.validate
+        with pytest.raises(config.ConfigError, match=r"learned_sampler has 'widht', which is not an option of the "
+                                                     r"learned sampler \(did you mean 'width'\?\)"):
+            check({"loss": {"name": "triplet"}, "learned_sampler": {"widht": 8}}, *([True] if names else []))
+        with pytest.raises(config.ConfigError, match=r"learned_sampler picks the training tuples, so loss.sampler "
+                                                     r"= 'hard'"):
+            check({"loss": {"name": "triplet", "sampler": "hard"}, "learned_sampler": {}}, *([True] if names else []))
+    raw = {"loss": {"name": "triplet", "sampler": "learned", "sampler_options": options}}
+    with pytest.warns(FutureWarning, match=r"loss.sampler = 'learned' is an old spelling of the learned_sampler "
+                                           r"section.*remove loss.sampler"):
+        old = config.validate(raw)
+    assert old == cfg and raw["loss"]["sampler"] == "learned"  # the caller's dict is left as it is
+    with pytest.raises(config.ConfigError, match="both given"):
+        config.validate({**raw, "learned_sampler": options})
+    saved = config.validate({"loss": {"name": "triplet"}})
+    saved["loss"].update(sampler="learned", sampler_options=options)
+    del saved["learned_sampler"]
+    with pytest.warns(FutureWarning):
+        assert config.resume_differences(saved, cfg) == []
 
 
 def test_a_registered_loss_needs_no_edit_of_the_config(monkeypatch):
@@ -317,11 +350,11 @@ def test_what_a_design_allows_is_read_from_its_class_not_its_name(monkeypatch):
         pass
 
     monkeypatch.setitem(designs.DESIGNS, "wide", Wide)
-    assert config.validate({"design": {"name": "wide"}, "loss": {"name": "triplet", "sampler": "learned"}})
+    assert config.validate({"design": {"name": "wide"}, "loss": {"name": "triplet"}, "learned_sampler": {}})
     with pytest.raises(config.ConfigError, match=r"design.m = 1"):
         config.validate({"design": {"name": "wide", "m": 1}})
     with pytest.raises(config.ConfigError, match=r"design.name = 'p_random'"):
-        config.validate({"design": {"name": "p_random"}, "loss": {"name": "triplet", "sampler": "learned"}})
+        config.validate({"design": {"name": "p_random"}, "loss": {"name": "triplet"}, "learned_sampler": {}})
 
     class Pairs(designs.PRandomDesign):
         pass

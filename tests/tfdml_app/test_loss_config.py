@@ -23,9 +23,6 @@ def test_memory_is_validated_with_every_loss_and_sampler(name, sampler):
     if cls.memory_refusal is not None:
         with pytest.raises(config.ConfigError, match="cannot use a cross-batch memory: "):
             config.validate(cfg)
-    elif sampler in loss_config.LEARNED_SAMPLERS:
-        with pytest.raises(config.ConfigError, match="the learned sampler .* not from an anchors x candidates"):
-            config.validate(cfg)
     else:
         try:
             resolved = config.validate(cfg)
@@ -38,6 +35,11 @@ def test_memory_is_validated_with_every_loss_and_sampler(name, sampler):
         loss = loss_config.build_loss(resolved, 3)
         assert (loss.memory.size, loss.memory.warmup_steps) == (64, 2)
         assert loss.memory.embedding_dim == resolved["model"]["embedding_dim"]
+
+
+def test_memory_is_refused_with_the_learned_sampler():
+    with pytest.raises(config.ConfigError, match="learned_sampler .* not from an anchors x candidates"):
+        config.validate({"loss": {"name": "triplet", "memory": MEMORY}, "learned_sampler": {}})
 
 
 @pytest.mark.parametrize("loss, match", [

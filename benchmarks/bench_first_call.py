@@ -2,15 +2,14 @@
 
     python benchmarks/bench_first_call.py                                  # every pair, B = 256 and 1024, graph + xla
     python benchmarks/bench_first_call.py --batch 256 --runs 5
-    python benchmarks/bench_first_call.py --losses margin triplet --samplers distance_weighted none
+    python benchmarks/bench_first_call.py --losses margin triplet --samplers distance_weighted by_loss
     python benchmarks/bench_first_call.py --modes graph xla loss
     python benchmarks/bench_first_call.py --losses triplet --samplers semi_hard --reference semi_hard
 
 The cells: every loss of ``tfdml.losses.LOSSES`` with each sampler a config may
 give it (``tfdml_app.loss_config.valid_samplers``: the registered samplers whose
-kind the loss accepts, and ``none`` where the loss runs without one; the
-``learned`` sampler trains a policy network and is no in-graph sampler, so it is
-left out; a pair the config then refuses to build is listed below the table),
+kind the loss accepts, and ``by_loss`` where the loss runs without one; a pair
+the config then refuses to build is listed below the table),
 each built as a config builds it (``loss_config.build_loss``, the
 loss's default options, ``num_classes`` = B / m), at each B of ``--batch`` and
 in each mode of ``--modes``: ``graph`` (``tf.function``), ``xla``
@@ -47,12 +46,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]  # this checkout's tfdml and tfdml_app, not installed ones; the scripts beside this one
 MODES = ("graph", "xla", "loss")
-LEARNED = "learned"  # loss_config's sampler that is a trained network, not an in-graph sampler
 
 
 def cells(losses=None, samplers=None):
     """[(loss, sampler)] of every registered loss (or those of ``losses``) with each sampler a config
-    accepts for it (or those of ``samplers`` among them), ``none`` included, ``learned`` left out."""
+    accepts for it (or those of ``samplers`` among them), ``by_loss`` included."""
     from tfdml import losses as losses_lib
     from tfdml_app import loss_config
 
@@ -62,7 +60,7 @@ def cells(losses=None, samplers=None):
         raise SystemExit(f"--losses: unknown {', '.join(unknown)}; registered: {', '.join(losses_lib.LOSSES)}.")
     out = []
     for name in names:
-        valid = [s for s in loss_config.valid_samplers(name) if s != LEARNED]
+        valid = loss_config.valid_samplers(name)
         out += [(name, s) for s in valid if samplers is None or s in samplers]
     if not out:
         raise SystemExit("No loss + sampler pair fits --losses and --samplers; valid samplers per loss: "
@@ -153,7 +151,7 @@ def arguments(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--losses", nargs="+", metavar="LOSS", help="registered loss names (default: all)")
     p.add_argument("--samplers", nargs="+", metavar="SAMPLER",
-                   help="only these loss.sampler names, 'none' included (default: every one that fits)")
+                   help="only these loss.sampler names, 'by_loss' included (default: every one that fits)")
     p.add_argument("--batch", type=int, nargs="+", default=[256, 1024])
     p.add_argument("--modes", nargs="+", default=["graph", "xla"], choices=MODES)
     p.add_argument("--runs", type=int, default=3, help="fresh processes per cell (their median)")

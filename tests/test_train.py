@@ -377,9 +377,17 @@ _VALUE_ERRORS = [
     (["design.name=p_random", "design.p=1.5"], "design.p = 1.5 must lie strictly between 0 and 1."),
     (["design.m=1"], "design.m = 1 leaves no positive pairs"),
     (["image.crop_scale=[0.9, 0.1]"], "image.crop_scale must be [min, max]"),
-    (["loss.sampler=learned", "strategy=mirrored"], "strategy = 'mirrored' is not supported with it"),
-    (["loss.sampler=learned", "design.name=p_random"], "design.name = 'p_random' gives no such pool"),
-    (["loss.sampler=learned", "training.jit_compile=loss"], "the learned sampler's step is one piece"),
+    (["learned_sampler={}", "strategy=mirrored"], "strategy = 'mirrored' is not supported with it"),
+    (["learned_sampler={}", "design.name=p_random"], "design.name = 'p_random' gives no such pool"),
+    (["learned_sampler={}", "training.jit_compile=loss"], "the learned sampler's step is one piece"),
+    (["loss.name=triplet", "loss.options={}", "loss.sampler=null", "learned_sampler={widht: 3}"],
+     "learned_sampler has 'widht', which is not an option of the learned sampler (did you mean 'width'?)"),
+    (["learned_sampler={}"], "learned_sampler with loss.name = 'margin': the learned sampler (tfdml.dsn) trains"),
+    (["loss.sampler=top_k"], "loss.sampler = 'top_k' does not fit loss.name = 'margin': it selects sets"),
+    (["loss.sampler_options={cutof: 0.5}"],
+     "loss.sampler_options has 'cutof', which is not an option of distance_weighted (did you mean 'cutoff'?)"),
+    (["loss.options={distance: cosine}"],
+     "loss.sampler = 'distance_weighted' does not fit loss.name = 'margin': it assumes euclidean distances"),
     (["training.early_stopping_patience=2"], "training.early_stopping_patience needs a validation split"),
     (["loss.options={alph: 0.3}"], "loss.options has 'alph', which is not an option of margin (did you mean "
                                    "'alpha'?); valid: alpha, beta0, "),
@@ -439,7 +447,7 @@ def test_loss_the_library_refuses_stops_before_any_work(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "Config error: loss.sampler = 'random' does not fit loss.name = 'stable_contrast'" in err
-    listed = ", ".join(s for s in loss_config.valid_samplers("stable_contrast") if s not in ("none", None))
+    listed = ", ".join(s for s in loss_config.valid_samplers("stable_contrast") if s not in (loss_config.NO_SAMPLER, None))
     assert f"valid samplers for stable_contrast: {listed}" in err
     assert not out.exists()
 
@@ -591,13 +599,12 @@ def test_weights_for_a_scratch_backbone_is_a_clear_error(tmp_path):
 
 @pytest.mark.slow
 def test_learned_sampler_runs_from_a_config(tmp_path):
-    """loss.sampler: learned trains Duan's DSN through train.py's path, and the .keras file
+    """learned_sampler trains Duan's DSN through train.py's path, and the .keras file
     loads as a DSNEmbeddingModel. Slow (~105 s on 2 cores, already before 2026-11-23; the
     time is not in its 2 steps): the default suite covers the same path with
     tests/test_configs.py with configs/duan_dsn_triplet.yaml."""
-    cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned",
-                                    "sampler_options": {"tuples_per_minibatch": 4, "minibatches": 2,
-                                                        "pretrain_steps": 1}},
+    cfg = small_cfg(tmp_path, loss={"name": "triplet"},
+                    learned_sampler={"tuples_per_minibatch": 4, "minibatches": 2, "pretrain_steps": 1},
                     **{"training.epochs": 1, "training.steps_per_epoch": 2, "design.m": 6})
     result = fit.run(cfg, verbose=0)
     assert "recall@1" in result["metrics"]
@@ -609,38 +616,36 @@ def test_learned_sampler_runs_from_a_config(tmp_path):
 
 def test_learned_sampler_bad_combinations(tmp_path):
     with pytest.raises(config.ConfigError, match="learned.*strategy"):
-        small_cfg(tmp_path, strategy="mirrored", loss={"name": "triplet", "sampler": "learned"})
-    with pytest.raises(config.ConfigError, match="does not fit"):
-        small_cfg(tmp_path, loss={"name": "margin", "sampler": "learned"})
-    cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned", "sampler_options": {"widht": 3}})
-    with pytest.raises(ExperimentError, match="widht") as err:
-        build.build_model(cfg, (8, 8, 1), 5, 100)
+        small_cfg(tmp_path, strategy="mirrored", loss={"name": "triplet"}, learned_sampler={})
+    with pytest.raises(config.ConfigError, match="trains triplet, npair only"):
+        small_cfg(tmp_path, loss={"name": "margin"}, learned_sampler={})
+    with pytest.raises(config.ConfigError, match="widht") as err:
+        small_cfg(tmp_path, loss={"name": "triplet"}, learned_sampler={"widht": 3})
     from tfdml.dsn import policy
 
+    from tfdml_app import sampler_fit
+
     # The valid keys are the model's and the network's own signature (trunk, channels, ...).
-    assert {"trunk", "channels", "width", "tuples_per_minibatch"} <= set(policy.network_options()
-                                                                        + build.DSN_MODEL_OPTIONS)
-    for key in policy.network_options() + build.DSN_MODEL_OPTIONS:
+    assert {"trunk", "channels", "width", "tuples_per_minibatch"} <= set(sampler_fit.dsn_options())
+    for key in policy.network_options() + sampler_fit.DSN_MODEL_OPTIONS:
         assert key in str(err.value)
 
 
 def test_learned_sampler_options_reach_the_sampler_network(tmp_path):
-    """Duan §3.2's conv trunk from a config: loss.sampler_options trunk / channels / width."""
-    cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned",
-                                    "sampler_options": {"trunk": "conv", "channels": 4, "width": 8,
-                                                        "depth": 1}})
+    """Duan §3.2's conv trunk from a config: learned_sampler's trunk / channels / width."""
+    cfg = small_cfg(tmp_path, loss={"name": "triplet"},
+                    learned_sampler={"trunk": "conv", "channels": 4, "width": 8, "depth": 1})
     model = build.build_model(cfg, (8, 8, 1), 5, 100)
     assert model.sampler.trunk_kind == "conv" and model.sampler.channels == 4
     assert tuple(model.sampler.trunk[0].kernel.shape) == (3, 3, 1, 4)
-    cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned",
-                                    "sampler_options": {"trunk": "transformer"}})
+    cfg = small_cfg(tmp_path, loss={"name": "triplet"}, learned_sampler={"trunk": "transformer"})
     with pytest.raises(ExperimentError, match="unknown trunk 'transformer'"):
         build.build_model(cfg, (8, 8, 1), 5, 100)
     # The policy's collapse diagnostics (tfdml.dsn.DIAGNOSTICS), off unless asked for.
     assert not model.diagnostics
-    cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned", "sampler_options": {"diagnostics": True}})
+    cfg = small_cfg(tmp_path, loss={"name": "triplet"}, learned_sampler={"diagnostics": True})
     assert build.build_model(cfg, (8, 8, 1), 5, 100).diagnostics
-    cfg = small_cfg(tmp_path, loss={"name": "triplet", "sampler": "learned", "sampler_options": {"diagnostics": "yes"}})
+    cfg = small_cfg(tmp_path, loss={"name": "triplet"}, learned_sampler={"diagnostics": "yes"})
     with pytest.raises(ExperimentError, match="diagnostics must be true or false"):
         build.build_model(cfg, (8, 8, 1), 5, 100)
 
@@ -996,9 +1001,9 @@ def test_an_auto_dtype_policy_is_resolved_when_a_run_starts_and_kept_when_it_res
 @pytest.mark.parametrize("loss, extra", [
     pytest.param({"name": "triplet", "sampler": "semi_hard", "memory": {"size": 48, "warmup_steps": 1}}, {},
                  id="memory"),
-    pytest.param({"name": "triplet", "sampler": "learned",
-                  "sampler_options": {"tuples_per_minibatch": 4, "minibatches": 2, "pretrain_steps": 1}},
-                 {"design.m": 6}, id="learned", marks=pytest.mark.slow),
+    pytest.param({"name": "triplet"},
+                 {"design.m": 6, "learned_sampler": {"tuples_per_minibatch": 4, "minibatches": 2, "pretrain_steps": 1}},
+                 id="learned", marks=pytest.mark.slow),
 ])
 def test_mixed_bfloat16_with_the_cross_batch_memory_and_the_learned_sampler(tmp_path, loss, extra):
     """The memory and the learned sampler see the float32 embeddings of the head. The
@@ -1503,3 +1508,37 @@ def test_the_test_split_is_scored_with_the_selected_model(tmp_path, scripted_val
     for key in kept:
         np.testing.assert_allclose(again[key], kept[key], atol=1e-6, err_msg=key)
     assert json.load(open(tmp_path / "resumed" / "metrics.json"))["info"]["model"]["epoch"] == 2
+
+
+def test_a_run_embeds_the_test_split_once_per_model_and_writes_metrics_json_once(tmp_path, scripted_validation,
+                                                                                 monkeypatch):
+    """With a validation split the last epoch's model and the kept one (epoch 2 of 3) are
+    scored on the test split, each embedding it once: the kept model's embeddings serve
+    the metrics, the plots and lookup/'s index; metrics.json is written once, whole
+    (the kept model's figures with the last epoch's)."""
+    from tfdml import files
+    from tfdml_app import embedding
+
+    cfg = _arrays_cfg(tmp_path / "run", **{"export.lookup": True, "export.lookup_precision": None,
+                                           "evaluation.baseline": None})  # the baseline embeds raw pixels
+    test_size = 48
+    embedded, written = [], []
+    real_embed, real_write_json = embedding.embed, files.write_json
+
+    def counting_embed(embedder, dataset, num, *args, **kwargs):
+        embedded.append(num)
+        return real_embed(embedder, dataset, num, *args, **kwargs)
+
+    def counting_write_json(path, *args, **kwargs):
+        written.append(os.path.basename(path))
+        return real_write_json(path, *args, **kwargs)
+
+    for module in (evaluation, export, fit):
+        monkeypatch.setattr(module, "embed", counting_embed)
+    monkeypatch.setattr(files, "write_json", counting_write_json)
+    fit.run(cfg, verbose=0)
+    assert embedded.count(test_size) == 2  # the last epoch's model, then the kept one
+    assert written.count("metrics.json") == 1
+    report = json.load(open(tmp_path / "run" / "metrics.json"))
+    assert report["info"]["model"]["epoch"] == 2 and report["last_epoch"]["epoch"] == 3
+    assert json.load(open(tmp_path / "run" / "lookup.json"))["num_entries"] == test_size

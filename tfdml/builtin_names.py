@@ -99,3 +99,77 @@ LOSS_OPTIONS = {
                "memory"),
     "barlow_twins": ("lam", "seed", "tuple_reduction", "name", "reduction", "dtype", "memory"),
 }
+
+#: Each loss of :data:`LOSSES` → what a config's sampler checks read of its class
+#: (``tfdml_app.sampler_fit.loss_facts``): the selection kinds it accepts
+#: (``sampler_kinds``), whether it takes a ``sampler`` argument and needs one
+#: (``sampler_required``), its default sampler's name, whether the learned sampler
+#: (``tfdml.dsn``) trains it, the one distance its equation is written for
+#: (``fixed_distance``) and whether it takes a ``distance``.
+LOSS_SAMPLING = {
+    "contrastive": {"kinds": ("pairs", "triplets"), "takes_sampler": True, "required": False, "default": None,
+                    "learned": False, "distance": None, "takes_distance": True},
+    "triplet": {"kinds": ("triplets",), "takes_sampler": True, "required": True, "default": "semi_hard",
+                "learned": True, "distance": None, "takes_distance": True},
+    "margin": {"kinds": ("pairs", "triplets"), "takes_sampler": True, "required": False,
+               "default": "distance_weighted", "learned": False, "distance": None, "takes_distance": True},
+    "weighted_contrastive": {"kinds": (), "takes_sampler": False, "required": False, "default": None,
+                             "learned": False, "distance": None, "takes_distance": True},
+    "balanced_contrastive": {"kinds": (), "takes_sampler": False, "required": False, "default": None,
+                             "learned": False, "distance": None, "takes_distance": True},
+    "npair": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": True,
+              "distance": None, "takes_distance": False},
+    "precision_at_k": {"kinds": ("sets",), "takes_sampler": False, "required": False, "default": None,
+                       "learned": False, "distance": None, "takes_distance": False},
+    "stable_contrast": {"kinds": ("triplets",), "takes_sampler": True, "required": True,
+                        "default": "distance_weighted", "learned": False, "distance": None, "takes_distance": True},
+    "robust_hard_contrastive": {"kinds": (), "takes_sampler": False, "required": False, "default": None,
+                                "learned": False, "distance": None, "takes_distance": True},
+    "histogram": {"kinds": ("pairs",), "takes_sampler": True, "required": False, "default": None,
+                  "learned": False, "distance": None, "takes_distance": False},
+    "angular": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,
+                "distance": None, "takes_distance": False},
+    "lifted_structured": {"kinds": ("pairs", "triplets"), "takes_sampler": True, "required": False,
+                          "default": None, "learned": False, "distance": None, "takes_distance": True},
+    "binomial_deviance": {"kinds": ("pairs", "triplets"), "takes_sampler": True, "required": False,
+                          "default": None, "learned": False, "distance": "cosine", "takes_distance": True},
+    "multi_similarity": {"kinds": ("pairs", "triplets"), "takes_sampler": True, "required": False,
+                         "default": "multi_similarity", "learned": False, "distance": "cosine",
+                         "takes_distance": True},
+    "circle": {"kinds": ("pairs", "triplets"), "takes_sampler": True, "required": False, "default": None,
+               "learned": False, "distance": "cosine", "takes_distance": True},
+    "facility_location": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,
+                        "distance": None, "takes_distance": True},
+    "proxy_nca": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,
+                  "distance": None, "takes_distance": False},
+    "proxy_anchor": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,
+                     "distance": None, "takes_distance": False},
+    "nt_xent": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,
+              "distance": None, "takes_distance": False},
+    "supcon": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,
+             "distance": None, "takes_distance": False},
+    "vicreg": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,
+             "distance": None, "takes_distance": False},
+    "barlow_twins": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,
+                   "distance": None, "takes_distance": False},
+}
+
+#: Each sampler of :data:`SAMPLERS` → what a config's sampler checks read of its class
+#: (``tfdml_app.sampler_fit.sampler_facts``): its ``kind``, the names of its options
+#: (None: any) and the distance it assumes (``requires_distance``).
+SAMPLER_FACTS = {
+    "all": {"kind": "pairs", "options": None, "distance": None},
+    "random": {"kind": "pairs", "options": ("num_pairs",), "distance": None},
+    "random_triplets": {"kind": "triplets", "options": ("num_triplets",), "distance": None},
+    "semi_hard": {"kind": "triplets", "options": ("fallback",), "distance": None},
+    "hard": {"kind": "triplets", "options": None, "distance": None},
+    "distance_weighted": {"kind": "triplets", "options": ("cutoff", "nonzero_loss_cutoff", "lam", "embedding_dim"),
+                          "distance": "euclidean"},
+    "top_k": {"kind": "sets", "options": ("k",), "distance": None},
+    "multi_similarity": {"kind": "pairs", "options": ("epsilon",), "distance": None},
+}
+
+#: The options of a config's ``learned_sampler`` section (``tfdml_app.sampler_fit.dsn_options``):
+#: the model's and the run's, then the sampler network's own (``tfdml.dsn.policy.network_options``).
+LEARNED_SAMPLER_OPTIONS = ("tuples_per_minibatch", "minibatches", "baseline", "diagnostics", "learning_rate",
+                           "pretrain_steps", "width", "depth", "input_size", "trunk", "channels")

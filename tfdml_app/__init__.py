@@ -2,8 +2,11 @@
 model side (:mod:`tfdml`); neither package imports the other, and this one
 imports both.
 
-* :mod:`tfdml_app.config` — the config schema and its one reader and validator
-  (:mod:`tfdml_app.loss_config`: the loss and sampler, as the library builds them);
+* :mod:`tfdml_app.config` — the one reader and validator of configs
+  (:mod:`tfdml_app.schema`: the keys; :mod:`tfdml_app.config_checks`: the checks of
+  their values; :mod:`tfdml_app.sampler_fit`: which sampler fits which loss;
+  :mod:`tfdml_app.loss_config`: the loss and sampler, as the library builds them;
+  :mod:`tfdml_app.parts`: what the application reads of the library's classes);
 * :mod:`tfdml_app.data`, :mod:`tfdml_app.build` — the config's sections turned
   into data and model objects;
 * :mod:`tfdml_app.fit` — a whole run: build, train (resume), evaluate, export

@@ -101,7 +101,7 @@ def build_model(cfg, input_shape, num_classes, num_examples):
             raise ExperimentError(f"model: {err}") from None
         encoder = models.build_encoder(backbone, m["embedding_dim"], normalize=m["normalize"])
     loss = build_loss(cfg, num_classes, num_examples)
-    if cfg["loss"]["sampler"] in config_lib.LEARNED_SAMPLERS:
+    if cfg["learned_sampler"] is not None:
         model = build_dsn_model(cfg, encoder, loss)
     else:
         model = models.EmbeddingModel(encoder, name="embedding_model")
@@ -114,31 +114,13 @@ def build_model(cfg, input_shape, num_classes, num_examples):
     return model
 
 
-#: loss.sampler_options of the learned sampler: the model's (tfdml.dsn.DSNEmbeddingModel) and
-#: the fit's, then the sampler network's own (tfdml.dsn.policy.network_options).
-DSN_MODEL_OPTIONS = ("tuples_per_minibatch", "minibatches", "baseline", "diagnostics", "learning_rate",
-                     "pretrain_steps")
-
-
-def dsn_options():
-    """Every key of loss.sampler_options the learned sampler takes."""
-    from tfdml.dsn import policy
-
-    return DSN_MODEL_OPTIONS + policy.network_options()
-
-
 def build_dsn_model(cfg, encoder, loss):
-    """Duan et al. 2019 (DE-DSP): a sampler network picks the tuples (Algorithm 1)."""
+    """Duan et al. 2019 (DE-DSP): a sampler network picks the tuples (Algorithm 1), with
+    the options of the config's ``learned_sampler`` section (names checked by the
+    config, :func:`tfdml_app.sampler_fit.check_learned_sampler`)."""
     from tfdml import dsn
 
-    options = dict(cfg["loss"]["sampler_options"])
-    valid = dsn_options()
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ExperimentError(
-            f"loss.sampler_options {unknown} are not options of the learned sampler; "
-            f"valid: {', '.join(valid)}."
-        )
+    options = dict(cfg["learned_sampler"])
     learning_rate = options.pop("learning_rate", 1e-3)
     options.pop("pretrain_steps", None)
     kind = dsn.kind_for_loss(loss)  # the config checked that there is one

@@ -108,7 +108,9 @@ class Result:
     returns them); ``baseline``: ``{"name", "metrics"}`` of the baseline (JSON
     values: NaN as None) or None; ``calibration``: the calibration report or
     None; ``record``: what metrics.json holds; ``paths``: the files written
-    (``metrics``, ``plots``, and ``calibration`` / ``index`` when written).
+    (``metrics``, ``plots``, and ``calibration`` / ``index`` when written);
+    ``embeddings``, ``labels``: the split's embeddings and labels (NumPy), for a
+    caller that needs them again (a run's lookup/ index), so they are computed once.
     """
 
     metrics: dict
@@ -116,6 +118,8 @@ class Result:
     calibration: dict | None
     record: dict
     paths: dict
+    embeddings: object = None
+    labels: object = None
 
 
 def remove_earlier_plots(out_dir):
@@ -133,8 +137,8 @@ def remove_earlier_plots(out_dir):
                 os.remove(os.path.join(out_dir, name))
 
 
-def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=None, verbose=1,
-        show_table=True):
+def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=None, extra_record=None,
+        verbose=1, show_table=True):
     """Embed ``split`` with ``model`` (a path or an embedder), evaluate as
     ``options`` (:class:`Options`) say, write metrics.json and the PNGs into
     ``out_dir``; returns a :class:`Result`.
@@ -143,7 +147,9 @@ def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=
     label)) and optionally ``load(indices)`` / ``images`` for the grid.
     ``transform``: optional per-batch map applied before the model (the
     training run's model-input transform, see :func:`tfdml_app.embedding.model_input_transform`).
-    ``extra_info``: more keys of metrics.json's ``info``.
+    ``extra_info``: more keys of metrics.json's ``info``; ``extra_record``: more
+    top-level keys of metrics.json (a run's ``last_epoch``). metrics.json is written
+    once, whole.
     """
     from tfdml import metrics as tm
     from tfdml import plots
@@ -224,6 +230,7 @@ def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=
         tm.per_class_csv(per_class, os.path.join(out_dir, "per_class.csv"),
                          getattr(split, "class_names", None))
         record["per_class"] = "per_class.csv"
+    record.update(extra_record or {})
     files.write_json(os.path.join(out_dir, "metrics.json"), record)
     if verbose:
         if show_table:  # train.py prints its own summary of the same figures
@@ -238,7 +245,7 @@ def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=
     if save_index is not None:
         paths["index"] = record["index"]
     return Result(metrics=results, baseline=record.get("baseline"), calibration=record.get("calibration"),
-                  record=record, paths=paths)
+                  record=record, paths=paths, embeddings=embeddings, labels=labels)
 
 
 def calibration_report(embeddings, labels, distance, target_precision, out_dir=None, seed=0):

@@ -35,7 +35,7 @@ def export(model, out, input_shape, saved_model=True):
     shutil.rmtree(old, ignore_errors=True)
 
 
-def export_lookup(cfg, model, test_split, out, input_shape):
+def export_lookup(cfg, model, test_split, out, input_shape, embedded=None):
     """``lookup/`` (:func:`tfdml.search.export_lookup`) over the test split, and ``lookup.json``.
 
     The index holds every test example under its position in the split (int64
@@ -45,7 +45,9 @@ def export_lookup(cfg, model, test_split, out, input_shape):
     target is unreachable, or ``lookup_precision`` is null) ``is_match`` is
     False for every neighbour, never True; ``lookup.json``'s ``is_match`` says
     which rule holds, and :func:`tfdml_app.summary.summary` prints it. Like ``saved_model/``, the
-    lookup takes model inputs (after the run's image transform).
+    lookup takes model inputs (after the run's image transform). ``embedded``: the test
+    split's ``(embeddings, labels)`` by ``model`` when the run's final evaluation has
+    them (:func:`tfdml_app.fit.final_evaluation`), so that they are not computed again.
     """
     from tfdml import search
 
@@ -60,8 +62,8 @@ def export_lookup(cfg, model, test_split, out, input_shape):
                                                 ev["batch_size"])
         what = f"paths relative to {ex['lookup_folder']}"
     else:
-        embeddings, labels = embed(embedder, test_split.dataset(), int(len(test_split.labels)),
-                                            ev["batch_size"], verbose=0)
+        embeddings, labels = embedded if embedded is not None else embed(
+            embedder, test_split.dataset(), int(len(test_split.labels)), ev["batch_size"], verbose=0)
         ids, what = np.arange(len(embeddings), dtype=np.int64), f"positions in the '{test_split.name}' split"
     distance = "cosine" if ev["distance"] == "cosine" else "euclidean"
     index = search.Index(distance).add(embeddings, ids, labels=labels)

@@ -156,8 +156,8 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
               f"{backup.directory} (--fresh starts over).", file=sys.stderr)
     steps = cfg["training"]["steps_per_epoch"]
     train_ds = data_lib.train_dataset(cfg, design, train_split, skip_batches=done * steps)
-    pretrain = cfg["loss"]["sampler_options"].get("pretrain_steps", 0)
-    if cfg["loss"]["sampler"] in config_lib.LEARNED_SAMPLERS and pretrain and not done:
+    pretrain = (cfg["learned_sampler"] or {}).get("pretrain_steps", 0)
+    if pretrain and not done:
         # Algorithm 1, line 2: pre-train the sampler network on its own stream of pools.
         model.pretrain_sampler(data_lib.train_dataset(cfg, design, train_split, skip_batches=10**6), pretrain)
     # The per-epoch evaluation: the validation split when there is one (the
@@ -195,14 +195,15 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
             settings = advice.validation_split(cfg, whole_train)
         result["best_checkpoint"] = fit_loops.best_checkpoint_note(cfg, val_split, kept, settings)
         result["data"] = described
-        result.update(final_evaluation(cfg, model, test_split, out, verbose, kept=kept, data=described,
-                                       last_epoch=last_figures and {"epoch": last_epoch,
-                                                                    "metrics": last_figures}))
+        figures, embedded = final_evaluation(cfg, model, test_split, out, verbose, kept=kept, data=described,
+                                             last_epoch=last_figures and {"epoch": last_epoch,
+                                                                          "metrics": last_figures})
+        result.update(figures)
         if last_figures:
             result["last_epoch"] = {"epoch": last_epoch, "metrics": last_figures}
         export.export(model, out, input_shape, saved_model=cfg["export"]["saved_model"])
         if cfg["export"]["lookup"]:
-            result["lookup"] = export.export_lookup(cfg, model, test_split, out, input_shape)
+            result["lookup"] = export.export_lookup(cfg, model, test_split, out, input_shape, embedded)
     runs.mark_finished(out, {"finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
                              "epochs": cfg["training"]["epochs"],
                              "model": result.get("model"), "data": described,
@@ -255,7 +256,9 @@ def score_test_split(cfg, model, test_split):
 
 def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epoch=None, data=None):
     """Held-out metrics, metrics.json and the plots: the same code as evaluate.py
-    (:func:`tfdml_app.evaluation.run`).
+    (:func:`tfdml_app.evaluation.run`), which embeds the split and writes metrics.json
+    once. Returns the figures (``{"metrics", "baseline"}``) and the split's
+    ``(embeddings, labels)``.
 
     ``kept``: which model this is (``{"epoch", "epochs", "selected_by"}``),
     written to metrics.json as ``info.model``; ``last_epoch``: the last
@@ -280,6 +283,7 @@ def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epo
             extra_info={"config": os.path.join(out, "config.yaml"),
                         **({"model": kept} if kept is not None else {}),
                         **({"data": data} if data is not None else {})},
+            extra_record={"last_epoch": last_epoch} if last_epoch is not None else None,
             show_table=False,
         )
     except ValueError as err:
@@ -288,6 +292,4 @@ def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epo
     if evaluated.baseline is not None:
         result["baseline"] = {"name": evaluated.baseline["name"], "metrics": {
             k: v for k, v in evaluated.baseline["metrics"].items() if isinstance(v, float)}}
-    if last_epoch is not None:
-        files.write_json(evaluated.paths["metrics"], {**evaluated.record, "last_epoch": last_epoch})
-    return result
+    return result, (evaluated.embeddings, evaluated.labels)

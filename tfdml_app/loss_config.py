@@ -9,44 +9,10 @@ library (the registries, each sampler's ``kind`` against each loss's
 ``sampler_kinds``), never copied here.
 """
 
-import difflib
-import inspect
-
-
-class ConfigError(ValueError):
-    """A config problem, with a message that names the key and the fix."""
-
-
-#: loss.sampler names of the config itself: ``learned`` is the trained policy
-#: network of Duan et al. 2019 (:mod:`tfdml.dsn`), not an in-graph sampler;
-#: ``none`` asks for no sampler (all candidate pairs, or a loss that selects
-#: without one).
-LEARNED_SAMPLERS = ("learned",)
-NO_SAMPLER = "none"
-
-
-def _losses():
-    from tfdml import losses
-
-    return losses
-
-
-def _samplers():
-    from tfdml import samplers
-
-    return samplers
-
-
-def _dsn():
-    from tfdml import dsn
-
-    return dsn
-
-def suggest(key, valid):
-    """``" (did you mean 'x'?)"`` for the closest of ``valid`` names, or ``""``."""
-    close = difflib.get_close_matches(key, valid, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
+from tfdml_app import sampler_fit
+from tfdml_app.parts import (  # noqa: F401 - read through this module too
+    LEARNED_SAMPLERS, NO_SAMPLER, ConfigError, _check_names, _check_option_names, _dsn, _init_parameters,
+    _losses, _option_names, _samplers, _takes_sampler, suggest)
 
 
 # -- the loss and its sampler, as the library sees them ---------------------------
@@ -64,146 +30,28 @@ RUN_ARGUMENTS = {"num_classes": "the number of classes of the training split",
 NULLABLE_RUN_ARGUMENTS = {"num_classes": "no per-class parameters, e.g. MarginLoss without β_class"}
 
 
-def _init_parameters(cls):
-    """The keyword arguments ``cls(...)`` accepts, by name. A constructor that
-    passes ``**kwargs`` on (``super().__init__(**kwargs)``, as a user's loss may)
-    also takes those of the next ``__init__`` up its class hierarchy, except the
-    ones the class sets itself (a loss's ``fixed_arguments``) and those it refuses
-    by its kind (``importance`` without ``supports_importance``, ``sampler``
-    without ``sampler_kinds``)."""
-    params = dict(inspect.signature(cls.__init__).parameters)
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        parents = [c for c in cls.__mro__[1:] if "__init__" in vars(c)]
-        if parents and parents[0] is not object:
-            inherited = _init_parameters(parents[0])
-            params = {n: p for n, p in params.items()
-                      if p.kind not in (inspect.Parameter.VAR_KEYWORD,
-                                        inspect.Parameter.VAR_POSITIONAL)}
-            fixed = set(getattr(cls, "fixed_arguments", {}))
-            if not getattr(cls, "supports_importance", True):
-                fixed.add("importance")
-            if not getattr(cls, "sampler_kinds", True):
-                fixed.add("sampler")
-            params.update({n: p for n, p in inherited.items() if n not in params and n not in fixed})
-    return params
-
-
-def _option_names(cls):
-    """Keyword arguments of ``cls``, or None when it takes any (``**kwargs``)."""
-    params = _init_parameters(cls)
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return None
-    return [n for n, p in params.items() if n != "self" and p.kind is not inspect.Parameter.VAR_POSITIONAL]
-
-
-def _check_option_names(key, options, cls, owner):
-    _check_names(key, options, _option_names(cls), owner)
-
-
-def _check_names(key, options, valid, owner):
-    """Each of ``options`` among ``valid`` (None: any name), else a ConfigError for ``key``."""
-    if valid is None:
-        return
-    for option in options:
-        if option not in valid:
-            raise ConfigError(
-                f"{key} has {option!r}, which is not an option of {owner}{suggest(option, valid)}; "
-                f"valid: {', '.join(valid)}."
-            )
-
-
-def _takes_sampler(cls):
-    """False for a loss that fixes its own selection (no ``sampler`` argument)."""
-    return "sampler" in _init_parameters(cls)
-
-
 def valid_samplers(loss_name):
-    """The loss.sampler names that fit ``loss_name``, from the library: the
-    registered samplers whose ``kind`` the loss accepts, ``none`` unless the
-    loss needs a sampler, ``learned`` when a tfdml.dsn network trains it."""
-    cls = _losses().LOSSES[loss_name]
-    samplers = _samplers()
-    names = [n for n in samplers.SAMPLERS
-             if samplers.get(n).kind in cls.sampler_kinds and _fits_distance(cls, samplers.get(n))]
-    if not cls.sampler_kinds or (_takes_sampler(cls) and not cls.sampler_required):
-        names.append(NO_SAMPLER)
-    if _dsn().kind_for_loss(cls) is not None:
-        names += list(LEARNED_SAMPLERS)
-    return names
-
-
-def _fits_distance(loss_cls, sampler):
-    """The loss's own rule (:meth:`tfdml.losses.MetricLoss.fits_sampler_distance`); a
-    registered loss without it fits every sampler's distance."""
-    fits = getattr(loss_cls, "fits_sampler_distance", None)
-    return fits is None or fits(sampler)
+    """The loss.sampler names that fit ``loss_name``, from the library
+    (:func:`tfdml_app.sampler_fit.valid_samplers` of the registered parts)."""
+    return sampler_fit.valid_samplers(loss_name, sampler_fit.library_facts())
 
 
 def _misfit(loss_name, sampler, reason):
-    return ConfigError(
-        f"loss.sampler = {sampler!r} does not fit loss.name = {loss_name!r}: {reason}; "
-        f"valid samplers for {loss_name}: {', '.join(valid_samplers(loss_name))} "
-        "(or leave it empty for the default)."
-    )
-
-
-def _kinds(kinds):
-    return " or ".join(kinds) if kinds else "nothing"
+    return sampler_fit.misfit(loss_name, sampler, reason, sampler_fit.library_facts())
 
 
 #: "pass no sampler argument" (the loss's default, or its fixed selection).
-_DEFAULT = object()
+_DEFAULT = sampler_fit.DEFAULT
 
 
-def _sampler_argument(section, cls):
+def _sampler_argument(section):
     """What to pass as ``sampler=`` to the loss class: a sampler object, None,
     or ``_DEFAULT`` (nothing: the loss's default, or its fixed selection)."""
-    name, sampler, options = section["name"], section["sampler"], section["sampler_options"]
-    samplers = _samplers()
-    takes = _takes_sampler(cls)
-    if sampler in LEARNED_SAMPLERS:
-        supported = [n for n, c in _losses().LOSSES.items() if _dsn().kind_for_loss(c) is not None]
-        if _dsn().kind_for_loss(cls) is None:
-            raise _misfit(name, sampler,
-                          f"the learned sampler (tfdml.dsn) trains {', '.join(supported)} only")
-        # loss.sampler_options configure the DSN (tfdml_app.build.build_dsn_model); the
-        # loss keeps its default sampler, which only serves evaluate().
-        return _DEFAULT
-    if sampler is None and options:
-        default = _init_parameters(cls)["sampler"].default if takes else None
-        if not isinstance(default, str):
-            raise ConfigError(
-                f"loss.sampler_options {options!r} are given, but loss.sampler is empty and {name} "
-                f"uses no sampler by default; name the sampler in loss.sampler "
-                f"(valid for {name}: {', '.join(valid_samplers(name))})."
-            )
-        sampler = default  # the options are those of the loss's default sampler
-    if sampler is None:
-        return _DEFAULT
-    if sampler == NO_SAMPLER:
-        if options:
-            raise ConfigError(f"loss.sampler_options {options!r} are given, but loss.sampler = 'none'.")
-        if cls.sampler_required:
-            raise _misfit(name, sampler, f"{name} needs a sampler that selects {_kinds(cls.sampler_kinds)}")
-        if not takes and cls.sampler_kinds:
-            raise _misfit(name, sampler,
-                          f"{name} selects with its own sampler of {_kinds(cls.sampler_kinds)}")
-        return None if takes else _DEFAULT
-    kind = samplers.get(sampler).kind
-    if kind not in cls.sampler_kinds:
-        accepts = (f"{name} accepts {_kinds(cls.sampler_kinds)}" if cls.sampler_kinds
-                   else f"{name} takes no sampler")
-        raise _misfit(name, sampler, f"it selects {kind}, {accepts}")
-    if not takes:
-        if options:
-            raise ConfigError(
-                f"loss.sampler_options {options!r}: {name} builds its own {sampler} sampler; set its "
-                f"arguments in loss.options (valid: {', '.join(_option_names(cls) or [])})."
-            )
-        return _DEFAULT
-    _check_option_names("loss.sampler_options", options, type(samplers.get(sampler)), sampler)
+    sampler = sampler_fit.check_sampler(section, sampler_fit.library_facts())
+    if sampler in (_DEFAULT, NO_SAMPLER):
+        return None if sampler == NO_SAMPLER else _DEFAULT
     try:
-        return samplers.get({"name": sampler, **options})
+        return _samplers().get({"name": sampler, **section["sampler_options"]})
     except (TypeError, ValueError) as err:
         raise ConfigError(f"loss.sampler_options for {sampler!r}: {err}") from None
 
@@ -225,7 +73,7 @@ def build_loss(cfg, num_classes):
     cls = _losses().LOSSES[name]
     params = _init_parameters(cls)
     check_loss_options(section, _option_names(cls))
-    sampler = _sampler_argument(section, cls)
+    sampler = _sampler_argument(section)
     kwargs = dict(section["options"])
     if sampler is not _DEFAULT:
         kwargs["sampler"] = sampler
@@ -274,8 +122,8 @@ def _memory_argument(cfg, cls):
         takers = [n for n, c in _losses().LOSSES.items() if c.memory_refusal is None]
         raise ConfigError(f"{where}: {name} cannot use a cross-batch memory: {cls.memory_refusal}. "
                           f"Remove loss.memory, or use one of {', '.join(takers)}.")
-    if section["sampler"] in LEARNED_SAMPLERS:
-        raise ConfigError(f"{where}: the learned sampler (tfdml.dsn) draws its tuples from a pool of the "
+    if cfg["learned_sampler"] is not None:
+        raise ConfigError(f"{where}: learned_sampler (tfdml.dsn) draws its tuples from a pool of the "
                           "batch with its own network, not from an anchors x candidates matrix; remove "
                           "loss.memory, or use an in-graph sampler.")
     if "embedding_dim" in memory:

@@ -3,9 +3,10 @@
     python train.py --config configs/default.yaml [--set key=value ...]
 
 The config (see :mod:`tfdml_app.config` for every key) is validated before any
-work starts: all of it but what needs the loss built (its options, its
-sampler, and what they ask of the batch design) before TensorFlow is imported
-(the names of parts a ``--import`` module registers after that import). The run writes into ``output_dir``:
+work starts: all of it but what needs the loss built (the values of its options,
+its sampler's and its memory's, and what they ask of the batch design) before
+TensorFlow is imported (the names of parts a ``--import`` module registers after
+that import). The run writes into ``output_dir``:
 
     config.yaml          the resolved config
     history.csv          per-epoch loss and the validation split's metrics (val_*), or,
@@ -95,8 +96,8 @@ def main(argv=None):
     args = parse_args(argv)
     import importlib
 
-    # The config's keys, types, ranges and combinations, and the names of the
-    # built-in parts, are checked before TensorFlow is imported (which can take
+    # The config's keys, types, ranges and combinations, the names of the built-in
+    # parts and the sampler's fit to the loss are checked before TensorFlow is imported (which can take
     # minutes on a busy machine); with --import, which may register more names,
     # the names after the import. The loss is built with its sampler after it.
     from tfdml_app import config as config_lib

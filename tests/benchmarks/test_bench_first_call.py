@@ -21,13 +21,13 @@ def test_the_cells_are_every_loss_with_each_sampler_a_config_accepts():
     cells = bfc.cells()
     assert {loss for loss, _ in cells} == set(losses.LOSSES)
     for loss in losses.LOSSES:
-        expected = [s for s in loss_config.valid_samplers(loss) if s != "learned"]
+        expected = loss_config.valid_samplers(loss)
         assert [s for name, s in cells if name == loss] == expected
-    assert bfc.cells(["margin", "npair"], ["none", "hard"]) == [("margin", "hard"), ("margin", "none"),
-                                                                ("npair", "none")]
+    assert bfc.cells(["margin", "npair"], ["by_loss", "hard"]) == [("margin", "hard"), ("margin", "by_loss"),
+                                                                ("npair", "by_loss")]
     with pytest.raises(SystemExit, match="--losses: unknown nope; registered: contrastive"):
         bfc.cells(["nope"])
-    with pytest.raises(SystemExit, match="No loss \\+ sampler pair .* npair: none"):
+    with pytest.raises(SystemExit, match="No loss \\+ sampler pair .* npair: by_loss"):
         bfc.cells(["npair"], ["hard"])
 
 
@@ -43,7 +43,7 @@ def test_every_cell_builds_the_loss_a_config_would():
             continue
         built = bfc.build(loss, sampler, num_classes=4, dim=8)
         assert isinstance(built, losses.LOSSES[loss])
-        if sampler == "none":
+        if sampler == "by_loss":
             assert built.sampler is None, (loss, sampler)
         else:
             assert isinstance(built.sampler, samplers.SAMPLERS[sampler]), (loss, sampler)
@@ -54,10 +54,10 @@ def test_a_row_gives_the_medians_or_the_first_error():
                for f in (3.0, 1.0, 2.0)]
     result = bfc.medians(answers)
     assert result == {"first_s": 2.0, "first_cpu_s": 4.0, "warm_s": 0.001, "imports_s": 2.0, "process_s": 9.0}
-    assert bfc.row("margin", "none", "xla", 256, result) == ("| margin | none | xla | 256 | 2.00 | 4.00 | 1.00 | 2.00 "
+    assert bfc.row("margin", "by_loss", "xla", 256, result) == ("| margin | by_loss | xla | 256 | 2.00 | 4.00 | 1.00 | 2.00 "
                                                               "| 9.00 |")
     failed = bfc.medians(answers + [{"error": "ValueError: no"}])
-    assert bfc.row("margin", "none", "xla", 256, failed) == ("| margin | none | xla | 256 | failed: ValueError: no "
+    assert bfc.row("margin", "by_loss", "xla", 256, failed) == ("| margin | by_loss | xla | 256 | failed: ValueError: no "
                                                               "| | | | |")
 
 

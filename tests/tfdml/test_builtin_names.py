@@ -15,7 +15,7 @@ import json
 from pipelines import designs, sources
 from tfdml import backbones, losses, metric_names, metrics, models, samplers
 from tfdml.metrics import knn
-from tfdml_app import loss_config
+from tfdml_app import loss_config, sampler_fit
 print(json.dumps({
     "LOSSES": list(losses.LOSSES),
     "SAMPLERS": list(samplers.SAMPLERS),
@@ -30,6 +30,9 @@ print(json.dumps({
     "DTYPE_POLICY_CHOICES": list(models.DTYPE_POLICY_CHOICES),
     "METRICS": list(metrics.METRICS),
     "LOSS_OPTIONS": {n: loss_config._option_names(c) for n, c in losses.LOSSES.items()},
+    "LOSS_SAMPLING": sampler_fit.library_facts().losses,
+    "SAMPLER_FACTS": sampler_fit.library_facts().samplers,
+    "LEARNED_SAMPLER_OPTIONS": list(sampler_fit.dsn_options()),
 }))
 """
 
@@ -47,9 +50,15 @@ def test_the_builtin_names_are_the_registries_of_a_fresh_interpreter():
 
     own = {"METRICS": metric_names.METRICS, "RETRIEVAL_DISTANCES": distance_names.DISTANCES}
     static = {name: own[name] if name in own else getattr(builtin_names, name) for name in live}
-    static = {k: v if isinstance(v, str) else list(v) for k, v in static.items() if k != "LOSS_OPTIONS"}
+    tables = ("LOSS_OPTIONS", "LOSS_SAMPLING", "SAMPLER_FACTS")
+    static = {k: v if isinstance(v, str) else list(v) for k, v in static.items() if k not in tables}
     static["LOSS_OPTIONS"] = {n: None if o is None else list(o) for n, o in builtin_names.LOSS_OPTIONS.items()}
+    for table in tables[1:]:  # as JSON reads them: tuples are lists
+        static[table] = json.loads(json.dumps(getattr(builtin_names, table)))
     assert static == live
+    # In the registries' order: the valid samplers an error lists come in this order.
+    assert list(builtin_names.LOSS_SAMPLING) == list(builtin_names.LOSSES)
+    assert list(builtin_names.SAMPLER_FACTS) == list(builtin_names.SAMPLERS)
 
 
 def test_builtin_names_imports_nothing_heavy():

@@ -61,7 +61,8 @@ def test_impossible_combinations():
     with pytest.raises(config.ConfigError, match=r"assumes unit-norm embeddings.*model.normalize: true"):
         config.validate({"loss": {"name": "margin", "sampler": "distance_weighted"},
                          "model": {"normalize": False}})
-    with pytest.raises(config.ConfigError, match=r"assumes euclidean distances.*distance='cosine'"):
+    with pytest.raises(config.ConfigError, match=r"assumes euclidean distances, and margin computes cosine distances: "
+                                                 r"use loss.options.distance = 'euclidean'"):
         config.validate({"loss": {"name": "margin", "sampler": "distance_weighted",
                                   "options": {"distance": "cosine"}}})
 
@@ -74,7 +75,7 @@ def test_jit_compile_takes_the_models_choices():
     with pytest.raises(config.ConfigError, match=r"training.jit_compile = 'losses'.*did you mean 'loss'"):
         config.validate({"training": {"jit_compile": "losses"}})
     with pytest.raises(config.ConfigError, match=r"training.jit_compile = 'loss'.*learned sampler.*true"):
-        config.validate({"loss": {"name": "triplet", "sampler": "learned"}, "training": {"jit_compile": "loss"}})
+        config.validate({"loss": {"name": "triplet"}, "learned_sampler": {}, "training": {"jit_compile": "loss"}})
 
 
 def test_dtype_policy_takes_the_models_choices():
@@ -159,7 +160,7 @@ def test_schema_names_are_the_registries():
 
     assert config.SCHEMA["loss"]["name"].choices == tuple(losses.LOSSES)
     sampler_choices = set(config.SCHEMA["loss"]["sampler"].choices)
-    assert sampler_choices == set(samplers.SAMPLERS) | set(config.LEARNED_SAMPLERS) | {"none", None}
+    assert sampler_choices == set(samplers.SAMPLERS) | {config.NO_SAMPLER, None}
     for copied in ("LOSSES", "SAMPLERS", "LOSS_SAMPLERS", "TUPLE_LOSSES", "METRICS"):
         assert not hasattr(config, copied), copied
 
@@ -171,7 +172,7 @@ def test_stable_contrast_refuses_a_pair_sampler_at_validation():
         config.validate({"loss": {"name": "stable_contrast", "sampler": "random"}})
     message = str(err.value)
     assert "loss.sampler = 'random'" in message and "selects pairs" in message
-    triplet_samplers = [s for s in loss_config.valid_samplers("stable_contrast") if s not in ("none", None)]
+    triplet_samplers = [s for s in loss_config.valid_samplers("stable_contrast") if s not in (loss_config.NO_SAMPLER, None)]
     assert set(triplet_samplers) >= {"random_triplets", "semi_hard", "hard", "distance_weighted"}
     assert f"valid samplers for stable_contrast: {', '.join(triplet_samplers)}" in message
 
@@ -215,7 +216,7 @@ def test_config_accepts_exactly_the_samplers_a_loss_accepts():
                 assert accepted == (samplers.get(sampler).kind in cls.sampler_kinds), (name, sampler)
         takes_none = takes_sampler and _library_accepts(cls, None)
         fixed_without_sampler = not takes_sampler and not cls.sampler_kinds
-        assert _config_accepts({**design, "loss": {"name": name, "sampler": "none"}}) == (
+        assert _config_accepts({**design, "loss": {"name": name, "sampler": "by_loss"}}) == (
             takes_none or fixed_without_sampler), name
 
 
@@ -223,11 +224,44 @@ def test_learned_sampler_losses_come_from_tfdml_dsn():
     from tfdml import dsn, losses
 
     for name, cls in losses.LOSSES.items():
-        raw = {"loss": {"name": name, "sampler": "learned"}}
+        raw = {"loss": {"name": name}, "learned_sampler": {}}
         assert _config_accepts(raw) == (dsn.kind_for_loss(cls) is not None), name
-    assert _config_accepts({"loss": {"name": "triplet", "sampler": "learned"}})
-    with pytest.raises(config.ConfigError, match=r"trains triplet, npair only"):
-        config.validate({"loss": {"name": "margin", "sampler": "learned"}})
+    assert _config_accepts({"loss": {"name": "triplet"}, "learned_sampler": {}})
+    with pytest.raises(config.ConfigError, match=r"learned_sampler with loss.name = 'margin': .*trains triplet, "
+                                                 r"npair only"):
+        config.validate({"loss": {"name": "margin"}, "learned_sampler": {}})
+
+
+def test_the_learned_sampler_is_a_section_of_its_own():
+    """learned_sampler: {options} (null: none) instead of a loss.sampler name; its option
+    names are the model's and the sampler network's, checked before TensorFlow too; the
+    old spelling loss.sampler: learned (options in loss.sampler_options) is read as the
+    section with a warning naming it, and a backup that holds it resumes."""
+    assert config.validate({})["learned_sampler"] is None
+    assert "learned" not in loss_config.valid_samplers("triplet")
+    options = {"tuples_per_minibatch": 4, "width": 8}
+    cfg = config.validate({"loss": {"name": "triplet"}, "learned_sampler": options})
+    assert cfg["learned_sampler"] == options and cfg["loss"]["sampler"] is None
+    for names in (True, False):
+        check = config.check_structure if names else config.validate
+        with pytest.raises(config.ConfigError, match=r"learned_sampler has 'widht', which is not an option of the "
+                                                     r"learned sampler \(did you mean 'width'\?\)"):
+            check({"loss": {"name": "triplet"}, "learned_sampler": {"widht": 8}}, *([True] if names else []))
+        with pytest.raises(config.ConfigError, match=r"learned_sampler picks the training tuples, so loss.sampler "
+                                                     r"= 'hard'"):
+            check({"loss": {"name": "triplet", "sampler": "hard"}, "learned_sampler": {}}, *([True] if names else []))
+    raw = {"loss": {"name": "triplet", "sampler": "learned", "sampler_options": options}}
+    with pytest.warns(FutureWarning, match=r"loss.sampler = 'learned' is an old spelling of the learned_sampler "
+                                           r"section.*remove loss.sampler"):
+        old = config.validate(raw)
+    assert old == cfg and raw["loss"]["sampler"] == "learned"  # the caller's dict is left as it is
+    with pytest.raises(config.ConfigError, match="both given"):
+        config.validate({**raw, "learned_sampler": options})
+    saved = config.validate({"loss": {"name": "triplet"}})
+    saved["loss"].update(sampler="learned", sampler_options=options)
+    del saved["learned_sampler"]
+    with pytest.warns(FutureWarning):
+        assert config.resume_differences(saved, cfg) == []
 
 
 def test_a_registered_loss_needs_no_edit_of_the_config(monkeypatch):
@@ -246,7 +280,7 @@ def test_a_registered_loss_needs_no_edit_of_the_config(monkeypatch):
     assert type(loss) is PairOnlyLoss and loss.margin == 0.5 and loss.seed == 7
     assert loss.sampler.num_pairs == 4
     with pytest.raises(config.ConfigError,
-                       match=r"'hard'.*selects triplets.*valid samplers for pair_only: all, random, multi_similarity, none"):
+                       match=r"'hard'.*selects triplets.*valid samplers for pair_only: all, random, multi_similarity, by_loss"):
         config.validate({"loss": {"name": "pair_only", "sampler": "hard"}})
     with pytest.raises(config.ConfigError, match=r"'pair_onl'.*did you mean 'pair_only'"):
         config.validate({"loss": {"name": "pair_onl"}})
@@ -275,7 +309,7 @@ def test_p_random_needs_a_loss_and_sampler_that_score_single_pairs():
     """The p-random design scores only the pair sharing a pair_id: a triplet
     sampler finds no anchor with both a positive and a negative there."""
     with pytest.raises(config.ConfigError, match=r"p_random.*default of margin.*DistanceWeightedSampler"
-                                                 r".*sampler of single pairs \(all, random, none\)"):
+                                                 r".*sampler of single pairs \(all, random, by_loss\)"):
         config.validate({"design": {"name": "p_random"}, "loss": {"name": "margin"}})
     with pytest.raises(config.ConfigError, match=r"p_random.*loss.sampler = 'hard'"):
         config.validate({"design": {"name": "p_random"}, "loss": {"name": "contrastive", "sampler": "hard"}})
@@ -318,11 +352,11 @@ def test_what_a_design_allows_is_read_from_its_class_not_its_name(monkeypatch):
         pass
 
     monkeypatch.setitem(designs.DESIGNS, "wide", Wide)
-    assert config.validate({"design": {"name": "wide"}, "loss": {"name": "triplet", "sampler": "learned"}})
+    assert config.validate({"design": {"name": "wide"}, "loss": {"name": "triplet"}, "learned_sampler": {}})
     with pytest.raises(config.ConfigError, match=r"design.m = 1"):
         config.validate({"design": {"name": "wide", "m": 1}})
     with pytest.raises(config.ConfigError, match=r"design.name = 'p_random'"):
-        config.validate({"design": {"name": "p_random"}, "loss": {"name": "triplet", "sampler": "learned"}})
+        config.validate({"design": {"name": "p_random"}, "loss": {"name": "triplet"}, "learned_sampler": {}})
 
     class Pairs(designs.PRandomDesign):
         pass
@@ -433,3 +467,27 @@ def test_a_backup_saved_before_a_key_s_default_changed_counts_as_what_it_ran_wit
     assert config.resume_differences(saved, config.validate({"model": {"dtype_policy": "float32"}})) == []
     assert config.resume_differences(saved, config.validate({"model": {"dtype_policy": "mixed_bfloat16"}})) == [
         "model.dtype_policy"]
+
+
+def test_no_sampler_and_the_default_sampler_have_names_that_cannot_be_confused():
+    """loss.sampler: by_loss builds the loss without a sampler (it forms its own tuples);
+    an empty loss.sampler (null) builds it with its default sampler."""
+    own = loss_config.build_loss(config.validate({"loss": {"name": "margin", "sampler": "by_loss"}}), 2)
+    default = loss_config.build_loss(config.validate({"loss": {"name": "margin", "sampler": None}}), 2)
+    assert own.sampler is None
+    assert type(default.sampler).__name__ == "DistanceWeightedSampler"
+    # The old spelling 'none' is not offered, and is read as by_loss with a warning naming it.
+    assert "none" not in loss_config.valid_samplers("margin")
+    with pytest.raises(config.ConfigError, match=r"loss.sampler = 'nonee' is not valid.*choose one of: (?!.*\bnone\b)"):
+        config.validate({"loss": {"sampler": "nonee"}})
+    with pytest.warns(FutureWarning, match=r"loss.sampler = 'none' is an old spelling of 'by_loss'.*"
+                                           r"write sampler: by_loss"):
+        cfg = config.validate({"loss": {"name": "margin", "sampler": "none"}})
+    assert cfg["loss"]["sampler"] == "by_loss"
+    with pytest.warns(FutureWarning):
+        config.check_structure({"loss": {"name": "margin", "sampler": "none"}}, names=True)
+    # A backup written with the old spelling resumes under the new one.
+    saved = config.validate({"loss": {"sampler": "by_loss"}})
+    saved["loss"]["sampler"] = "none"
+    assert config.resume_differences(saved, config.validate({"loss": {"sampler": "by_loss"}})) == []
+    assert config.resume_differences(saved, config.validate({})) == ["loss.sampler"]

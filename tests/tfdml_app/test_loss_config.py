@@ -23,9 +23,6 @@ def test_memory_is_validated_with_every_loss_and_sampler(name, sampler):
     if cls.memory_refusal is not None:
         with pytest.raises(config.ConfigError, match="cannot use a cross-batch memory: "):
             config.validate(cfg)
-    elif sampler in loss_config.LEARNED_SAMPLERS:
-        with pytest.raises(config.ConfigError, match="the learned sampler .* not from an anchors x candidates"):
-            config.validate(cfg)
     else:
         try:
             resolved = config.validate(cfg)
@@ -38,6 +35,11 @@ def test_memory_is_validated_with_every_loss_and_sampler(name, sampler):
         loss = loss_config.build_loss(resolved, 3)
         assert (loss.memory.size, loss.memory.warmup_steps) == (64, 2)
         assert loss.memory.embedding_dim == resolved["model"]["embedding_dim"]
+
+
+def test_memory_is_refused_with_the_learned_sampler():
+    with pytest.raises(config.ConfigError, match="learned_sampler .* not from an anchors x candidates"):
+        config.validate({"loss": {"name": "triplet", "memory": MEMORY}, "learned_sampler": {}})
 
 
 @pytest.mark.parametrize("loss, match", [
@@ -62,7 +64,7 @@ def test_bad_memory_configs_are_refused_with_the_reason(loss, match):
 @pytest.mark.parametrize("name", ["contrastive", "weighted_contrastive"])
 def test_memory_with_importance_weights_is_accepted_with_the_group_design(name):
     resolved = config.validate({"design": {"name": "group", "m": 2, "n": 4},
-                                "loss": {"name": name, "sampler": "none", "memory": {"size": 8},
+                                "loss": {"name": name, "sampler": "by_loss", "memory": {"size": 8},
                                          "options": {"importance": True}}})
     loss = loss_config.build_loss(resolved, 3)
     assert loss.importance and loss.memory.size == 8
@@ -71,14 +73,14 @@ def test_memory_with_importance_weights_is_accepted_with_the_group_design(name):
 def test_memory_with_importance_weights_must_hold_whole_batches():
     with pytest.raises(config.ConfigError, match="multiple of the batch size 8; use size 8"):
         config.validate({"design": {"name": "group", "m": 2, "n": 4},
-                         "loss": {"name": "contrastive", "sampler": "none", "memory": {"size": 12},
+                         "loss": {"name": "contrastive", "sampler": "by_loss", "memory": {"size": 12},
                                   "options": {"importance": True}}})
 
 
 def test_memory_with_isolated_pairs_is_refused():
     with pytest.raises(config.ConfigError, match="design gives isolated pairs"):
         config.validate({"design": {"name": "p_random"},
-                         "loss": {"name": "contrastive", "sampler": "none", "memory": {"size": 8}}})
+                         "loss": {"name": "contrastive", "sampler": "by_loss", "memory": {"size": 8}}})
 
 
 @pytest.mark.parametrize("name, key, names", [

@@ -1,0 +1,67 @@
+"""train.py refuses a bad config value before TensorFlow is imported: ranges, the names
+of the built-in parts, the names in loss.options, loss.sampler_options and
+learned_sampler, and the fit of the sampler to the loss (tfdml_app.config_checks.
+check_structure with names=True, on tfdml.builtin_names), with the messages of the
+library's validation. (tests/test_train.py runs one config error of each kind through
+train.py's entry function in a fresh interpreter.)"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfdml import builtin_names
+from tfdml_app import config, loss_config, sampler_fit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+
+#: Runs train.py as ``python train.py`` does (its ``__main__``), then reports its exit
+#: status and whether TensorFlow had been imported.
+_SCRIPT = """
+import runpy, sys
+sys.argv = ["train.py", "--config", "configs/default.yaml", "--set", "training.epochs=-1"]
+try:
+    runpy.run_path("train.py", run_name="__main__")
+except SystemExit as exit:
+    print(exit.code, "tensorflow" in sys.modules)
+"""
+
+
+def test_the_script_refuses_a_bad_range_without_importing_tensorflow():
+    """``python train.py --config configs/default.yaml --set training.epochs=-1``, in a
+    fresh interpreter."""
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "Config error: training.epochs must be >= 1, got -1." in proc.stderr
+    assert proc.stdout.split() == ["2", "False"], proc.stderr[-3000:]
+
+
+def _combinations():
+    for loss in builtin_names.LOSSES:
+        for sampler in (*builtin_names.SAMPLERS, loss_config.NO_SAMPLER, None):
+            yield loss, sampler, {}
+        yield loss, None, {"cutoff": 0.5}
+        yield loss, "random", {"num_pairs": 4}
+        yield loss, "random", {"num_triplets": 4}
+
+
+def _outcome(check):
+    try:
+        return "accepted", check()
+    except config.ConfigError as err:
+        return "refused", str(err)
+
+
+@pytest.mark.parametrize("loss, sampler, options", list(_combinations()))
+def test_the_sampler_checks_on_the_builtin_facts_are_those_on_the_library(loss, sampler, options):
+    """What check_structure decides before TensorFlow, the library's classes decide the
+    same way, with the same message, for every built-in loss and sampler."""
+    section = {"name": loss, "sampler": sampler, "sampler_options": options, "options": {}}
+    before = _outcome(lambda: sampler_fit.check_sampler(section, sampler_fit.builtin_facts()))
+    assert before == _outcome(lambda: sampler_fit.check_sampler(section, sampler_fit.library_facts()))
+    if before[0] == "refused":  # refused before TensorFlow: validate refuses it too, with that message
+        with pytest.raises(config.ConfigError) as err:
+            config.validate({"loss": section})
+        assert str(err.value) == before[1]

@@ -1,0 +1,206 @@
+"""The checks of a config's values: keys, types, choices, ranges and the
+combinations of sections, each refused with a :class:`ConfigError` that names
+the key, the bad value and the fix.
+
+:func:`check_structure` runs them without TensorFlow (with ``names=True``,
+against the names of the built-in parts, :mod:`tfdml.builtin_names`);
+:func:`check_values` runs the same checks against the names the library
+registers (used by :func:`tfdml_app.config.validate`, which also builds the loss).
+"""
+
+import copy
+import warnings
+
+from tfdml import builtin_names, metric_names
+from tfdml_app import sampler_fit
+from tfdml_app.loss_config import ConfigError, check_loss_options, suggest
+from tfdml_app.parts import LEARNED_SAMPLERS
+from tfdml_app.schema import SCHEMA
+
+
+#: Which names :func:`_validate` checks a field's ``choices`` against: those the
+#: library registers (imports it), the built-in ones (:mod:`tfdml.builtin_names`,
+#: no TensorFlow), or none (fixed choices only).
+LIBRARY, BUILTIN, FIXED = "library", "builtin", "fixed"
+
+
+def _choices(field, names):
+    """The values a field takes when names of the kind ``names`` are checked (None: any)."""
+    if not callable(field._choices):
+        return field._choices
+    if names == LIBRARY:
+        return field.choices
+    return field.builtin if names == BUILTIN else None
+
+
+def _grouped_designs():
+    from pipelines import designs
+
+    return [name for name, cls in designs.DESIGNS.items() if cls.grouped_by_class]
+
+
+def _renamed(where, old, new):
+    """The new name of a renamed value, with a warning that names it."""
+    warnings.warn(f"{where} = {old!r} is an old spelling of {new!r}, read as {new!r} for now: write "
+                  f"{where.split('.')[-1]}: {new}.", FutureWarning, stacklevel=4)
+    return new
+
+
+def _type_names(types):
+    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
+
+
+def _validate(config, schema, path, names=LIBRARY):
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path or 'config'} must be a mapping of keys to values, got {config!r}.")
+    for key in config:
+        if key not in schema:
+            where = f"{path}.{key}" if path else key
+            raise ConfigError(
+                f"Unknown config key {where!r}{suggest(key, list(schema))}; "
+                f"valid keys{' of ' + path if path else ''}: {', '.join(schema)}."
+            )
+    out = {}
+    for key, field in schema.items():
+        where = f"{path}.{key}" if path else key
+        if isinstance(field, dict):
+            out[key] = _validate(config.get(key, {}) or {}, field, where, names)
+            continue
+        value = config.get(key, copy.deepcopy(field.default))
+        if isinstance(value, str) and value in field.renamed:
+            value = _renamed(where, value, field.renamed[value])
+        if isinstance(value, bool) and bool not in field.types:
+            raise ConfigError(f"{where} must be {_type_names(field.types)}, got the boolean {value!r}.")
+        if float in field.types and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, field.types):
+            raise ConfigError(
+                f"{where} must be {_type_names(field.types)}, got {value!r} ({type(value).__name__})."
+            )
+        choices = _choices(field, names)
+        if choices is not None and value not in choices:
+            shown = [c for c in choices if c is not None]
+            raise ConfigError(
+                f"{where} = {value!r} is not valid{suggest(str(value), [str(c) for c in shown])}; "
+                f"choose one of: {', '.join(map(str, shown))}."
+            )
+        if field.check is not None and value is not None:
+            problem = field.check(value)
+            if problem:
+                raise ConfigError(f"{where} = {value!r} {problem}.")
+        out[key] = value
+    return out
+
+
+def _check_combinations(cfg, names=LIBRARY):
+    """The ranges and combinations of a config whose fields are valid: of the built-in
+    designs (``names=BUILTIN``) or of the registered ones (``LIBRARY``)."""
+    learned, design = cfg["learned_sampler"] is not None, cfg["design"]["name"]
+    grouped = builtin_names.GROUPED_DESIGNS if names == BUILTIN else _grouped_designs()
+    if learned and design not in grouped:
+        raise ConfigError(
+            f"learned_sampler draws tuples from a pool of several classes; design.name = {design!r} "
+            f"gives no such pool: use {' or '.join(map(repr, grouped))}."
+        )
+    if learned and cfg["strategy"] != "default":
+        raise ConfigError(
+            f"learned_sampler (the DSN of Duan et al.) runs on one replica; strategy = "
+            f"{cfg['strategy']!r} is not supported with it: use strategy 'default'."
+        )
+    if learned and cfg["training"]["jit_compile"] == builtin_names.LOSS_ONLY:
+        raise ConfigError(
+            f"training.jit_compile = {cfg['training']['jit_compile']!r} compiles a loss and its in-graph "
+            "sampler; the learned sampler's step is one piece: use true (all of it) or false."
+        )
+    if design in grouped and cfg["design"]["m"] < 2:
+        raise ConfigError(f"design.m = {cfg['design']['m']} leaves no positive pairs; use m >= 2.")
+    if design == "p_random" and not 0.0 < cfg["design"]["p"] < 1.0:
+        raise ConfigError(f"design.p = {cfg['design']['p']} must lie strictly between 0 and 1.")
+    scale = cfg["image"]["crop_scale"]
+    if len(scale) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scale) \
+            or not 0.0 < scale[0] <= scale[1] <= 1.0:
+        raise ConfigError(f"image.crop_scale must be [min, max] with 0 < min <= max <= 1, got {scale!r}.")
+    bad_k = [k for k in cfg["evaluation"]["ks"] if not isinstance(k, int) or isinstance(k, bool) or k < 1]
+    if bad_k:
+        raise ConfigError(f"evaluation.ks must be positive integers, got {bad_k}.")
+    try:
+        metric_names.parse_metrics(cfg["evaluation"]["metrics"], cfg["evaluation"]["ks"])
+    except ValueError as err:
+        raise ConfigError(f"evaluation.metrics: {err}") from None
+    if cfg["training"]["early_stopping_patience"] is not None:
+        if cfg["data"]["validation"]["fraction"] is None:
+            raise ConfigError(
+                "training.early_stopping_patience needs a validation split to watch (stopping on the "
+                "test split would select on test data): hold one out of the training split, e.g. "
+                "--set data.validation.fraction=0.2 (and --set data.validation.mode=examples when "
+                "holding out whole classes would leave fewer training classes than design.n), or "
+                "remove training.early_stopping_patience."
+            )
+        if cfg["strategy"] == "multi_worker":
+            raise ConfigError("training.early_stopping_patience is not supported with strategy "
+                              "'multi_worker' (it evaluates nothing per epoch); remove it.")
+    for key in ("epochs", "steps_per_epoch"):
+        if cfg["training"][key] < 1:
+            raise ConfigError(f"training.{key} must be >= 1, got {cfg['training'][key]}.")
+    if cfg["optimizer"]["head_lr_multiplier"] <= 0:
+        raise ConfigError(f"optimizer.head_lr_multiplier must be > 0, got {cfg['optimizer']['head_lr_multiplier']}.")
+    if cfg["optimizer"]["learning_rate"] <= 0:
+        raise ConfigError(f"optimizer.learning_rate must be > 0, got {cfg['optimizer']['learning_rate']}.")
+
+
+def moved(config):
+    """``config`` with keys in an old place moved to their new one, each with a
+    ``FutureWarning`` naming it (a copy; ``config`` itself is left as it is):
+    ``loss.sampler: learned`` with its ``loss.sampler_options`` is the
+    ``learned_sampler`` section."""
+    loss = config.get("loss") if isinstance(config, dict) else None
+    if not isinstance(loss, dict) or loss.get("sampler") not in LEARNED_SAMPLERS:
+        return config
+    if config.get("learned_sampler") is not None:
+        raise ConfigError("loss.sampler = 'learned' and learned_sampler are both given; keep learned_sampler "
+                          "(the learned sampler's section) and remove loss.sampler.")
+    config = copy.deepcopy(config)
+    config["loss"].pop("sampler")
+    options = config["loss"].pop("sampler_options", None) or {}
+    config["learned_sampler"] = options
+    warnings.warn(f"loss.sampler = 'learned' is an old spelling of the learned_sampler section, read as "
+                  f"learned_sampler: {options!r} for now: write learned_sampler: {options!r} (the options that "
+                  "were loss.sampler_options) and remove loss.sampler.", FutureWarning, stacklevel=3)
+    return config
+
+
+def check_values(config):
+    """Fill defaults and check a config dict against the names the library registers
+    (imports it): every check but building the loss; returns the resolved config."""
+    cfg = _validate(moved(config or {}), SCHEMA, "")
+    _check_combinations(cfg)
+    sampler_fit.check_learned_sampler(cfg, sampler_fit.library_facts())
+    return cfg
+
+
+def check_structure(config, names=False):
+    """Check a config dict without the library (and without TensorFlow): its
+    keys, types, fixed choices and value ranges; the names the library
+    registers (losses, samplers, backbones, designs, sources, metrics,
+    distances) and the combinations are checked by :func:`tfdml_app.config.validate`.
+
+    ``names=True``: also the names, as those of tfdml's built-in parts
+    (:mod:`tfdml.builtin_names`), and the ranges and combinations that need no
+    class of the library, with :func:`tfdml_app.config.validate`'s messages; for a
+    config that can name only built-in parts (``train.py`` without ``--import``):
+    the names in ``loss.options`` (:data:`tfdml.builtin_names.LOSS_OPTIONS`), the
+    sampler's fit to the loss and the names in ``loss.sampler_options`` and
+    ``learned_sampler`` (:mod:`tfdml_app.sampler_fit` on
+    :data:`tfdml.builtin_names.LOSS_SAMPLING`, :data:`~tfdml.builtin_names.SAMPLER_FACTS`
+    and :data:`~tfdml.builtin_names.LEARNED_SAMPLER_OPTIONS`). What is left to
+    :func:`tfdml_app.config.validate`, which builds the loss with its sampler: the
+    values of ``loss.options``, ``loss.sampler_options`` and ``loss.memory`` (each
+    checked by the constructor of its class), and what the built loss and sampler
+    ask of the batch design and the model (:func:`tfdml_app.loss_config.check_loss`).
+    Raises :class:`ConfigError`."""
+    cfg = _validate(moved(config or {}), SCHEMA, "", BUILTIN if names else FIXED)
+    if names:
+        _check_combinations(cfg, BUILTIN)
+        check_loss_options(cfg["loss"], builtin_names.LOSS_OPTIONS[cfg["loss"]["name"]])
+        sampler_fit.check_sampler(cfg["loss"], sampler_fit.builtin_facts())
+        sampler_fit.check_learned_sampler(cfg, sampler_fit.builtin_facts())

@@ -33,6 +33,7 @@ from tfdml import importance as importance_lib
 from tfdml import kernels
 from tfdml import masks as masks_lib
 from tfdml import targets as targets_lib
+from tfdml import candidates as candidates_lib
 from tfdml import xla
 from tfdml.losses import reductions, routes
 from tfdml.losses.input_checks import assert_valid, check_views, importance_check, nan_if_invalid, whole_number_check
@@ -285,7 +286,8 @@ class MetricLoss(keras.losses.Loss):
       ``Sampler.needs_tuples``);
 
     and ``default_tuple_reduction``, and implement
-    ``compute(targets, embeddings)`` returning the scalar loss. Constructor
+    ``compute(targets, embeddings, candidates=None)`` returning the scalar loss
+    (:meth:`compute`). Constructor
     arguments named ``num_classes`` (classes of the training split) and
     ``seed`` are filled in by ``train.py``.
 
@@ -340,10 +342,10 @@ class MetricLoss(keras.losses.Loss):
     fixed_arguments = {}
     #: Why a cross-batch memory (:mod:`tfdml.memory`) cannot supply this loss's candidates,
     #: or None when its terms are functions of the anchors × candidates matrix of
-    #: :meth:`distances`, :meth:`candidates` and :meth:`candidate_labels` (the memory's
+    #: :meth:`distances`, :meth:`candidate_mask` and :meth:`candidate_labels` (the memory's
     #: rows are candidates, never anchors).
     memory_refusal = ("its terms are not computed from the anchors x candidates matrix of "
-                      "MetricLoss.distances / candidates, which is where a memory adds its rows")
+                      "MetricLoss.distances / candidate_mask, which is where a memory adds its rows")
     #: True when ``importance=True`` with a memory is derived for this loss: its value is a
     #: weighted sum of pair terms over all pairs of the [B, M] matrix, reduced by
     #: :meth:`reduce` (:func:`tfdml.importance.memory_pair_weights`).
@@ -410,8 +412,6 @@ class MetricLoss(keras.losses.Loss):
         self._seed_state = None
         if self.sampler is not None and getattr(self.sampler, "needs_seed", False):
             self._seed_state = SeedState(seed, name=f"{self.name}_seed")
-        self._candidates_view = None
-        self._importance_denominator = None
         self.memory = None
         if memory is not None:
             self._check_memory()
@@ -484,33 +484,34 @@ class MetricLoss(keras.losses.Loss):
         return checks + [importance_check(column) for column in columns]
 
     # -- batch helpers -------------------------------------------------------
-    def distances(self, embeddings):
+    # ``candidates``: what the anchors are mined against (:class:`tfdml.candidates.Candidates`,
+    # from :meth:`call`); None is the batch alone.
+    def distances(self, embeddings, candidates=None):
         """[B, M] distances of the anchors (the batch) to the candidates: the batch itself
-        (M = B), followed by a memory's rows while :meth:`compute` runs with one."""
+        (M = B), followed by ``candidates``' rows after the batch's (a memory's)."""
         square = distance_matrix(embeddings, self.distance)
-        view = self._candidates_view
-        if view is None:
+        if candidates_lib.is_batch(candidates):
             return square
-        cross = distances_lib.pairwise(embeddings, view.embeddings, distance=self.distance)
+        cross = distances_lib.pairwise(embeddings, candidates.embeddings, distance=self.distance)
         if distances_lib.is_similarity(self.distance):
             cross = 1.0 - cross
         return tf.concat([square, tf.cast(cross, square.dtype)], axis=1)
 
-    def candidates(self, targets):
-        """[B, M] bool: the candidate pairs (:func:`tfdml.masks.candidate_mask`; with a
-        memory, its usable rows after the batch's columns)."""
-        if self._candidates_view is not None:
-            return self._candidates_view.mask
+    def candidate_mask(self, targets, candidates=None):
+        """[B, M] bool: the candidate pairs (the batch's :func:`tfdml.masks.candidate_mask`,
+        or ``candidates.mask``)."""
+        if candidates is not None:
+            return candidates.mask
         return masks_lib.candidate_mask(targets.label, targets.pair_id)
 
-    def candidate_labels(self, targets):
-        """[M] labels of the candidates (the batch's, then a memory's rows)."""
-        if self._candidates_view is not None:
-            return self._candidates_view.labels
+    def candidate_labels(self, targets, candidates=None):
+        """[M] labels of the candidates (the batch's, or ``candidates.labels``)."""
+        if candidates is not None:
+            return candidates.labels
         return targets.label
 
     def sample(self, dist, targets, embeddings, candidates=None):
-        """Run the sampler on ``dist`` (no gradient) with this call's seed.
+        """Run the sampler on ``dist`` [B, M] (no gradient) with this call's seed.
 
         Where the table chooses ``"valid_slots"`` (:func:`listed_slots`; on CPU in
         graph mode) a triplet selection is cut to its valid slots
@@ -518,12 +519,10 @@ class MetricLoss(keras.losses.Loss):
         gradient scatters, B·(m − 1) semi-hard triplets rather than B² slots. Never
         under XLA, which needs fixed shapes: there the selection keeps its T slots
         and :meth:`over_triplets` may compact it."""
-        if candidates is None:
-            candidates = self.candidates(targets)
         selection = self.sampler(
             tf.stop_gradient(dist),
-            self.candidate_labels(targets),
-            candidates=candidates,
+            self.candidate_labels(targets, candidates),
+            candidates=self.candidate_mask(targets, candidates),
             seed=self.next_seed(),
             embedding_dim=embeddings.shape[-1],
         )
@@ -560,22 +559,17 @@ class MetricLoss(keras.losses.Loss):
         narrow, widest = samplers.base.compact_grid(selection, width)
         return tf.cond(widest <= width, lambda: compute(narrow), lambda: compute(selection))
 
-    def importance_weights(self, targets, dtype):
-        """W_ij [B, B] when built with ``importance=True`` and the batch has the columns, else
-        None. While :meth:`compute` runs with a memory: W_ij [B, B + K] of
-        :func:`tfdml.importance.memory_pair_weights`, whose fixed denominator :meth:`reduce`
-        then divides by."""
+    def importance_weights(self, targets, dtype, candidates=None):
+        """W_ij [B, M] when built with ``importance=True`` and the batch has the columns, else
+        None: the batch's (:func:`importance_matrix`), or against a memory
+        ``candidates.importance_weights`` (:func:`tfdml.importance.memory_pair_weights`),
+        whose fixed denominator :meth:`reduce` then divides by."""
         if not self.importance:
             return None
-        view = self._candidates_view
-        if view is None:
+        if candidates_lib.is_batch(candidates):
             return importance_matrix(targets, dtype)
-        result = importance_lib.memory_pair_weights(
-            targets, view.labels[tf.shape(targets.label)[0]:], view.class_sizes, view.usable)
-        if result is None:
-            return None
-        weights, self._importance_denominator = result
-        return tf.cast(weights, dtype)
+        weights = candidates.importance_weights
+        return None if weights is None else tf.cast(weights, dtype)
 
     def triplet_importance_weights(self, targets, selection, dtype):
         """W_apn [T] of a ``TripletSelection`` (:func:`tfdml.importance.triplet_weights`)
@@ -586,22 +580,23 @@ class MetricLoss(keras.losses.Loss):
                                            selection.negative)
         return None if w is None else tf.cast(w, dtype)
 
-    def pair_weights(self, dist, targets, embeddings):
-        """Pair multiplicities: all candidate pairs without a sampler, else the
+    def pair_weights(self, dist, targets, embeddings, candidates=None):
+        """Pair multiplicities [B, M]: all candidate pairs without a sampler, else the
         sampler's pairs (a triplet selection converted by :func:`triplets_to_pairs`)."""
-        candidates = self.candidates(targets)
         if self.sampler is None:
-            return all_pairs(self.candidate_labels(targets), candidates, dist.dtype)
+            return all_pairs(self.candidate_labels(targets, candidates),
+                             self.candidate_mask(targets, candidates), dist.dtype)
         selection = self.sample(dist, targets, embeddings, candidates)
         # Not through over_triplets: the selection carries no gradient, so only the
         # negatives' scatter is compacted (triplets_to_pairs), not the loss's terms.
         return select_pairs(selection, tf.shape(dist)[0], dist.dtype, tf.shape(dist)[1])
 
-    def reduce(self, losses, counts, weights=None, extra=None):
+    def reduce(self, losses, counts, weights=None, extra=None, candidates=None):
         """:func:`tfdml.losses.reductions.reduce_tuples`; weighted terms against a memory
-        (:meth:`importance_weights`) are summed and divided by the fixed denominator of
-        :func:`tfdml.importance.memory_pair_weights` instead."""
-        fixed = self._importance_denominator
+        (:meth:`importance_weights`) are summed and divided by the fixed
+        ``candidates.importance_denominator`` of :func:`tfdml.importance.memory_pair_weights`
+        instead."""
+        fixed = None if candidates is None else candidates.importance_denominator
         if fixed is not None and weights is not None:
             total = reductions.reduce_tuples(losses, counts, "sum", weights=weights, extra=extra)
             return total / tf.cast(fixed, total.dtype)
@@ -666,23 +661,27 @@ class MetricLoss(keras.losses.Loss):
 
     def _compute_with_memory(self, targets, embeddings):
         """:meth:`compute`; with a memory that is not paused, against the batch and the
-        memory (:mod:`tfdml.memory`), then the batch is written to the memory."""
+        memory's rows (the memory's :class:`tfdml.candidates.Candidates`, passed to
+        ``compute``), then the batch is written to the memory."""
         memory = self.memory
         if memory is None or memory.is_paused:
             return self.compute(targets, embeddings)
         batch_candidates = masks_lib.candidate_mask(targets.label, targets.pair_id)
-        self._candidates_view = memory.candidates(targets, embeddings, batch_candidates)
-        try:
-            value = self.compute(targets, embeddings)
-        finally:
-            self._candidates_view = None
-            self._importance_denominator = None
+        candidates = memory.candidates(targets, embeddings, batch_candidates, importance=self.importance)
+        value = self.compute(targets, embeddings, candidates)
         with tf.control_dependencies([value]):
             updates = memory.update(targets, embeddings)
         with tf.control_dependencies(updates):
             return tf.identity(value)
 
-    def compute(self, targets, embeddings):
+    def compute(self, targets, embeddings, candidates=None):
+        """The scalar loss of the batch: ``targets`` (:class:`tfdml.targets.Targets`), the
+        [B, d] ``embeddings``, mined against ``candidates``
+        (:class:`tfdml.candidates.Candidates`; None: the batch alone). A loss that takes a
+        memory (``memory_refusal`` None) receives the memory's candidates and passes them on
+        to the batch helpers (:meth:`distances`, :meth:`pair_weights`, :meth:`sample`,
+        :meth:`importance_weights`, :meth:`reduce`); other losses may define
+        ``compute(targets, embeddings)``."""
         raise NotImplementedError
 
     def get_config(self):

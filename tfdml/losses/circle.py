@@ -68,9 +68,9 @@ class CircleLoss(base.MetricLoss):
         self.m = base.check_positive("m", m, allow_zero=True)
         self.gamma = base.check_positive("gamma", gamma)
 
-    def compute(self, targets, embeddings):
-        dist = self.distances(embeddings)  # 1 − S
-        weights = self.pair_weights(dist, targets, embeddings)
+    def compute(self, targets, embeddings, candidates=None):
+        dist = self.distances(embeddings, candidates)  # 1 − S
+        weights = self.pair_weights(dist, targets, embeddings, candidates)
         terms = gpw.circle_terms(1.0 - dist, weights.pos_weight, weights.neg_weight, self.gamma, self.m)
         return self.reduce(terms, gpw.lifted_anchors(weights.pos_weight, weights.neg_weight))
 

@@ -61,9 +61,9 @@ class MultiSimilarityLoss(base.MetricLoss):
         except (TypeError, ValueError):
             raise ValueError(f"lam must be a number, got {lam!r}.") from None
 
-    def compute(self, targets, embeddings):
-        dist = self.distances(embeddings)  # 1 − S
-        weights = self.pair_weights(dist, targets, embeddings)
+    def compute(self, targets, embeddings, candidates=None):
+        dist = self.distances(embeddings, candidates)  # 1 − S
+        weights = self.pair_weights(dist, targets, embeddings, candidates)
         terms = gpw.multi_similarity_terms(1.0 - dist, weights.pos_weight, weights.neg_weight,
                                            self.alpha, self.beta, self.lam)
         return self.reduce(terms, tf.ones_like(terms))

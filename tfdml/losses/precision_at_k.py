@@ -49,7 +49,7 @@ class PrecisionAtKLoss(base.MetricLoss):
 
     def compute(self, targets, embeddings):
         labels = targets.label
-        candidates = self.candidates(targets)
+        candidates = self.candidate_mask(targets)
         sim = distances_lib.cosine_similarity(embeddings)
         different = tf.cast(tf.logical_not(masks.same_label(labels)), sim.dtype)
         scores = sim + self.gamma * different  # Eq. 4

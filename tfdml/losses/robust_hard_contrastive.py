@@ -47,9 +47,10 @@ class RobustHardContrastiveLoss(base.MetricLoss):
                 "a negative farther than beta >= alpha never violates the margin alpha."
             )
 
-    def compute(self, targets, embeddings):
-        dist = self.distances(embeddings)
-        pairs = base.all_pairs(self.candidate_labels(targets), self.candidates(targets), dist.dtype)
+    def compute(self, targets, embeddings, candidates=None):
+        dist = self.distances(embeddings, candidates)
+        pairs = base.all_pairs(self.candidate_labels(targets, candidates),
+                               self.candidate_mask(targets, candidates), dist.dtype)
         positive_term = tf.square(tf.nn.relu(dist - self.alpha))
         eligible = (pairs.neg_weight > 0) & (dist > self.beta)
         negative_term = tf.square(tf.nn.relu(self.alpha - dist))
@@ -58,7 +59,8 @@ class RobustHardContrastiveLoss(base.MetricLoss):
         )
         losses = positive_term + hardest[:, None]
         return self.reduce(losses, pairs.pos_weight,
-                           weights=self.importance_weights(targets, dist.dtype))
+                           weights=self.importance_weights(targets, dist.dtype, candidates),
+                           candidates=candidates)
 
     def get_config(self):
         config = super().get_config()

@@ -54,9 +54,9 @@ class StableContrastLoss(base.MetricLoss):
         except (TypeError, ValueError):
             raise ValueError(f"beta must be a number, got {beta!r}.") from None
 
-    def compute(self, targets, embeddings):
-        dist = self.distances(embeddings)
-        selection = self.sample(dist, targets, embeddings)
+    def compute(self, targets, embeddings, candidates=None):
+        dist = self.distances(embeddings, candidates)
+        selection = self.sample(dist, targets, embeddings, candidates)
 
         def on(selection):
             d_ij = anchor_positive(dist, selection)

@@ -78,9 +78,9 @@ class TripletLoss(base.MetricLoss):
         self.margin = base.check_positive("margin", margin)
         self.squared = bool(squared)
 
-    def compute(self, targets, embeddings):
-        dist = self.distances(embeddings)
-        selection = self.sample(dist, targets, embeddings)
+    def compute(self, targets, embeddings, candidates=None):
+        dist = self.distances(embeddings, candidates)
+        selection = self.sample(dist, targets, embeddings, candidates)
         values = tf.square(dist) if self.squared else dist
 
         def on(selection):

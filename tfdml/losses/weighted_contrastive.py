@@ -53,9 +53,9 @@ class WeightedContrastiveLoss(ContrastiveLoss):
             raise ValueError(f"importance_power (δ of W_ij^δ) must be a finite number, got {importance_power!r}.")
         self.importance_power = float(importance_power)
 
-    def importance_weights(self, targets, dtype):
+    def importance_weights(self, targets, dtype, candidates=None):
         """W_ij^δ (δ = ``importance_power``; W_ij of the base class, 0 kept 0)."""
-        weights = super().importance_weights(targets, dtype)
+        weights = super().importance_weights(targets, dtype, candidates)
         if weights is None or self.importance_power == 1.0:
             return weights
         positive = weights > 0

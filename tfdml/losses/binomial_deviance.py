@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base
 from tfdml.losses import pair_weighting as gpw
 
 
@@ -63,12 +63,12 @@ class BinomialDevianceLoss(base.MetricLoss):
                 "takes one mean over all pairs, which the importance weights make unbiased."
             )
         super().__init__(distance=distance, **kwargs)
-        self.alpha = base.check_positive("alpha", alpha)
+        self.alpha = arguments.check_positive("alpha", alpha)
         try:
             self.beta = float(beta)
         except (TypeError, ValueError):
             raise ValueError(f"beta must be a number, got {beta!r}.") from None
-        self.cost = base.check_positive("cost", cost)
+        self.cost = arguments.check_positive("cost", cost)
         self.balanced = bool(balanced)
 
     def compute(self, targets, embeddings, candidates=None):

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base
 
 
 def contrastive_terms(dist, margin, squared=True):
@@ -61,7 +61,7 @@ class ContrastiveLoss(base.MetricLoss):
 
     def __init__(self, margin=1.0, squared=True, **kwargs):
         super().__init__(**kwargs)
-        self.margin = base.check_positive("margin", margin)
+        self.margin = arguments.check_positive("margin", margin)
         self.squared = bool(squared)
 
     def compute(self, targets, embeddings, candidates=None):

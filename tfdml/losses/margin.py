@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdml import targets as targets_lib
-from tfdml.losses import base, input_checks
+from tfdml.losses import arguments, base, input_checks
 
 
 def _check_count(name, value):
@@ -173,8 +173,8 @@ class MarginLoss(base.MetricLoss):
         **kwargs,
     ):
         super().__init__(sampler=sampler, **kwargs)
-        self.alpha = base.check_positive("alpha", alpha)
-        self.nu = base.check_positive("nu", nu, allow_zero=True)
+        self.alpha = arguments.check_positive("alpha", alpha)
+        self.nu = arguments.check_positive("nu", nu, allow_zero=True)
         try:
             beta0 = float(beta0)
         except (TypeError, ValueError):

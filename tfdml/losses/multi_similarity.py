@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base
 from tfdml.losses import pair_weighting as gpw
 from tfdml.losses.lifted_structured import refuse_importance
 
@@ -54,8 +54,8 @@ class MultiSimilarityLoss(base.MetricLoss):
         refuse_importance(type(self).__name__, kwargs,
                           "each anchor's term is a log-sum-exp over its pairs (Wang et al.'s L_MS)")
         super().__init__(distance=distance, sampler=sampler, **kwargs)
-        self.alpha = base.check_positive("alpha", alpha)
-        self.beta = base.check_positive("beta", beta)
+        self.alpha = arguments.check_positive("alpha", alpha)
+        self.beta = arguments.check_positive("beta", beta)
         try:
             self.lam = float(lam)
         except (TypeError, ValueError):

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base, batch
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -39,8 +39,8 @@ class RobustHardContrastiveLoss(base.MetricLoss):
 
     def __init__(self, alpha=1.0, beta=0.5, **kwargs):
         super().__init__(**kwargs)
-        self.alpha = base.check_positive("alpha", alpha)
-        self.beta = base.check_positive("beta", beta, allow_zero=True)
+        self.alpha = arguments.check_positive("alpha", alpha)
+        self.beta = arguments.check_positive("beta", beta, allow_zero=True)
         if self.beta >= self.alpha:
             raise ValueError(
                 f"RobustHardContrastiveLoss needs beta < alpha (got beta={beta}, alpha={alpha}): "
@@ -49,7 +49,7 @@ class RobustHardContrastiveLoss(base.MetricLoss):
 
     def compute(self, targets, embeddings, candidates=None):
         dist = self.distances(embeddings, candidates)
-        pairs = base.all_pairs(self.candidate_labels(targets, candidates),
+        pairs = batch.all_pairs(self.candidate_labels(targets, candidates),
                                self.candidate_mask(targets, candidates), dist.dtype)
         positive_term = tf.square(tf.nn.relu(dist - self.alpha))
         eligible = (pairs.neg_weight > 0) & (dist > self.beta)

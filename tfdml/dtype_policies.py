@@ -5,7 +5,7 @@ import contextlib
 
 import keras
 
-from tfdml import kernels
+from tfdml.kernels import chosen
 
 #: The Keras dtype policies :func:`dtype_policy_scope` builds an encoder under (the
 #: config's ``model.dtype_policy``): ``"float32"``, or ``"mixed_bfloat16"``: bfloat16
@@ -28,8 +28,7 @@ def resolve_dtype_policy(policy, jit_compile=False):
         raise ValueError(f"dtype policy {policy!r} is not supported; use one of: {', '.join(DTYPE_POLICY_CHOICES)}.")
     if policy != AUTO_DTYPE_POLICY:
         return policy
-    choice = kernels.choose("dtype_policy", mode="xla" if jit_compile is True else "graph")
-    return "float32" if choice.is_reference else choice.form
+    return chosen.dtype_policy(jit_compile)
 
 
 @contextlib.contextmanager

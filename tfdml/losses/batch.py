@@ -19,10 +19,9 @@ import tensorflow as tf
 from tfdml import candidates as candidates_lib
 from tfdml import distances as distances_lib
 from tfdml import importance as importance_lib
-from tfdml import kernels
 from tfdml import masks as masks_lib
 from tfdml import targets as targets_lib
-from tfdml import xla
+from tfdml.kernels import chosen
 from tfdml.losses import reductions
 
 PairWeights = collections.namedtuple("PairWeights", ["pos_weight", "neg_weight"])
@@ -51,7 +50,7 @@ def triplets_to_pairs(selection, batch_size, dtype=tf.float32, columns=None):
         return PairWeights(counts(selection, selection.positive), counts(selection, selection.negative))
     # slot a·M + p is the pair (a, p)
     pos = tf.reshape(tf.cast(selection.mask, dtype), tf.stack([batch_size, columns]))
-    width = listed_slots()
+    width = chosen.listed_slots_width()
     if width is None:
         return PairWeights(pos, counts(selection, selection.negative))
     # Scatter the B·width listed valid slots rather than all B·M (the same counts).
@@ -59,20 +58,6 @@ def triplets_to_pairs(selection, batch_size, dtype=tf.float32, columns=None):
     neg = tf.cond(widest <= width,
                   lambda: counts(narrow, narrow.negative), lambda: counts(selection, selection.negative))
     return PairWeights(pos, neg)
-
-
-def listed_slots():
-    """How many valid slots per anchor a grid selection is compacted to, or None.
-
-    The reference path computes a triplet loss on all B·M slots (B anchors, M
-    candidates) of a grid selection, weighted by 0 where not valid. A device may compute on fewer
-    (:data:`tfdml.kernels.CHOICES`, ``"triplet_slots"``): ``"listed_slots"`` lists up
-    to ``width`` valid slots per anchor (fixed shapes, :func:`~tfdml.samplers.base.
-    compact_grid`; this answers its width), ``"valid_slots"`` keeps the valid slots
-    alone (:meth:`MetricLoss.sample`; a shape known at run time, so never under XLA).
-    The same triplets, so the same loss."""
-    choice = kernels.choose("triplet_slots")
-    return choice.params["width"] if choice.form == "listed_slots" else None
 
 
 def all_pairs(labels, candidates, dtype=tf.float32):
@@ -174,8 +159,9 @@ class BatchHelpers:
     def sample(self, dist, targets, embeddings, candidates=None):
         """Run the sampler on ``dist`` [B, M] (no gradient) with this call's seed.
 
-        Where the table chooses ``"valid_slots"`` (:func:`listed_slots`; on CPU in
-        graph mode) a triplet selection is cut to its valid slots
+        Where the table chooses ``"valid_slots"``
+        (:func:`tfdml.kernels.chosen.keeps_valid_slots_only`; on CPU in graph mode) a
+        triplet selection is cut to its valid slots
         (:func:`tfdml.samplers.base.valid_triplets`): the loss then gathers, and its
         gradient scatters, B·(m − 1) semi-hard triplets rather than B² slots. Never
         under XLA, which needs fixed shapes: there the selection keeps its T slots
@@ -188,8 +174,7 @@ class BatchHelpers:
             embedding_dim=embeddings.shape[-1],
         )
         samplers = samplers_module()
-        if (isinstance(selection, samplers.TripletSelection) and not xla.is_compiling()
-                and kernels.choose("triplet_slots").form == "valid_slots"):
+        if isinstance(selection, samplers.TripletSelection) and chosen.keeps_valid_slots_only():
             selection = samplers.base.valid_triplets(selection)
         return selection
 
@@ -203,8 +188,9 @@ class BatchHelpers:
 
     def over_triplets(self, selection, compute):
         """``compute(selection)``; where the table chooses ``"listed_slots"``
-        (:func:`listed_slots`; on CPU under XLA), for a grid selection (B·M slots), on
-        its valid slots alone whenever every anchor has at most ``width`` of them.
+        (:func:`tfdml.kernels.chosen.listed_slots_width`; on CPU under XLA), for a grid
+        selection (B·M slots), on its valid slots alone whenever every anchor has at most
+        ``width`` of them.
 
         The shape stays fixed: the valid slots are compacted to B·width
         (:func:`tfdml.samplers.base.compact_grid`) and a ``tf.cond`` takes that
@@ -214,7 +200,7 @@ class BatchHelpers:
         In graph mode on CPU :meth:`sample` has already cut the selection to its
         valid slots."""
         samplers = samplers_module()
-        width = listed_slots()
+        width = chosen.listed_slots_width()
         if not (isinstance(selection, samplers.GridTripletSelection) and width is not None):
             return compute(selection)
         narrow, widest = samplers.base.compact_grid(selection, width)

@@ -193,3 +193,46 @@ def test_the_table_is_read_through_choose_only():
             if named:
                 readers.append(f"{name}:{node.lineno}")
     assert not readers, f"modules reading the kernels table itself: {readers}"
+
+
+#: The parts of the loss contract and of the embedding model, each below the module it serves:
+#: ``{module: the modules it may not import}``.
+BELOW = {
+    "tfdml.candidates": ("tfdml.memory", "tfdml.losses", "tfdml.models"),
+    "tfdml.memory": ("tfdml.losses", "tfdml.models"),
+    "tfdml.losses.batch": ("tfdml.losses.base", "tfdml.models"),
+    "tfdml.losses.arguments": ("tfdml.losses.base", "tfdml.losses.batch", "tfdml.models"),
+    "tfdml.losses.seeds": ("tfdml.losses.base", "tfdml.models"),
+    "tfdml.compiled_loss": ("tfdml.models",),
+    "tfdml.model_counters": ("tfdml.models",),
+    "tfdml.loss_state": ("tfdml.models", "tfdml.losses"),
+    "tfdml.keras_shims": ("tfdml.models",),
+    "tfdml.dtype_policies": ("tfdml.models",),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BELOW))
+def test_the_parts_of_the_loss_and_the_model_import_nothing_above_them(name):
+    """The batch helpers, argument checks and seeds of the losses stand below the loss
+    contract (tfdml.losses.base), the candidates below the memory and the losses, and the
+    embedding model's parts below tfdml.models."""
+    graph = import_graph()
+    above = BELOW[name]
+    found = sorted(m for m in graph[name] if m in above or m.startswith(tuple(a + "." for a in above)))
+    assert not found, f"{name} imports {found}, which are built on it"
+
+
+def test_the_losses_and_the_model_take_the_table_s_answers_from_kernels_chosen():
+    """The losses and the embedding model do not read the kernels table's choices: they ask
+    tfdml.kernels.chosen, which answers plainly (a width, a yes or no, a policy name)."""
+    readers = []
+    for name, path in module_files().items():
+        if not (name.startswith("tfdml.losses") or name in (
+                "tfdml.models", "tfdml.dtype_policies", "tfdml.compiled_loss", "tfdml.model_counters")):
+            continue
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("choose", "is_reference"):
+                readers.append(f"{name}:{node.lineno}")
+    assert not readers, f"modules interpreting the kernels table themselves: {readers}"

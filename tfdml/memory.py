@@ -38,18 +38,13 @@ written). Under a distribution strategy the model gives the loss the global batc
 resume) and not of its exported encoder.
 """
 
-import collections
 import contextlib
 
 import keras
 import tensorflow as tf
 
-Candidates = collections.namedtuple("Candidates",
-                                    ["embeddings", "labels", "mask", "class_sizes", "usable"])
-Candidates.__doc__ = """What a loss mines against with a memory: the memory's ``embeddings``
-[K, d] (no gradient), the ``labels`` [B + K] of all candidates (the batch's first), the
-candidate ``mask`` [B, B + K], the memory rows' ``class_sizes`` [K] and ``usable`` [K]
-(the rows in use this step: filled and past the warm-up)."""
+from tfdml import importance as importance_lib
+from tfdml.candidates import Candidates
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -129,10 +124,12 @@ class CrossBatchMemory(keras.layers.Layer):
             variable.assign(tf.zeros_like(variable))
 
     # -- the step ---------------------------------------------------------------------
-    def candidates(self, targets, embeddings, batch_candidates):
-        """:class:`Candidates` of a batch: its [B, d] ``embeddings`` and
-        :class:`tfdml.targets.Targets` against the batch (``batch_candidates`` [B, B])
-        and the memory's rows."""
+    def candidates(self, targets, embeddings, batch_candidates, importance=False):
+        """The :class:`tfdml.candidates.Candidates` of a batch (its [B, d] ``embeddings`` and
+        :class:`tfdml.targets.Targets`): the batch (``batch_candidates`` [B, B]), then the
+        memory's rows in use (filled and past the warm-up). With ``importance`` they carry
+        the pairs' weights and denominator of :func:`tfdml.importance.memory_pair_weights`
+        (none when the batch has no importance columns)."""
         self._ensure_built(embeddings)
         ids = _example_ids(targets)
         if targets.pair_id is not None:
@@ -149,7 +146,11 @@ class CrossBatchMemory(keras.layers.Layer):
         mask = tf.concat([tf.cast(batch_candidates, tf.bool), memory_mask], axis=1)
         labels = tf.concat([tf.cast(targets.label, tf.int64), self.labels], axis=0)
         stored = tf.stop_gradient(tf.cast(self.embeddings, embeddings.dtype))
-        return Candidates(stored, labels, mask, self.class_sizes, usable)
+        weighted = None
+        if importance:
+            weighted = importance_lib.memory_pair_weights(targets, labels[tf.shape(targets.label)[0]:],
+                                                          self.class_sizes, usable)
+        return Candidates(stored, labels, mask, *(weighted if weighted is not None else (None, None)))
 
     def update(self, targets, embeddings):
         """Write the batch (its last K rows when B > K) at ``position`` once the warm-up is

@@ -684,3 +684,49 @@ def test_keras_round_trip_keeps_the_loss_s_memory(tmp_path):
     loaded = tfdml.load_model(path)
     for a, b in zip(loaded._metric_loss.memory.weights, model._metric_loss.memory.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+# -- the loss object does not change during a call -----------------------------------------
+
+
+def _recording(cls):
+    """``cls`` whose compute records the loss's attributes as they are at its end."""
+
+    class Recording(cls):
+        def compute(self, targets, embeddings, candidates=None):
+            value = super().compute(targets, embeddings, candidates)
+            self.__class__.seen.append(dict(vars(self)))
+            return value
+
+    Recording.seen = []
+    return Recording
+
+
+@pytest.mark.parametrize("cls, kwargs, columns", [
+    (losses.ContrastiveLoss, {"importance": True, "memory": {"size": 4}}, "group"),
+    (losses.ContrastiveLoss, {"importance": True}, "group"),
+    (losses.TripletLoss, {"sampler": "random_triplets", "seed": 3, "importance": True, "memory": None}, "group"),
+    (losses.MarginLoss, {"sampler": "distance_weighted", "seed": 1, "memory": {"size": 4}}, "labels"),
+], ids=["contrastive-importance-memory", "contrastive-importance", "triplet-importance",
+        "margin-memory"])
+def test_a_call_changes_no_attribute_of_the_loss(cls, kwargs, columns):
+    """What compute mines against is a value it receives (tfdml.candidates.Candidates):
+    no attribute of the loss object is set during a call (its state lives in variables)."""
+    x = np.random.default_rng(0).normal(size=(len(SPLIT), 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    loss = _recording(cls)(**kwargs)
+    before = dict(vars(loss))
+    for ids in (np.array([0, 1, 2, 3]), np.array([2, 3, 5, 6])):
+        y = _group_columns(ids)
+        if columns == "labels":
+            y = {"label": y["label"], "example_id": y["example_id"]}
+        if cls is losses.TripletLoss:
+            y["w_triplet"] = np.full(len(ids), 0.5, np.float32)
+        assert np.isfinite(float(loss(y, tf.constant(x[ids]))))
+    if loss.memory is not None:
+        assert int(loss.memory.filled.numpy()) == 4  # the memory was written (and used)
+    assert len(type(loss).seen) == 2
+    for seen in type(loss).seen + [dict(vars(loss))]:
+        assert seen.keys() == before.keys()
+        changed = [name for name in before if seen[name] is not before[name]]
+        assert not changed, f"attributes set during the call: {changed}"

@@ -206,12 +206,12 @@ def test_private_keras_api_we_rely_on():
     assert tape.gradient(hidden, x) is None and float(tape.gradient(seen, x)) == 4.0, (
         "tensorflow.python.eager.record.stop_recording changed: models.CompiledLoss uses it so "
         "that the train step's tape does not split the compiled loss into forward and backward "
-        "functions (tfdml/models.py).")
+        "functions (tfdml/compiled_loss.py).")
     from keras.src.trainers.epoch_iterator import EpochIterator
 
     assert callable(getattr(EpochIterator, "reset", None)), (
         "keras.src.trainers.epoch_iterator.EpochIterator.reset changed: EmbeddingModel.fit "
-        "resets the epoch iterators of a fit that raised (tfdml/models.py).")
+        "resets the epoch iterators of a fit that raised (tfdml/keras_shims.py).")
     seen = []
     check = keras.callbacks.LambdaCallback(
         on_epoch_end=lambda epoch, logs: seen.append(isinstance(getattr(plain, "_eval_epoch_iterator", None),
@@ -220,7 +220,7 @@ def test_private_keras_api_we_rely_on():
         np.zeros((2, 2), "float32"), np.zeros((2, 1), "float32")), callbacks=[check], verbose=0)
     assert seen == [True], (
         "keras.Model._eval_epoch_iterator changed: EmbeddingModel.fit drops the validation "
-        "iterator of a fit that raised (tfdml/models.py).")
+        "iterator of a fit that raised (tfdml/keras_shims.py).")
 
 
 def test_additional_losses_are_added_as_keras_adds_them():

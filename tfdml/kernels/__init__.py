@@ -117,7 +117,7 @@ CHOICES["CPU"].update({
 })
 # --- end samplers --------------------------------------------------------------------
 
-# --- precision (tfdml.models.resolve_dtype_policy; the forms are Keras dtype policies) ---
+# --- precision (tfdml.kernels.chosen.dtype_policy; the forms are Keras dtype policies) ---
 CHOICES["CPU"].update({
     # The encoder's dtype policy under model.dtype_policy "auto": bfloat16 compute where the
     # CPU has bfloat16 instructions and TensorFlow's own kernels run the encoder (graph mode,

@@ -15,11 +15,16 @@ count_less_equal   ``"count_less_equal"``          :mod:`tfdml.kernels.binary_se
 stable_order       ``"ordering"``                  :mod:`tfdml.kernels.sorting`
 count_at_least     ``"count_at_least"``            :mod:`tfdml.kernels.counting`
 =================  ==============================  ===========================================
+
+The losses and models ask the table here too, and receive a plain answer:
+:func:`listed_slots_width` and :func:`keeps_valid_slots_only` (``"triplet_slots"``, how
+a triplet loss holds a grid selection, :mod:`tfdml.kernels.triplet_slots`) and
+:func:`dtype_policy` (``"dtype_policy"``, the dtype policy of an ``"auto"`` encoder).
 """
 
 import tensorflow as tf
 
-from tfdml import kernels, primitives
+from tfdml import kernels, primitives, xla
 from tfdml.kernels import argmin, binary_search, counting, sorting
 from tfdml.kernels import running_count as _running_count
 
@@ -84,3 +89,31 @@ def row_columns(mask, width):
     k = tf.broadcast_to(tf.range(width)[None, :], tf.stack([tf.shape(mask)[0], width]))
     column = tf.minimum(count_less_equal(running_count(mask), k), tf.shape(mask)[1] - 1)
     return column, tf.reduce_sum(mask, axis=1)
+
+
+def listed_slots_width():
+    """How many valid slots per anchor a triplet loss compacts a grid selection to here
+    (``"listed_slots"``: on CPU under XLA), or None (it keeps all B·M slots, or cuts them to
+    the valid ones, :func:`keeps_valid_slots_only`).
+
+    The reference path computes a triplet loss on all B·M slots (B anchors, M candidates)
+    of a grid selection, weighted by 0 where not valid; ``"listed_slots"`` lists up to this
+    many valid slots per anchor (fixed shapes, :func:`tfdml.samplers.base.compact_grid`).
+    The same triplets, so the same loss."""
+    choice = kernels.choose("triplet_slots")
+    return choice.params["width"] if choice.form == "listed_slots" else None
+
+
+def keeps_valid_slots_only():
+    """True where a triplet loss cuts a triplet selection to its valid slots
+    (``"valid_slots"``: on CPU in graph mode, :func:`tfdml.samplers.base.valid_triplets`):
+    a shape known at run time, so never under XLA."""
+    return not xla.is_compiling() and kernels.choose("triplet_slots").form == "valid_slots"
+
+
+def dtype_policy(jit_compile=False):
+    """The Keras dtype policy name of an ``"auto"`` encoder here: the table's
+    ``"dtype_policy"`` in the mode the encoder runs (``"xla"`` when ``jit_compile`` is True,
+    the whole train step compiled; else ``"graph"``), ``"float32"`` for the reference."""
+    choice = kernels.choose("dtype_policy", mode="xla" if jit_compile is True else "graph")
+    return "float32" if choice.is_reference else choice.form

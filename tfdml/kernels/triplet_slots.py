@@ -1,4 +1,4 @@
-"""Forms in which a triplet loss holds a grid selection (:func:`tfdml.losses.base.listed_slots`).
+"""Forms in which a triplet loss holds a grid selection (the table's ``"triplet_slots"``).
 
 The reference path computes on all B·M slots of the grid, weighted by 0 where not valid. Both
 forms compute on the same valid triplets, so the loss is the same:
@@ -9,7 +9,9 @@ forms compute on the same valid triplets, so the loss is the same:
   (:func:`tfdml.samplers.base.compact_grid`), the whole grid when an anchor has more.
 
 The helpers live in :mod:`tfdml.samplers.base` beside the selections they read; the
-choice is made in :mod:`tfdml.losses.base`.
+table is asked in :mod:`tfdml.kernels.chosen` (:func:`~tfdml.kernels.chosen.listed_slots_width`,
+:func:`~tfdml.kernels.chosen.keeps_valid_slots_only`), and the losses act on its answer
+(:mod:`tfdml.losses.batch`).
 """
 
 FORMS = ("valid_slots", "listed_slots")

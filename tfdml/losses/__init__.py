@@ -38,7 +38,9 @@ from tfdml import registry
 from tfdml.losses.angular import AngularLoss
 from tfdml.losses.balanced_contrastive import BalancedContrastiveLoss
 from tfdml.losses.barlow_twins import BarlowTwinsLoss
-from tfdml.losses.base import MetricLoss, SeedState, select_pairs, triplets_to_pairs
+from tfdml.losses.base import MetricLoss
+from tfdml.losses.batch import select_pairs, triplets_to_pairs
+from tfdml.losses.seeds import SeedState
 from tfdml.losses.input_checks import InputCheck
 from tfdml.losses.binomial_deviance import BinomialDevianceLoss
 from tfdml.losses.circle import CircleLoss

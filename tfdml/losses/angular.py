@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from tfdml import distances as distances_lib
-from tfdml.losses import base
+from tfdml.losses import arguments, base
 from tfdml.losses.npair import npair_structure, npair_terms
 
 
@@ -65,7 +65,7 @@ class AngularLoss(base.MetricLoss):
     default_tuple_reduction = "mean"
 
     def __init__(self, alpha=45.0, combine_npair=False, lam=2.0, **kwargs):
-        base.refuse_fixed("AngularLoss", kwargs, distance="scores dot products of L2-normalised "
+        arguments.refuse_fixed("AngularLoss", kwargs, distance="scores dot products of L2-normalised "
                           "embeddings (Wang et al. Eq. 8)")
         super().__init__(**kwargs)
         try:
@@ -76,7 +76,7 @@ class AngularLoss(base.MetricLoss):
             raise ValueError(f"alpha must be an angle in degrees in (0, 90), got {alpha!r}.")
         self.alpha = float(alpha)
         self.combine_npair = bool(combine_npair)
-        self.lam = base.check_positive("lam", lam, allow_zero=True)
+        self.lam = arguments.check_positive("lam", lam, allow_zero=True)
 
     def compute(self, targets, embeddings):
         partner, negatives, is_probe = npair_structure(targets.label, targets.pair_id)

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base, input_checks
+from tfdml.losses import arguments, input_checks
 from tfdml.losses.weighted_contrastive import WeightedContrastiveLoss
 
 
@@ -45,10 +45,10 @@ class BalancedContrastiveLoss(WeightedContrastiveLoss):
                       "negative pair from the batch, which memory rows do not keep")
 
     def __init__(self, margin=1.0, lam=256.0, num_classes=None, importance=True, **kwargs):
-        base.refuse_fixed(type(self).__name__, kwargs,
+        arguments.refuse_fixed(type(self).__name__, kwargs,
                           eta="weighs negative pairs by class sizes (Eq. 15, with lam)")
         super().__init__(margin=margin, eta=1.0, importance=importance, **kwargs)
-        self.lam = base.check_positive("lam", lam)
+        self.lam = arguments.check_positive("lam", lam)
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
             raise ValueError(
                 "BalancedContrastiveLoss needs num_classes=L, the number of classes in the "

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base
 from tfdml.losses import views
 from tfdml.losses.vicreg import refuse_tuple_reduction
 
@@ -54,10 +54,10 @@ class BarlowTwinsLoss(base.MetricLoss):
     fixed_arguments = {"distance": "correlates the embeddings' dimensions"}
 
     def __init__(self, lam=5e-3, **kwargs):
-        base.refuse_fixed("BarlowTwinsLoss", kwargs, **self.fixed_arguments)
+        arguments.refuse_fixed("BarlowTwinsLoss", kwargs, **self.fixed_arguments)
         refuse_tuple_reduction("BarlowTwinsLoss", kwargs)
         super().__init__(**kwargs)
-        self.lam = base.check_positive("lam", lam, allow_zero=True)
+        self.lam = arguments.check_positive("lam", lam, allow_zero=True)
 
     def compute(self, targets, embeddings):
         views.refuse_pair_id("BarlowTwinsLoss", targets)

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base
 from tfdml.losses import pair_weighting as gpw
 
 
@@ -63,26 +63,26 @@ class BinomialDevianceLoss(base.MetricLoss):
                 "takes one mean over all pairs, which the importance weights make unbiased."
             )
         super().__init__(distance=distance, **kwargs)
-        self.alpha = base.check_positive("alpha", alpha)
+        self.alpha = arguments.check_positive("alpha", alpha)
         try:
             self.beta = float(beta)
         except (TypeError, ValueError):
             raise ValueError(f"beta must be a number, got {beta!r}.") from None
-        self.cost = base.check_positive("cost", cost)
+        self.cost = arguments.check_positive("cost", cost)
         self.balanced = bool(balanced)
 
-    def compute(self, targets, embeddings):
-        dist = self.distances(embeddings)  # 1 − s
-        weights = self.pair_weights(dist, targets, embeddings)
+    def compute(self, targets, embeddings, candidates=None):
+        dist = self.distances(embeddings, candidates)  # 1 − s
+        weights = self.pair_weights(dist, targets, embeddings, candidates)
         sim = 1.0 - dist
         pos_terms, neg_terms = gpw.binomial_deviance_terms(sim, self.alpha, self.beta, self.cost)
         if self.balanced:
             return (self.reduce(pos_terms, weights.pos_weight)
                     + self.reduce(neg_terms, weights.neg_weight))
-        w = self.importance_weights(targets, dist.dtype)
+        w = self.importance_weights(targets, dist.dtype, candidates)
         return self.reduce(
             tf.stack([pos_terms, neg_terms]), tf.stack([weights.pos_weight, weights.neg_weight]),
-            weights=None if w is None else tf.stack([w, w]),
+            weights=None if w is None else tf.stack([w, w]), candidates=candidates,
         )
 
     def get_config(self):

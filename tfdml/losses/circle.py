@@ -2,7 +2,7 @@
 
 import keras
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base
 from tfdml.losses import pair_weighting as gpw
 from tfdml.losses.lifted_structured import refuse_importance
 
@@ -65,12 +65,12 @@ class CircleLoss(base.MetricLoss):
         refuse_importance(type(self).__name__, kwargs,
                           "each anchor's term is a log-sum-exp over its pairs (Sun et al.'s Eq. 6)")
         super().__init__(distance=distance, sampler=sampler, **kwargs)
-        self.m = base.check_positive("m", m, allow_zero=True)
-        self.gamma = base.check_positive("gamma", gamma)
+        self.m = arguments.check_positive("m", m, allow_zero=True)
+        self.gamma = arguments.check_positive("gamma", gamma)
 
-    def compute(self, targets, embeddings):
-        dist = self.distances(embeddings)  # 1 − S
-        weights = self.pair_weights(dist, targets, embeddings)
+    def compute(self, targets, embeddings, candidates=None):
+        dist = self.distances(embeddings, candidates)  # 1 − S
+        weights = self.pair_weights(dist, targets, embeddings, candidates)
         terms = gpw.circle_terms(1.0 - dist, weights.pos_weight, weights.neg_weight, self.gamma, self.m)
         return self.reduce(terms, gpw.lifted_anchors(weights.pos_weight, weights.neg_weight))
 

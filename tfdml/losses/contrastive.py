@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base
 
 
 def contrastive_terms(dist, margin, squared=True):
@@ -61,20 +61,20 @@ class ContrastiveLoss(base.MetricLoss):
 
     def __init__(self, margin=1.0, squared=True, **kwargs):
         super().__init__(**kwargs)
-        self.margin = base.check_positive("margin", margin)
+        self.margin = arguments.check_positive("margin", margin)
         self.squared = bool(squared)
 
-    def compute(self, targets, embeddings):
-        dist = self.distances(embeddings)
-        weights = self.pair_weights(dist, targets, embeddings)
+    def compute(self, targets, embeddings, candidates=None):
+        dist = self.distances(embeddings, candidates)
+        weights = self.pair_weights(dist, targets, embeddings, candidates)
         g, h = contrastive_terms(dist, self.margin, self.squared)
         eta = self.negative_weights(targets, dist.dtype)
         if eta is not None:
             h = eta * h
-        w = self.importance_weights(targets, dist.dtype)
+        w = self.importance_weights(targets, dist.dtype, candidates)
         return self.reduce(
             tf.stack([g, h]), tf.stack([weights.pos_weight, weights.neg_weight]),
-            weights=None if w is None else tf.stack([w, w]),
+            weights=None if w is None else tf.stack([w, w]), candidates=candidates,
         )
 
     def negative_weights(self, targets, dtype):

@@ -4,7 +4,7 @@ Learning via Facility Location"): "StructClustering" / "Clustering" in the seeds
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base, batch
 from tfdml.losses import facility_inference as inference
 
 #: Refinement rounds of §3.4 (the paper leaves the number open; the authors' TensorFlow
@@ -55,7 +55,7 @@ class FacilityLocationLoss(base.MetricLoss):
                 f"FacilityLocationLoss(tuple_reduction={self.tuple_reduction!r}): the loss is one "
                 "hinge over the batch's clustering, not a sum over tuples; leave tuple_reduction at 'mean'."
             )
-        self.gamma = base.check_positive("gamma", gamma, allow_zero=True)
+        self.gamma = arguments.check_positive("gamma", gamma, allow_zero=True)
         if isinstance(refinement_steps, bool) or not isinstance(refinement_steps, int) or refinement_steps < 0:
             raise ValueError(f"refinement_steps must be an int >= 0 (rounds of §3.4), got {refinement_steps!r}.")
         self.refinement_steps = refinement_steps
@@ -75,7 +75,7 @@ class FacilityLocationLoss(base.MetricLoss):
 
     def compute(self, targets, embeddings):
         labels = tf.reshape(targets.label, [-1])
-        dist = base.distance_matrix(embeddings, self.distance)
+        dist = batch.distance_matrix(embeddings, self.distance)
         chosen, classes = self.medoids(dist, labels)
         assign = inference.assignment(tf.stop_gradient(dist), chosen)
         rows = tf.range(tf.shape(dist)[0])

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from tfdml import distances as distances_lib
-from tfdml.losses import base
+from tfdml.losses import arguments, base
 
 #: R of the paper's experiments: the authors' released code trains with the bin step
 #: Δ = 0.01 on [−1, 1] (``grid_delta: 0.01``), i.e. R = 2/Δ + 1 = 201 nodes; the paper
@@ -93,7 +93,7 @@ class HistogramLoss(base.MetricLoss):
     default_tuple_reduction = "mean"
 
     def __init__(self, num_bins=DEFAULT_NUM_BINS, **kwargs):
-        base.refuse_fixed("HistogramLoss", kwargs, distance="scores cosine similarities of "
+        arguments.refuse_fixed("HistogramLoss", kwargs, distance="scores cosine similarities of "
                           "L2-normalised embeddings (Ustinova & Lempitsky Eq. 1)")
         super().__init__(**kwargs)
         if self.tuple_reduction != "mean":

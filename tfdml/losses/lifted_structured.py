@@ -2,7 +2,7 @@
 
 import keras
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base
 from tfdml.losses import pair_weighting as gpw
 
 
@@ -62,7 +62,7 @@ class LiftedStructuredLoss(base.MetricLoss):
                           "its term J_ij couples a positive pair with every negative of both "
                           "ends through a log-sum-exp (Song et al. Eq. 4)")
         super().__init__(**kwargs)
-        self.margin = base.check_positive("margin", margin)
+        self.margin = arguments.check_positive("margin", margin)
         self.generalized = bool(generalized)
 
     def compute(self, targets, embeddings):

@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdml import targets as targets_lib
-from tfdml.losses import base, input_checks
+from tfdml.losses import arguments, base, input_checks
 
 
 def _check_count(name, value):
@@ -173,8 +173,8 @@ class MarginLoss(base.MetricLoss):
         **kwargs,
     ):
         super().__init__(sampler=sampler, **kwargs)
-        self.alpha = base.check_positive("alpha", alpha)
-        self.nu = base.check_positive("nu", nu, allow_zero=True)
+        self.alpha = arguments.check_positive("alpha", alpha)
+        self.nu = arguments.check_positive("nu", nu, allow_zero=True)
         try:
             beta0 = float(beta0)
         except (TypeError, ValueError):
@@ -194,19 +194,19 @@ class MarginLoss(base.MetricLoss):
     def input_checks(self):
         return super().input_checks() + self.margin_parameters.input_checks()
 
-    def compute(self, targets, embeddings):
-        dist = self.distances(embeddings)
-        pairs = self.pair_weights(dist, targets, embeddings)
+    def compute(self, targets, embeddings, candidates=None):
+        dist = self.distances(embeddings, candidates)
+        pairs = self.pair_weights(dist, targets, embeddings, candidates)
         beta = self.margin_parameters.beta(targets.label, targets.example_id, dist.dtype)
         positive, negative = margin_terms(dist, beta, self.alpha)
         counts = tf.stack([pairs.pos_weight, pairs.neg_weight])
-        w = self.importance_weights(targets, dist.dtype)
+        w = self.importance_weights(targets, dist.dtype, candidates)
         per_pair = pairs.pos_weight + pairs.neg_weight
         if w is not None:  # ν β(i) belongs to the pair's term: weighted with it
             per_pair = per_pair * w
         regulariser = self.nu * tf.reduce_sum(per_pair * beta[:, None])
         return self.reduce(tf.stack([positive, negative]), counts, extra=regulariser,
-                           weights=None if w is None else tf.stack([w, w]))
+                           weights=None if w is None else tf.stack([w, w]), candidates=candidates)
 
     def get_config(self):
         config = super().get_config()

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base
 from tfdml.losses import pair_weighting as gpw
 from tfdml.losses.lifted_structured import refuse_importance
 
@@ -54,16 +54,16 @@ class MultiSimilarityLoss(base.MetricLoss):
         refuse_importance(type(self).__name__, kwargs,
                           "each anchor's term is a log-sum-exp over its pairs (Wang et al.'s L_MS)")
         super().__init__(distance=distance, sampler=sampler, **kwargs)
-        self.alpha = base.check_positive("alpha", alpha)
-        self.beta = base.check_positive("beta", beta)
+        self.alpha = arguments.check_positive("alpha", alpha)
+        self.beta = arguments.check_positive("beta", beta)
         try:
             self.lam = float(lam)
         except (TypeError, ValueError):
             raise ValueError(f"lam must be a number, got {lam!r}.") from None
 
-    def compute(self, targets, embeddings):
-        dist = self.distances(embeddings)  # 1 − S
-        weights = self.pair_weights(dist, targets, embeddings)
+    def compute(self, targets, embeddings, candidates=None):
+        dist = self.distances(embeddings, candidates)  # 1 − S
+        weights = self.pair_weights(dist, targets, embeddings, candidates)
         terms = gpw.multi_similarity_terms(1.0 - dist, weights.pos_weight, weights.neg_weight,
                                            self.alpha, self.beta, self.lam)
         return self.reduce(terms, tf.ones_like(terms))

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from tfdml import masks
-from tfdml.losses import base
+from tfdml.losses import arguments, base
 
 
 def npair_structure(labels, pair_id=None):
@@ -100,9 +100,9 @@ class NPairLoss(base.MetricLoss):
     fixed_arguments = {"distance": "scores dot products of the embeddings (Sohn 2016; Duan et al. Eq. 9)"}
 
     def __init__(self, l2_reg=0.002, **kwargs):
-        base.refuse_fixed("NPairLoss", kwargs, **self.fixed_arguments)
+        arguments.refuse_fixed("NPairLoss", kwargs, **self.fixed_arguments)
         super().__init__(**kwargs)
-        self.l2_reg = base.check_positive("l2_reg", l2_reg, allow_zero=True)
+        self.l2_reg = arguments.check_positive("l2_reg", l2_reg, allow_zero=True)
 
     def compute(self, targets, embeddings):
         partner, negatives, is_probe = npair_structure(targets.label, targets.pair_id)

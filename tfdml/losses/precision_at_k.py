@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from tfdml import distances as distances_lib
 from tfdml import masks
-from tfdml.losses import base
+from tfdml.losses import arguments, base, batch
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -39,17 +39,17 @@ class PrecisionAtKLoss(base.MetricLoss):
                        "sampler": "selects the misplaced sets with TopKMisplacedSampler(k) (Eq. 6-10)"}
 
     def __init__(self, k=5, gamma=0.1, **kwargs):
-        base.refuse_fixed("PrecisionAtKLoss", kwargs, **self.fixed_arguments)
+        arguments.refuse_fixed("PrecisionAtKLoss", kwargs, **self.fixed_arguments)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}.")
-        sampler = base._samplers_module().TopKMisplacedSampler(k=k)
+        sampler = batch.samplers_module().TopKMisplacedSampler(k=k)
         super().__init__(distance="cosine", sampler=sampler, **kwargs)
         self.k = k
-        self.gamma = base.check_positive("gamma", gamma)
+        self.gamma = arguments.check_positive("gamma", gamma)
 
     def compute(self, targets, embeddings):
         labels = targets.label
-        candidates = self.candidates(targets)
+        candidates = self.candidate_mask(targets)
         sim = distances_lib.cosine_similarity(embeddings)
         different = tf.cast(tf.logical_not(masks.same_label(labels)), sim.dtype)
         scores = sim + self.gamma * different  # Eq. 4

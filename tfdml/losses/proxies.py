@@ -30,7 +30,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfdml.losses import base, input_checks
+from tfdml.losses import arguments, base, input_checks
 
 
 def _check_size(name, value, minimum, what):
@@ -50,7 +50,7 @@ class Proxies(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_classes = _check_size("num_classes", num_classes, 1, "the classes of the training split")
         self.embedding_dim = _check_size("embedding_dim", embedding_dim, 1, "the size of an embedding")
-        self.stddev = base.check_positive("stddev", stddev)
+        self.stddev = arguments.check_positive("stddev", stddev)
         self.seed = seed
         self.proxies = self.add_weight(
             name="proxies", shape=(self.num_classes, self.embedding_dim),
@@ -137,7 +137,7 @@ class ProxyLoss(base.MetricLoss):
                                   "the classes of the training split")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be an int or None, got {seed!r}.")
-        self.proxy_lr_multiplier = base.check_positive("proxy_lr_multiplier", proxy_lr_multiplier)
+        self.proxy_lr_multiplier = arguments.check_positive("proxy_lr_multiplier", proxy_lr_multiplier)
         self.proxy_layer = Proxies(num_classes, embedding_dim,
                                    stddev=self.proxy_stddev(num_classes, embedding_dim),
                                    seed=seed, name=f"{self.name}_proxies")

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from tfdml import distances as distances_lib
-from tfdml.losses import base
+from tfdml.losses import arguments
 from tfdml.losses.proxies import ProxyLoss, he_fan_out_stddev, masked_log1p_sum_exp
 
 
@@ -47,8 +47,8 @@ class ProxyAnchorLoss(ProxyLoss):
                 f"ProxyAnchorLoss(tuple_reduction={self.tuple_reduction!r}): Kim et al. Eq. 4 fixes "
                 "its own averages (1/|P+| over the proxies of the batch's classes, 1/|P| over all "
                 "proxies); leave tuple_reduction at 'mean'.")
-        self.alpha = base.check_positive("alpha", alpha)
-        self.delta = base.check_positive("delta", delta, allow_zero=True)
+        self.alpha = arguments.check_positive("alpha", alpha)
+        self.delta = arguments.check_positive("delta", delta, allow_zero=True)
 
     proxy_stddev = staticmethod(he_fan_out_stddev)
 

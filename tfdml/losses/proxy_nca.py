@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from tfdml import distances as distances_lib
-from tfdml.losses import base
+from tfdml.losses import arguments
 from tfdml.losses.proxies import ProxyLoss, masked_log_sum_exp
 
 
@@ -56,8 +56,8 @@ class ProxyNCALoss(ProxyLoss):
             raise ValueError(
                 "ProxyNCALoss(tuple_reduction='mean_active'): a term d(x, p_y) + log Σ exp(−d(x, p_z)) "
                 "can be negative, so 'active' (> 0) means nothing; use 'mean' (the default) or 'sum'.")
-        self.embedding_scale = base.check_positive("embedding_scale", embedding_scale)
-        self.proxy_scale = base.check_positive("proxy_scale", proxy_scale)
+        self.embedding_scale = arguments.check_positive("embedding_scale", embedding_scale)
+        self.proxy_scale = arguments.check_positive("proxy_scale", proxy_scale)
 
     @staticmethod
     def proxy_stddev(num_classes, embedding_dim):

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base, batch
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -39,17 +39,18 @@ class RobustHardContrastiveLoss(base.MetricLoss):
 
     def __init__(self, alpha=1.0, beta=0.5, **kwargs):
         super().__init__(**kwargs)
-        self.alpha = base.check_positive("alpha", alpha)
-        self.beta = base.check_positive("beta", beta, allow_zero=True)
+        self.alpha = arguments.check_positive("alpha", alpha)
+        self.beta = arguments.check_positive("beta", beta, allow_zero=True)
         if self.beta >= self.alpha:
             raise ValueError(
                 f"RobustHardContrastiveLoss needs beta < alpha (got beta={beta}, alpha={alpha}): "
                 "a negative farther than beta >= alpha never violates the margin alpha."
             )
 
-    def compute(self, targets, embeddings):
-        dist = self.distances(embeddings)
-        pairs = base.all_pairs(self.candidate_labels(targets), self.candidates(targets), dist.dtype)
+    def compute(self, targets, embeddings, candidates=None):
+        dist = self.distances(embeddings, candidates)
+        pairs = batch.all_pairs(self.candidate_labels(targets, candidates),
+                               self.candidate_mask(targets, candidates), dist.dtype)
         positive_term = tf.square(tf.nn.relu(dist - self.alpha))
         eligible = (pairs.neg_weight > 0) & (dist > self.beta)
         negative_term = tf.square(tf.nn.relu(self.alpha - dist))
@@ -58,7 +59,8 @@ class RobustHardContrastiveLoss(base.MetricLoss):
         )
         losses = positive_term + hardest[:, None]
         return self.reduce(losses, pairs.pos_weight,
-                           weights=self.importance_weights(targets, dist.dtype))
+                           weights=self.importance_weights(targets, dist.dtype, candidates),
+                           candidates=candidates)
 
     def get_config(self):
         config = super().get_config()

@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base
 from tfdml.losses.triplet import anchor_positive, gather_pairs
 
 
@@ -48,15 +48,15 @@ class StableContrastLoss(base.MetricLoss):
 
     def __init__(self, alpha=0.2, beta=1.2, sampler="distance_weighted", **kwargs):
         super().__init__(sampler=sampler, **kwargs)
-        self.alpha = base.check_positive("alpha", alpha)
+        self.alpha = arguments.check_positive("alpha", alpha)
         try:
             self.beta = float(beta)
         except (TypeError, ValueError):
             raise ValueError(f"beta must be a number, got {beta!r}.") from None
 
-    def compute(self, targets, embeddings):
-        dist = self.distances(embeddings)
-        selection = self.sample(dist, targets, embeddings)
+    def compute(self, targets, embeddings, candidates=None):
+        dist = self.distances(embeddings, candidates)
+        selection = self.sample(dist, targets, embeddings, candidates)
 
         def on(selection):
             d_ij = anchor_positive(dist, selection)

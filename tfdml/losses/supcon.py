@@ -4,7 +4,7 @@ with NT-Xent (:mod:`tfdml.losses.nt_xent`): a softmax over every other row of th
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base
 from tfdml.losses import views
 
 _MASKED = -1e9  # logit of the row itself: finite, so its gradient stays 0 and finite
@@ -47,9 +47,9 @@ class ContrastOfViews(base.MetricLoss):
     fixed_arguments = {"distance": "scores the cosine similarity divided by the temperature"}
 
     def __init__(self, temperature=0.1, **kwargs):
-        base.refuse_fixed(type(self).__name__, kwargs, **self.fixed_arguments)
+        arguments.refuse_fixed(type(self).__name__, kwargs, **self.fixed_arguments)
         super().__init__(**kwargs)
-        self.temperature = base.check_positive("temperature", temperature)
+        self.temperature = arguments.check_positive("temperature", temperature)
 
     def identity(self, targets):
         raise NotImplementedError

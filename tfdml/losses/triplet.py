@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base, batch
 
 
 def gather_pairs(matrix, rows, cols):
@@ -24,7 +24,7 @@ def anchor_positive(matrix, selection):
     For a :class:`~tfdml.samplers.base.GridTripletSelection` (slot a·B + p = pair
     (a, p)) that is the flattened matrix itself: no gather, and a dense gradient
     instead of a B² scatter (under XLA, where the selection keeps its B² slots)."""
-    if isinstance(selection, base._samplers_module().GridTripletSelection):
+    if isinstance(selection, batch.samplers_module().GridTripletSelection):
         return tf.reshape(matrix, [-1])
     return gather_pairs(matrix, selection.anchor, selection.positive)
 
@@ -75,12 +75,12 @@ class TripletLoss(base.MetricLoss):
 
     def __init__(self, margin=0.2, squared=True, sampler="semi_hard", **kwargs):
         super().__init__(sampler=sampler, **kwargs)
-        self.margin = base.check_positive("margin", margin)
+        self.margin = arguments.check_positive("margin", margin)
         self.squared = bool(squared)
 
-    def compute(self, targets, embeddings):
-        dist = self.distances(embeddings)
-        selection = self.sample(dist, targets, embeddings)
+    def compute(self, targets, embeddings, candidates=None):
+        dist = self.distances(embeddings, candidates)
+        selection = self.sample(dist, targets, embeddings, candidates)
         values = tf.square(dist) if self.squared else dist
 
         def on(selection):

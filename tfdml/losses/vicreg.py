@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import arguments, base
 from tfdml.losses import views
 
 
@@ -78,14 +78,14 @@ class VICRegLoss(base.MetricLoss):
     fixed_arguments = {"distance": "compares the embeddings themselves (squared differences, covariances)"}
 
     def __init__(self, lam=25.0, mu=25.0, nu=1.0, gamma=1.0, epsilon=1e-4, **kwargs):
-        base.refuse_fixed("VICRegLoss", kwargs, **self.fixed_arguments)
+        arguments.refuse_fixed("VICRegLoss", kwargs, **self.fixed_arguments)
         refuse_tuple_reduction("VICRegLoss", kwargs)
         super().__init__(**kwargs)
-        self.lam = base.check_positive("lam", lam, allow_zero=True)
-        self.mu = base.check_positive("mu", mu, allow_zero=True)
-        self.nu = base.check_positive("nu", nu, allow_zero=True)
-        self.gamma = base.check_positive("gamma", gamma)
-        self.epsilon = base.check_positive("epsilon", epsilon)
+        self.lam = arguments.check_positive("lam", lam, allow_zero=True)
+        self.mu = arguments.check_positive("mu", mu, allow_zero=True)
+        self.nu = arguments.check_positive("nu", nu, allow_zero=True)
+        self.gamma = arguments.check_positive("gamma", gamma)
+        self.epsilon = arguments.check_positive("epsilon", epsilon)
 
     def terms(self, z, z_prime, weight):
         """``(s, v(Z) + v(Z'), c(Z) + c(Z'))`` over the rows of weight 1."""

@@ -5,7 +5,7 @@ import math
 import keras
 import tensorflow as tf
 
-from tfdml.losses import base
+from tfdml.losses import arguments
 from tfdml.losses.contrastive import ContrastiveLoss
 
 
@@ -46,16 +46,16 @@ class WeightedContrastiveLoss(ContrastiveLoss):
     sampler_kinds = ()  # Eq. 23 scores every pair of the design's batch
 
     def __init__(self, margin=1.0, eta=1.0, importance=True, importance_power=1.0, **kwargs):
-        base.refuse_fixed(type(self).__name__, kwargs, squared="is Hong et al.'s squared form (Eq. 10)")
+        arguments.refuse_fixed(type(self).__name__, kwargs, squared="is Hong et al.'s squared form (Eq. 10)")
         super().__init__(margin=margin, squared=True, importance=importance, **kwargs)
-        self.eta = base.check_positive("eta", eta)
+        self.eta = arguments.check_positive("eta", eta)
         if isinstance(importance_power, bool) or not math.isfinite(float(importance_power)):
             raise ValueError(f"importance_power (δ of W_ij^δ) must be a finite number, got {importance_power!r}.")
         self.importance_power = float(importance_power)
 
-    def importance_weights(self, targets, dtype):
+    def importance_weights(self, targets, dtype, candidates=None):
         """W_ij^δ (δ = ``importance_power``; W_ij of the base class, 0 kept 0)."""
-        weights = super().importance_weights(targets, dtype)
+        weights = super().importance_weights(targets, dtype, candidates)
         if weights is None or self.importance_power == 1.0:
             return weights
         positive = weights > 0

@@ -5,7 +5,7 @@ import math
 
 import keras
 
-from tfdml.losses.base import check_scalar_reduction, refuse_sample_weight
+from tfdml.losses.arguments import check_scalar_reduction, refuse_sample_weight
 
 
 def _resolve(loss):

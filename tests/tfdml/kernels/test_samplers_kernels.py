@@ -11,7 +11,7 @@ import tensorflow as tf
 from tfdml import kernels, losses, masks, samplers
 from tfdml import targets as targets_lib
 from tfdml.kernels import argmin, binary_search, chosen, distance_weighted, running_count, semi_hard, sorting, top_k, triplet_slots
-from tfdml.losses import base as losses_base
+from tfdml.losses import batch as losses_batch
 from tfdml.samplers import distance_weighted as dw_sampler
 from tfdml.samplers import semi_hard as semi_hard_sampler
 
@@ -456,7 +456,7 @@ def test_listed_slots_equal_the_whole_grid(mode, unknown, width, monkeypatch):
         def both(anchor, positive, negative, mask, columns=columns):
             grid = samplers.GridTripletSelection(anchor, positive, negative, mask)
             on = loss.over_triplets(grid, lambda s: _triplet_counts(s.anchor, s.positive, s.negative, s.mask, columns))
-            return on, tuple(losses_base.triplets_to_pairs(grid, B, columns=columns))
+            return on, tuple(losses_batch.triplets_to_pairs(grid, B, columns=columns))
 
         fast, ref = _both(both, grid, GRID_SPECS, "listed_slots", mode, unknown, ("listed", width, columns))
         _assert_equal(fast, ref)

@@ -19,12 +19,12 @@ No imports (not even tfdml's other modules). Metric names are in
 #: :data:`tfdml.losses.LOSSES`.
 LOSSES = ("contrastive", "triplet", "margin", "weighted_contrastive", "balanced_contrastive", "npair",
           "precision_at_k", "stable_contrast", "robust_hard_contrastive", "histogram", "angular",
-          "lifted_structured", "binomial_deviance", "multi_similarity", "circle", "facility_location", "proxy_nca",
-          "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins")
+          "lifted_structured", "binomial_deviance", "multi_similarity", "circle", "facility_location",
+          "ddml", "proxy_nca", "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins")
 
 #: :data:`tfdml.samplers.SAMPLERS`.
 SAMPLERS = ("all", "random", "random_triplets", "semi_hard", "hard", "distance_weighted", "top_k",
-            "multi_similarity")
+            "multi_similarity", "easy_hard", "pair_margin", "npair")
 
 #: :data:`tfdml.backbones.BACKBONES`: the from-scratch networks, EfficientNet-Lite0 and
 #: the ``keras.applications`` networks (:data:`tfdml.backbones.applications.APPLICATIONS`,
@@ -89,6 +89,8 @@ LOSS_OPTIONS = {
                "memory"),
     "facility_location": ("gamma", "refinement_steps", "nmi_average", "distance", "seed", "tuple_reduction",
                           "name", "reduction", "dtype", "memory"),
+    "ddml": ("tau", "beta", "distance", "sampler", "seed", "tuple_reduction", "name", "reduction", "dtype",
+             "importance", "memory"),
     "proxy_nca": ("num_classes", "embedding_dim", "embedding_scale", "proxy_scale", "proxy_lr_multiplier",
                   "seed", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
     "proxy_anchor": ("num_classes", "embedding_dim", "alpha", "delta", "proxy_lr_multiplier", "seed",

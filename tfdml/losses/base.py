@@ -478,6 +478,8 @@ class MetricLoss(keras.losses.Loss):
         Every loss checks that its id columns hold whole numbers
         (:func:`whole_number_check`)."""
         checks = [whole_number_check(column) for column in targets_lib.ID_COLUMNS]
+        if self.sampler is not None:  # the batch its sampler's rule needs (Sampler.input_checks)
+            checks += list(self.sampler.input_checks())
         if not self.importance:
             return checks
         columns = self.importance_columns + (("w_memory",) if self.memory is not None else ())

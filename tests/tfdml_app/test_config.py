@@ -208,7 +208,9 @@ def test_config_accepts_exactly_the_samplers_a_loss_accepts():
         # The losses of two views need a design that shows each image twice.
         design = {"design": {"name": "two_views"}} if getattr(cls, "needs_two_views", False) else {}
         for sampler in samplers.SAMPLERS:
-            accepted = _config_accepts({**design, "loss": {"name": name, "sampler": sampler}})
+            per_class = getattr(samplers.get(sampler), "examples_per_class", None)  # the design must fit it
+            fitted = {"design": {"m": per_class}} if per_class and not design else design
+            accepted = _config_accepts({**fitted, "loss": {"name": name, "sampler": sampler}})
             if takes_sampler:
                 assert accepted == _library_accepts(cls, sampler), (name, sampler)
             else:

@@ -53,6 +53,8 @@ class NPairSampler(base.Sampler):
 
     kind = "triplets"
     needs_seed = False
+    #: The examples of each class its rule needs in a batch (configs check a design's m).
+    examples_per_class = 2
 
     def input_checks(self):
         """The check of the ``label`` column: each class twice in the batch."""

@@ -119,3 +119,25 @@ def test_config_round_trip_in_a_loss():
     assert isinstance(restored.sampler, samplers.NPairSampler)
     assert [c.column for c in restored.input_checks()] == ["label", "pair_id", "example_id", "label"]
     assert samplers.get("npair") == samplers.NPairSampler() and samplers.NPairSampler().get_config() == {}
+
+
+def test_a_config_needs_two_examples_per_class_and_trains_under_xla():
+    """In a config the design must give two examples per class; from model.fit, under XLA, the
+    N-pair triplets train (finite loss) and a batch of other classes stops after the step."""
+    from tfdml import models
+    from tfdml_app import config
+
+    with pytest.raises(config.ConfigError, match=r"NPairSampler\) needs exactly 2 examples.*design.m = 8"):
+        config.validate({"loss": {"name": "triplet", "sampler": "npair"}, "design": {"name": "m_per_class", "m": 8}})
+    cfg = config.validate({"loss": {"name": "ddml", "sampler": "npair"}, "design": {"name": "m_per_class", "m": 2}})
+    assert isinstance(config.build_loss(cfg, num_classes=4).sampler, samplers.NPairSampler)
+
+    keras.utils.set_random_seed(0)
+    encoder = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.UnitNormalization()])
+    model = models.EmbeddingModel(encoder)
+    model.compile(optimizer="sgd", loss=losses.DDMLLoss(sampler="npair"), jit_compile=True)
+    x = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+    history = model.fit(x, np.repeat(np.arange(4), 2), batch_size=8, epochs=2, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    with pytest.raises(errors.InvalidInputError, match="exactly two examples of each class"):
+        model.fit(x, np.repeat(np.arange(2), 4), batch_size=8, epochs=1, verbose=0)

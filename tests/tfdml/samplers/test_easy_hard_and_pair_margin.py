@@ -126,3 +126,16 @@ def test_composes_with_every_pair_and_triplet_loss_that_takes_its_kind(sampler, 
         tape.watch(e)
         value = made(y, e)
     assert np.isfinite(float(value)) and np.all(np.isfinite(tape.gradient(value, e).numpy()))
+
+
+@pytest.mark.parametrize("sampler", [samplers.EasyHardSampler(), samplers.EasyHardSampler("semi_hard"),
+                                     samplers.PairMarginSampler(0.3, 1.0)], ids=repr)
+def test_xla_with_unknown_batch_equals_eager(sampler):
+    spec = (tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None], tf.int32),
+            tf.TensorSpec([None, None], tf.bool))
+    run = lambda d, y, cand: tuple(sampler(d, y, cand))  # noqa: E731
+    compiled = tf.function(run, input_signature=spec, jit_compile=True)
+    for name, seed in [("random", 1), ("pair_id", 0), ("one_class", 2)]:
+        d, y, cand, _ = _case(name, seed)
+        for e, c in zip(run(d, y, cand), compiled(d, y, cand)):
+            np.testing.assert_array_equal(e.numpy(), c.numpy())

@@ -19,12 +19,12 @@ No imports (not even tfdml's other modules). Metric names are in
 #: :data:`tfdml.losses.LOSSES`.
 LOSSES = ("contrastive", "triplet", "margin", "weighted_contrastive", "balanced_contrastive", "npair",
           "precision_at_k", "stable_contrast", "robust_hard_contrastive", "histogram", "angular",
-          "lifted_structured", "binomial_deviance", "multi_similarity", "circle", "facility_location", "proxy_nca",
-          "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins")
+          "lifted_structured", "binomial_deviance", "multi_similarity", "circle", "facility_location",
+          "ddml", "proxy_nca", "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins")
 
 #: :data:`tfdml.samplers.SAMPLERS`.
 SAMPLERS = ("all", "random", "random_triplets", "semi_hard", "hard", "distance_weighted", "top_k",
-            "multi_similarity")
+            "multi_similarity", "easy_hard", "pair_margin", "npair")
 
 #: :data:`tfdml.backbones.BACKBONES`: the from-scratch networks, EfficientNet-Lite0 and
 #: the ``keras.applications`` networks (:data:`tfdml.backbones.applications.APPLICATIONS`,
@@ -89,6 +89,8 @@ LOSS_OPTIONS = {
                "memory"),
     "facility_location": ("gamma", "refinement_steps", "nmi_average", "distance", "seed", "tuple_reduction",
                           "name", "reduction", "dtype", "memory"),
+    "ddml": ("tau", "beta", "distance", "sampler", "seed", "tuple_reduction", "name", "reduction", "dtype",
+             "importance", "memory"),
     "proxy_nca": ("num_classes", "embedding_dim", "embedding_scale", "proxy_scale", "proxy_lr_multiplier",
                   "seed", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
     "proxy_anchor": ("num_classes", "embedding_dim", "alpha", "delta", "proxy_lr_multiplier", "seed",
@@ -140,6 +142,8 @@ LOSS_SAMPLING = {
                "learned": False, "distance": "cosine", "takes_distance": True},
     "facility_location": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,
                         "distance": None, "takes_distance": True},
+    "ddml": {"kinds": ("pairs", "triplets"), "takes_sampler": True, "required": False, "default": None,
+             "learned": False, "distance": None, "takes_distance": True},
     "proxy_nca": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,
                   "distance": None, "takes_distance": False},
     "proxy_anchor": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,
@@ -167,6 +171,9 @@ SAMPLER_FACTS = {
                           "distance": "euclidean"},
     "top_k": {"kind": "sets", "options": ("k",), "distance": None},
     "multi_similarity": {"kind": "pairs", "options": ("epsilon",), "distance": None},
+    "easy_hard": {"kind": "triplets", "options": ("negative",), "distance": None},
+    "pair_margin": {"kind": "pairs", "options": ("pos_margin", "neg_margin"), "distance": None},
+    "npair": {"kind": "triplets", "options": None, "distance": None},
 }
 
 #: The options of a config's ``learned_sampler`` section (``tfdml_app.sampler_fit.dsn_options``):

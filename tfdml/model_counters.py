@@ -22,7 +22,7 @@ import tensorflow as tf
 from tfdml import errors
 from tfdml import masks as masks_lib
 from tfdml import targets as targets_lib
-from tfdml.losses import input_checks as loss_input_checks
+from tfdml import input_checks as loss_input_checks
 
 #: Name of the log entry that counts the training batches of an epoch without a positive
 #: pair, for a loss that scores nothing on one (``loss.needs_positive_pairs``); in the
@@ -37,7 +37,7 @@ class BatchCounters:
     functions that report them after each call."""
 
     def _set_input_checks(self, checks):
-        """The loss's :class:`~tfdml.losses.input_checks.InputCheck` s and one counter of broken rows
+        """The loss's :class:`~tfdml.input_checks.InputCheck` s and one counter of broken rows
         per check of the global batch (float32, equal on every replica). Neither is tracked
         (not a weight, not in checkpoints, not in the logs)."""
         counts = None

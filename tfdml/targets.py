@@ -34,7 +34,7 @@ to 2⁸). Keras' ``Loss.__call__`` casts ``y_true`` to the loss dtype;
 whole number is taken (:func:`unpack` warns once that larger ids may have
 merged), a fraction (a label 1.5) is refused, never rounded: every tfdml loss
 checks the id columns as they arrive (``unpack(y, round_ids=False)``, the
-whole-number :class:`~tfdml.losses.input_checks.InputCheck` s of
+whole-number :class:`~tfdml.input_checks.InputCheck` s of
 :meth:`tfdml.losses.MetricLoss.input_checks`).
 """
 

@@ -160,6 +160,22 @@ def _refuses_sampler(cls, sampler, seed, num_classes):
     return False
 
 
+def _check_examples_per_class(cfg, sampler, design_cls):
+    """Refuse a batch design whose classes hold another number of examples than the sampler
+    needs (its ``examples_per_class``, e.g. the N-pair sampler's 2), for the designs grouped by
+    class (their ``m``); other designs are left to the loss's input checks at run time."""
+    needed = getattr(sampler, "examples_per_class", None)
+    if needed is None or not design_cls.grouped_by_class:
+        return
+    section = cfg["design"]
+    m = {**section, **section.get("options", {})}.get("m")
+    if m is not None and m != needed:
+        raise ConfigError(
+            f"loss.sampler = {cfg['loss']['sampler']!r} ({type(sampler).__name__}) needs exactly "
+            f"{needed} examples of each class in a batch, but design.name = {section['name']!r} "
+            f"has design.m = {m}: set design.m: {needed}, or choose another sampler.")
+
+
 def check_loss(cfg):
     """Build the loss (and its sampler) once, as the run will, and check that
     the batch design gives it what it scores."""
@@ -193,6 +209,7 @@ def check_loss(cfg):
             "not a pair of the training split, so the design writes no importance columns (Hong et "
             "al.'s weights are not defined for them); set importance: false in loss.options, or use "
             "another design.")
+    _check_examples_per_class(cfg, sampler, designs.DESIGNS[design])
     if getattr(loss, "memory", None) is not None and designs.DESIGNS[design].pairs_only:
         raise ConfigError(
             f"loss.memory with design.name = {design!r}: the design gives isolated pairs (a pair_id "

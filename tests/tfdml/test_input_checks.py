@@ -92,6 +92,12 @@ CASES = {
         _importance(GOOD_LABELS, class_size=np.array([np.nan] + [5.0] * (B - 1), "float32")),
         r"BalancedContrastiveLoss: the 'class_size' column must be finite and >= 1.*1 example[^s]", "(got nan)",
     ),
+    "triplet_npair_sampler_three_of_a_class": (
+        lambda: losses.TripletLoss(sampler="npair"),
+        {"label": np.array([0, 0, 0, 1, 1, 2, 2, 3], "int64")},
+        r"TripletLoss: the 'label' column must hold exactly two examples of each class \(an N-pair "
+        r"batch\).*4 examples", "(got 0, 3)",
+    ),
 }
 
 X = np.random.default_rng(0).normal(size=(B, 4)).astype("float32")

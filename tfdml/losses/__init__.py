@@ -22,6 +22,7 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`MultiSimilarityLoss`    Wang et al. 2019, L_MS with its pair mining
 :class:`CircleLoss`             Sun et al. 2020, Eq. 6 with Eq. 5 / 8 (pairs)
 :class:`FacilityLocationLoss`   Song et al. 2017 §3.1–3.4 (clustering, NMI margin)
+:class:`DDMLLoss`               Hu, Lu, Tan 2014 (DDML), Eq. 6 / 7
 :class:`ProxyNCALoss`           Movshovitz-Attias et al. 2017 §3 (proxies)
 :class:`ProxyAnchorLoss`        Kim et al. 2020 Eq. 4 (proxies)
 :class:`WeightedSumLoss`        Σ_t w_t L_t: several losses on one batch (PML's MultipleLosses)
@@ -41,10 +42,11 @@ from tfdml.losses.barlow_twins import BarlowTwinsLoss
 from tfdml.losses.base import MetricLoss
 from tfdml.losses.batch import select_pairs, triplets_to_pairs
 from tfdml.losses.seeds import SeedState
-from tfdml.losses.input_checks import InputCheck
+from tfdml.input_checks import InputCheck
 from tfdml.losses.binomial_deviance import BinomialDevianceLoss
 from tfdml.losses.circle import CircleLoss
 from tfdml.losses.contrastive import ContrastiveLoss
+from tfdml.losses.ddml import DDMLLoss
 from tfdml.losses.facility_location import FacilityLocationLoss
 from tfdml.losses.histogram import HistogramLoss
 from tfdml.losses.lifted_structured import LiftedStructuredLoss
@@ -91,6 +93,7 @@ LOSSES.update({
     "multi_similarity": MultiSimilarityLoss,
     "circle": CircleLoss,
     "facility_location": FacilityLocationLoss,
+    "ddml": DDMLLoss,
     "proxy_nca": ProxyNCALoss,
     "proxy_anchor": ProxyAnchorLoss,
     "nt_xent": NTXentLoss,
@@ -130,6 +133,7 @@ __all__ = [
     "BinomialDevianceLoss",
     "CircleLoss",
     "ContrastiveLoss",
+    "DDMLLoss",
     "FacilityLocationLoss",
     "HistogramLoss",
     "InputCheck",

@@ -7,7 +7,8 @@ import tensorflow as tf
 
 from tfdml import distances as distances_lib
 from tfdml.losses import arguments, base
-from tfdml.losses.npair import npair_structure, npair_terms
+from tfdml.losses.npair import npair_terms
+from tfdml.masks import npair_structure
 
 
 def angular_terms(anchor_pair_sim, own, negatives, alpha_degrees):
@@ -34,7 +35,7 @@ class AngularLoss(base.MetricLoss):
     x_aᵀ x_p)), on the same normalised embeddings and tuples, without Sohn's ℓ2
     term, which is constant on unit vectors).
 
-    Tuples: those of :class:`~tfdml.losses.NPairLoss` (:func:`npair_structure`):
+    Tuples: those of :class:`~tfdml.losses.NPairLoss` (:func:`tfdml.masks.npair_structure`):
     within each class, in batch order, examples 1 and 2 are an (anchor x_a,
     positive x_p) pair, 3 and 4 the next, ...; the k-th pairs of all classes form
     one N-pair batch B, and the negatives x_n of an anchor are the positives of

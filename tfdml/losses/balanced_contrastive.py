@@ -3,7 +3,8 @@
 import keras
 import tensorflow as tf
 
-from tfdml.losses import arguments, input_checks
+from tfdml import input_checks
+from tfdml.losses import arguments
 from tfdml.losses.weighted_contrastive import WeightedContrastiveLoss
 
 

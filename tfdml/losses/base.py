@@ -6,7 +6,7 @@ batch of embeddings and whose ``call`` returns the scalar loss of the batch. It 
 the ``distance``, the ``sampler`` (:mod:`tfdml.samplers`), the per-call seed
 (:class:`tfdml.losses.seeds.SeedState`), the tuple reduction
 (:mod:`tfdml.losses.reductions`) and a cross-batch memory (:mod:`tfdml.memory`), runs the
-input checks (:mod:`tfdml.losses.input_checks`) and serialises them. Its subclasses
+input checks (:mod:`tfdml.input_checks`) and serialises them. Its subclasses
 compute with the batch helpers (:mod:`tfdml.losses.batch`) against the candidates
 ``call`` hands them (:mod:`tfdml.candidates`): the loss object does not change
 during a call.
@@ -23,7 +23,7 @@ from tfdml import xla
 from tfdml.losses import reductions, routes
 from tfdml.losses.arguments import check_distance, check_scalar_reduction, refuse_sample_weight, scope_name
 from tfdml.losses.batch import BatchHelpers, resolve_sampler
-from tfdml.losses.input_checks import assert_valid, check_views, importance_check, nan_if_invalid, whole_number_check
+from tfdml.input_checks import assert_valid, check_views, importance_check, nan_if_invalid, whole_number_check
 from tfdml.losses.seeds import SeedState
 
 
@@ -241,6 +241,8 @@ class MetricLoss(BatchHelpers, keras.losses.Loss):
         Every loss checks that its id columns hold whole numbers
         (:func:`whole_number_check`)."""
         checks = [whole_number_check(column) for column in targets_lib.ID_COLUMNS]
+        if self.sampler is not None:  # the batch its sampler's rule needs (Sampler.input_checks)
+            checks += list(self.sampler.input_checks())
         if not self.importance:
             return checks
         columns = self.importance_columns + (("w_memory",) if self.memory is not None else ())

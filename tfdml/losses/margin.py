@@ -5,7 +5,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfdml import targets as targets_lib
-from tfdml.losses import arguments, base, input_checks
+from tfdml import input_checks
+from tfdml.losses import arguments, base
 
 
 def _check_count(name, value):
@@ -51,7 +52,7 @@ class MarginParameters(keras.layers.Layer):
         self.built = True
 
     def input_checks(self):
-        """The :class:`~tfdml.losses.input_checks.InputCheck` s of the indices into β_class and β_img:
+        """The :class:`~tfdml.input_checks.InputCheck` s of the indices into β_class and β_img:
         ``label`` in [0, num_classes), ``example_id`` in [0, num_examples)."""
         checks = []
         if self.beta_class is not None:
@@ -64,7 +65,7 @@ class MarginParameters(keras.layers.Layer):
     def beta(self, labels, example_id=None, dtype=tf.float32):
         """β(i) for each example of the batch, a [B] tensor. Eagerly an index outside
         :meth:`input_checks` raises :class:`tfdml.errors.InvalidInputError`; in a graph its
-        β is that of index 0 (:meth:`~tfdml.losses.input_checks.InputCheck.clean`), and the loss is NaN."""
+        β is that of index 0 (:meth:`~tfdml.input_checks.InputCheck.clean`), and the loss is NaN."""
         labels = tf.reshape(labels, [-1])
         if self.beta_img is not None:
             if example_id is None:

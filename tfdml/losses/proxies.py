@@ -11,7 +11,7 @@
   training split, which ``train.py`` fills in) and ``embedding_dim`` (the
   config's ``model.embedding_dim``) size the proxies; the batch's ``label``
   column (contiguous 0..L−1, :mod:`tfdml.targets`) indexes them, checked by an
-  :class:`~tfdml.losses.input_checks.InputCheck` (so an id outside [0, num_classes) is
+  :class:`~tfdml.input_checks.InputCheck` (so an id outside [0, num_classes) is
   refused, also under XLA). Raw int64 ids never size or index proxies.
 
 Learning rate of the proxies: both papers' code trains the proxies with a
@@ -30,7 +30,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfdml.losses import arguments, base, input_checks
+from tfdml import input_checks
+from tfdml.losses import arguments, base
 
 
 def _check_size(name, value, minimum, what):

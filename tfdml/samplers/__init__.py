@@ -22,6 +22,9 @@ name                   class                       kind       paper
 ``distance_weighted``  DistanceWeightedSampler     triplets   Wu §4, §5
 ``top_k``              TopKMisplacedSampler        sets       Lu §3.3
 ``multi_similarity``   MultiSimilaritySampler      pairs      Wang 2019
+``easy_hard``          :class:`EasyHardSampler`    triplets   Xuan 2020
+``pair_margin``        :class:`PairMarginSampler`  pairs      PML
+``npair``              :class:`NPairSampler`       triplets   Sohn; Duan
 =====================  ==========================  =========  ============
 """
 
@@ -42,8 +45,11 @@ from tfdml.samplers.distance_weighted import (
     distance_weighted_probabilities,
     log_inverse_density,
 )
+from tfdml.samplers.easy_hard import EasyHardSampler
 from tfdml.samplers.hard import HardSampler
 from tfdml.samplers.multi_similarity import MultiSimilaritySampler
+from tfdml.samplers.npair import NPairSampler
+from tfdml.samplers.pair_margin import PairMarginSampler
 from tfdml.samplers.pairs import AllPairsSampler, RandomPairSampler
 from tfdml.samplers.random_triplets import RandomTripletSampler
 from tfdml.samplers.semi_hard import SemiHardSampler
@@ -67,6 +73,9 @@ SAMPLERS.update({
     "distance_weighted": DistanceWeightedSampler,
     "top_k": TopKMisplacedSampler,
     "multi_similarity": MultiSimilaritySampler,
+    "easy_hard": EasyHardSampler,
+    "pair_margin": PairMarginSampler,
+    "npair": NPairSampler,
 })
 
 
@@ -107,9 +116,12 @@ __all__ = [
     "SAMPLERS",
     "AllPairsSampler",
     "DistanceWeightedSampler",
+    "EasyHardSampler",
     "GridTripletSelection",
     "HardSampler",
     "MultiSimilaritySampler",
+    "NPairSampler",
+    "PairMarginSampler",
     "PairSelection",
     "RandomPairSampler",
     "RandomTripletSampler",

@@ -254,6 +254,13 @@ class Sampler:
         """The selection from prepared inputs (stopped float matrix, flat labels, bool mask)."""
         raise NotImplementedError
 
+    def input_checks(self):
+        """The :class:`~tfdml.input_checks.InputCheck` s the batch's target columns must
+        pass for this sampler's rule to apply (e.g. :class:`~tfdml.samplers.NPairSampler`'s
+        two examples per class); a loss with this sampler applies them with its own
+        (:meth:`tfdml.losses.MetricLoss.input_checks`). None by default."""
+        return []
+
     def xla_is_slower(self, labels):
         """Whether, for a batch with these labels, this sampler's XLA form is measured
         slower than its graph form: a scalar bool tensor, or None (never for such labels,

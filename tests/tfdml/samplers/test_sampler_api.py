@@ -23,6 +23,9 @@ ALL = [
     samplers.MultiSimilaritySampler(epsilon=0.05),
     samplers.RandomTripletSampler(),
     samplers.RandomTripletSampler(num_triplets=30),
+    samplers.EasyHardSampler(),
+    samplers.EasyHardSampler(negative="semi_hard"),
+    samplers.PairMarginSampler(pos_margin=0.3, neg_margin=1.1),
 ]
 IDS = [repr(s) for s in ALL]
 JIT = [s for i, s in enumerate(ALL) if i not in (3, 6)]  # variants of the same code paths: once
@@ -103,7 +106,8 @@ def test_selection_type_matches_kind(sampler, batch):
 
 def test_get_names_and_errors():
     assert tuple(samplers.SAMPLERS) == ("all", "random", "random_triplets", "semi_hard", "hard",
-                                       "distance_weighted", "top_k", "multi_similarity")
+                                       "distance_weighted", "top_k", "multi_similarity", "easy_hard",
+                                       "pair_margin", "npair")
     for name in samplers.SAMPLERS:
         assert isinstance(samplers.get(name), samplers.Sampler)
     assert samplers.get("semi_hard") == samplers.SemiHardSampler()

@@ -23,6 +23,12 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`CircleLoss`             Sun et al. 2020, Eq. 6 with Eq. 5 / 8 (pairs)
 :class:`ProxyNCALoss`           Movshovitz-Attias et al. 2017 §3 (proxies)
 :class:`ProxyAnchorLoss`        Kim et al. 2020 Eq. 4 (proxies)
+:class:`NormalizedSoftmaxLoss`  Zhai & Wu 2019 §3 (class weights)
+:class:`CosFaceLoss`            Wang et al. 2018 Eq. 4 (class weights)
+:class:`ArcFaceLoss`            Deng et al. 2019 Eq. 3 (class weights)
+:class:`SubCenterArcFaceLoss`   Deng et al. 2020 §3, K sub-centres (class weights)
+:class:`SoftTripleLoss`         Qian et al. 2019 §3, K centres (class weights)
+:class:`FastAPLoss`             Cakir et al. 2019 §3, histogram-binned AP
 ==============================  ==============================================
 """
 
@@ -35,7 +41,9 @@ from tfdml.losses.base import MetricLoss, SeedState, select_pairs, triplets_to_p
 from tfdml.losses.input_checks import InputCheck
 from tfdml.losses.binomial_deviance import BinomialDevianceLoss
 from tfdml.losses.circle import CircleLoss
+from tfdml.losses.classification import ArcFaceLoss, CosFaceLoss, NormalizedSoftmaxLoss, SubCenterArcFaceLoss
 from tfdml.losses.contrastive import ContrastiveLoss
+from tfdml.losses.fast_ap import FastAPLoss
 from tfdml.losses.histogram import HistogramLoss
 from tfdml.losses.lifted_structured import LiftedStructuredLoss
 from tfdml.losses.margin import MarginLoss, MarginParameters
@@ -47,6 +55,7 @@ from tfdml.losses.proxy_anchor import ProxyAnchorLoss
 from tfdml.losses.proxy_nca import ProxyNCALoss
 from tfdml.losses.reductions import REDUCTIONS, reduce_tuples
 from tfdml.losses.robust_hard_contrastive import RobustHardContrastiveLoss
+from tfdml.losses.soft_triple import SoftTripleLoss
 from tfdml.losses.stable_contrast import StableContrastLoss
 from tfdml.losses.triplet import TripletLoss
 from tfdml.losses.weighted_contrastive import WeightedContrastiveLoss
@@ -78,6 +87,12 @@ LOSSES.update({
     "circle": CircleLoss,
     "proxy_nca": ProxyNCALoss,
     "proxy_anchor": ProxyAnchorLoss,
+    "normalized_softmax": NormalizedSoftmaxLoss,
+    "cosface": CosFaceLoss,
+    "arcface": ArcFaceLoss,
+    "sub_center_arcface": SubCenterArcFaceLoss,
+    "soft_triple": SoftTripleLoss,
+    "fast_ap": FastAPLoss,
 })
 
 
@@ -106,10 +121,13 @@ def get(identifier, **kwargs):
 
 __all__ = [
     "AngularLoss",
+    "ArcFaceLoss",
     "BalancedContrastiveLoss",
     "BinomialDevianceLoss",
     "CircleLoss",
     "ContrastiveLoss",
+    "CosFaceLoss",
+    "FastAPLoss",
     "HistogramLoss",
     "InputCheck",
     "LOSSES",
@@ -119,6 +137,7 @@ __all__ = [
     "MetricLoss",
     "MultiSimilarityLoss",
     "NPairLoss",
+    "NormalizedSoftmaxLoss",
     "PrecisionAtKLoss",
     "Proxies",
     "ProxyAnchorLoss",
@@ -126,7 +145,9 @@ __all__ = [
     "REDUCTIONS",
     "RobustHardContrastiveLoss",
     "SeedState",
+    "SoftTripleLoss",
     "StableContrastLoss",
+    "SubCenterArcFaceLoss",
     "TripletLoss",
     "WeightedContrastiveLoss",
     "get",

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 import tfdml
+from tests.tfdml.losses.test_proxy_losses import value_and_grads_graph
 from tfdml import errors, losses, models, optimizers
 
 C, D = 5, 4
@@ -93,12 +94,8 @@ def make(name, **kwargs):
 
 
 def value_and_grads(loss, labels, e):
-    e = tf.convert_to_tensor(e)
-    with tf.GradientTape() as tape:
-        tape.watch(e)
-        value = loss(labels, e)
-    ge, gw = tape.gradient(value, [e, loss.proxy_layer.proxies])
-    return value, ge, tf.convert_to_tensor(gw)
+    """The loss and its gradients w.r.t. the embeddings and the class weights, as tensors."""
+    return value_and_grads_graph(loss, labels, tf.convert_to_tensor(e))
 
 
 def weights_of(loss):

@@ -7,14 +7,17 @@ from tfdml import distances as distances_lib
 from tfdml import masks as masks_lib
 from tfdml.losses import base
 from tfdml.losses.lifted_structured import refuse_importance
-from tfdml.losses.proxies import _check_size
+from tfdml.losses.proxies import check_size
 
 
 def soft_histograms(dist, positive, candidate, num_bins):
     """(h⁺, h) [B, L + 1]: each query's soft histograms of its positives' and of all its
     candidates' distances over the bin centres z_l = l·Δ, l = 0..L, Δ = 4/L, each
     distance d shared between its two nearest centres by the triangular kernel
-    δ(d, z_l) = max(0, 1 − |d − z_l| / Δ)."""
+    δ(d, z_l) = max(0, 1 − |d − z_l| / Δ). The linear interpolation of the histogram
+    loss (:func:`tfdml.losses.histogram.soft_histogram`), per query rather than over all
+    pairs: a [B, M, L + 1] product, since a segment sum into B·(L + 1) bins would have a
+    number of segments that depends on the batch size, which XLA needs fixed."""
     delta = 4.0 / num_bins
     centres = tf.range(num_bins + 1, dtype=dist.dtype) * delta
     pulse = tf.nn.relu(1.0 - tf.abs(dist[:, :, None] - centres) / delta)  # [B, M, L + 1]
@@ -67,7 +70,7 @@ class FastAPLoss(base.MetricLoss):
         base.refuse_fixed(owner, kwargs, distance="ranks by the squared Euclidean distance of unit-norm "
                                                   "embeddings (4 at most, the range of its bins)")
         super().__init__(**kwargs)
-        self.num_bins = _check_size("num_bins", num_bins, 1, "the bins of the distance histograms")
+        self.num_bins = check_size("num_bins", num_bins, 1, "the bins of the distance histograms")
 
     def query_terms(self, targets, embeddings):
         """(1 − FastAP_q [B], has a positive [B])."""

@@ -38,7 +38,8 @@ import tensorflow as tf
 from tfdml.losses import base, input_checks
 
 
-def _check_size(name, value, minimum, what):
+def check_size(name, value, minimum, what):
+    """``value`` as an int if it is one >= ``minimum``, else a ValueError naming ``what`` it counts."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum} ({what}), got {value!r}.")
     return int(value)
@@ -54,9 +55,9 @@ class Proxies(keras.layers.Layer):
 
     def __init__(self, num_classes, embedding_dim, stddev=1.0, seed=None, centers_per_class=1, **kwargs):
         super().__init__(**kwargs)
-        self.num_classes = _check_size("num_classes", num_classes, 1, "the classes of the training split")
-        self.embedding_dim = _check_size("embedding_dim", embedding_dim, 1, "the size of an embedding")
-        self.centers_per_class = _check_size("centers_per_class", centers_per_class, 1,
+        self.num_classes = check_size("num_classes", num_classes, 1, "the classes of the training split")
+        self.embedding_dim = check_size("embedding_dim", embedding_dim, 1, "the size of an embedding")
+        self.centers_per_class = check_size("centers_per_class", centers_per_class, 1,
                                              "the vectors learned per class")
         self.stddev = base.check_positive("stddev", stddev)
         self.seed = seed
@@ -147,7 +148,7 @@ class ProxyLoss(base.MetricLoss):
             raise ValueError(f"{owner} learns one proxy per training class and needs num_classes (the "
                              "classes of the training split) and embedding_dim (the size of an "
                              "embedding); train.py passes both.")
-        num_classes = _check_size("num_classes", num_classes, self.min_classes,
+        num_classes = check_size("num_classes", num_classes, self.min_classes,
                                   "the classes of the training split")
         if centers_per_class != 1 and not self.multiple_centers:
             raise ValueError(f"{owner} learns one vector per class; remove centers_per_class="

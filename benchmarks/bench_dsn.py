@@ -225,4 +225,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    import results_tables  # benchmarks/results_tables.py: --record writes this run's tables
+
+    sys.exit(results_tables.run(main, "bench_dsn"))

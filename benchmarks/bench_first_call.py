@@ -214,5 +214,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    out = main()
-    sys.exit(out if isinstance(out, int) else 0)
+    import results_tables  # benchmarks/results_tables.py: --record writes this run's tables
+
+    sys.exit(results_tables.run(main, "bench_first_call"))

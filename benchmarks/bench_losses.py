@@ -83,6 +83,11 @@ def cases(num_classes, dim=128):
          lambda: losses.ProxyNCALoss(num_classes=num_classes, embedding_dim=dim, seed=1)),
         ("proxy anchor (Kim Eq. 4)", "proxies",
          lambda: losses.ProxyAnchorLoss(num_classes=num_classes, embedding_dim=dim, seed=1)),
+        ("facility location (Song 2017)", "in the loss", lambda: losses.FacilityLocationLoss()),
+        ("NT-Xent (Chen 2020 Eq. 1)", "two views", lambda: losses.NTXentLoss()),
+        ("SupCon (Khosla 2020 Eq. 2)", "two views", lambda: losses.SupConLoss()),
+        ("VICReg (Bardes 2022)", "two views", lambda: losses.VICRegLoss()),
+        ("Barlow Twins (Zbontar 2021 Eq. 1)", "two views", lambda: losses.BarlowTwinsLoss()),
     ]
     return out
 
@@ -98,7 +103,9 @@ def batch(num_classes, per_class, dim, seed=0):
         "class_size": tf.constant(rng.integers(5, 60, size=num_classes)[labels].astype(np.float32)),
         "w_pos": tf.fill([size], 1e-3),
         "w_neg": tf.fill([size], 1e-5),
-        "example_id": tf.range(size, dtype=tf.int32),
+        # two rows per id: the two-view losses see rows 2k and 2k + 1 (one class) as views of
+        # one image; no other loss here reads the column
+        "example_id": tf.range(size, dtype=tf.int32) // 2,
     }
     return y, tf.constant(e)
 
@@ -154,4 +161,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    import results_tables  # benchmarks/results_tables.py: --record writes this run's tables
+
+    sys.exit(results_tables.run(main, "bench_losses"))

@@ -30,6 +30,7 @@ Usage::
 
 import argparse
 import os
+import sys
 import statistics
 import time
 
@@ -124,4 +125,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import results_tables  # benchmarks/results_tables.py: --record writes this run's tables
+
+    sys.exit(results_tables.run(main, "bench_search"))

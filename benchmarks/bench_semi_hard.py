@@ -31,6 +31,7 @@ Usage::
 import argparse
 import collections
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -266,4 +267,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import results_tables  # benchmarks/results_tables.py: --record writes this run's tables
+
+    sys.exit(results_tables.run(main, "bench_semi_hard"))

@@ -488,4 +488,6 @@ def run_evaluation(args):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import results_tables  # benchmarks/results_tables.py: --record writes this run's tables
+
+    sys.exit(results_tables.run(main, "scaling"))

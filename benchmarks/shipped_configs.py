@@ -2,7 +2,7 @@
 
     python benchmarks/shipped_configs.py                      # every config on bundled data
     python benchmarks/shipped_configs.py --configs npair      # some of them (the others kept)
-    python benchmarks/shipped_configs.py --write              # and the table into RESULTS.md
+    python benchmarks/shipped_configs.py --write              # and its table into RESULTS.md
     python benchmarks/shipped_configs.py --report --write     # the table from the results, no run
 
 Each config runs as a user runs it, ``train.py --config configs/NAME.yaml`` in a subprocess
@@ -10,8 +10,8 @@ Each config runs as a user runs it, ``train.py --config configs/NAME.yaml`` in a
 ``metrics.json`` gives the held-out figures of the model and of the raw-pixel baseline that
 the config scores (``evaluation.baseline: raw_pixels``) on the same queries. The figures go
 to ``benchmarks/shipped_configs.json`` (written atomically; a run of some configs keeps the
-others), and the block of ``RESULTS.md`` between ``<!-- shipped_configs:begin -->`` and
-``<!-- shipped_configs:end -->`` is rendered from that file alone.
+others), and its table, ``benchmarks/tables/shipped_configs.md`` (and so its section of
+``RESULTS.md``, :mod:`results_tables`), is rendered from that file alone.
 
 A config beats raw pixels when every figure of :data:`COLUMNS` is higher; one that does not
 says at the end of its header, from a line ``# Demonstrates: ...`` on, what it shows instead
@@ -31,10 +31,9 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
 import readme_figures  # noqa: E402 (after the path set-up)
+import results_tables  # noqa: E402
 
 RESULTS_FILE = os.path.join(HERE, "shipped_configs.json")
-BEGIN = "<!-- shipped_configs:begin -->"
-END = "<!-- shipped_configs:end -->"
 #: The figures compared with raw pixels: the README's main-job columns.
 COLUMNS = readme_figures.COLUMNS
 #: Sources that the package or scikit-learn ship: the configs that run offline on any machine.
@@ -100,7 +99,7 @@ def run_config(name):
 
 
 def render(results):
-    """The RESULTS.md block (without markers) from the contents of :data:`RESULTS_FILE`."""
+    """The recorded table (``benchmarks/tables/shipped_configs.md``) from the contents of :data:`RESULTS_FILE`."""
     runs = results["runs"]
     lines = [
         f"Each config on the bundled data as shipped (`python train.py --config configs/NAME.yaml`: "
@@ -136,7 +135,7 @@ def main(argv=None):
     parser.add_argument("--configs", nargs="+", help="the configs to run (default: every config on bundled data)")
     parser.add_argument("--report", action="store_true",
                         help="train nothing: the table from benchmarks/shipped_configs.json")
-    parser.add_argument("--write", action="store_true", help="replace the block in RESULTS.md")
+    parser.add_argument("--write", action="store_true", help="record the table (benchmarks/tables/, RESULTS.md)")
     args = parser.parse_args(argv)
     import machine
     from tfdml import files
@@ -162,11 +161,8 @@ def main(argv=None):
     block = render(load_results())
     print(block)
     if args.write:
-        path = os.path.join(HERE, "RESULTS.md")
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        files.write_text(path, readme_figures.replace_block(text, block, BEGIN, END, "RESULTS.md"))
-        print(f"Wrote {path}")
+        results_tables.record("shipped_configs", block)
+        print(f"Wrote {results_tables.tables_path('shipped_configs')} and {results_tables.RESULTS_PATH}")
 
 
 if __name__ == "__main__":

@@ -46,7 +46,8 @@ NOT_RUN = {
     "W1=": "multi-worker training: tests/test_multi_worker.py runs two workers",
     "TF_CONFIG=": "multi-worker training: tests/test_multi_worker.py runs two workers",
     "PEERS/bin/python": "needs PyTorch and pytorch-metric-learning (the bench extra)",
-    "python benchmarks/": "the benchmarks and the reproduction study (hours, fonts): tests/benchmarks",
+    "python benchmarks/": "the benchmarks (timings on a quiet machine): tests/benchmarks",
+    "python study/": "the reproduction study (hours, fonts): tests/study",
 }
 
 #: Placeholders of the text, replaced by what they stand for.

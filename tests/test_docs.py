@@ -21,6 +21,11 @@ def _doc_files():
     return sorted(os.path.join(DOCS, name) for name in os.listdir(DOCS) if name.endswith(".md"))
 
 
+#: The Markdown files outside docs/ that the tests of the docs read too: the benchmarks' and the study's.
+REPORT_FILES = [os.path.join(ROOT, *parts) for parts in (("benchmarks", "README.md"), ("benchmarks", "RESULTS.md"),
+                                                        ("study", "README.md"), ("study", "REPORT.md"))]
+
+
 def _read(path):
     with open(path, encoding="utf-8") as fh:
         return fh.read()
@@ -69,7 +74,7 @@ def test_a_loss_registered_by_a_user_does_not_change_the_reference(monkeypatch):
 
 def test_docs_link_only_to_files_of_the_repository():
     broken = []
-    for path in _doc_files():
+    for path in _doc_files() + REPORT_FILES:
         prose = re.sub(r"```.*?```", "", _read(path), flags=re.S)  # code is not a link
         for target in re.findall(r"\]\(([^)#\s]+)", prose):
             if re.match(r"[a-z]+://", target):
@@ -80,7 +85,7 @@ def test_docs_link_only_to_files_of_the_repository():
 
 
 def test_docs_and_results_name_no_design_page_outside_the_repository_nor_issues():
-    paths = _doc_files() + [os.path.join(ROOT, "benchmarks", "RESULTS.md")]
+    paths = _doc_files() + REPORT_FILES
     found = []
     for path in paths:
         for number, line in enumerate(_read(path).splitlines(), 1):

@@ -1,5 +1,5 @@
 """Lint: ruff (pyflakes, syntax errors, the line ceiling; config in pyproject.toml)
-over the package, the data side, the tests, the benchmarks and the top-level scripts."""
+over the package, the data side, the tests, the benchmarks, the study and the top-level scripts."""
 
 import glob
 import importlib.util
@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PATHS = ["tfdml", "tfdml_app", "pipelines", "tests", "benchmarks", "docs"] + sorted(
+PATHS = ["tfdml", "tfdml_app", "pipelines", "tests", "benchmarks", "study", "docs"] + sorted(
     os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py")))
 
 

@@ -19,9 +19,9 @@ No imports (not even tfdml's other modules). Metric names are in
 #: :data:`tfdml.losses.LOSSES`.
 LOSSES = ("contrastive", "triplet", "margin", "weighted_contrastive", "balanced_contrastive", "npair",
           "precision_at_k", "stable_contrast", "robust_hard_contrastive", "histogram", "angular",
-          "lifted_structured", "binomial_deviance", "multi_similarity", "circle", "proxy_nca",
-          "proxy_anchor", "normalized_softmax", "cosface", "arcface", "sub_center_arcface", "soft_triple",
-          "fast_ap")
+          "lifted_structured", "binomial_deviance", "multi_similarity", "circle", "facility_location", "proxy_nca",
+          "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins", "normalized_softmax", "cosface", "arcface",
+          "sub_center_arcface", "soft_triple", "fast_ap")
 
 #: :data:`tfdml.samplers.SAMPLERS`.
 SAMPLERS = ("all", "random", "random_triplets", "semi_hard", "hard", "distance_weighted", "top_k",
@@ -35,7 +35,7 @@ BACKBONES = ("small_cnn", "mlp", "efficientnet_lite0", "convnext_tiny", "efficie
              "mobilenet_v3_large", "mobilenet_v3_small", "resnet101v2", "resnet50v2")
 
 #: :data:`pipelines.designs.DESIGNS`.
-DESIGNS = ("group", "p_random", "m_per_class")
+DESIGNS = ("group", "p_random", "m_per_class", "two_views")
 
 #: The designs of :data:`DESIGNS` whose batches hold whole groups of classes
 #: (``Design.grouped_by_class``).
@@ -88,11 +88,18 @@ LOSS_OPTIONS = {
                          "reduction", "dtype", "memory"),
     "circle": ("m", "gamma", "sampler", "distance", "seed", "tuple_reduction", "name", "reduction", "dtype",
                "memory"),
+    "facility_location": ("gamma", "refinement_steps", "nmi_average", "distance", "seed", "tuple_reduction",
+                          "name", "reduction", "dtype", "memory"),
     "proxy_nca": ("num_classes", "embedding_dim", "embedding_scale", "proxy_scale", "proxy_lr_multiplier",
                   "seed", "centers_per_class", "distance", "tuple_reduction", "name", "reduction", "dtype",
                   "memory"),
     "proxy_anchor": ("num_classes", "embedding_dim", "alpha", "delta", "proxy_lr_multiplier", "seed",
                      "centers_per_class", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "nt_xent": ("temperature", "seed", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "supcon": ("temperature", "seed", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "vicreg": ("lam", "mu", "nu", "gamma", "epsilon", "seed", "tuple_reduction", "name", "reduction", "dtype",
+               "memory"),
+    "barlow_twins": ("lam", "seed", "tuple_reduction", "name", "reduction", "dtype", "memory"),
     "normalized_softmax": ("num_classes", "embedding_dim", "temperature", "proxy_lr_multiplier", "seed",
                            "centers_per_class", "distance", "tuple_reduction", "name", "reduction", "dtype",
                            "memory"),

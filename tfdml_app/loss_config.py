@@ -333,6 +333,18 @@ def check_loss(cfg):
     from pipelines import designs
 
     design = cfg["design"]["name"]
+    two_views = [n for n, c in designs.DESIGNS.items() if c.two_views]
+    if getattr(loss, "needs_two_views", False) and not designs.DESIGNS[design].two_views:
+        raise ConfigError(
+            f"loss.name = {cfg['loss']['name']!r} pairs the two views of each image (rows sharing an "
+            f"example_id), but design.name = {design!r} shows each image once: the loss would have "
+            f"nothing to score. Use design {' or '.join(map(repr, two_views))}.")
+    if getattr(loss, "importance", False) and designs.DESIGNS[design].two_views:
+        raise ConfigError(
+            f"loss importance weights with design.name = {design!r}: the two views of an image are "
+            "not a pair of the training split, so the design writes no importance columns (Hong et "
+            "al.'s weights are not defined for them); set importance: false in loss.options, or use "
+            "another design.")
     if getattr(loss, "memory", None) is not None and designs.DESIGNS[design].pairs_only:
         raise ConfigError(
             f"loss.memory with design.name = {design!r}: the design gives isolated pairs (a pair_id "

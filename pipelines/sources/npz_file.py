@@ -18,7 +18,7 @@ def npz(path=None, images="images", labels="labels", test=None, train_classes=No
     file's own (it must be by class, open set: a class with examples on both
     sides is refused), and ``train_classes`` / ``test_classes`` do not apply.
     Without ``test``, sorted labels, first half train, as the arrays source.
-    ``benchmarks/kanji_fonts.py`` writes such a file (``test="test"``,
+    ``study/kanji_fonts.py`` writes such a file (``test="test"``,
     ``labels="codepoints"``).
     """
     if path is None:

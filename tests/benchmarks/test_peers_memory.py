@@ -116,13 +116,13 @@ def test_pml_cross_batch_memory_computes_the_same_loss_as_tfdml(tmp_path):
 
 
 def test_the_guide_s_memory_section_names_its_commands_as_they_parse():
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    sys.path.insert(0, os.path.join(ROOT, "study"))
     import reproduce
 
     guide = open(os.path.join(ROOT, "docs", "guide.md"), encoding="utf-8").read()
     section = " ".join(guide.split("## Cross-batch memory", 1)[1].split("\n## ", 1)[0].split())
     commands = dict((script, args.split()) for script, args in
-                    re.findall(r"`python benchmarks/(\w+)\.py ([^`]+)`", section))
+                    re.findall(r"`python (?:benchmarks|study)/(\w+)\.py ([^`]+)`", section))
     assert set(commands) == {"compare_peers", "reproduce", "probe_memory"}
     import probe_memory
 

@@ -410,12 +410,13 @@ def test_get_design_builds_from_config():
     assert designs.get_design("m_per_class", **{"m": 2, "batch_size": 8}).classes_per_batch == 4
 
 
-@pytest.mark.parametrize("name", ["group", "p_random", "m_per_class"])
+@pytest.mark.parametrize("name", ["group", "p_random", "m_per_class", "two_views"])
 def test_every_design_is_made_from_a_config_section_and_from_its_own_config(name):
     section = {"name": name, "m": 3, "n": 4, "p": 0.25, "pairs": 6}
     design = designs.DESIGNS[name].from_config(section)
     assert design.get_config() == {"group": {"m": 3, "n": 4}, "p_random": {"p": 0.25, "pairs": 6},
-                                   "m_per_class": {"m": 3, "classes_per_batch": 4}}[name]
+                                   "m_per_class": {"m": 3, "classes_per_batch": 4},
+                                   "two_views": {"images": 4}}[name]
     assert type(design).from_config(design.get_config()).get_config() == design.get_config()
 
 

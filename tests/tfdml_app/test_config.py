@@ -205,15 +205,17 @@ def test_config_accepts_exactly_the_samplers_a_loss_accepts():
 
     for name, cls in losses.LOSSES.items():
         takes_sampler = "sampler" in loss_config._init_parameters(cls)  # also through **kwargs
+        # The losses of two views need a design that shows each image twice.
+        design = {"design": {"name": "two_views"}} if getattr(cls, "needs_two_views", False) else {}
         for sampler in samplers.SAMPLERS:
-            accepted = _config_accepts({"loss": {"name": name, "sampler": sampler}})
+            accepted = _config_accepts({**design, "loss": {"name": name, "sampler": sampler}})
             if takes_sampler:
                 assert accepted == _library_accepts(cls, sampler), (name, sampler)
             else:
                 assert accepted == (samplers.get(sampler).kind in cls.sampler_kinds), (name, sampler)
         takes_none = takes_sampler and _library_accepts(cls, None)
         fixed_without_sampler = not takes_sampler and not cls.sampler_kinds
-        assert _config_accepts({"loss": {"name": name, "sampler": "none"}}) == (
+        assert _config_accepts({**design, "loss": {"name": name, "sampler": "none"}}) == (
             takes_none or fixed_without_sampler), name
 
 

@@ -3,6 +3,10 @@
 ==================================  ===========================================
 :mod:`tfdml.dsn.policy`             sampler networks (softmax policy, Eq. 4),
                                     chained selection (Eq. 5, Fig. 2)
+:mod:`tfdml.dsn.network`            their input, shared trunk and pairwise
+                                    heads (§3.2, §4.2)
+:mod:`tfdml.dsn.pool`               a pool's class structure, Gumbel-max
+                                    draws
 :mod:`tfdml.dsn.reinforce`          REINFORCE objective (Eq. 6–8, footnote 1),
                                     per-tuple scores S = L_emb (Eq. 2, Eq. 9)
 :mod:`tfdml.dsn.model`              :class:`DSNEmbeddingModel`: Algorithm 1 as
@@ -24,16 +28,9 @@ Usage::
 """
 
 from tfdml.dsn.model import DIAGNOSTICS, DSNEmbeddingModel, kind_for_loss
-from tfdml.dsn.policy import (
-    KINDS,
-    NPairChoice,
-    NPairSamplerNetwork,
-    SamplerNetwork,
-    TripletChoice,
-    TripletSamplerNetwork,
-    cheap_features,
-    pool_structure,
-)
+from tfdml.dsn.network import SamplerNetwork, cheap_features
+from tfdml.dsn.policy import KINDS, NPairChoice, NPairSamplerNetwork, TripletChoice, TripletSamplerNetwork
+from tfdml.dsn.pool import pool_structure
 from tfdml.dsn.reinforce import reinforce_loss
 
 __all__ = [

@@ -19,7 +19,7 @@ the embedding network runs once per selected example. K is a Python int and
 the K mini-batches are unrolled when the step is traced (no Python work per
 step at run time); the step compiles with ``jit_compile=True``.
 
-The DSN (a :class:`~tfdml.dsn.policy.SamplerNetwork`), its optimizer
+The DSN (a :class:`~tfdml.dsn.network.SamplerNetwork`), its optimizer
 (``dsn_optimizer`` of :meth:`compile`) and the random stream of its draws are
 part of the model: ``model.save`` / ``save_weights`` / checkpoints save them
 and loading restores them, so training resumes with the same policy (§4.2:
@@ -47,6 +47,7 @@ import tensorflow as tf
 from tfdml import models
 from tfdml import targets as targets_lib
 from tfdml.dsn import policy as policy_lib
+from tfdml.dsn import pool as pool_lib
 from tfdml.dsn import reinforce
 from tfdml.losses import NPairLoss, SeedState, TripletLoss, reduce_tuples
 from tfdml.losses import base as loss_base
@@ -78,7 +79,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
     Args:
       encoder: Keras model mapping inputs to [B, d] embeddings.
       sampler: the DSN: ``"triplet"`` / ``"npair"`` (built with
-        ``sampler_options``), a :class:`~tfdml.dsn.policy.SamplerNetwork`,
+        ``sampler_options``), a :class:`~tfdml.dsn.network.SamplerNetwork`,
         or its serialised config.
       tuples_per_minibatch: M, tuples per DSN mini-batch (triplets; for
         N-pair, N = the number of classes of one N-pair batch).
@@ -253,7 +254,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
 
     def _diagnose(self, x, labels, choice, noise):
         """Whether the policy collapsed, against the uniform policy over the same candidates
-        (:meth:`~tfdml.dsn.policy.SamplerNetwork.uniform_choice`, the same anchors or
+        (:meth:`~tfdml.dsn.network.SamplerNetwork.uniform_choice`, the same anchors or
         gallery): [4] = the entropy of the policy's choices given the first element (nats,
         the Monte-Carlo estimate −mean log p of the sampled tuples), the uniform policy's,
         the mean loss term of the tuples the policy picked and of the uniform ones, both
@@ -280,7 +281,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         features = self.sampler.features(x)
         # All draws of the step at once (one philox kernel), then K unrolled mini-batches.
         seed = self.sampler_seed.next()
-        noise = policy_lib.draw_noise(
+        noise = pool_lib.draw_noise(
             seed,
             self.sampler.noise_rows(self.tuples_per_minibatch),
             tf.shape(labels)[0],
@@ -290,7 +291,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         # draws are the same with and without them.
         diagnostics_noise = [None] * self.minibatches
         if self.diagnostics:
-            diagnostics_noise = policy_lib.draw_noise(
+            diagnostics_noise = pool_lib.draw_noise(
                 tf.bitwise.bitwise_xor(seed, tf.constant(_DIAGNOSTICS_STREAM, tf.int32)),
                 self.sampler.uniform_noise_rows(self.tuples_per_minibatch),
                 tf.shape(labels)[0],

@@ -1,4 +1,3 @@
-# Over 400 lines: the two sampler networks of Duan et al. share SamplerNetwork and the pool helpers they use.
 """Sampler networks of DE-DSP (Duan et al. 2019, §3.1–3.2, Fig. 2): softmax
 policies over the candidates of a pool, and the chained selection of tuples.
 
@@ -39,23 +38,9 @@ network selects each probe x_i independently among the other examples of
 class i, given x_i⁺ and the rest of the gallery (the N-pair loss Eq. 9
 decomposes over probes).
 
-DSN input: the paper feeds the images to a network "much shallower" than the
-embedding network, whose two sampler networks "share the parameters of the
-convolutional and fully connected layers" (§3.2, §4.2). Two trunks compute the
-per-example features h of the pool (``trunk``):
-
-- ``"conv"`` (the paper's input): the raw images through ``depth`` blocks of a
-  3 × 3 convolution (``channels`` filters, ReLU) and 2 × 2 max pooling, then a
-  fully connected ReLU layer of ``width`` units;
-- ``"mlp"`` (the cheaper default): the pool downsampled by area averaging (an
-  integer factor ``floor(H / input_size)`` per side; non-image inputs are
-  flattened) through ``depth`` fully connected ReLU layers.
-
-Either costs one small network over the pool and one pairwise head over
-[M, P] candidate pairs, and never runs the embedding network: only the
-selected examples are embedded. A pair (i, j) of trunk features h is described
-by [h_i ⊙ h_j, |h_i − h_j|]; a class by the mean of its members' trunk features
-in the pool.
+The networks' input, trunk and heads are :class:`~tfdml.dsn.network.SamplerNetwork`'s
+(:mod:`tfdml.dsn.network`); the pool's class structure and the random draws are
+:mod:`tfdml.dsn.pool`'s.
 
 Everything is vectorised with fixed shapes ([M, P] logits) and compiles under
 ``tf.function(jit_compile=True)``. Random draws are Gumbel-max on stateless
@@ -68,8 +53,9 @@ import inspect
 import keras
 import tensorflow as tf
 
-from tfdml import masks
-from tfdml.samplers import base as samplers_base
+from tfdml.dsn.network import SamplerNetwork, pair_features
+from tfdml.dsn.pool import (draw_noise, gumbel_sample, masked_log_softmax, pool_structure, uniform_classes,
+                            uniform_draw, uniform_member)
 
 TripletChoice = collections.namedtuple(
     "TripletChoice", ["anchor", "positive", "negative", "log_prob", "mask"]
@@ -81,255 +67,7 @@ NPairChoice = collections.namedtuple("NPairChoice", ["probe", "gallery", "log_pr
 NPairChoice.__doc__ = """[N] pool indices of probe x_i and gallery x_i⁺, the [N] log-probability of each
 probe (Eq. 4) and the [N] bool mask of valid pairs (distinct classes, each with ≥ 2 examples)."""
 
-PoolStructure = collections.namedtuple("PoolStructure", ["same", "count", "is_rep", "rep"])
-PoolStructure.__doc__ = """Class structure of a pool: ``same`` [P, P] bool (equal labels), ``count``
-[P] (members of each example's class), ``is_rep`` [P] (first member of its class: the class's
-slot), ``rep`` [P] (index of the class's first member)."""
-
 KINDS = ("triplet", "npair")
-_NEG = -1e9  # logit of masked candidates: finite, so gradients stay finite
-
-
-def pool_structure(labels):
-    """The :class:`PoolStructure` of a pool's labels [P]."""
-    labels = tf.reshape(labels, [-1])
-    size = tf.shape(labels)[0]
-    same = masks.same_label(labels)
-    index = tf.range(size)
-    rep = tf.reduce_min(tf.where(same, index[None, :], size), axis=1)
-    return PoolStructure(
-        same=same,
-        count=tf.reduce_sum(tf.cast(same, tf.int32), axis=1),
-        is_rep=tf.equal(rep, index),
-        rep=rep,
-    )
-
-
-def masked_log_softmax(logits, mask):
-    """Row-wise log-softmax over the ``mask``ed entries (Eq. 4); masked entries get ≈ −1e9."""
-    logits = tf.where(mask, logits, tf.cast(_NEG, logits.dtype))
-    return tf.nn.log_softmax(logits, axis=-1)
-
-
-def gumbel_sample(logits, mask, seed=None, uniform=None):
-    """One index per row drawn from softmax(logits) restricted to ``mask`` (Gumbel-max).
-
-    The randomness is ``uniform`` (floats in [0, 1) of the logits' shape) or
-    drawn from ``seed``. Rows without a valid entry return an arbitrary index
-    (mask them out).
-    """
-    u = samplers_base.uniform01(tf.shape(logits), seed) if uniform is None else uniform
-    gumbel = -tf.math.log(-tf.math.log(tf.cast(u, logits.dtype) + tf.cast(1e-12, logits.dtype)))
-    scores = tf.where(mask, logits + gumbel, tf.cast(-float("inf"), logits.dtype))
-    return tf.argmax(scores, axis=-1, output_type=tf.int32)
-
-
-def uniform_classes(structure, eligible, num, uniform):
-    """``num`` class slots (pool indices of class representatives), uniformly over the
-    ``eligible`` classes: slot t takes the (t mod L)-th class of a random permutation
-    of the L eligible classes (the permutation sorts the [P] ``uniform`` keys).
-    Returns ``(rep [num], valid [num])``; without an eligible class every slot is invalid."""
-    keys = tf.where(eligible, uniform, 2.0)
-    order = tf.argsort(keys, stable=True)
-    num_eligible = tf.reduce_sum(tf.cast(eligible, tf.int32))
-    slot = tf.math.floormod(tf.range(num), tf.maximum(num_eligible, 1))
-    valid = tf.broadcast_to(num_eligible > 0, [num])
-    return tf.gather(order, slot), valid
-
-
-def uniform_member(structure, rep, uniform):
-    """One example uniformly among the members of each class ``rep`` [M] ([M, P] ``uniform``)."""
-    return uniform_draw(tf.gather(structure.same, rep), uniform)[0]
-
-
-def uniform_draw(mask, uniform):
-    """One index per row uniformly among the ``mask``ed entries of [M, P] ``mask``, from
-    [M, P] ``uniform`` noise, and the log of its probability, −log |mask row| (0 for an
-    empty row): the policy of Eq. 4 with all logits equal."""
-    index = gumbel_sample(tf.zeros(tf.shape(mask), tf.float32), mask, uniform=uniform)
-    count = tf.reduce_sum(tf.cast(mask, tf.float32), axis=1)
-    return index, -tf.math.log(tf.maximum(count, 1.0))
-
-
-def draw_noise(seed, rows, pool_size, batch_shape=()):
-    """Uniform [*batch_shape, rows, P] floats in [0, 1) for :meth:`SamplerNetwork.select`:
-    one philox draw (each stateless draw is a costly XLA kernel to compile)."""
-    return samplers_base.uniform01(list(batch_shape) + [rows, pool_size], seed)
-
-
-def cheap_features(x, input_size=7):
-    """The DSN's input: ``x`` [P, H, W, C] averaged over ``f × f`` blocks with
-    f = max(1, floor(max(H, W) / input_size)), then flattened; other ranks are flattened."""
-    x = tf.convert_to_tensor(x)
-    if not x.dtype.is_floating:
-        x = tf.cast(x, tf.float32)
-    if x.shape.rank == 4 and input_size:
-        factor = max(1, int(max(x.shape[1], x.shape[2])) // int(input_size))
-        if factor > 1:
-            x = tf.nn.avg_pool2d(x, ksize=factor, strides=factor, padding="SAME")
-    return tf.reshape(x, [tf.shape(x)[0], -1])
-
-
-def feature_dim(input_shape, input_size=7):
-    """Length of :func:`cheap_features` for one example of shape ``input_shape`` (no batch axis)."""
-    shape = [int(d) for d in input_shape]
-    if len(shape) == 3 and input_size:
-        factor = max(1, max(shape[0], shape[1]) // int(input_size))
-        shape = [-(-shape[0] // factor), -(-shape[1] // factor), shape[2]]
-    size = 1
-    for d in shape:
-        size *= d
-    return size
-
-
-def _pair(u, v):
-    """[h_i ⊙ h_j, |h_i − h_j|] for u [M, w] and v [P, w] -> [M, P, 2w]."""
-    u, v = u[:, None, :], v[None, :, :]
-    return tf.concat([u * v, tf.abs(u - v)], axis=-1)
-
-
-def _check_int(value, name, owner, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}.")
-    return value
-
-
-#: The DSN trunks (module docstring): the paper's convolutional one on the raw images, and
-#: an MLP on area-averaged pixels.
-TRUNKS = ("mlp", "conv")
-
-
-class SamplerNetwork(keras.layers.Layer):
-    """Shared parts of the DSN: the input, the trunk and pairwise heads.
-
-    Args:
-      width: units of the trunk's output and of the heads' hidden layer.
-      depth: layers of the trunk (≥ 1): Dense-ReLU layers (``"mlp"``) or
-        convolution + pooling blocks (``"conv"``).
-      input_size: downsampling target of :func:`cheap_features` (0: no
-        downsampling); the ``"mlp"`` trunk's input only (the ``"conv"`` trunk
-        reads the raw images).
-      trunk: ``"mlp"`` or ``"conv"`` (Duan §3.2; see the module docstring).
-      channels: filters of each convolution of the ``"conv"`` trunk.
-      seed: seed of the weight initialisers (``None``: Keras' global seed).
-    """
-
-    kind = None
-    heads = ()
-
-    @staticmethod
-    def noise_rows(num):
-        """Rows of uniform noise :meth:`select` needs for ``num`` tuples."""
-        raise NotImplementedError
-
-    def __init__(self, width=64, depth=2, input_size=7, trunk="mlp", channels=32, seed=None, **kwargs):
-        super().__init__(**kwargs)
-        owner = type(self).__name__
-        self.width = _check_int(width, "width", owner)
-        self.depth = _check_int(depth, "depth", owner)
-        self.input_size = _check_int(input_size, "input_size", owner, minimum=0)
-        self.channels = _check_int(channels, "channels", owner)
-        if trunk not in TRUNKS:
-            raise ValueError(f"{owner}: unknown trunk {trunk!r}; choose one of {', '.join(TRUNKS)}.")
-        self.trunk_kind = trunk
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"{owner}: seed must be an int or None, got {seed!r}.")
-        self.seed = seed
-        counter = iter(range(1000))
-
-        def init():
-            return keras.initializers.GlorotUniform(
-                seed=None if seed is None else seed * 1000 + next(counter)
-            )
-
-        dtype = self.dtype_policy
-        if trunk == "conv":
-            self.trunk = []
-            for i in range(depth):
-                self.trunk.append(keras.layers.Conv2D(
-                    channels, 3, padding="same", activation="relu", kernel_initializer=init(),
-                    dtype=dtype, name=f"trunk_conv{i}"))
-                self.trunk.append(keras.layers.MaxPooling2D(2, padding="same", dtype=dtype,
-                                                            name=f"trunk_pool{i}"))
-            self.trunk.append(keras.layers.Flatten(dtype=dtype, name="trunk_flatten"))
-            self.trunk.append(keras.layers.Dense(
-                width, activation="relu", kernel_initializer=init(), dtype=dtype, name="trunk_dense"))
-        else:
-            self.trunk = [
-                keras.layers.Dense(
-                    width, activation="relu", kernel_initializer=init(), dtype=dtype, name=f"trunk{i}"
-                )
-                for i in range(depth)
-            ]
-        # Flat list (hidden, logit, hidden, logit, ...) in the order of ``heads``.
-        self.head_layers = []
-        for head in self.heads:
-            self.head_layers.append(
-                keras.layers.Dense(width, activation="relu", kernel_initializer=init(), dtype=dtype,
-                                   name=f"{head}_hidden")
-            )
-            self.head_layers.append(
-                keras.layers.Dense(1, kernel_initializer=init(), dtype=dtype, name=f"{head}_logit")
-            )
-
-    # -- building ------------------------------------------------------------
-    def build(self, input_shape):
-        """``input_shape``: shape of the pool's *inputs* x, [P, ...]."""
-        example = tuple(input_shape)[1:]
-        if self.trunk_kind == "conv":
-            if len(example) != 3 or any(d is None for d in example):
-                raise ValueError(
-                    f"{type(self).__name__}: trunk='conv' reads images of a known shape [P, H, W, C]; "
-                    f"the pool's inputs have shape {tuple(input_shape)}. Use trunk='mlp' for other inputs."
-                )
-            shape = (None,) + tuple(int(d) for d in example)
-        else:
-            shape = (None, feature_dim(example, self.input_size))
-        for layer in self.trunk:
-            layer.build(shape)
-            shape = layer.compute_output_shape(shape)
-        for head in self.heads:
-            hidden, logit = self._head(head)
-            hidden.build((None, self.head_input_units(head)))
-            logit.build((None, self.width))
-        self.built = True
-
-    def head_input_units(self, head):
-        return 2 * self.width
-
-    # -- pieces --------------------------------------------------------------
-    def features(self, x):
-        """The DSN input of the pool, in the layer's dtype: the images (``"conv"``) or
-        :func:`cheap_features` (``"mlp"``)."""
-        if self.trunk_kind == "conv":
-            return tf.cast(x, self.compute_dtype)
-        return tf.cast(cheap_features(x, self.input_size), self.compute_dtype)
-
-    def embed(self, features):
-        """Trunk features h [P, width] of the pool (shared by all heads, Fig. 2a)."""
-        h = features
-        for layer in self.trunk:
-            h = layer(h)
-        return h
-
-    def _head(self, name):
-        i = self.heads.index(name)
-        return self.head_layers[2 * i], self.head_layers[2 * i + 1]
-
-    def head(self, name, pair_features):
-        """Logits H of Eq. 4 from [M, P, units] pair descriptions -> [M, P]."""
-        hidden, logit = self._head(name)
-        return tf.squeeze(logit(hidden(pair_features)), axis=-1)
-
-    def call(self, x):
-        """Trunk features of the pool inputs ``x`` (for building / inspection)."""
-        return self.embed(self.features(x))
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(width=self.width, depth=self.depth, input_size=self.input_size,
-                      trunk=self.trunk_kind, channels=self.channels, seed=self.seed)
-        return config
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -356,14 +94,14 @@ class TripletSamplerNetwork(SamplerNetwork):
         same = tf.cast(structure.same, h.dtype)
         class_mean = tf.matmul(same, h) / tf.cast(structure.count, h.dtype)[:, None]
         return (
-            self.head("positive", _pair(ha, h)),
-            self.head("negative_class", _pair(ha, class_mean)),
+            self.head("positive", pair_features(ha, h)),
+            self.head("negative_class", pair_features(ha, class_mean)),
         )
 
     def negative_logits(self, h, anchor, positive):
         """Logits [M, P] of the second network given anchor and positive (no masking)."""
         ha, hp = tf.gather(h, anchor), tf.gather(h, positive)
-        return self.head("negative", tf.concat([_pair(ha, h), _pair(hp, h)], axis=-1))
+        return self.head("negative", tf.concat([pair_features(ha, h), pair_features(hp, h)], axis=-1))
 
     @staticmethod
     def masks(structure, anchor, neg_class=None):
@@ -502,7 +240,7 @@ class NPairSamplerNetwork(SamplerNetwork):
         total = tf.reduce_sum(hg * weights, axis=0, keepdims=True)
         others = tf.maximum(tf.reduce_sum(weights) - weights, 1.0)
         context = (total - hg * weights) / others
-        return self.head("probe", tf.concat([_pair(hg, h), _pair(context, h)], axis=-1))
+        return self.head("probe", tf.concat([pair_features(hg, h), pair_features(context, h)], axis=-1))
 
     @staticmethod
     def mask(structure, gallery):

@@ -21,8 +21,14 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`BinomialDevianceLoss`   Yi et al. 2014; Ustinova & Lempitsky 2016 §4
 :class:`MultiSimilarityLoss`    Wang et al. 2019, L_MS with its pair mining
 :class:`CircleLoss`             Sun et al. 2020, Eq. 6 with Eq. 5 / 8 (pairs)
+:class:`FacilityLocationLoss`   Song et al. 2017 §3.1–3.4 (clustering, NMI margin)
 :class:`ProxyNCALoss`           Movshovitz-Attias et al. 2017 §3 (proxies)
 :class:`ProxyAnchorLoss`        Kim et al. 2020 Eq. 4 (proxies)
+:class:`WeightedSumLoss`        Σ_t w_t L_t: several losses on one batch (PML's MultipleLosses)
+:class:`NTXentLoss`             Chen et al. 2020 Eq. 1 (SimCLR; two views)
+:class:`SupConLoss`             Khosla et al. 2020 Eq. 2, L^sup_out
+:class:`VICRegLoss`             Bardes et al. 2022 §3.1 (two views)
+:class:`BarlowTwinsLoss`        Zbontar et al. 2021 Eq. 1 (two views)
 :class:`NormalizedSoftmaxLoss`  Zhai & Wu 2019 §3 (class weights)
 :class:`CosFaceLoss`            Wang et al. 2018 Eq. 4 (class weights)
 :class:`ArcFaceLoss`            Deng et al. 2019 Eq. 3 (class weights)
@@ -37,18 +43,21 @@ import keras
 from tfdml import registry
 from tfdml.losses.angular import AngularLoss
 from tfdml.losses.balanced_contrastive import BalancedContrastiveLoss
+from tfdml.losses.barlow_twins import BarlowTwinsLoss
 from tfdml.losses.base import MetricLoss, SeedState, select_pairs, triplets_to_pairs
 from tfdml.losses.input_checks import InputCheck
 from tfdml.losses.binomial_deviance import BinomialDevianceLoss
 from tfdml.losses.circle import CircleLoss
 from tfdml.losses.classification import ArcFaceLoss, CosFaceLoss, NormalizedSoftmaxLoss, SubCenterArcFaceLoss
 from tfdml.losses.contrastive import ContrastiveLoss
+from tfdml.losses.facility_location import FacilityLocationLoss
 from tfdml.losses.fast_ap import FastAPLoss
 from tfdml.losses.histogram import HistogramLoss
 from tfdml.losses.lifted_structured import LiftedStructuredLoss
 from tfdml.losses.margin import MarginLoss, MarginParameters
 from tfdml.losses.multi_similarity import MultiSimilarityLoss
 from tfdml.losses.npair import NPairLoss
+from tfdml.losses.nt_xent import NTXentLoss
 from tfdml.losses.precision_at_k import PrecisionAtKLoss
 from tfdml.losses.proxies import Proxies
 from tfdml.losses.proxy_anchor import ProxyAnchorLoss
@@ -57,8 +66,11 @@ from tfdml.losses.reductions import REDUCTIONS, reduce_tuples
 from tfdml.losses.robust_hard_contrastive import RobustHardContrastiveLoss
 from tfdml.losses.soft_triple import SoftTripleLoss
 from tfdml.losses.stable_contrast import StableContrastLoss
+from tfdml.losses.supcon import SupConLoss
 from tfdml.losses.triplet import TripletLoss
+from tfdml.losses.vicreg import VICRegLoss
 from tfdml.losses.weighted_contrastive import WeightedContrastiveLoss
+from tfdml.losses.weighted_sum import WeightedSumLoss
 
 
 def _check_loss_class(name, cls):
@@ -85,8 +97,13 @@ LOSSES.update({
     "binomial_deviance": BinomialDevianceLoss,
     "multi_similarity": MultiSimilarityLoss,
     "circle": CircleLoss,
+    "facility_location": FacilityLocationLoss,
     "proxy_nca": ProxyNCALoss,
     "proxy_anchor": ProxyAnchorLoss,
+    "nt_xent": NTXentLoss,
+    "supcon": SupConLoss,
+    "vicreg": VICRegLoss,
+    "barlow_twins": BarlowTwinsLoss,
     "normalized_softmax": NormalizedSoftmaxLoss,
     "cosface": CosFaceLoss,
     "arcface": ArcFaceLoss,
@@ -123,10 +140,12 @@ __all__ = [
     "AngularLoss",
     "ArcFaceLoss",
     "BalancedContrastiveLoss",
+    "BarlowTwinsLoss",
     "BinomialDevianceLoss",
     "CircleLoss",
     "ContrastiveLoss",
     "CosFaceLoss",
+    "FacilityLocationLoss",
     "FastAPLoss",
     "HistogramLoss",
     "InputCheck",
@@ -137,6 +156,7 @@ __all__ = [
     "MetricLoss",
     "MultiSimilarityLoss",
     "NPairLoss",
+    "NTXentLoss",
     "NormalizedSoftmaxLoss",
     "PrecisionAtKLoss",
     "Proxies",
@@ -148,8 +168,11 @@ __all__ = [
     "SoftTripleLoss",
     "StableContrastLoss",
     "SubCenterArcFaceLoss",
+    "SupConLoss",
     "TripletLoss",
+    "VICRegLoss",
     "WeightedContrastiveLoss",
+    "WeightedSumLoss",
     "get",
     "reduce_tuples",
     "register",

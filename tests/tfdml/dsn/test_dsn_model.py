@@ -83,7 +83,7 @@ def pools():
     return _pools()
 
 
-@pytest.mark.parametrize("trunk", dsn.policy.TRUNKS)
+@pytest.mark.parametrize("trunk", dsn.network.TRUNKS)
 def test_fit_runs_algorithm_1_with_xla(pools, trunk):
     """One fit step = K DSN updates (lines 4–9) and one embedding update (line 10);
     both networks change; jit_compile=True (an MLP encoder keeps the XLA compile short);

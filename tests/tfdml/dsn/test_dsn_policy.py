@@ -19,14 +19,14 @@ def pool():
 
 
 # Every selection test runs with both trunks (the paper's conv network on the images, and the MLP).
-@pytest.fixture(scope="module", params=dsn.policy.TRUNKS)
+@pytest.fixture(scope="module", params=dsn.network.TRUNKS)
 def triplet_net(pool, request):
     net = dsn.TripletSamplerNetwork(width=8, depth=1, input_size=3, trunk=request.param, channels=4, seed=0)
     net.build(pool.shape)
     return net
 
 
-@pytest.fixture(scope="module", params=dsn.policy.TRUNKS)
+@pytest.fixture(scope="module", params=dsn.network.TRUNKS)
 def npair_net(pool, request):
     net = dsn.NPairSamplerNetwork(width=8, depth=1, input_size=3, trunk=request.param, channels=4, seed=0)
     net.build(pool.shape)
@@ -122,7 +122,7 @@ def test_npair_selection_is_valid_and_follows_the_policy(npair_net, pool, dsnref
     logits = npair_net.logits(h, structure, gallery, valid).numpy()
     reps = 4000
     mask = np.tile(npair_net.mask(structure, gallery).numpy(), (reps, 1))
-    draws = dsn.policy.gumbel_sample(tf.constant(np.tile(logits, (reps, 1))), mask, tf.constant([5, 9]))
+    draws = dsn.pool.gumbel_sample(tf.constant(np.tile(logits, (reps, 1))), mask, tf.constant([5, 9]))
     draws = draws.numpy().reshape(reps, 3)
     for i, gi in enumerate(gallery.numpy()):
         cand = (LABELS == LABELS[gi]) & (np.arange(len(LABELS)) != gi)
@@ -195,7 +195,7 @@ def test_the_uniform_policy_s_triplets_and_their_log_probabilities(triplet_net, 
     sizes = {c: int(np.sum(LABELS == c)) for c in np.unique(LABELS)}
     seen = {}
     for i in range(60):
-        noise = dsn.policy.draw_noise(tf.constant([i, 3]), triplet_net.uniform_noise_rows(30), len(LABELS))
+        noise = dsn.pool.draw_noise(tf.constant([i, 3]), triplet_net.uniform_noise_rows(30), len(LABELS))
         u = triplet_net.uniform_choice(LABELS, choice, noise)
         a, p, n, lp = (t.numpy() for t in (u.anchor, u.positive, u.negative, u.log_prob))
         np.testing.assert_array_equal(a, choice.anchor.numpy())
@@ -214,7 +214,7 @@ def test_the_uniform_policy_s_triplets_and_their_log_probabilities(triplet_net, 
 def test_the_uniform_policy_s_probes(npair_net, pool):
     features = npair_net.features(pool)
     choice = npair_net.select(features, LABELS, 5, tf.constant([0, 1]))
-    noise = dsn.policy.draw_noise(tf.constant([4, 4]), npair_net.uniform_noise_rows(5), len(LABELS))
+    noise = dsn.pool.draw_noise(tf.constant([4, 4]), npair_net.uniform_noise_rows(5), len(LABELS))
     u = npair_net.uniform_choice(LABELS, choice, noise)
     g, pr, lp, mask = (t.numpy() for t in (u.gallery, u.probe, u.log_prob, u.mask))
     np.testing.assert_array_equal(mask, choice.mask.numpy())

@@ -88,6 +88,18 @@ def cases(num_classes, dim=128):
         ("SupCon (Khosla 2020 Eq. 2)", "two views", lambda: losses.SupConLoss()),
         ("VICReg (Bardes 2022)", "two views", lambda: losses.VICRegLoss()),
         ("Barlow Twins (Zbontar 2021 Eq. 1)", "two views", lambda: losses.BarlowTwinsLoss()),
+        ("DDML (Hu 2014)", "all pairs", lambda: losses.DDMLLoss()),
+        ("normalized softmax (Zhai & Wu 2019)", "class weights",
+         lambda: losses.NormalizedSoftmaxLoss(num_classes=num_classes, embedding_dim=dim, seed=1)),
+        ("CosFace (Wang 2018 Eq. 4)", "class weights",
+         lambda: losses.CosFaceLoss(num_classes=num_classes, embedding_dim=dim, seed=1)),
+        ("ArcFace (Deng 2019 Eq. 3)", "class weights",
+         lambda: losses.ArcFaceLoss(num_classes=num_classes, embedding_dim=dim, seed=1)),
+        ("sub-center ArcFace (Deng 2020)", "class weights",
+         lambda: losses.SubCenterArcFaceLoss(num_classes=num_classes, embedding_dim=dim, seed=1)),
+        ("SoftTriple (Qian 2019)", "class weights",
+         lambda: losses.SoftTripleLoss(num_classes=num_classes, embedding_dim=dim, seed=1)),
+        ("FastAP (Cakir 2019)", "all queries", lambda: losses.FastAPLoss()),
     ]
     return out
 

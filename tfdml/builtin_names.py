@@ -20,7 +20,8 @@ No imports (not even tfdml's other modules). Metric names are in
 LOSSES = ("contrastive", "triplet", "margin", "weighted_contrastive", "balanced_contrastive", "npair",
           "precision_at_k", "stable_contrast", "robust_hard_contrastive", "histogram", "angular",
           "lifted_structured", "binomial_deviance", "multi_similarity", "circle", "facility_location",
-          "ddml", "proxy_nca", "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins")
+          "ddml", "proxy_nca", "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins", "normalized_softmax",
+          "cosface", "arcface", "sub_center_arcface", "soft_triple", "fast_ap")
 
 #: :data:`tfdml.samplers.SAMPLERS`.
 SAMPLERS = ("all", "random", "random_triplets", "semi_hard", "hard", "distance_weighted", "top_k",
@@ -92,14 +93,29 @@ LOSS_OPTIONS = {
     "ddml": ("tau", "beta", "distance", "sampler", "seed", "tuple_reduction", "name", "reduction", "dtype",
              "importance", "memory"),
     "proxy_nca": ("num_classes", "embedding_dim", "embedding_scale", "proxy_scale", "proxy_lr_multiplier",
-                  "seed", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+                  "seed", "centers_per_class", "distance", "tuple_reduction", "name", "reduction", "dtype",
+                  "memory"),
     "proxy_anchor": ("num_classes", "embedding_dim", "alpha", "delta", "proxy_lr_multiplier", "seed",
-                     "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+                     "centers_per_class", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
     "nt_xent": ("temperature", "seed", "tuple_reduction", "name", "reduction", "dtype", "memory"),
     "supcon": ("temperature", "seed", "tuple_reduction", "name", "reduction", "dtype", "memory"),
     "vicreg": ("lam", "mu", "nu", "gamma", "epsilon", "seed", "tuple_reduction", "name", "reduction", "dtype",
                "memory"),
     "barlow_twins": ("lam", "seed", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "normalized_softmax": ("num_classes", "embedding_dim", "temperature", "proxy_lr_multiplier", "seed",
+                           "centers_per_class", "distance", "tuple_reduction", "name", "reduction", "dtype",
+                           "memory"),
+    "cosface": ("num_classes", "embedding_dim", "scale", "margin", "proxy_lr_multiplier", "seed",
+                "centers_per_class", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "arcface": ("num_classes", "embedding_dim", "scale", "margin", "proxy_lr_multiplier", "seed",
+                "centers_per_class", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "sub_center_arcface": ("num_classes", "embedding_dim", "centers_per_class", "scale", "margin",
+                           "proxy_lr_multiplier", "seed", "distance", "tuple_reduction", "name", "reduction",
+                           "dtype", "memory"),
+    "soft_triple": ("num_classes", "embedding_dim", "centers_per_class", "la", "gamma", "margin", "tau",
+                    "proxy_lr_multiplier", "seed", "distance", "tuple_reduction", "name", "reduction", "dtype",
+                    "memory"),
+    "fast_ap": ("num_bins", "distance", "seed", "tuple_reduction", "name", "reduction", "dtype", "memory"),
 }
 
 #: Each loss of :data:`LOSSES` → what a config's sampler checks read of its class
@@ -156,6 +172,18 @@ LOSS_SAMPLING = {
              "distance": None, "takes_distance": False},
     "barlow_twins": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,
                    "distance": None, "takes_distance": False},
+    "normalized_softmax": {"kinds": (), "takes_sampler": False, "required": False, "default": None,
+                          "learned": False, "distance": None, "takes_distance": False},
+    "cosface": {"kinds": (), "takes_sampler": False, "required": False, "default": None,
+               "learned": False, "distance": None, "takes_distance": False},
+    "arcface": {"kinds": (), "takes_sampler": False, "required": False, "default": None,
+               "learned": False, "distance": None, "takes_distance": False},
+    "sub_center_arcface": {"kinds": (), "takes_sampler": False, "required": False, "default": None,
+                          "learned": False, "distance": None, "takes_distance": False},
+    "soft_triple": {"kinds": (), "takes_sampler": False, "required": False, "default": None,
+                   "learned": False, "distance": None, "takes_distance": False},
+    "fast_ap": {"kinds": (), "takes_sampler": False, "required": False, "default": None,
+               "learned": False, "distance": None, "takes_distance": False},
 }
 
 #: Each sampler of :data:`SAMPLERS` → what a config's sampler checks read of its class

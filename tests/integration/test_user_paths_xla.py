@@ -64,6 +64,11 @@ REQUIRED = {
     "margin": {"num_classes": NUM_CLASSES},
     "proxy_nca": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
     "proxy_anchor": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
+    "normalized_softmax": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
+    "cosface": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
+    "arcface": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
+    "sub_center_arcface": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
+    "soft_triple": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
 }
 
 

@@ -25,6 +25,10 @@ def _loss(name):
         return losses.AngularLoss(combine_npair=True)
     if name == "proxy_anchor":  # the proxies' gradient too; α = 1 keeps gradients O(1) for atol
         return losses.ProxyAnchorLoss(num_classes=4, embedding_dim=8, alpha=1.0, seed=2)
+    if name == "soft_triple":  # K = 2 centres per class; λ = 4 keeps gradients O(1) for atol
+        return losses.SoftTripleLoss(num_classes=4, embedding_dim=8, centers_per_class=2, la=4.0, seed=2)
+    if name == "fast_ap":  # each query's AP over the global batch
+        return losses.FastAPLoss()
     if name == "multi_similarity":  # Wang et al.'s mining compares pairs across the global batch
         return losses.MultiSimilarityLoss(lam=0.5)
     if name == "circle":  # every anchor against the pairs of the global batch; γ = 4 keeps gradients O(1)
@@ -66,7 +70,8 @@ def test_fit_mirrored_equals_single_device(loss_name, mirrored_strategy):
 
 
 @pytest.mark.parametrize("loss_name", ["margin_dws", "triplet_semi_hard", "histogram", "angular_npair",
-                                       "multi_similarity", "circle", "proxy_anchor"])
+                                       "multi_similarity", "circle", "proxy_anchor", "soft_triple",
+                                       "fast_ap"])
 def test_first_step_gradients_equal(loss_name, mirrored_strategy):
     """The gradient of the global-batch loss, one device vs two replicas."""
     x, y = next(iter(_data()))

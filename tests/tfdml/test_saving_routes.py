@@ -30,6 +30,8 @@ LOSSES = {
     # β0, β_class, the distance-weighted sampler's seed stream and a memory without embedding_dim
     "margin_memory": lambda: losses.MarginLoss(num_classes=CLASSES, seed=3, memory={"size": 12}),
     "proxy_anchor": lambda: losses.ProxyAnchorLoss(num_classes=CLASSES, embedding_dim=D, seed=3),
+    # K = 2 centres per class: the class weights of the classification family
+    "soft_triple": lambda: losses.SoftTripleLoss(num_classes=CLASSES, embedding_dim=D, centers_per_class=2, seed=3),
     "triplet_memory": lambda: losses.TripletLoss(sampler="semi_hard", memory={"size": 12}),
 }
 

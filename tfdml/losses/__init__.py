@@ -30,6 +30,12 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`SupConLoss`             Khosla et al. 2020 Eq. 2, L^sup_out
 :class:`VICRegLoss`             Bardes et al. 2022 §3.1 (two views)
 :class:`BarlowTwinsLoss`        Zbontar et al. 2021 Eq. 1 (two views)
+:class:`NormalizedSoftmaxLoss`  Zhai & Wu 2019 §3 (class weights)
+:class:`CosFaceLoss`            Wang et al. 2018 Eq. 4 (class weights)
+:class:`ArcFaceLoss`            Deng et al. 2019 Eq. 3 (class weights)
+:class:`SubCenterArcFaceLoss`   Deng et al. 2020 §3, K sub-centres (class weights)
+:class:`SoftTripleLoss`         Qian et al. 2019 §3, K centres (class weights)
+:class:`FastAPLoss`             Cakir et al. 2019 §3, histogram-binned AP
 ==============================  ==============================================
 """
 
@@ -45,9 +51,11 @@ from tfdml.losses.seeds import SeedState
 from tfdml.input_checks import InputCheck
 from tfdml.losses.binomial_deviance import BinomialDevianceLoss
 from tfdml.losses.circle import CircleLoss
+from tfdml.losses.classification import ArcFaceLoss, CosFaceLoss, NormalizedSoftmaxLoss, SubCenterArcFaceLoss
 from tfdml.losses.contrastive import ContrastiveLoss
 from tfdml.losses.ddml import DDMLLoss
 from tfdml.losses.facility_location import FacilityLocationLoss
+from tfdml.losses.fast_ap import FastAPLoss
 from tfdml.losses.histogram import HistogramLoss
 from tfdml.losses.lifted_structured import LiftedStructuredLoss
 from tfdml.losses.margin import MarginLoss, MarginParameters
@@ -60,6 +68,7 @@ from tfdml.losses.proxy_anchor import ProxyAnchorLoss
 from tfdml.losses.proxy_nca import ProxyNCALoss
 from tfdml.losses.reductions import REDUCTIONS, reduce_tuples
 from tfdml.losses.robust_hard_contrastive import RobustHardContrastiveLoss
+from tfdml.losses.soft_triple import SoftTripleLoss
 from tfdml.losses.stable_contrast import StableContrastLoss
 from tfdml.losses.supcon import SupConLoss
 from tfdml.losses.triplet import TripletLoss
@@ -100,6 +109,12 @@ LOSSES.update({
     "supcon": SupConLoss,
     "vicreg": VICRegLoss,
     "barlow_twins": BarlowTwinsLoss,
+    "normalized_softmax": NormalizedSoftmaxLoss,
+    "cosface": CosFaceLoss,
+    "arcface": ArcFaceLoss,
+    "sub_center_arcface": SubCenterArcFaceLoss,
+    "soft_triple": SoftTripleLoss,
+    "fast_ap": FastAPLoss,
 })
 
 
@@ -128,13 +143,16 @@ def get(identifier, **kwargs):
 
 __all__ = [
     "AngularLoss",
+    "ArcFaceLoss",
     "BalancedContrastiveLoss",
     "BarlowTwinsLoss",
     "BinomialDevianceLoss",
     "CircleLoss",
     "ContrastiveLoss",
+    "CosFaceLoss",
     "DDMLLoss",
     "FacilityLocationLoss",
+    "FastAPLoss",
     "HistogramLoss",
     "InputCheck",
     "LOSSES",
@@ -145,6 +163,7 @@ __all__ = [
     "MultiSimilarityLoss",
     "NPairLoss",
     "NTXentLoss",
+    "NormalizedSoftmaxLoss",
     "PrecisionAtKLoss",
     "Proxies",
     "ProxyAnchorLoss",
@@ -152,7 +171,9 @@ __all__ = [
     "REDUCTIONS",
     "RobustHardContrastiveLoss",
     "SeedState",
+    "SoftTripleLoss",
     "StableContrastLoss",
+    "SubCenterArcFaceLoss",
     "SupConLoss",
     "TripletLoss",
     "VICRegLoss",

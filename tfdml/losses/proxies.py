@@ -1,13 +1,18 @@
-"""What the proxy losses share: one learned proxy per training class.
+"""What the losses with learned class vectors share: one (or K) learned vectors per
+training class, called proxies (ProxyNCA, Proxy-Anchor), class weights (normalized
+softmax, CosFace, ArcFace) or centres (sub-center ArcFace, SoftTriple); one mechanism
+for all of them.
 
-* :class:`Proxies`: the Keras layer holding the [num_classes, embedding_dim]
-  proxy variable. A proxy loss lists it in ``parameter_layers``, so
+* :class:`Proxies`: the Keras layer holding the [num_classes · K, embedding_dim]
+  variable (K = ``centers_per_class``; row c·K + k is the k-th vector of class c). A
+  loss lists it in ``parameter_layers``, so
   :class:`tfdml.models.EmbeddingModel` tracks it: the optimizer trains it, and
   ``model.keras``, checkpoints and backups save and restore it. It is not part
   of the encoder, so evaluation and exports (``model.export``, ``saved_model/``,
   the lookup) never see it.
-* :class:`ProxyLoss`: the base of :class:`~tfdml.losses.ProxyNCALoss` and
-  :class:`~tfdml.losses.ProxyAnchorLoss`: ``num_classes`` (the classes of the
+* :class:`ProxyLoss`: the base of these losses (:class:`~tfdml.losses.ProxyNCALoss`,
+  :class:`~tfdml.losses.ProxyAnchorLoss`, :mod:`tfdml.losses.classification`,
+  :class:`~tfdml.losses.SoftTripleLoss`): ``num_classes`` (the classes of the
   training split, which ``train.py`` fills in) and ``embedding_dim`` (the
   config's ``model.embedding_dim``) size the proxies; the batch's ``label``
   column (contiguous 0..L−1, :mod:`tfdml.targets`) indexes them, checked by an
@@ -34,7 +39,8 @@ from tfdml import input_checks
 from tfdml.losses import arguments, base
 
 
-def _check_size(name, value, minimum, what):
+def check_size(name, value, minimum, what):
+    """``value`` as an int if it is one >= ``minimum``, else a ValueError naming ``what`` it counts."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum} ({what}), got {value!r}.")
     return int(value)
@@ -42,19 +48,22 @@ def _check_size(name, value, minimum, what):
 
 @keras.saving.register_keras_serializable(package="tfdml")
 class Proxies(keras.layers.Layer):
-    """One trainable proxy per class: ``proxies`` of shape [num_classes, embedding_dim],
-    created (and the layer built) in ``__init__``, drawn from N(0, ``stddev``²) with
-    ``seed``. The losses normalise proxies, so ``stddev`` only sets their initial norm
-    (and with it the initial size of a step relative to the proxy)."""
+    """``centers_per_class`` (K) trainable vectors per class: ``proxies`` of shape
+    [num_classes · K, embedding_dim] (row c·K + k: the k-th vector of class c), created
+    (and the layer built) in ``__init__``, drawn from N(0, ``stddev``²) with ``seed``.
+    The losses normalise them, so ``stddev`` only sets their initial norm (and with it
+    the initial size of a step relative to the vector)."""
 
-    def __init__(self, num_classes, embedding_dim, stddev=1.0, seed=None, **kwargs):
+    def __init__(self, num_classes, embedding_dim, stddev=1.0, seed=None, centers_per_class=1, **kwargs):
         super().__init__(**kwargs)
-        self.num_classes = _check_size("num_classes", num_classes, 1, "the classes of the training split")
-        self.embedding_dim = _check_size("embedding_dim", embedding_dim, 1, "the size of an embedding")
+        self.num_classes = check_size("num_classes", num_classes, 1, "the classes of the training split")
+        self.embedding_dim = check_size("embedding_dim", embedding_dim, 1, "the size of an embedding")
+        self.centers_per_class = check_size("centers_per_class", centers_per_class, 1,
+                                             "the vectors learned per class")
         self.stddev = arguments.check_positive("stddev", stddev)
         self.seed = seed
         self.proxies = self.add_weight(
-            name="proxies", shape=(self.num_classes, self.embedding_dim),
+            name="proxies", shape=(self.num_classes * self.centers_per_class, self.embedding_dim),
             initializer=keras.initializers.RandomNormal(stddev=self.stddev, seed=seed))
         self.built = True
 
@@ -68,7 +77,7 @@ class Proxies(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(num_classes=self.num_classes, embedding_dim=self.embedding_dim,
-                      stddev=self.stddev, seed=self.seed)
+                      stddev=self.stddev, seed=self.seed, centers_per_class=self.centers_per_class)
         return config
 
 
@@ -94,8 +103,9 @@ def masked_log_sum_exp(logits, mask, axis):
 
 
 class ProxyLoss(base.MetricLoss):
-    """Base of the proxy losses (not registered). Subclasses set ``proxy_stddev(num_classes,
-    embedding_dim)`` (the papers' initialisation) and implement ``compute``.
+    """Base of the losses with learned class vectors (not registered). Subclasses set
+    ``proxy_stddev(num_classes, embedding_dim)`` (the papers' initialisation) and implement
+    ``compute``; one with several vectors per class passes ``centers_per_class``.
 
     Args:
       num_classes: classes of the training split (labels 0..num_classes−1); ``train.py``
@@ -104,6 +114,8 @@ class ProxyLoss(base.MetricLoss):
       proxy_lr_multiplier: learning rate of the proxies ÷ that of the network (> 0),
         exposed as :attr:`lr_multipliers`.
       seed: seed of the proxies' initialisation (``train.py`` passes the run's seed).
+      centers_per_class: K >= 1 vectors per class, for the losses whose
+        ``multiple_centers`` is True (the others refuse K != 1).
       **kwargs: ``tuple_reduction``, ``name``, ``reduction``, ``dtype`` of
         :class:`~tfdml.losses.base.MetricLoss`.
 
@@ -114,8 +126,11 @@ class ProxyLoss(base.MetricLoss):
 
     takes_distance = False
     min_classes = 1
+    #: True for the losses that learn several vectors per class (``centers_per_class``).
+    multiple_centers = False
 
-    def __init__(self, num_classes=None, embedding_dim=None, proxy_lr_multiplier=1.0, seed=None, **kwargs):
+    def __init__(self, num_classes=None, embedding_dim=None, proxy_lr_multiplier=1.0, seed=None,
+                 centers_per_class=1, **kwargs):
         owner = type(self).__name__
         if "distance" in kwargs:
             raise ValueError(f"{owner} fixes its own comparison of embeddings and proxies and takes no "
@@ -134,14 +149,18 @@ class ProxyLoss(base.MetricLoss):
             raise ValueError(f"{owner} learns one proxy per training class and needs num_classes (the "
                              "classes of the training split) and embedding_dim (the size of an "
                              "embedding); train.py passes both.")
-        num_classes = _check_size("num_classes", num_classes, self.min_classes,
+        num_classes = check_size("num_classes", num_classes, self.min_classes,
                                   "the classes of the training split")
+        if centers_per_class != 1 and not self.multiple_centers:
+            raise ValueError(f"{owner} learns one vector per class; remove centers_per_class="
+                             f"{centers_per_class!r} (sub_center_arcface and soft_triple learn several).")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be an int or None, got {seed!r}.")
         self.proxy_lr_multiplier = arguments.check_positive("proxy_lr_multiplier", proxy_lr_multiplier)
         self.proxy_layer = Proxies(num_classes, embedding_dim,
                                    stddev=self.proxy_stddev(num_classes, embedding_dim),
-                                   seed=seed, name=f"{self.name}_proxies")
+                                   seed=seed, centers_per_class=centers_per_class,
+                                   name=f"{self.name}_proxies")
 
     @staticmethod
     def proxy_stddev(num_classes, embedding_dim):
@@ -154,6 +173,10 @@ class ProxyLoss(base.MetricLoss):
     @property
     def embedding_dim(self):
         return self.proxy_layer.embedding_dim
+
+    @property
+    def centers_per_class(self):
+        return self.proxy_layer.centers_per_class
 
     @property
     def parameter_layers(self):
@@ -171,7 +194,7 @@ class ProxyLoss(base.MetricLoss):
 
     def labels_and_proxies(self, targets, embeddings):
         """The [B] int32 labels (already checked and cleaned by :meth:`call`) and the
-        [C, d] proxies in the embeddings' dtype."""
+        [C·K, d] proxies in the embeddings' dtype."""
         if embeddings.shape[-1] is not None and embeddings.shape[-1] != self.embedding_dim:
             raise ValueError(f"{type(self).__name__} has proxies of size embedding_dim="
                              f"{self.embedding_dim}, but the embeddings have size {embeddings.shape[-1]}; "
@@ -183,6 +206,8 @@ class ProxyLoss(base.MetricLoss):
         config = super().get_config()
         config.update(num_classes=self.num_classes, embedding_dim=self.embedding_dim,
                       proxy_lr_multiplier=self.proxy_lr_multiplier, seed=self.seed)
+        if self.multiple_centers:
+            config.update(centers_per_class=self.centers_per_class)
         return config
 
 

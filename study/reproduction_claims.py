@@ -1,5 +1,7 @@
-"""Every claim of the four papers the reproduction study reads, and the memory claims of Wang
-et al. 2020 (XBM), run or not, as data.
+"""Every table and figure claim of the five seed papers the reproduction study reads (Wu et al.
+2017, Hong et al., Lu et al. 2019, Duan et al. 2019 and the "Deep Embeddings" draft), and the
+memory claims of Wang et al. 2020 (XBM), run or not, as data. A figure that illustrates and claims
+nothing is listed in :data:`ILLUSTRATIONS` instead.
 
 One row per claim: the paper, its figure or table, the claim in the paper's
 terms, and either the **checks** that test it (run by the experiment
@@ -19,19 +21,29 @@ subject is not retrieval names one, the training figure its experiment records
 claim is judged on MAP@R.
 
 ``protocol`` says how the paper ran it and how this study did, where they
-differ in a way that bears on the verdict.
+differ in a way that bears on the verdict (a budget with a protocol of its own, ``wu_scratch``,
+shows its own instead). ``caveat``: where the checks themselves differ from the paper's
+comparison (a sampler that is not the paper's, arms at different tuple counts), shown with the
+claim under every budget.
 """
 
-WU, HONG, LU, DUAN, XBM = ("Wu et al. 2017", "Hong et al.", "Lu et al. 2019", "Duan et al. 2019",
-                          "Wang et al. 2020")
+WU, HONG, LU, DUAN, DRAFT, XBM = ("Wu et al. 2017", "Hong et al.", "Lu et al. 2019", "Duan et al. 2019",
+                                 "Deep Embeddings (draft)", "Wang et al. 2020")
 
-_WU_PROTOCOL = ("Wu: SOP, from scratch, 100 epochs, the best epoch reported (§5.2); here: 2,000 steps, "
+_WU_PROTOCOL = ("Wu: SOP, from scratch, 100 epochs, the best epoch reported (§5.1); here: 2,000 steps, "
                 "about 1 epoch of the kanji set (0.5 at batch 40, 1.6 at 120), the final step")
 
 
 _XBM_PROTOCOL = ("Wang et al.: SOP, In-shop, VehicleID, ImageNet-pretrained, memory sizes up to the training "
                  "split, warm-up of 1k iterations; here: from scratch, the (4, 16)-group design (B = 64), "
                  "memory 256 and 1,024 embeddings, the memory off for the first quarter of the steps")
+
+
+_PRETRAINED = "needs the ImageNet-pretrained backbone arms (none is run yet)"
+
+_SEMI_HARD_PAIRS = ("the semi-hard arms of the pair losses (contrastive, margin) bound each negative by "
+                    "the distance D_ap of a positive pair, the triplet rule (tfdml/samplers/semi_hard.py); "
+                    "Wu bound it by a fixed 0.5 for pair losses (§5.1)")
 
 
 def _b(arm, batch):
@@ -45,18 +57,18 @@ CLAIMS = [
      "checks": [("contrastive-semi_hard-b80", "contrastive-random-b80"),
                 ("contrastive-dw-b80", "contrastive-random-b80"),
                 ("margin-semi_hard-b80", "margin-random-b80")],
-     "protocol": _WU_PROTOCOL},
+     "protocol": _WU_PROTOCOL, "caveat": _SEMI_HARD_PAIRS},
     {"id": "wu_t1_b", "paper": WU, "where": "Table 1 (b)", "experiment": "wu_sampling",
      "claim": "distance weighted sampling beats semi-hard (triplet ℓ2², triplet ℓ2, margin) and random "
               "(margin)",
      "checks": [("triplet_sq-dw-b80", "triplet_sq-semi_hard-b80"), ("triplet-dw-b80", "triplet-semi_hard-b80"),
                 ("margin-dw-b80", "margin-semi_hard-b80"), ("margin-dw-b80", "margin-random-b80")],
-     "protocol": _WU_PROTOCOL},
+     "protocol": _WU_PROTOCOL, "caveat": _SEMI_HARD_PAIRS},
     {"id": "wu_t1_c", "paper": WU, "where": "Table 1 (c)", "experiment": "wu_sampling",
      "claim": "the contrastive loss with random pairs is far worse than with triplet-like sampling",
      "checks": [("contrastive-semi_hard-b80", "contrastive-random-b80"),
                 ("contrastive-dw-b80", "contrastive-random-b80")],
-     "protocol": _WU_PROTOCOL},
+     "protocol": _WU_PROTOCOL, "caveat": _SEMI_HARD_PAIRS},
     {"id": "wu_t1_d", "paper": WU, "where": "Table 1 (d)", "experiment": "wu_sampling",
      "claim": "the margin loss beats the other losses whatever the sampling",
      "checks": [("margin-random-b80", "contrastive-random-b80"),
@@ -65,14 +77,14 @@ CLAIMS = [
                 ("margin-semi_hard-b80", "triplet-semi_hard-b80"),
                 ("margin-dw-b80", "contrastive-dw-b80"), ("margin-dw-b80", "triplet_sq-dw-b80"),
                 ("margin-dw-b80", "triplet-dw-b80")],
-     "protocol": _WU_PROTOCOL},
+     "protocol": _WU_PROTOCOL, "caveat": _SEMI_HARD_PAIRS},
     {"id": "wu_t2_e", "paper": WU, "where": "Table 2 (e)", "experiment": "wu_batch_size",
      "claim": "at batch 40, 80 and 120: distance weighted beats semi-hard (triplet ℓ2, margin), semi-hard "
               "beats random (margin), margin beats triplet ℓ2 (distance weighted)",
      "checks": [check for b in (40, 80, 120) for check in (
          (_b("triplet-dw", b), _b("triplet-semi_hard", b)), (_b("margin-dw", b), _b("margin-semi_hard", b)),
          (_b("margin-semi_hard", b), _b("margin-random", b)), (_b("margin-dw", b), _b("triplet-dw", b)))],
-     "protocol": _WU_PROTOCOL},
+     "protocol": _WU_PROTOCOL, "caveat": _SEMI_HARD_PAIRS},
     {"id": "wu_t3_f", "paper": WU, "where": "Table 3 (f)", "experiment": "wu_beta",
      "claim": "a learned β_class beats every fixed β0 (0.8, 1.0, 1.2, 1.4)",
      "checks": [("margin-dw-b80", f"margin-dw-b80-fixed{b}") for b in (0.8, 1.0, 1.2, 1.4)],
@@ -89,15 +101,35 @@ CLAIMS = [
               "and N-pair losses",
      "checks": [("margin-dw-b80", f"{loss}-b80") for loss in
                 ("histogram", "binomial_deviance", "triplet-semi_hard", "lifted_structured", "npair")],
-     "protocol": _WU_PROTOCOL + "; every loss at batch 80 with its paper's hyper-parameters (configs/), "
-                                "N-pair as 40 classes × 2"},
+     "protocol": "Wu: SOP, ImageNet-pretrained (§5.2: the comparisons with other methods use pre-trained "
+                 "models), the best epoch; here: from scratch, 2,000 steps, about 1 epoch of the kanji set, the final "
+                 "step; every loss at batch 80 with its paper's hyper-parameters (configs/), N-pair as 40 classes × 2"},
     {"id": "wu_fig8", "paper": WU, "where": "Fig. 8 (supplement)",
      "claim": "the margin loss converges to the same LFW verification threshold whatever the images per class "
               "m; the triplet loss does not and fluctuates early",
      "untested": "face verification (the optimal threshold along training) is not scored, and no arm varies m"},
     {"id": "wu_t1_pretrain", "paper": WU, "where": "Table 1, pre-trained row",
      "claim": "ImageNet pre-training adds about 10 points of R@1 to margin + distance weighted",
-     "untested": "no pretrained weights on these machines (no download)"},
+     "untested": _PRETRAINED},
+    {"id": "wu_t3_range", "paper": WU, "where": "Table 3, note",
+     "claim": "the learned class-specific β_class range from 0.94 to 1.45 (hence the fixed β0 = 1.2)",
+     "untested": "the runs do not record the learned β values (only the metrics along training)"},
+    {"id": "wu_t5_t7", "paper": WU, "where": "Tables 5–7",
+     "claim": "margin + distance weighted beats the other methods on CARS196 and CUB200 (R@k, NMI) and in LFW "
+              "face verification",
+     "untested": "needs the other methods of those tables (clustering, PDDM, …) and face verification scoring; "
+                 "this study has one data set, on which the loss ordering is wu_t4's"},
+    {"id": "wu_fig3b", "paper": WU, "where": "Fig. 3 (b)",
+     "claim": "distance weighted sampling draws negatives over a wide range of distances; random, semi-hard and "
+              "hard mining are biased towards certain distances",
+     "untested": "needs a probe of the distances of the negatives each sampler draws (no training; not written "
+                 "yet)"},
+    {"id": "wu_fig7", "paper": WU, "where": "Fig. 7 (supplement)",
+     "claim": "the pairwise distances of negative pairs follow a roughly bell-shaped curve",
+     "untested": "needs a probe of the trained models' negative-pair distances (no training; not written yet)"},
+    {"id": "wu_t8", "paper": WU, "where": "Table 8 (supplement)",
+     "claim": "Table 2's orderings at R@10, R@100 and R@1000",
+     "untested": "the runs score R@1 and R@5 only (and MAP@R, which ranks every same-class image)"},
     # ------------------------------------------------------------------ Hong et al.
     {"id": "hong_t1_swing", "paper": HONG, "where": "Table 1", "experiment": "hong_designs",
      "claim": "without importance sampling the result varies strongly with the batch design",
@@ -164,10 +196,22 @@ CLAIMS = [
      "checks": [("balanced-group4x16-is", "balanced-group4x16-is-lam1"),
                 ("balanced-group4x16-is", "balanced-group4x16-is-lam8192")],
      "protocol": "as hong_fig4; λ = 256 against both ends of the paper's range"},
+    {"id": "hong_fig2_recall", "paper": HONG, "where": "Fig. 2, R@1 panel", "experiment": "hong_objective",
+     "claim": "with the traditional contrastive loss, importance sampling gives a higher R@1 along training",
+     "checks": [("contrastive-group4x16-is-fig2", "contrastive-group4x16-nois-fig2")], "at": (0.125, 0.25, None),
+     "protocol": "Hong: CUB, R@1 every 100 iterations; here: the `-fig2` arms of hong_fig2 (the (4, 16)-group "
+                 "design, margin 1), read after 250 and 500 of 2,000 steps and at the end"},
+    {"id": "hong_t2_t3_is", "paper": HONG, "where": "Tables 2–3, Contrastive and Contrastive+IS rows",
+     "experiment": "hong_objective",
+     "claim": "importance sampling improves the traditional contrastive loss (CUB +2.7, Cars +7.8 R@1)",
+     "checks": [("contrastive-group4x16-is-fig2", "contrastive-group4x16-nois-fig2")],
+     "protocol": "Hong: CUB and Cars, about 22 epochs; here: the `-fig2` arms (the (4, 16)-group design, margin 1), "
+                 "2,000 steps, the final step"},
     {"id": "hong_t2_t4", "paper": HONG, "where": "Tables 2–4",
-     "claim": "balanced contrastive + IS beats triplet, lifted, cluster and other losses on CUB and Cars "
+     "claim": "balanced contrastive + IS beats triplet, lifted, cluster and N-pair losses on CUB and Cars "
               "(Tables 2–3) and matches them on SOP (Table 4, a not-worse claim)",
-     "untested": "the other methods are not run here"},
+     "untested": "needs the other methods' arms (triplet, lifted, cluster, N-pair) at Hong's design and budget; "
+                 "their Contrastive against Contrastive+IS rows are hong_t2_t3_is"},
     # ------------------------------------------------------------------ Lu et al. 2019
     {"id": "lu_t1", "paper": LU, "where": "Table 1", "experiment": "lu_topk",
      "claim": "ℓ_k improves Precision@k over the triplet loss with semi-hard and with distance weighted "
@@ -194,17 +238,38 @@ CLAIMS = [
                  "with P@5 reported; Proxy NCA against ℓ_k both on 100 training classes (CUB's number): on "
                  "all 3,129, 2,000 steps are one epoch, a proxy is pulled in ~5 batches and Proxy NCA "
                  "stayed near chance"},
-    {"id": "lu_fig4", "paper": LU, "where": "Fig. 4",
+    {"id": "lu_fig4_ab", "paper": LU, "where": "Fig. 4 (a, b)", "experiment": "lu_topk",
+     "claim": "ℓ_k's top-1 precision on test data is above every triplet baseline along training",
+     "checks": [("precision_at_k-m10", f"triplet-{s}-m10") for s in ("semi_hard", "dw", "hard", "random")],
+     "at": (0.125, 0.25, None),
+     "protocol": "Lu: CUB and Cars, ImageNet-pretrained DenseNet-201, P@1 along training, one run; here: from "
+                 "scratch, read after 250 and 500 of 2,000 steps and at the end, judged on MAP@R with P@5 beside"},
+    {"id": "lu_fig4", "paper": LU, "where": "Fig. 4 (d, e)",
      "claim": "ℓ_k's P@1 is above every baseline along training, per number of sampled triplets",
      "untested": "the runs do not record the number of sampled triplets, Fig. 4's axis"},
+    {"id": "lu_fig4_cf", "paper": LU, "where": "Fig. 4 (c, f)",
+     "claim": "ℓ_k's precision–recall and ROC curves lie above every baseline's",
+     "untested": "the runs do not record precision–recall or ROC curves"},
     # ------------------------------------------------------------------ Duan et al. 2019
     {"id": "duan_t3_semi", "paper": DUAN, "where": "Table 3", "experiment": "duan_dsn",
      "claim": "the learned sampler (DE-DSP) beats semi-hard sampling with the triplet loss (52.4 → 59.3 R@1)",
      "checks": [("triplet-learned-b80", "triplet-semi_hard-b80")],
+     "caveat": "a check at different tuple counts: 64 learned tuples a step against semi-hard's 320 "
+               "(duan_t3_random compares learned and random at the same 64)",
      "protocol": "Duan: Cars196, pretrained GoogLeNet, candidate pools of ~100 classes × 100 images, a conv "
                  "sampler network on the images, sampler pre-training on; here: the policy picks from the same "
                  "80-image batch that semi-hard searches, an MLP on pooled pixels, no pre-training, 64 tuples a "
                  "step against semi-hard's 320"},
+    {"id": "duan_t3_others", "paper": DUAN, "where": "Table 3, N-pair sampling and FANNG rows",
+     "claim": "DE-DSP beats N-pair sampling (46.3 R@1) and FANNG (58.2) with the triplet loss",
+     "untested": "needs the N-pair sampling and FANNG systems (not in tfdml)"},
+    {"id": "duan_fig3", "paper": DUAN, "where": "Fig. 3", "experiment": "duan_dsn",
+     "claim": "the learned sampler's recall is above the triplet loss's along training (CUB, Cars)",
+     "checks": [("triplet-learned-b80", "triplet-random-b80-t64")], "at": (0.125, 0.25, None),
+     "protocol": "Duan: CUB and Cars, pretrained GoogLeNet, recall along training; here: as duan_t3_random, read "
+                 "after 250 and 500 of 2,000 steps and at the end",
+     "caveat": "Duan's dashed baseline is the triplet loss with its own sampling; here it is random triplets at the "
+               "learned arm's 64 tuples a step"},
     {"id": "duan_t3_random", "paper": DUAN, "where": "Table 3",
      "claim": "DE-DSP beats random triplets with the triplet loss (45.1 → 59.3 R@1, the table's main gain)",
      "experiment": "duan_dsn",
@@ -218,6 +283,26 @@ CLAIMS = [
      "protocol": "Duan: batch 120, pretrained GoogLeNet, pools of classes; here: from scratch, 2,000 steps, "
                  "20 classes × 4 images, the N-pair DSN drawing 4 mini-batches of N-pair tuples (N = 20) from "
                  "the batch, no pre-training; the N-pair loss of configs/npair.yaml on both arms"},
+    # ------------------------------------------------------------------ Deep Embeddings (draft)
+    {"id": "draft_thesis", "paper": DRAFT, "where": "abstract, §1 (contribution 3)", "experiment": "wu_sampling",
+     "claim": "with the right sampling, the plain contrastive loss is enough: not worse than the triplet and "
+              "margin losses with the same sampling",
+     "kind": "not worse",
+     "checks": [(f"contrastive-{s}-b80", f"{loss}-{s}-b80") for s in ("semi_hard", "dw")
+                for loss in ("margin", "triplet", "triplet_sq")],
+     "protocol": _WU_PROTOCOL + "; the not-worse margin was set after these runs",
+     "caveat": _SEMI_HARD_PAIRS},
+    {"id": "draft_t2", "paper": DRAFT, "where": "Table 2",
+     "claim": "an ablation of sampling (random, m, k) for triplet semi-hard and the draft's loss on LFW",
+     "untested": "the table is empty in the draft (no figures, no direction to test), and LFW verification is "
+                 "not scored"},
+    {"id": "draft_t4_t7", "paper": DRAFT, "where": "Tables 4–7",
+     "claim": "the draft's method beats the other methods on LFW, CARS196, CUB200 and SOP",
+     "untested": "needs the other methods of those tables (StructClustering, PDDM, …) and LFW scoring; the "
+                 "draft does not say which loss its rows ran"},
+    {"id": "draft_fig5_6", "paper": DRAFT, "where": "Figs. 5–6",
+     "claim": "the classes with the smallest learned β_class are visually simpler than those with the largest",
+     "untested": "the runs do not record the learned β values, and visual simplicity is not scored"},
     # ------------------------------------------------------------------ Wang et al. 2020 (XBM)
     {"id": "xbm_size", "paper": XBM, "where": "Fig. 4", "experiment": "xbm_memory",
      "claim": "MAP@R grows with the memory size (contrastive loss; no memory < 256 < 1,024 embeddings)",
@@ -236,6 +321,7 @@ CLAIMS = [
                 ("margin-dw-b80-x4", "margin-dw-b80")]},
     {"id": "duan_dsn_causes", "paper": "investigation", "where": "of duan_t3_semi", "experiment": "duan_dsn_causes",
      "claim": "sampler pre-training (200 pools) or Duan's tuples per step (80) closes the gap to semi-hard",
+     "caveat": "the checks against semi-hard compare 64 or 80 learned tuples a step with semi-hard's 320",
      "checks": [("triplet-learned-b80-pretrain200", "triplet-learned-b80"),
                 ("triplet-learned-b80-t20", "triplet-learned-b80"),
                 ("triplet-learned-b80-pretrain200", "triplet-semi_hard-b80"),
@@ -276,6 +362,16 @@ CLAIMS = [
               "steps)",
      "checks": [("balanced-group4x16-is-fig2", "balanced-group4x16-nois-fig2")], "at": (0.125, 0.25),
      "metric": "train_objective"},
+]
+
+#: Figures and tables of the seed papers that state no claim to test: (paper, where, what).
+ILLUSTRATIONS = [
+    (WU, "Figs. 1, 4, 5", "an overview of the pipeline, the losses' shapes, retrieval examples"),
+    (WU, "Figs. 2, 3 (a)", "the distance density on the sphere and the gradient variance, from formulas"),
+    (HONG, "–", "every table and figure is a row above"),
+    (LU, "Figs. 1–3, 5, 6", "toy examples of the loss, retrieval examples, a t-SNE map"),
+    (DUAN, "Figs. 1, 2, 4", "an overview, the sampler network's architecture, picked triplets"),
+    (DRAFT, "Figs. 1, 3, 4; Table 1", "the losses' shapes, an empty convergence placeholder, the data sets"),
 ]
 
 #: Row ids in order; the table's one key.

@@ -98,11 +98,15 @@ def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
 
 
 def test_every_claim_is_listed_with_its_checks_or_why_it_is_untested():
-    """The claims table names every claim of the four papers the study reads, the ones not run
+    """The claims table names every claim of the five seed papers the study reads, the ones not run
     included; a run claim names its experiment and checks, an untested one its reason."""
     ids = rp.paper_claims.IDS
     assert len(ids) == len(set(ids))
-    for claim_id in ("hong_t2_t4", "wu_fig8", "wu_t1_pretrain", "lu_fig4"):
+    assert {row["paper"] for row in rp.paper_claims.CLAIMS} >= {
+        rp.paper_claims.WU, rp.paper_claims.HONG, rp.paper_claims.LU, rp.paper_claims.DUAN, rp.paper_claims.DRAFT}
+    for claim_id in ("hong_t2_t4", "wu_fig8", "wu_t1_pretrain", "lu_fig4", "lu_fig4_cf", "wu_t3_range",
+                     "wu_t5_t7", "wu_fig3b", "wu_fig7", "wu_t8", "duan_t3_others", "draft_t2", "draft_t4_t7",
+                     "draft_fig5_6"):
         row = rp.paper_claims.by_id(claim_id)
         assert row["untested"] and "checks" not in row and "experiment" not in row
     for row in rp.paper_claims.CLAIMS:
@@ -115,9 +119,14 @@ def test_every_claim_is_listed_with_its_checks_or_why_it_is_untested():
         # experiment records
         assert row.get("metric", rp.VERDICT_METRIC) in (rp.VERDICT_METRIC,
                                                         rp.CLAIMS[row["experiment"]].get("curve_metric"))
-    # Only Hong's Fig. 4 ("not sensitive to λ") is a not-worse claim; its checks sit inside the
-    # range the paper finds near the maximum, and its ends are "better" checks.
-    assert [row["id"] for row in rp.paper_claims.CLAIMS if row.get("kind") == "not worse"] == ["hong_fig4"]
+    # Only Hong's Fig. 4 ("not sensitive to λ") and the draft's thesis ("the contrastive loss is
+    # enough") are not-worse claims; Hong's checks sit inside the range the paper finds near the
+    # maximum, and its ends are "better" checks.
+    assert [row["id"] for row in rp.paper_claims.CLAIMS if row.get("kind") == "not worse"] == [
+        "hong_fig4", "draft_thesis"]
+    thesis = rp.paper_claims.by_id("draft_thesis")["checks"]
+    assert all(better.startswith("contrastive-") and not worse.startswith("contrastive-")
+               and better.split("-", 1)[1] == worse.split("-", 1)[1] for better, worse in thesis)
     lams = [rp.ARMS[a]["loss"]["options"]["lam"] for check in rp.paper_claims.by_id("hong_fig4")["checks"]
             for a in check]
     assert lams == [128.0, 256.0, 512.0, 256.0]
@@ -129,6 +138,15 @@ def test_every_claim_is_listed_with_its_checks_or_why_it_is_untested():
     fig2 = rp.paper_claims.by_id("hong_fig2")
     assert fig2["checks"] == [("contrastive-group4x16-is-fig2", "contrastive-group4x16-nois-fig2")]
     assert fig2["metric"] == "train_objective" and fig2["at"][-1] is None and len(fig2["at"]) > 1
+    # Hong's Fig. 2 R@1 panel and Tables 2–3's Contrastive against Contrastive+IS rows read the
+    # same `-fig2` arms (the traditional contrastive loss), on the retrieval metric
+    for claim_id in ("hong_fig2_recall", "hong_t2_t3_is"):
+        row = rp.paper_claims.by_id(claim_id)
+        assert row["checks"] == fig2["checks"] and "metric" not in row
+    assert "hong_t2_t3_is" in rp.paper_claims.by_id("hong_t2_t4")["untested"]
+    # Duan's Fig. 3 (early gain) reads the learned arm's curve against random tuples at its count
+    duan_fig3 = rp.paper_claims.by_id("duan_fig3")
+    assert duan_fig3["checks"] == rp.paper_claims.by_id("duan_t3_random")["checks"] and duan_fig3["at"][0] < 0.25
     # Hong's Table 1 rows of the (16, 4)-group and p = 0.5: importance sampling improves them too
     assert rp.paper_claims.by_id("hong_t1_rows")["checks"] == [
         ("balanced-group16x4-is", "balanced-group16x4-nois"), ("balanced-prandom0.5-is", "balanced-prandom0.5-nois")]
@@ -714,7 +732,7 @@ def test_report_md_opens_with_every_claim_and_the_total_cost(tmp_path):
     assert ("| **reproduced** | 4 of 4 hold, 0 reversed | **reproduced** (R@1) | 4 of 4 hold, 0 reversed "
             "| **reproduced** | 4 of 4 hold, 0 reversed | `--claim wu_beta` |") in rows["wu_t3_f"]
     assert "**untested**" in rows["wu_t1_a"] and "arms or seeds missing" in rows["wu_t1_a"]
-    assert "**untested**" in rows["hong_t2_t4"] and "the other methods are not run here" in rows["hong_t2_t4"]
+    assert "**untested**" in rows["hong_t2_t4"] and "needs the other methods' arms" in rows["hong_t2_t4"]
     assert rows["wu_beta"].endswith("| 15 | 54 |") and rows["lu_topk"].endswith("| 3 | 3 |")
     # distinct runs: 3 + 12 + 3 = 18 (not 21), 30 + 24 + 3 = 57 min
     assert "Total: 18 distinct runs (arm × seed), 0.9 hours of this machine, 2.0 min per run" in head
@@ -1095,3 +1113,75 @@ def test_a_claim_is_judged_on_the_paper_s_metric_and_with_holm_per_paper_beside_
     lu = next(r for r in rp.paper_claims.CLAIMS if r["id"] == "lu_t1")
     hong_objective = next(r for r in rp.paper_claims.CLAIMS if r["id"] == "hong_objective_lower")
     assert rp.paper_metric(lu) == "precision@5" and rp.paper_metric(hong_objective) is None
+
+
+def test_a_check_at_different_tuple_counts_or_with_another_sampler_says_so():
+    """duan_t3_semi compares 64 learned tuples with semi-hard's 320, and the pair losses'
+    semi-hard arms bound negatives by D_ap where Wu use a fixed bound: their rows carry a caveat,
+    shown in the claims table and the claim's detail."""
+    semi = rp.paper_claims.by_id("duan_t3_semi")
+    assert "64" in semi["caveat"] and "320" in semi["caveat"]
+    learned, semi_hard = semi["checks"][0]
+    options = rp.ARMS[learned]["loss"]["sampler_options"]
+    assert options["minibatches"] * options["tuples_per_minibatch"] == 64
+    for row in rp.paper_claims.CLAIMS:
+        pair_semi_hard = [arm for check in row.get("checks", []) for arm in rp.paper_claims.sides(check)
+                          if arm.startswith(("contrastive-semi_hard", "margin-semi_hard"))]
+        if pair_semi_hard and not rp.is_investigation(row):
+            assert "semi_hard.py" in row.get("caveat", ""), row["id"]
+    table = rp.claims_table("/nonexistent")
+    assert "caveat: a check at different tuple counts" in next(line for line in table.splitlines()
+                                                               if line.startswith("| duan_t3_semi |"))
+
+
+def test_the_rule_counts_the_checks_that_pair_different_designs_or_views(tmp_path):
+    """The same seed gives two arms the same batches only with the same design and view: the rule
+    counts the checks that pair different ones, and a claim's detail names them."""
+    import pairing
+
+    assert pairing.pairs_different_settings(("balanced-group2x32-nois", "balanced-group32x2-nois"), rp.ARMS,
+                                            rp.VIEW_KEY)
+    assert pairing.pairs_different_settings(("balanced-group4x16-is", "balanced-group4x16-imbalance0.9-is"),
+                                            rp.ARMS, rp.VIEW_KEY)
+    assert not pairing.pairs_different_settings(("balanced-group4x16-is", "balanced-group4x16-nois"), rp.ARMS,
+                                                rp.VIEW_KEY)
+    different, checks = pairing.count_different_settings(rp.ARMS, rp.VIEW_KEY)
+    assert 0 < different < checks
+    assert f"{different} of {checks} checks pair arms of different designs or views" in rp.rule_text()
+    out = tmp_path / "out"
+    for arm, finals in (("balanced-group4x16-is", [0.6, 0.62, 0.61]),
+                        ("balanced-group4x16-imbalance0.9-is", [0.5, 0.52, 0.5]),
+                        ("balanced-group4x16-nois", [0.6, 0.6, 0.6]),
+                        ("balanced-group4x16-imbalance0.9-nois", [0.5, 0.5, 0.5])):
+        _fake_results(out, arm, finals)
+    detail = rp.claim_detail(rp.paper_claims.by_id("hong_fig3_falls"), str(out))
+    assert "Paired by seed number alone" in detail
+    assert "balanced-group4x16-is > balanced-group4x16-imbalance0.9-is" in detail
+
+
+def test_the_report_gives_each_seed_s_policy_entropy_against_its_outcome(tmp_path):
+    """Per seed of an arm with tfdml.dsn diagnostics: the last epoch's entropy, the picked over
+    uniform tuples' loss, the run's MAP@R and that seed's difference in each check of the arm."""
+    out = tmp_path / "out"
+    arm, other = "triplet-learned-pool320-pretrain200", "triplet-random-pool320-t64"
+    _fake_results(out, arm, [0.60, 0.40])
+    _fake_results(out, other, [0.55, 0.50])
+    for seed, (entropy, picked) in enumerate([(0.9, 0.4), (0.01, 0.1)]):
+        path = out / "arms" / arm / f"seed-{seed}.json"
+        result = json.loads(path.read_text())
+        for row in result["history"]:
+            row.update(dsn_entropy=entropy, dsn_uniform_entropy=7.0, dsn_picked_loss=picked, dsn_uniform_loss=0.2)
+        path.write_text(json.dumps(result))
+    lines = rp.policy_per_seed("duan_paper_setting", str(out))
+    rows = [line for line in lines if line.startswith(f"| {arm} |")]
+    assert rows == [f"| {arm} | 0 | 0.90 | 2.00 | 60.0 | +5.0 against {other} |",
+                    f"| {arm} | 1 | 0.01 | 0.50 | 40.0 | -10.0 against {other} |"]
+
+
+def test_the_claims_table_lists_the_figures_that_state_no_claim():
+    """Every seed paper's figures and tables are a row or an illustration named in the report."""
+    line = rp.illustrations_line()
+    for paper, where, _ in rp.paper_claims.ILLUSTRATIONS:
+        assert f"{paper} {where}" in line
+    assert {paper for paper, _, _ in rp.paper_claims.ILLUSTRATIONS} == {
+        rp.paper_claims.WU, rp.paper_claims.HONG, rp.paper_claims.LU, rp.paper_claims.DUAN, rp.paper_claims.DRAFT}

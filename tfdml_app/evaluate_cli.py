@@ -62,6 +62,8 @@ def build_parser():
     p.add_argument("--grid", type=int, nargs=2, default=(8, 8), metavar=("QUERIES", "K"),
                    help="retrieval grid size (default 8 8; 0 0 for none)")
     p.add_argument("--no-plots", action="store_true", help="write metrics.json only")
+    p.add_argument("--embedding-map", action="store_true",
+                   help="also write projector/ (TensorBoard's projector) and embedding_map.png")
     p.add_argument("--baseline", choices=BASELINES, default=None,
                    help="also score a model-free baseline on the same split (raw_pixels)")
     p.add_argument("--calibrate", type=float, default=None, metavar="PRECISION",
@@ -103,6 +105,7 @@ def main(argv=None):
         options = Options(metrics=tuple(metrics), ks=tuple(ks), distance=distance,
                           batch_size=args.batch_size, chunk_size=args.chunk_size, seed=args.seed,
                           num_pairs=args.num_pairs, grid=tuple(args.grid), plots=not args.no_plots,
+                          embedding_map=args.embedding_map,
                           baseline=args.baseline or config.get("baseline"), calibrate=args.calibrate,
                           save_index=args.save_index)
         run(embedder, split, out, options, verbose=0 if args.quiet else 1,

@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 
 import numpy as np
 
@@ -83,7 +84,9 @@ class Options:
     also choose a match threshold (:func:`calibration_report`), written to
     calibration.json and to metrics.json as ``calibration`` (and
     ``calibration.png``); ``save_index=PATH``: write the split's embeddings as
-    a :class:`tfdml.search.Index` (ids: positions in the split; with labels).
+    a :class:`tfdml.search.Index` (ids: positions in the split; with labels);
+    ``embedding_map``: also write ``projector/`` (TensorBoard's projector) and
+    ``embedding_map.png`` (:mod:`tfdml.embedding_map`).
     """
 
     metrics: tuple = DEFAULT_METRICS
@@ -98,6 +101,7 @@ class Options:
     baseline: str | None = None
     calibrate: float | None = None
     save_index: str | None = None
+    embedding_map: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,18 +127,21 @@ class Result:
 
 
 def remove_earlier_plots(out_dir):
-    """Remove the plots that an earlier evaluation into ``out_dir`` wrote (named in its
-    metrics.json), so that none is left beside figures of another model: one this
+    """Remove the plots (and the projector files) that an earlier evaluation into ``out_dir``
+    wrote (named in its metrics.json), so that none is left beside figures of another model: one this
     evaluation does not draw (plots off, or data that cannot support it) would stay."""
     try:
         with open(os.path.join(out_dir, "metrics.json")) as f:
-            names = json.load(f).get("plots", [])
+            earlier = json.load(f)
+        names = earlier.get("plots", [])
     except (OSError, ValueError, AttributeError):
         return
     for name in names:
         if isinstance(name, str) and os.path.basename(name) == name and name.endswith(".png"):
             with contextlib.suppress(OSError):
                 os.remove(os.path.join(out_dir, name))
+    if earlier.get("projector") == "projector":
+        shutil.rmtree(os.path.join(out_dir, "projector"), ignore_errors=True)
 
 
 def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=None, extra_record=None,
@@ -195,6 +202,13 @@ def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=
             details=details, pr_label=f"mAP {results['map']:.4f}" if "map" in results else None,
             class_names=getattr(split, "class_names", None), title=_split_title(split),
             baseline=reference)
+    if o.embedding_map:
+        from tfdml import embedding_map
+
+        projector, picture = embedding_map.write(
+            embeddings, labels, out_dir, images=_image_loader(split), distance=distance, seed=seed,
+            class_names=getattr(split, "class_names", None), title=_split_title(split))
+        written.append(picture)
 
     info = {"num_examples": num, "embedding_dim": int(embeddings.shape[1]),
             "distance": distance, "metrics_requested": list(names), "ks": list(ks),
@@ -203,6 +217,8 @@ def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=
 
     record = {"metrics": _jsonable(results), "info": info,
               "plots": [os.path.basename(p) for p in written]}
+    if o.embedding_map:
+        record["projector"] = "projector"
     if baseline_results is not None:
         record["baseline"] = {"name": baseline, "metrics": _jsonable(baseline_results)}
     if save_index is not None:

@@ -235,6 +235,10 @@ SCHEMA = {
                             "histogram, PR curve, ROC); false: metrics.json only"),
         "baseline": _Field((str, type(None)), None, ("raw_pixels", None),
                            doc="also score a model-free baseline on the test split (raw_pixels)"),
+        "embedding_map": _Field(bool, False,
+                                doc="also write a map of the test split's embeddings: projector/ "
+                                    "(TensorBoard's projector: tensors, labels, image sprite) and "
+                                    "embedding_map.png (t-SNE, or UMAP when installed, coloured by class)"),
         "objective_sample": _Field(int, 0, check=_at_least(0),
                                    doc="also log train_objective at each evaluation: the loss without "
                                        "importance weights over all pairs of a fixed uniform sample of "

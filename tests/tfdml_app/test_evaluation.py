@@ -78,3 +78,23 @@ def test_every_default_of_metrics_and_ks_is_the_library_s_one_table():
     for function in (metrics.evaluate_embeddings, metrics.parse_metrics, callbacks.RetrievalEvaluation):
         parameters = inspect.signature(function).parameters
         assert (parameters["metrics"].default, parameters["ks"].default) == table, function
+
+
+def test_embedding_map_writes_the_projector_and_the_map_and_a_rerun_without_removes_them(tmp_path, monkeypatch):
+    """(t-SNE itself is tested in tests/tfdml/test_embedding_map.py; a cheap layout here.)"""
+    import numpy as np
+    from pipelines import sources
+
+    from tfdml import embedding_map
+
+    monkeypatch.setattr(embedding_map, "coordinates", lambda e, **kw: (np.asarray(e)[:, :2], "tsne"))
+    split = sources.get_source("digits").split("test")
+    options = evaluation.Options(metrics=("recall",), ks=(1,), plots=False, embedding_map=True)
+    result = evaluation.run(_flatten, split, str(tmp_path), options, verbose=0)
+    assert result.record["projector"] == "projector" and "embedding_map.png" in result.record["plots"]
+    projector = tmp_path / "projector"
+    for name in ("tensors.tsv", "metadata.tsv", "sprite.png", "projector_config.pbtxt"):
+        assert (projector / name).exists(), name
+    assert len((projector / "metadata.tsv").read_text().splitlines()) == len(split.labels) + 1
+    evaluation.run(_flatten, split, str(tmp_path), dataclasses.replace(options, embedding_map=False), verbose=0)
+    assert not projector.exists() and not (tmp_path / "embedding_map.png").exists()

@@ -86,6 +86,9 @@ def _pairing():
                               lambda s, c: losses.MarginLoss(num_classes=c, sampler=s, seed=1)),
         "top_k": ("ℓ_k (Lu Eq. 5)", lambda s, c: losses.PrecisionAtKLoss(k=5)),
         "multi_similarity": ("multi-similarity (Wang 2019)", lambda s, c: losses.MultiSimilarityLoss(sampler=s)),
+        "easy_hard": ("triplet ℓ2² (FaceNet)", lambda s, c: losses.TripletLoss(sampler=s)),
+        "pair_margin": ("contrastive (Wu §3)", lambda s, c: losses.ContrastiveLoss(sampler=s)),
+        "npair": ("triplet ℓ2² (FaceNet)", lambda s, c: losses.TripletLoss(sampler=s)),
     }
 
 
@@ -164,8 +167,13 @@ def measure_samplers(names, sizes, modes=MODES, per_class=4, dim=128, runs=7, ca
     {sampler, mode, B, why}, sizes ascending per sampler and mode."""
     import tensorflow as tf
 
+    from tfdml import samplers
+
     rows, skipped = [], []
+    default_per_class = per_class
     for name in names:
+        # a sampler whose rule needs a number of examples per class (N-pair: 2) gets batches of it
+        per_class = getattr(samplers.get(name), "examples_per_class", None) or default_per_class
         for mode in modes:
             stop = None
             for size in sorted(sizes):
@@ -326,7 +334,7 @@ def plot_samplers(data, path):
     exps = sampler_exponents(rows)
     cpu = sampler_exponents(rows, "cpu_ms")
     fig, ax = plt.subplots(figsize=(9, 6.5))
-    colours = dict(zip(dict.fromkeys(r["sampler"] for r in rows), plt.cm.tab10.colors))
+    colours = dict(zip(dict.fromkeys(r["sampler"] for r in rows), plt.cm.tab20.colors))
     for (name, mode), (k, _, _) in exps.items():
         line = sorted((r["B"], r["ms"]) for r in rows if (r["sampler"], r["mode"]) == (name, mode))
         loss = next(r["loss"] for r in rows if r["sampler"] == name)

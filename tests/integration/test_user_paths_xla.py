@@ -57,6 +57,8 @@ SAMPLER_FOR = {
     ("multi_similarity", "triplets"): "semi_hard",
     ("circle", "pairs"): "all",
     ("circle", "triplets"): "hard",
+    ("ddml", "pairs"): "pair_margin",
+    ("ddml", "triplets"): "easy_hard",
 }
 # Constructor arguments a loss needs beyond its defaults.
 REQUIRED = {
@@ -164,7 +166,9 @@ def user_pipeline(split, name):
 
 def test_cases_cover_every_loss_and_sampler():
     assert {name for name, _ in CASES} == set(losses.LOSSES)
-    used = {s for _, s in CASES if s is not None} | {"top_k"}  # top_k: inside PrecisionAtKLoss
+    # top_k: inside PrecisionAtKLoss; npair: needs two examples per class, which a user's batch
+    # of 16 random examples is not (tested with its design in tests/tfdml/samplers/test_npair_sampler.py)
+    used = {s for _, s in CASES if s is not None} | {"top_k", "npair"}
     assert used == set(samplers.SAMPLERS)
     for name, sampler in CASES:
         loss = make_loss(name, sampler)
@@ -209,7 +213,8 @@ def test_jit_fit_on_design_batches(split, name, sampler):
 
 def _readme_design_snippet():
     guide = open(os.path.join(ROOT, "docs", "guide.md"), encoding="utf-8").read()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", guide, flags=re.S) if "designs." in b]
+    section = guide.split("\n## Batch designs and importance weights\n")[1].split("\n### ")[0]
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", section, flags=re.S) if "designs." in b]
     assert len(blocks) == 1, "docs/guide.md: expected one python block with the batch designs snippet"
     return blocks[0]
 

@@ -117,3 +117,17 @@ def test_fit_trains_the_proxies_of_one_term_and_a_keras_file_restores_them(jit_c
     loaded = tfdml.load_model(str(tmp_path / "m.keras"))
     assert type(loaded.loss) is losses.WeightedSumLoss and loaded.loss.weights == [1.0, 0.5]
     np.testing.assert_array_equal(loaded.loss.terms[0].proxy_layer.proxies.numpy(), trained)
+
+
+def test_a_tf_train_checkpoint_restores_every_term_s_state(tmp_path):
+    """tf.train.Checkpoint(model=...), as a custom loop with a CheckpointManager saves: the
+    proxies of the term that has them come back exactly."""
+    proxy = losses.ProxyAnchorLoss(num_classes=C, embedding_dim=D, seed=2)
+    total = losses.WeightedSumLoss([losses.MultiSimilarityLoss(), proxy])
+    model = _model(total, False)
+    model.build((None, 6))
+    saved = proxy.proxy_layer.proxies.numpy().copy()
+    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+    proxy.proxy_layer.proxies.assign(tf.zeros_like(proxy.proxy_layer.proxies))
+    tf.train.Checkpoint(model=model).restore(path).assert_existing_objects_matched()
+    np.testing.assert_array_equal(proxy.proxy_layer.proxies.numpy(), saved)

@@ -222,17 +222,33 @@ def test_the_parts_of_the_loss_and_the_model_import_nothing_above_them(name):
     assert not found, f"{name} imports {found}, which are built on it"
 
 
-def test_the_losses_and_the_model_take_the_table_s_answers_from_kernels_chosen():
-    """The losses and the embedding model do not read the kernels table's choices: they ask
-    tfdml.kernels.chosen, which answers plainly (a width, a yes or no, a policy name)."""
+#: The parts built on the kernels: they take the table's answers from tfdml.kernels.chosen
+#: or from a kernel's own function, never from the table.
+TAKE_ANSWERS = ("tfdml.losses", "tfdml.samplers", "tfdml.metrics", "tfdml.models", "tfdml.dtype_policies",
+                "tfdml.compiled_loss", "tfdml.model_counters")
+
+
+def _takes_answers(name):
+    return name in TAKE_ANSWERS or name.startswith(tuple(a + "." for a in TAKE_ANSWERS))
+
+
+def test_the_parts_built_on_the_kernels_take_the_table_s_answers_and_read_no_choice():
+    """The losses, samplers, metrics and the embedding model do not read the kernels
+    table's choices: they ask tfdml.kernels.chosen, which answers plainly (a width, a yes or
+    no, a policy name, a primitive run in its form), or a kernel's own function, which runs
+    the form chosen or the reference path they pass in (docs/design.md, "Kernels")."""
     readers = []
     for name, path in module_files().items():
-        if not (name.startswith("tfdml.losses") or name in (
-                "tfdml.models", "tfdml.dtype_policies", "tfdml.compiled_loss", "tfdml.model_counters")):
+        if not _takes_answers(name):
             continue
         with open(path, encoding="utf-8") as fh:
             tree = ast.parse(fh.read())
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr in ("choose", "is_reference"):
+            if isinstance(node, ast.Attribute) and node.attr in ("choose", "is_reference", "form"):
                 readers.append(f"{name}:{node.lineno}")
     assert not readers, f"modules interpreting the kernels table themselves: {readers}"
+    graph = import_graph()
+    checked = sorted(name for name in graph if _takes_answers(name))
+    assert {"tfdml.samplers.semi_hard", "tfdml.metrics.retrieval", "tfdml.losses.base"} <= set(checked)
+    table = sorted(name for name in checked if "tfdml.kernels" in graph[name])
+    assert not table, f"modules importing the kernels table (tfdml.kernels itself): {table}"

@@ -8,37 +8,18 @@ Two fresh TensorFlow processes and a collective ring: slow, so marked ``slow``; 
 routes under MirroredStrategy in one process run by default (tests/tfdml/test_saving_routes.py).
 """
 
-import importlib.util
 import json
 import os
-import socket
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "multi_worker_loss_state.py")
-ROOT = os.path.dirname(os.path.dirname(HERE))
+from tests.test_multi_worker import run_two_workers
+from tests.tfdml import multi_worker_loss_state as worker
 
-
-def _worker_module():
-    spec = importlib.util.spec_from_file_location("multi_worker_loss_state", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multi_worker_loss_state.py")
 
 
 @pytest.fixture(scope="module")
@@ -46,20 +27,7 @@ def two_workers(tmp_path_factory):
     """The output folder of the two workers' run (each loss: the chief's files, the
     other worker's in ``worker1/``)."""
     out = tmp_path_factory.mktemp("multi_worker")
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
-    procs = []
-    for index in range(2):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
-                   TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
-        procs.append(subprocess.Popen([sys.executable, SCRIPT, str(out)], cwd=ROOT, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    try:
-        outputs = [p.communicate(timeout=600) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for p, (_, stderr) in zip(procs, outputs):
-        assert p.returncode == 0, stderr[-3000:]
+    run_two_workers([sys.executable, SCRIPT, str(out)], timeout=600)
     return out
 
 
@@ -71,7 +39,6 @@ def _state(path):
 @pytest.mark.slow
 @pytest.mark.parametrize("loss", ["margin_memory", "proxy_anchor"])
 def test_a_multi_worker_checkpoint_restores_the_loss_state_on_every_worker_and_on_one_device(two_workers, loss):
-    worker = _worker_module()
     folder = two_workers / loss
     chief, other = _state(folder / "state0.npz"), _state(folder / "worker1" / "state1.npz")
     assert len(chief) == len(other) > 0

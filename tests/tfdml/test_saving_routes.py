@@ -173,23 +173,6 @@ def test_tf_train_checkpoint_restores_the_loss_state(tmp_path, loss):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
-def test_tf_train_checkpoint_restores_a_mirrored_memory_on_every_replica(tmp_path, mirrored_strategy):
-    model = _model("margin_memory", strategy=mirrored_strategy)
-    model.fit(_dataset(), epochs=1, verbose=0)
-    _assert_state_is_trained(model)
-    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
-    fresh = _model("margin_memory", seed=2, strategy=mirrored_strategy)
-    tf.train.Checkpoint(model=fresh).restore(path).assert_existing_objects_matched()
-    saved = [v for layer in model.loss_parameters for v in layer.weights]
-    restored = [v for layer in fresh.loss_parameters for v in layer.weights]
-    assert len(restored) == len(saved)
-    for a, b in zip(restored, saved):
-        local = mirrored_strategy.experimental_local_results(a.value)
-        assert len(local) == 2
-        for replica in local:
-            np.testing.assert_array_equal(replica.numpy(), b.numpy())
-
-
 @pytest.mark.parametrize("loss", sorted(LOSSES))
 def test_keras_file_and_load_model_restore_the_loss_state(tmp_path, loss):
     model = _trained(loss)
@@ -285,3 +268,12 @@ def test_a_checkpoint_manager_of_a_mirrored_model_restores_on_one_device_and_bac
     _assert_every_replica_holds(mirrored, model, mirrored_strategy)
     for a, b in zip(mirrored.encoder.weights, model.encoder.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_tf_train_checkpoint_restores_a_mirrored_model_on_every_replica(tmp_path, mirrored_trained,
+                                                                       mirrored_strategy):
+    loss, model = mirrored_trained
+    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+    fresh = _model(loss, seed=2, strategy=mirrored_strategy)
+    tf.train.Checkpoint(model=fresh).restore(path).assert_existing_objects_matched()
+    _assert_every_replica_holds(fresh, model, mirrored_strategy)

@@ -4,7 +4,7 @@ Same loss and same gradients as one device: margin + distance weighted sampling
 and triplet + semi-hard with a small CNN (synchronised batch normalisation),
 through ``model.fit`` and through the custom ``strategy.run`` loop used for
 multi-worker training; every other loss family and the samplers that need the
-whole batch (easy-hard, pair-margin, N-pair) with a one-layer encoder, one traced
+whole batch (easy-hard, pair-margin, N-pair) with a dense encoder, one traced
 step each.
 """
 
@@ -118,14 +118,14 @@ def test_sum_gather_used_by_multi_worker_equals_single_device(mirrored_strategy,
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-# --- every loss family on a global batch: a one-layer encoder, one traced step per loss ---------
+# --- every loss family on a global batch: a dense encoder, one traced step per loss -------------
 
 # Rows r and r + 8 are the two views of instance r (example_id) and share its class (label): every
 # instance has its views, and every class its rows, on both replicas (rows 0-7 and 8-15), so a
 # loss computed on one replica's slice would differ from the global batch's.
 _VIEWS = np.tile(np.arange(GLOBAL_BATCH // 2), 2).astype("int32")
 _CLASSES = _VIEWS // 2  # 4 classes of 4 rows
-_SPLIT_LOSSES = {  # name -> (loss, label column); the scales keep gradients O(1) for the tolerance
+_GLOBAL_BATCH_LOSSES = {  # name -> (loss, label column); the scales keep gradients O(1) for the tolerance
     "normalized_softmax": (lambda: losses.NormalizedSoftmaxLoss(4, 8, temperature=0.5, seed=2), _CLASSES),
     "cosface": (lambda: losses.CosFaceLoss(4, 8, scale=4.0, seed=2), _CLASSES),
     "arcface": (lambda: losses.ArcFaceLoss(4, 8, scale=4.0, seed=2), _CLASSES),
@@ -150,7 +150,7 @@ _SPLIT_LOSSES = {  # name -> (loss, label column); the scales keep gradients O(1
 }
 
 
-def _split_model(strategy, loss):
+def _dense_model(strategy, loss):
     with strategy.scope():
         keras.utils.set_random_seed(1)
         backbone = keras.Sequential([keras.Input((6,)), keras.layers.Dense(6, activation="tanh")])
@@ -160,13 +160,13 @@ def _split_model(strategy, loss):
     return model
 
 
-@pytest.mark.parametrize("loss_name", list(_SPLIT_LOSSES))
+@pytest.mark.parametrize("loss_name", list(_GLOBAL_BATCH_LOSSES))
 def test_global_batch_loss_and_gradients_equal_one_device(loss_name, mirrored_strategy):
     """The loss and the gradient of every trainable variable (the encoder's and the loss's
     own: proxies, class weights, centres) under MirroredStrategy over two replicas equal those
     of one device on the same global batch: the model gathers every column and embedding
     before the loss."""
-    make_loss, labels = _SPLIT_LOSSES[loss_name]
+    make_loss, labels = _GLOBAL_BATCH_LOSSES[loss_name]
     x = np.random.RandomState(0).normal(size=(GLOBAL_BATCH, 6)).astype("float32")
     y = {"label": labels, "example_id": _VIEWS}
 
@@ -175,10 +175,10 @@ def test_global_batch_loss_and_gradients_equal_one_device(loss_name, mirrored_st
             loss = model.compute_loss(x=xs, y=ys, y_pred=model(xs, training=True))
         return loss, [tf.convert_to_tensor(g) for g in tape.gradient(loss, model.trainable_variables)]
 
-    single = _split_model(tf.distribute.get_strategy(), make_loss())
+    single = _dense_model(tf.distribute.get_strategy(), make_loss())
     l1, g1 = step(single, tf.constant(x), {k: tf.constant(v) for k, v in y.items()})  # eagerly: no trace
 
-    mirrored = _split_model(mirrored_strategy, make_loss())
+    mirrored = _dense_model(mirrored_strategy, make_loss())
 
     def replica_step(xs, ys):
         loss, grads = step(mirrored, xs, ys)

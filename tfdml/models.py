@@ -47,6 +47,12 @@ and adds what plain ``keras.Model.fit`` lacks for metric learning:
   embeddings through the all-gather is summed over replicas, and the
   optimizer sums replica gradients, so the applied gradient equals the
   single-device gradient of the same global batch.
+* A projection head (``projection_head=[...]``, :mod:`tfdml.projection_head`; SimCLR,
+  Chen et al. 2020 §2.1 and §4.2) maps the embeddings to what the loss scores, in the
+  train and test steps (after the gather across replicas: its batch normalisation sees
+  the global batch). ``call`` (so ``predict``, evaluation, retrieval) and :meth:`export`
+  give the embeddings without it; its weights are the model's (trained, saved by every
+  save route and restored on resume), never exported.
 * ``compile(jit_compile="loss")`` compiles the loss and its sampler with XLA
   and leaves the encoder to TensorFlow's own kernels (``jit_compile=True``
   compiles the whole train step, encoder included; ``False`` nothing). On a
@@ -62,7 +68,7 @@ import tensorflow as tf
 
 from tfdml import backbones as backbones_lib
 from tfdml.backbones.scratch import mlp, small_cnn  # noqa: F401 (tfdml.models.small_cnn / mlp)
-from tfdml import keras_shims, loss_state, replica_gather
+from tfdml import keras_shims, loss_state, projection_head as projection_head_lib, replica_gather
 from tfdml import optimizers as optimizers_lib
 from tfdml.dtype_policies import (  # noqa: F401 (tfdml.models.DTYPE_POLICY_CHOICES, ...)
     AUTO_DTYPE_POLICY, DTYPE_POLICIES, DTYPE_POLICY_CHOICES, dtype_policy_scope, resolve_dtype_policy)
@@ -149,6 +155,10 @@ class EmbeddingModel(BatchCounters, keras.Model):
       gather_replicas: mine on the global batch under a distribution strategy
         (see the module docstring). Turn off only to reproduce per-replica
         mining.
+      projection_head: the widths of a projection head applied to the embeddings for
+        the loss only (:func:`tfdml.projection_head.build_projection_head`, e.g.
+        ``[128, 64]``: a hidden layer of 128 and an output of 64, which the loss then
+        sees), or None: the loss scores the embeddings.
 
     Usage::
 
@@ -158,7 +168,7 @@ class EmbeddingModel(BatchCounters, keras.Model):
     """
 
     #: The train and test steps count the loss's input checks and raise after the step
-    def __init__(self, encoder, gather_replicas=True, **kwargs):
+    def __init__(self, encoder, gather_replicas=True, projection_head=None, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(encoder, keras.Model) and not isinstance(encoder, keras.layers.Layer):
             raise ValueError(
@@ -166,6 +176,11 @@ class EmbeddingModel(BatchCounters, keras.Model):
             )
         self.encoder = encoder
         self.gather_replicas = gather_replicas
+        self.projection_widths = projection_head_lib.check_widths(projection_head)
+        self.projection_head = None
+        if self.projection_widths is not None:
+            self.projection_head = projection_head_lib.build_projection_head(self.projection_widths)
+            self._build_projection_head()  # its variables exist as soon as the encoder's size is known
         self._metric_loss = None
         self._loss_call = None
         self.jit_compile_loss = False
@@ -178,6 +193,20 @@ class EmbeddingModel(BatchCounters, keras.Model):
 
     def call(self, inputs, training=False):
         return self.encoder(inputs, training=training)
+
+    def loss_inputs(self, embeddings, training=False):
+        """What the loss scores for ``embeddings`` [B, d]: the projection head's output
+        [B, last width] when the model has one, else the embeddings."""
+        if self.projection_head is None:
+            return embeddings
+        return self.projection_head(embeddings, training=training)
+
+    def loss_input_size(self, input_shape=None):
+        """The last dimension of :meth:`loss_inputs` (for inputs of ``input_shape`` when
+        given), or None while the encoder's output size is not known."""
+        if self.projection_widths is not None:
+            return self.projection_widths[-1]
+        return loss_state.output_size(self.encoder, input_shape)
 
     def fit(self, x=None, y=None, *args, **kwargs):
         """``keras.Model.fit``. A ``tf.data.Dataset`` is consumed as it comes (its
@@ -212,8 +241,9 @@ class EmbeddingModel(BatchCounters, keras.Model):
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
                **kwargs):
         """``keras.Model.export`` of the embedding function alone: the encoder (what
-        :meth:`call` computes), without the loss's state in ``parameter_layers``
-        (proxies, learned margins, sampler seeds), which serving does not use."""
+        :meth:`call` computes), without the projection head and the loss's state in
+        ``parameter_layers`` (proxies, learned margins, sampler seeds), which serving does
+        not use."""
         return self.encoder.export(filepath, format=format, verbose=verbose,
                                    input_signature=input_signature, **kwargs)
 
@@ -322,6 +352,7 @@ class EmbeddingModel(BatchCounters, keras.Model):
             y, y_pred, replicas = replica_gather.gather_across_replicas(y, y_pred)
             if replicas > 1:  # every replica's loss must see every replica's rows
                 bad_rows = nonfinite_rows(y_pred)
+        y_pred = self.loss_inputs(y_pred, training=training)
         self._count_invalid_inputs(y, global_batch=replicas > 1)
         if training:
             self._count_batch_without_positive_pairs(y, global_batch=replicas > 1)
@@ -352,6 +383,7 @@ class EmbeddingModel(BatchCounters, keras.Model):
             {
                 "encoder": keras.saving.serialize_keras_object(self.encoder),
                 "gather_replicas": self.gather_replicas,
+                "projection_head": None if self.projection_widths is None else list(self.projection_widths),
             }
         )
         return config
@@ -367,6 +399,7 @@ class EmbeddingModel(BatchCounters, keras.Model):
     def build(self, input_shape):
         if not self.encoder.built:
             self.encoder.build(input_shape)
+        self._build_projection_head(input_shape)
         super().build(input_shape)
         self._build_loss_state(input_shape)
 
@@ -379,8 +412,17 @@ class EmbeddingModel(BatchCounters, keras.Model):
             loss_state.refuse_unbuilt(self.loss_parameters)
         return super().load_weights(filepath, *args, **kwargs)
 
+    def _build_projection_head(self, input_shape=None):
+        """Build the projection head for the encoder's output size once it is known, so that
+        a fresh model has its variables to restore into and to build the optimizer for."""
+        if self.projection_head is None or self.projection_head.built:
+            return
+        dim = loss_state.output_size(self.encoder, input_shape)
+        if dim is not None:
+            self.projection_head.build((None, dim))
+
     def _build_loss_state(self, input_shape=None):
-        """Build the loss's state layers sized by the embeddings once the encoder's output
-        size is known (:func:`tfdml.loss_state.build_sized_by_embeddings`)."""
-        loss_state.build_sized_by_embeddings(self.loss_parameters, self.encoder,
-                                             self.distribute_strategy, input_shape)
+        """Build the loss's state layers sized by what the loss scores once that size is
+        known (:func:`tfdml.loss_state.build_sized_by_embeddings`)."""
+        loss_state.build_sized_by_embeddings(self.loss_parameters, self.loss_input_size(input_shape),
+                                             self.distribute_strategy)

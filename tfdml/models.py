@@ -47,12 +47,10 @@ and adds what plain ``keras.Model.fit`` lacks for metric learning:
   embeddings through the all-gather is summed over replicas, and the
   optimizer sums replica gradients, so the applied gradient equals the
   single-device gradient of the same global batch.
-* A projection head (``projection_head=[...]``, :mod:`tfdml.projection_head`; SimCLR,
-  Chen et al. 2020 §2.1 and §4.2) maps the embeddings to what the loss scores, in the
-  train and test steps (after the gather across replicas: its batch normalisation sees
-  the global batch). ``call`` (so ``predict``, evaluation, retrieval) and :meth:`export`
-  give the embeddings without it; its weights are the model's (trained, saved by every
-  save route and restored on resume), never exported.
+* A projection head (``projection_head=[...]``, :mod:`tfdml.projection_head`; SimCLR §2.1)
+  maps the embeddings to what the loss scores, after the gather across replicas (its batch
+  normalisation sees the global batch). ``call`` (``predict``, evaluation) and :meth:`export`
+  give the embeddings without it; its weights are saved by every save route, never exported.
 * ``compile(jit_compile="loss")`` compiles the loss and its sampler with XLA
   and leaves the encoder to TensorFlow's own kernels (``jit_compile=True``
   compiles the whole train step, encoder included; ``False`` nothing). On a
@@ -68,7 +66,7 @@ import tensorflow as tf
 
 from tfdml import backbones as backbones_lib
 from tfdml.backbones.scratch import mlp, small_cnn  # noqa: F401 (tfdml.models.small_cnn / mlp)
-from tfdml import keras_shims, loss_state, projection_head as projection_head_lib, replica_gather
+from tfdml import keras_shims, loss_state, replica_gather
 from tfdml import optimizers as optimizers_lib
 from tfdml.dtype_policies import (  # noqa: F401 (tfdml.models.DTYPE_POLICY_CHOICES, ...)
     AUTO_DTYPE_POLICY, DTYPE_POLICIES, DTYPE_POLICY_CHOICES, dtype_policy_scope, resolve_dtype_policy)
@@ -77,6 +75,7 @@ from tfdml.compiled_loss import (  # noqa: F401 (tfdml.models.JIT_COMPILE_CHOICE
 from tfdml.losses import base as loss_base
 from tfdml.losses import routes as loss_routes
 from tfdml.model_counters import NO_POSITIVES_LOG, BatchCounters  # noqa: F401 (tfdml.models.NO_POSITIVES_LOG)
+from tfdml.projection_head import ProjectedLoss
 
 #: The backbones built here, always trained from scratch (all names: :data:`tfdml.backbones.BACKBONES`).
 BACKBONES = backbones_lib.SCRATCH
@@ -146,7 +145,7 @@ def _variables_exist(layer):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
-class EmbeddingModel(BatchCounters, keras.Model):
+class EmbeddingModel(BatchCounters, ProjectedLoss, keras.Model):
     """A Keras model whose output is an embedding, trained by a tfdml loss.
 
     Args:
@@ -155,10 +154,9 @@ class EmbeddingModel(BatchCounters, keras.Model):
       gather_replicas: mine on the global batch under a distribution strategy
         (see the module docstring). Turn off only to reproduce per-replica
         mining.
-      projection_head: the widths of a projection head applied to the embeddings for
-        the loss only (:func:`tfdml.projection_head.build_projection_head`, e.g.
-        ``[128, 64]``: a hidden layer of 128 and an output of 64, which the loss then
-        sees), or None: the loss scores the embeddings.
+      projection_head: the widths of a projection head applied to the embeddings for the
+        loss only (:func:`tfdml.projection_head.build_projection_head`; ``[128, 64]``: a
+        hidden layer of 128, an output of 64 that the loss sees), or None: no head.
 
     Usage::
 
@@ -176,11 +174,7 @@ class EmbeddingModel(BatchCounters, keras.Model):
             )
         self.encoder = encoder
         self.gather_replicas = gather_replicas
-        self.projection_widths = projection_head_lib.check_widths(projection_head)
-        self.projection_head = None
-        if self.projection_widths is not None:
-            self.projection_head = projection_head_lib.build_projection_head(self.projection_widths)
-            self._build_projection_head()  # its variables exist as soon as the encoder's size is known
+        self._set_projection_head(projection_head)
         self._metric_loss = None
         self._loss_call = None
         self.jit_compile_loss = False
@@ -193,20 +187,6 @@ class EmbeddingModel(BatchCounters, keras.Model):
 
     def call(self, inputs, training=False):
         return self.encoder(inputs, training=training)
-
-    def loss_inputs(self, embeddings, training=False):
-        """What the loss scores for ``embeddings`` [B, d]: the projection head's output
-        [B, last width] when the model has one, else the embeddings."""
-        if self.projection_head is None:
-            return embeddings
-        return self.projection_head(embeddings, training=training)
-
-    def loss_input_size(self, input_shape=None):
-        """The last dimension of :meth:`loss_inputs` (for inputs of ``input_shape`` when
-        given), or None while the encoder's output size is not known."""
-        if self.projection_widths is not None:
-            return self.projection_widths[-1]
-        return loss_state.output_size(self.encoder, input_shape)
 
     def fit(self, x=None, y=None, *args, **kwargs):
         """``keras.Model.fit``. A ``tf.data.Dataset`` is consumed as it comes (its
@@ -411,15 +391,6 @@ class EmbeddingModel(BatchCounters, keras.Model):
         if self.built:
             loss_state.refuse_unbuilt(self.loss_parameters)
         return super().load_weights(filepath, *args, **kwargs)
-
-    def _build_projection_head(self, input_shape=None):
-        """Build the projection head for the encoder's output size once it is known, so that
-        a fresh model has its variables to restore into and to build the optimizer for."""
-        if self.projection_head is None or self.projection_head.built:
-            return
-        dim = loss_state.output_size(self.encoder, input_shape)
-        if dim is not None:
-            self.projection_head.build((None, dim))
 
     def _build_loss_state(self, input_shape=None):
         """Build the loss's state layers sized by what the loss scores once that size is

@@ -11,6 +11,7 @@ exported SavedModel use the embeddings without it.
 
 import keras
 
+from tfdml import loss_state
 from tfdml.projection_widths import check_widths
 
 
@@ -37,3 +38,39 @@ def build_projection_head(widths, name="projection_head"):
                    keras.layers.ReLU(name=f"{name}_relu{i}", dtype=dtype)]
     layers.append(keras.layers.Dense(widths[-1], name=f"{name}_output", dtype=dtype))
     return keras.Sequential(layers, name=name)
+
+
+class ProjectedLoss:
+    """The projection head of :class:`tfdml.models.EmbeddingModel` (a mixin of it, which has
+    ``encoder``): ``projection_head`` (the Keras layers, or None), ``projection_widths``
+    (their widths, or None) and what the loss scores."""
+
+    def _set_projection_head(self, widths):
+        self.projection_widths = check_widths(widths)
+        self.projection_head = None
+        if self.projection_widths is not None:
+            self.projection_head = build_projection_head(self.projection_widths)
+            self._build_projection_head()  # its variables exist as soon as the encoder's size is known
+
+    def loss_inputs(self, embeddings, training=False):
+        """What the loss scores for ``embeddings`` [B, d]: the projection head's output
+        [B, last width] when the model has one, else the embeddings."""
+        if self.projection_head is None:
+            return embeddings
+        return self.projection_head(embeddings, training=training)
+
+    def loss_input_size(self, input_shape=None):
+        """The last dimension of :meth:`loss_inputs` (for inputs of ``input_shape`` when
+        given), or None while the encoder's output size is not known."""
+        if self.projection_widths is not None:
+            return self.projection_widths[-1]
+        return loss_state.output_size(self.encoder, input_shape)
+
+    def _build_projection_head(self, input_shape=None):
+        """Build the head for the encoder's output size once it is known, so that a fresh
+        model has its variables to restore into and to build the optimizer for."""
+        if self.projection_head is None or self.projection_head.built:
+            return
+        dim = loss_state.output_size(self.encoder, input_shape)
+        if dim is not None:
+            self.projection_head.build((None, dim))

@@ -189,35 +189,3 @@ def test_the_learned_sampler_model_refuses_a_head():
     with pytest.raises(ValueError, match="projection_head is not supported"):
         dsn.DSNEmbeddingModel(keras.Sequential([keras.Input((IN,)), keras.layers.Dense(D)]),
                               projection_head=[HIDDEN, OUT])
-
-
-@pytest.mark.slow
-def test_the_global_batch_gradient_under_mirrored_strategy_equals_one_device(mirrored_strategy):
-    """The head runs on the gathered global batch (its batch normalisation sees all rows): the
-    gradients of every variable, the head's included, equal those of one device."""
-    from tfdml import distributed
-
-    x, y = _data()
-
-    def grads_of(strategy):
-        with strategy.scope():
-            model = _model()
-
-        def step(xs, ys):
-            with tf.GradientTape() as tape:
-                loss = model.compute_loss(x=xs, y=ys, y_pred=model(xs, training=True))
-            grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, model.trainable_variables)]
-            ctx = tf.distribute.get_replica_context()
-            return ctx.all_reduce("sum", loss), [ctx.all_reduce("sum", g) for g in grads]
-
-        ds = distributed.distribute_global_batches(strategy, tf.data.Dataset.from_tensors((x, y)), N)
-        loss, grads = strategy.run(tf.function(step), args=next(iter(ds)))
-        first = lambda v: strategy.experimental_local_results(v)[0].numpy()  # noqa: E731
-        return first(loss), [first(g) for g in grads]
-
-    l1, g1 = grads_of(tf.distribute.get_strategy())
-    l2, g2 = grads_of(mirrored_strategy)
-    np.testing.assert_allclose(l1, l2, atol=1e-5)
-    assert len(g1) == 7 and all(np.abs(g).max() > 0 for g in g1)  # encoder's 2, the head's 5
-    for a, b in zip(g1, g2):
-        np.testing.assert_allclose(a, b, atol=1e-5)

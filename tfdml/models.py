@@ -75,7 +75,7 @@ from tfdml.compiled_loss import (  # noqa: F401 (tfdml.models.JIT_COMPILE_CHOICE
 from tfdml.losses import base as loss_base
 from tfdml.losses import routes as loss_routes
 from tfdml.model_counters import NO_POSITIVES_LOG, BatchCounters  # noqa: F401 (tfdml.models.NO_POSITIVES_LOG)
-from tfdml.projection_head import ProjectedLoss
+from tfdml.projection_head import ProjectionHeadMixin
 
 #: The backbones built here, always trained from scratch (all names: :data:`tfdml.backbones.BACKBONES`).
 BACKBONES = backbones_lib.SCRATCH
@@ -145,7 +145,7 @@ def _variables_exist(layer):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
-class EmbeddingModel(BatchCounters, ProjectedLoss, keras.Model):
+class EmbeddingModel(BatchCounters, ProjectionHeadMixin, keras.Model):
     """A Keras model whose output is an embedding, trained by a tfdml loss.
 
     Args:

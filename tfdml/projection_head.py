@@ -40,7 +40,7 @@ def build_projection_head(widths, name="projection_head"):
     return keras.Sequential(layers, name=name)
 
 
-class ProjectedLoss:
+class ProjectionHeadMixin:
     """The projection head of :class:`tfdml.models.EmbeddingModel` (a mixin of it, which has
     ``encoder``): ``projection_head`` (the Keras layers, or None), ``projection_widths``
     (their widths, or None) and what the loss scores."""

@@ -239,9 +239,14 @@ class LossOnSample(keras.callbacks.Callback):
         self.batch_size = int(batch_size)
 
     def value(self):
-        """The loss of the current model on the sample, as a float."""
-        embeddings = self.model.predict(self.x, batch_size=self.batch_size, verbose=0)
-        return float(self.loss(self.y, tf.convert_to_tensor(embeddings)))
+        """The loss of the current model on the sample, as a float: of the embeddings, or of
+        what the loss scores of them (``model.loss_inputs``: an EmbeddingModel's projection
+        head, in inference mode)."""
+        embeddings = tf.convert_to_tensor(self.model.predict(self.x, batch_size=self.batch_size, verbose=0))
+        loss_inputs = getattr(self.model, "loss_inputs", None)
+        if loss_inputs is not None:
+            embeddings = loss_inputs(embeddings, training=False)
+        return float(self.loss(self.y, embeddings))
 
     def on_epoch_end(self, epoch, logs=None):
         if (epoch + 1) % self.every_n_epochs or logs is None:

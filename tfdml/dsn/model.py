@@ -104,6 +104,9 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         **kwargs,
     ):
         kwargs.pop("gather_replicas", None)
+        if kwargs.pop("projection_head", None) is not None:
+            raise ValueError("DSNEmbeddingModel: projection_head is not supported: the sampler network "
+                             "and the loss score the embeddings themselves; use EmbeddingModel for a head.")
         super().__init__(encoder, gather_replicas=False, **kwargs)
         self.tuples_per_minibatch = _check_int(tuples_per_minibatch, "tuples_per_minibatch")
         self.minibatches = _check_int(minibatches, "minibatches")
@@ -348,6 +351,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
     def get_config(self):
         config = super().get_config()
         config.pop("gather_replicas", None)
+        config.pop("projection_head", None)
         config.update(
             sampler=keras.saving.serialize_keras_object(self.sampler),
             tuples_per_minibatch=self.tuples_per_minibatch,

@@ -40,7 +40,14 @@ described in peers_memory.py):
   and its generalized form (Hermans et al., PML's
   ``GeneralizedLiftedStructureLoss``), multi-similarity with its miner,
   histogram, angular, proxy NCA and proxy anchor (tfdml's proxies copied to
-  PML); binomial deviance has no PML counterpart and runs alone. Each row
+  PML), the classification losses (normalized softmax, CosFace, ArcFace,
+  sub-center ArcFace) and SoftTriple (tfdml's class weights copied to PML's
+  ``W`` / ``fc``, which PML lays out as [dim, classes]), FastAP, circle,
+  SupCon, and on the batch's two views of each instance (rows 2k and 2k + 1,
+  ``example_id``) NT-Xent and VICReg; the samplers easy-hard (PML's
+  ``BatchEasyHardMiner``, with the triplet loss) and pair-margin (PML's
+  ``PairMarginMiner``, with the ℓ2 contrastive loss); binomial deviance and
+  Barlow Twins have no PML counterpart and run alone. Each row
   first computes the loss on that batch on both sides and says whether the
   values agree, or why the two are different losses (``DIFFERENT_LOSS``,
   ``PML_FORM``). tfdml as ``tf.function`` with and
@@ -102,6 +109,7 @@ import argparse
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -132,8 +140,26 @@ HISTOGRAM_NODES = 201  # tfdml's num_bins (R nodes on [-1, 1]); PML's n_bins cou
 ANGLE = 45.0  # degrees
 PROXY_NCA_SCALE = 3.0  # tfdml's embedding_scale = proxy_scale; PML's softmax_scale is its square
 PROXY_ANCHOR = {"alpha": 32.0, "delta": 0.1}  # PML: margin = delta
+NORMALIZED_SOFTMAX_TEMPERATURE = 0.05
+COSFACE = {"scale": 64.0, "margin": 0.35}
+ARCFACE = {"scale": 64.0, "margin": 0.5}  # the margin in radians (tfdml); PML takes degrees
+SUB_CENTERS = 3  # sub-center ArcFace's K, with ARCFACE's scale and margin
+SOFT_TRIPLE = {"centers_per_class": 10, "la": 20.0, "gamma": 0.1, "margin": 0.01}  # tfdml: tau = 0
+FAST_AP_BINS = 10
+CIRCLE = {"m": 0.4, "gamma": 80.0}  # tfdml: tuple_reduction "mean_active", PML's AvgNonZeroReducer
+CONTRAST_TEMPERATURE = 0.1  # NT-Xent's and SupCon's τ on both sides
+VICREG = {"lam": 25.0, "mu": 25.0, "nu": 1.0}  # PML: invariance_lambda, variance_mu, covariance_v
+EASY_HARD_MARGIN = MARGIN  # the triplet loss's margin, ℓ2, with easy positives and hard negatives
+# Pair-margin mining on ℓ2 distances of random unit vectors (√2 ± 0.06 at d = 128): margins where the
+# pairs are, so that both positives and negatives are mined; the ℓ2 contrastive loss's margin above them.
+PAIR_MARGIN = {"pos_margin": 1.4, "neg_margin": 1.4}
+CONTRASTIVE_MARGIN = 1.5  # tfdml's margin, PML's neg_margin (pos_margin 0)
+CLASS_WEIGHT_CASES = ("normalized softmax", "CosFace", "ArcFace", "sub-center ArcFace", "SoftTriple")
+TWO_VIEW_CASES = ("NT-Xent", "VICReg", "Barlow Twins")  # positives: the views of an instance (example_id)
 OTHER_CASES = ("lifted structured", "generalized lifted structured", "binomial deviance",
-               "multi-similarity + miner", "histogram", "angular", "proxy NCA", "proxy anchor")
+               "multi-similarity + miner", "histogram", "angular", "proxy NCA", "proxy anchor",
+               *CLASS_WEIGHT_CASES, "FastAP", "circle", "SupCon", *TWO_VIEW_CASES, "triplet + easy-hard",
+               "contrastive + pair margin")
 LOSS_CASES = TRIPLET_CASES + OTHER_CASES
 #: Why the two sides' loss values differ on the same batch; a case not listed computes the same loss
 #: (its row says "yes" when they agree within VALUE_RTOL, "NO" otherwise).
@@ -150,8 +176,16 @@ DIFFERENT_LOSS = {
 PML_FORM = {
     "proxy NCA": "PML's softmax keeps the own proxy in the denominator: PML = mean softplus(tfdml's term); "
                  "compared in that form",
+    "VICReg": "PML's invariance term is the mean squared difference over the d dimensions (tfdml: the sum, "
+              "Bardes et al.'s s) and it halves each variance term: PML = λ s/d + μ/2 [v(Z) + v(Z')] + "
+              "ν [c(Z) + c(Z')] of tfdml's terms; compared in that form",
+    "contrastive + pair margin": "PML averages the mined positive and the mined negative pairs' terms "
+                                 "separately, each over its non-zero terms, and adds the two means; tfdml "
+                                 "takes one mean over all mined pairs: compared in PML's form, from tfdml's "
+                                 "mined pairs and terms",
 }
-NO_PML = {"binomial deviance": "PML has no binomial deviance loss"}
+NO_PML = {"binomial deviance": "PML has no binomial deviance loss",
+          "Barlow Twins": "PML has no Barlow Twins loss"}
 VALUE_RTOL = 1e-4
 EVAL_METHODS = {"tfdml": "tfdml.metrics", "pml": "PML AccuracyCalculator", "faiss": "faiss IndexFlatL2 + NumPy"}
 REPLY = "@@compare_peers "  # marks the worker's answers on its stdout
@@ -361,16 +395,17 @@ class TfdmlSide(TfSide, peers_memory.TfdmlMemory):
                 "threads": tf.config.threading.get_intra_op_parallelism_threads() or usable_cores()}
 
     def losses(self, case, batch, per_class, dim, path):
-        """Build the graph and XLA step of ``case`` on bench_losses' batch; save that batch (and a proxy
-        loss's proxies) for PML. Answers the loss value of the graph step and, for a case of ``PML_FORM``,
-        tfdml's value in PML's form."""
+        """Build the graph and XLA step of ``case`` on bench_losses' batch; save that batch (its
+        labels, the instance ids of its two views, and a proxy loss's proxies or class weights,
+        [classes · K, dim]) for PML. Answers the loss value of the graph step and, for a case of
+        ``PML_FORM``, tfdml's value in PML's form."""
         import bench_losses
         import numpy as np
 
         classes = batch // per_class
         y, e = bench_losses.batch(classes, per_class, dim)
         loss = self.loss(case, classes, dim)
-        arrays = {"embeddings": e.numpy(), "labels": y["label"].numpy()}
+        arrays = {"embeddings": e.numpy(), "labels": y["label"].numpy(), "views": y["example_id"].numpy()}
         if hasattr(loss, "proxy_layer"):
             arrays["proxies"] = loss.proxy_layer.proxies.numpy()
         np.savez(path, **arrays)
@@ -386,9 +421,27 @@ class TfdmlSide(TfSide, peers_memory.TfdmlMemory):
         """tfdml's loss of ``case`` on (``y``, ``e``) written as PML computes it (``PML_FORM``)."""
         import tensorflow as tf
 
+        from tfdml import targets as targets_lib
+        from tfdml.losses import views
+
         if case == "proxy NCA":  # −log(e^{−d_y} / Σ_z e^{−d_z}) = softplus(d_y + log Σ_{z≠y} e^{−d_z})
             terms = loss.example_terms(y["label"], e, loss.proxy_layer.proxies)
             return float(tf.reduce_mean(tf.math.softplus(terms)))
+        if case == "VICReg":
+            invariance, variance, covariance = loss.terms(*views.paired_views(e, y["example_id"]))
+            dim = float(e.shape[1])
+            return float(loss.lam * invariance / dim + loss.mu * variance / 2.0 + loss.nu * covariance)
+        if case == "contrastive + pair margin":  # PML: mean of the non-zero positive terms + that of the negative
+            targets = targets_lib.unpack(y)
+            dist = loss.distances(e)
+            mined = loss.pair_weights(dist, targets, e)
+
+            def mean_of_nonzero(terms):
+                active = tf.reduce_sum(tf.cast(terms > 0, terms.dtype))
+                return tf.reduce_sum(terms) / tf.maximum(active, 1.0)
+
+            return float(mean_of_nonzero(mined.pos_weight * dist)
+                         + mean_of_nonzero(mined.neg_weight * tf.nn.relu(loss.margin - dist)))
         raise ValueError(f"no PML form for {case!r}")
 
     @staticmethod
@@ -419,6 +472,35 @@ class TfdmlSide(TfSide, peers_memory.TfdmlMemory):
                                        proxy_scale=PROXY_NCA_SCALE, seed=1)
         if case == "proxy anchor":
             return losses.ProxyAnchorLoss(num_classes=num_classes, embedding_dim=dim, seed=1, **PROXY_ANCHOR)
+        classes = {"num_classes": num_classes, "embedding_dim": dim, "seed": 1}
+        if case == "normalized softmax":
+            return losses.NormalizedSoftmaxLoss(temperature=NORMALIZED_SOFTMAX_TEMPERATURE, **classes)
+        if case == "CosFace":
+            return losses.CosFaceLoss(**COSFACE, **classes)
+        if case == "ArcFace":
+            return losses.ArcFaceLoss(**ARCFACE, **classes)
+        if case == "sub-center ArcFace":
+            return losses.SubCenterArcFaceLoss(centers_per_class=SUB_CENTERS, **ARCFACE, **classes)
+        if case == "SoftTriple":  # PML has no centre regulariser: τ = 0
+            return losses.SoftTripleLoss(tau=0.0, **SOFT_TRIPLE, **classes)
+        if case == "FastAP":
+            return losses.FastAPLoss(num_bins=FAST_AP_BINS)
+        if case == "circle":
+            return losses.CircleLoss(tuple_reduction="mean_active", **CIRCLE)
+        if case == "SupCon":
+            return losses.SupConLoss(temperature=CONTRAST_TEMPERATURE)
+        if case == "NT-Xent":
+            return losses.NTXentLoss(temperature=CONTRAST_TEMPERATURE)
+        if case == "VICReg":
+            return losses.VICRegLoss(**VICREG)
+        if case == "Barlow Twins":
+            return losses.BarlowTwinsLoss()
+        if case == "triplet + easy-hard":  # PML's AvgNonZeroReducer: the mean over the active triplets
+            return losses.TripletLoss(margin=EASY_HARD_MARGIN, squared=False, tuple_reduction="mean_active",
+                                      sampler=samplers.EasyHardSampler(negative="hard"))
+        if case == "contrastive + pair margin":
+            return losses.ContrastiveLoss(margin=CONTRASTIVE_MARGIN, squared=False,
+                                          sampler=samplers.PairMarginSampler(**PAIR_MARGIN))
         raise ValueError(f"unknown case {case!r}; choose from {LOSS_CASES}")
 
     def fit_batch(self, batch, per_class, path):
@@ -553,33 +635,72 @@ class TorchSide(peers_memory.TorchMemory):
         if case == "proxy anchor":
             return (losses.ProxyAnchorLoss(num_classes, dim, margin=PROXY_ANCHOR["delta"],
                                            alpha=PROXY_ANCHOR["alpha"]), None)
+        classes = {"num_classes": num_classes, "embedding_size": dim}
+        if case == "normalized softmax":
+            return losses.NormalizedSoftmaxLoss(temperature=NORMALIZED_SOFTMAX_TEMPERATURE, **classes), None
+        if case == "CosFace":
+            return losses.CosFaceLoss(**COSFACE, **classes), None
+        if case in ("ArcFace", "sub-center ArcFace"):  # PML's margin in degrees
+            arcface = dict(ARCFACE, margin=math.degrees(ARCFACE["margin"]), **classes)
+            if case == "ArcFace":
+                return losses.ArcFaceLoss(**arcface), None
+            return losses.SubCenterArcFaceLoss(sub_centers=SUB_CENTERS, **arcface), None
+        if case == "SoftTriple":
+            return losses.SoftTripleLoss(**SOFT_TRIPLE, **classes), None
+        if case == "FastAP":
+            return losses.FastAPLoss(num_bins=FAST_AP_BINS), None
+        if case == "circle":
+            return losses.CircleLoss(**CIRCLE), None
+        if case == "SupCon":
+            return losses.SupConLoss(temperature=CONTRAST_TEMPERATURE), None
+        if case == "NT-Xent":
+            return losses.NTXentLoss(temperature=CONTRAST_TEMPERATURE), None
+        if case == "VICReg":
+            return (losses.VICRegLoss(invariance_lambda=VICREG["lam"], variance_mu=VICREG["mu"],
+                                      covariance_v=VICREG["nu"]), None)
+        if case == "triplet + easy-hard":
+            return (losses.TripletMarginLoss(margin=EASY_HARD_MARGIN),
+                    miners.BatchEasyHardMiner(pos_strategy="easy", neg_strategy="hard"))
+        if case == "contrastive + pair margin":
+            return (losses.ContrastiveLoss(pos_margin=0, neg_margin=CONTRASTIVE_MARGIN),
+                    miners.PairMarginMiner(**PAIR_MARGIN))
         raise ValueError(f"unknown case {case!r}; choose from {LOSS_CASES}")
 
     def losses(self, case, batch, per_class, path):
         """PML's step of ``case`` (miner, loss, backward to the embeddings and the loss's parameters) on
-        the saved batch, with tfdml's proxies where it saved them. Answers what the miner selected
-        (``mined``) and the loss value; ``{"missing": why}`` for a case PML does not have."""
+        the saved batch, with tfdml's proxies or class weights where it saved them. The losses of two
+        views take the instance ids as labels (VICReg: the first views as ``embeddings``, the second
+        as ``ref_emb``). Answers what the miner selected (``mined``) and the loss value;
+        ``{"missing": why}`` for a case PML does not have."""
         import numpy as np
 
         torch = self.torch
         data = np.load(path)
         emb = torch.from_numpy(data["embeddings"]).requires_grad_()
-        labels = torch.from_numpy(data["labels"].astype(np.int64))
+        labels = torch.from_numpy(data["views" if case in TWO_VIEW_CASES else "labels"].astype(np.int64))
         made = self.loss(case, batch // per_class, emb.shape[1])
         if made is None:
             self.call_ = None
             return {"missing": NO_PML[case]}
         loss, miner = made
         if "proxies" in data:
-            with torch.no_grad():
-                loss.proxies.copy_(torch.from_numpy(data["proxies"]))
+            copy_proxies(loss, torch.from_numpy(data["proxies"]))
         params = list(loss.parameters())
+        if case == "VICReg":  # rows 2k and 2k + 1 are the views of one instance: split by the ids
+            order = torch.from_numpy(np.argsort(data["views"], kind="stable"))
+            first, second = order[0::2], order[1::2]
+
+            def forward():
+                return loss(emb[first], ref_emb=emb[second])
+        else:
+            def forward():
+                return loss(emb, labels, miner(emb, labels) if miner else None)
 
         def call():
             emb.grad = None
             for p in params:
                 p.grad = None
-            value = loss(emb, labels, miner(emb, labels) if miner else None)
+            value = forward()
             value.backward()
             return value.item()
 
@@ -629,6 +750,30 @@ class TorchSide(peers_memory.TorchMemory):
             if step >= warmup:
                 times.append(time.perf_counter() - start)
         return {"times": times}
+
+
+#: Where PML keeps a loss's learned class vectors, and whether its layout is tfdml's
+#: [classes · K, dim] transposed ([dim, classes · K]): ProxyNCA and ProxyAnchor's ``proxies``,
+#: the classification losses' ``W``, SoftTriple's ``fc``.
+PML_CLASS_VECTORS = {"proxies": False, "W": True, "fc": True}
+
+
+def copy_proxies(loss, proxies):
+    """Set PML ``loss``'s class vectors to tfdml's ``proxies`` (a [classes · K, dim] tensor; row
+    c·K + k the k-th vector of class c, PML's column order too), so both sides start alike."""
+    import torch
+
+    for name, transposed in PML_CLASS_VECTORS.items():
+        target = getattr(loss, name, None)
+        if isinstance(target, torch.nn.Parameter):
+            value = proxies.t() if transposed else proxies
+            if tuple(target.shape) != tuple(value.shape):
+                raise ValueError(f"PML's {type(loss).__name__}.{name} is {tuple(target.shape)}, tfdml's proxies "
+                                 f"give {tuple(value.shape)}")
+            with torch.no_grad():
+                target.copy_(value)
+            return
+    raise ValueError(f"PML's {type(loss).__name__} has none of {', '.join(PML_CLASS_VECTORS)} to copy the proxies to")
 
 
 def mined_count(indices):
@@ -782,6 +927,43 @@ def settings_lines(cases):
                      f"{PROXY_NCA_SCALE:g}), PML ProxyNCALoss(softmax_scale={PROXY_NCA_SCALE ** 2:g})",
         "proxy anchor": f"one proxy per class (tfdml's, copied to PML), α = {PROXY_ANCHOR['alpha']:g}, δ = "
                         f"{PROXY_ANCHOR['delta']}, cosine; tfdml ProxyAnchorLoss, PML ProxyAnchorLoss(margin=δ)",
+        "normalized softmax": f"one weight per class (tfdml's, copied to PML's W), σ = "
+                              f"{NORMALIZED_SOFTMAX_TEMPERATURE}, cosine, mean over the batch; tfdml "
+                              "NormalizedSoftmaxLoss, PML NormalizedSoftmaxLoss (a dot product with the normalised "
+                              "weights: the same on these unit embeddings)",
+        "CosFace": f"one weight per class (copied), s = {COSFACE['scale']:g}, m = {COSFACE['margin']}, mean; tfdml "
+                   "CosFaceLoss, PML CosFaceLoss",
+        "ArcFace": f"one weight per class (copied), s = {ARCFACE['scale']:g}, m = {ARCFACE['margin']} rad, mean; "
+                   f"tfdml ArcFaceLoss(margin={ARCFACE['margin']}), PML ArcFaceLoss(margin="
+                   f"{math.degrees(ARCFACE['margin']):.4g}) (degrees); PML replaces cos(θ + m) by cos θ − m sin m "
+                   "for θ > π − m, tfdml keeps Eq. 3 (random unit vectors stay far from that angle)",
+        "sub-center ArcFace": f"{SUB_CENTERS} sub-centres per class (copied), ArcFace's s and m; tfdml "
+                              f"SubCenterArcFaceLoss(centers_per_class={SUB_CENTERS}), PML SubCenterArcFaceLoss("
+                              f"sub_centers={SUB_CENTERS}, margin in degrees)",
+        "SoftTriple": f"K = {SOFT_TRIPLE['centers_per_class']} centres per class (copied to PML's fc), λ = "
+                      f"{SOFT_TRIPLE['la']:g}, γ = {SOFT_TRIPLE['gamma']}, δ = {SOFT_TRIPLE['margin']}, mean; tfdml "
+                      "SoftTripleLoss(tau=0): PML has no centre regulariser; PML SoftTripleLoss",
+        "FastAP": f"{FAST_AP_BINS} bins, squared ℓ2 of unit vectors, mean over the queries with a positive; tfdml "
+                  "FastAPLoss, PML FastAPLoss",
+        "circle": f"m = {CIRCLE['m']}, γ = {CIRCLE['gamma']:g}, cosine, every pair, the mean over the anchors with a "
+                  "non-zero loss; tfdml CircleLoss(tuple_reduction='mean_active'), PML CircleLoss (AvgNonZeroReducer)",
+        "SupCon": f"τ = {CONTRAST_TEMPERATURE}, cosine, positives the class, mean over the anchors; tfdml SupConLoss, "
+                  "PML SupConLoss",
+        "NT-Xent": f"τ = {CONTRAST_TEMPERATURE}, cosine, positives the other view of the instance (ids: example_id, "
+                   "rows 2k and 2k + 1), mean over both orders of every pair; tfdml NTXentLoss, PML "
+                   f"NTXentLoss(temperature={CONTRAST_TEMPERATURE}) with the instance ids as labels",
+        "VICReg": f"λ = {VICREG['lam']:g}, μ = {VICREG['mu']:g}, ν = {VICREG['nu']:g}, γ = 1, ε = 1e-4, on the two "
+                  "views (first views Z, second Z'); tfdml VICRegLoss, PML VICRegLoss(embeddings=Z, ref_emb=Z')",
+        "Barlow Twins": f"λ = 5e-3 on the two views; tfdml BarlowTwinsLoss; {NO_PML['Barlow Twins']}",
+        "triplet + easy-hard": f"margin {EASY_HARD_MARGIN}, ℓ2, per anchor the closest positive and the closest "
+                               "negative (Xuan et al.'s EPHN), the mean over the triplets with a positive loss; "
+                               "tfdml TripletLoss(sampler=EasyHardSampler('hard'), tuple_reduction='mean_active'), "
+                               "PML TripletMarginLoss + BatchEasyHardMiner('easy', 'hard')",
+        "contrastive + pair margin": f"ℓ2, positive pairs farther than {PAIR_MARGIN['pos_margin']} and negative "
+                                     f"pairs closer than {PAIR_MARGIN['neg_margin']} (where this batch's distances "
+                                     f"are), terms D and [{CONTRASTIVE_MARGIN} − D]_+; tfdml ContrastiveLoss("
+                                     f"squared=False, margin={CONTRASTIVE_MARGIN}) + PairMarginSampler, PML "
+                                     f"ContrastiveLoss(pos_margin=0, neg_margin={CONTRASTIVE_MARGIN}) + PairMarginMiner",
     }
     return [f"- {case}: {text[case]}." for case in cases]
 

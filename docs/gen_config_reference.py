@@ -71,10 +71,12 @@ def _choices(field):
 
 def _check(field):
     """What a field's ``check`` function requires, from its code: ``_at_least``'s
-    bound, or a lambda's message."""
+    bound, ``_requiring``'s requirement, or a lambda's message."""
     check = field.check
     if check is None:
         return ""
+    if getattr(check, "requirement", None):
+        return check.requirement
     code = check.__code__
     cells = dict(zip(code.co_freevars, (c.cell_contents for c in check.__closure__ or ())))
     if "bound" in cells:

@@ -1,5 +1,5 @@
 """The layout of the code: no import circle among the modules of tfdml/, pipelines/,
-tfdml_app/ and the top-level scripts, and no module over 400 lines without a reason.
+tfdml_app/ and the top-level scripts, and no module over 450 lines.
 
 A module's imports are read from its source (``ast``), at the top and inside
 functions alike: an import inside a function is still an edge of the graph.
@@ -14,9 +14,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("tfdml", "pipelines", "tfdml_app")
 SCRIPTS = ("train.py", "evaluate.py", "search.py")
-MAX_LINES = 400
-#: The line a longer module carries in its first lines: ``# Over 400 lines: <why>``.
-REASON = re.compile(r"^# Over 400 lines: \S")
+MAX_LINES = 450
+#: A comment excusing a long module.
+OVER = re.compile(r"^\s*# Over \d+ lines", re.IGNORECASE)
 
 
 def module_files():
@@ -145,13 +145,14 @@ def test_the_registry_the_data_side_imports_needs_no_tensorflow():
 
 
 @pytest.mark.parametrize("name, path", sorted(module_files().items()))
-def test_no_module_over_400_lines_without_a_reason_at_its_top(name, path):
+def test_no_module_over_450_lines(name, path):
     with open(path, encoding="utf-8") as fh:
         lines = fh.read().splitlines()
-    if len(lines) > MAX_LINES:
-        assert any(REASON.match(line) for line in lines[:5]), (
-            f"{os.path.relpath(path, ROOT)} has {len(lines)} lines: split it by job, or say why not "
-            f"in a first line '# Over {MAX_LINES} lines: <why>'")
+    assert len(lines) <= MAX_LINES, (
+        f"{os.path.relpath(path, ROOT)} has {len(lines)} lines: split it by job (one module per job, "
+        f"each under {MAX_LINES} lines)")
+    assert not any(OVER.search(line) for line in lines), (
+        f"{os.path.relpath(path, ROOT)} says why it is long: split it by job instead")
 
 
 #: What the kernels may not import: the parts built on them.
@@ -222,17 +223,33 @@ def test_the_parts_of_the_loss_and_the_model_import_nothing_above_them(name):
     assert not found, f"{name} imports {found}, which are built on it"
 
 
-def test_the_losses_and_the_model_take_the_table_s_answers_from_kernels_chosen():
-    """The losses and the embedding model do not read the kernels table's choices: they ask
-    tfdml.kernels.chosen, which answers plainly (a width, a yes or no, a policy name)."""
+#: The parts built on the kernels: they take the table's answers from tfdml.kernels.chosen
+#: or from a kernel's own function, never from the table.
+TAKE_ANSWERS = ("tfdml.losses", "tfdml.samplers", "tfdml.metrics", "tfdml.models", "tfdml.dtype_policies",
+                "tfdml.compiled_loss", "tfdml.model_counters")
+
+
+def _takes_answers(name):
+    return name in TAKE_ANSWERS or name.startswith(tuple(a + "." for a in TAKE_ANSWERS))
+
+
+def test_the_parts_built_on_the_kernels_take_the_table_s_answers_and_read_no_choice():
+    """The losses, samplers, metrics and the embedding model do not read the kernels
+    table's choices: they ask tfdml.kernels.chosen, which answers plainly (a width, a yes or
+    no, a policy name, a primitive run in its form), or a kernel's own function, which runs
+    the form chosen or the reference path they pass in (docs/design.md, "Kernels")."""
     readers = []
     for name, path in module_files().items():
-        if not (name.startswith("tfdml.losses") or name in (
-                "tfdml.models", "tfdml.dtype_policies", "tfdml.compiled_loss", "tfdml.model_counters")):
+        if not _takes_answers(name):
             continue
         with open(path, encoding="utf-8") as fh:
             tree = ast.parse(fh.read())
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr in ("choose", "is_reference"):
+            if isinstance(node, ast.Attribute) and node.attr in ("choose", "is_reference", "form"):
                 readers.append(f"{name}:{node.lineno}")
     assert not readers, f"modules interpreting the kernels table themselves: {readers}"
+    graph = import_graph()
+    checked = sorted(name for name in graph if _takes_answers(name))
+    assert {"tfdml.samplers.semi_hard", "tfdml.metrics.retrieval", "tfdml.losses.base"} <= set(checked)
+    table = sorted(name for name in checked if "tfdml.kernels" in graph[name])
+    assert not table, f"modules importing the kernels table (tfdml.kernels itself): {table}"

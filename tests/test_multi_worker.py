@@ -18,7 +18,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _free_ports(n):
+def free_ports(n):
+    """``n`` ports of 127.0.0.1 free now."""
     socks = [socket.socket() for _ in range(n)]
     for s in socks:
         s.bind(("127.0.0.1", 0))
@@ -26,6 +27,29 @@ def _free_ports(n):
     for s in socks:
         s.close()
     return ports
+
+
+def run_two_workers(command, timeout):
+    """``command`` (a list) run by two worker processes of one cluster on 127.0.0.1
+    (TF_CONFIG, no GPU), from the repository's root; their ``(stdout, stderr)`` once both
+    have exited, each with status 0."""
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
+    procs = []
+    for index in range(2):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
+                   TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        procs.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outputs = []
+    try:
+        for p in procs:
+            outputs.append(p.communicate(timeout=timeout))
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (stdout, stderr) in zip(procs, outputs):
+        assert p.returncode == 0, stderr[-3000:]
+    return outputs
 
 
 def _weights(path):
@@ -45,27 +69,10 @@ def _weights(path):
 
 
 def _run_two_workers(out_dir, extra_sets, timeout):
-    ports = _free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    procs = []
-    for index in range(2):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
-                   TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
-        cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--config",
-               os.path.join(ROOT, "configs", "default.yaml"), "--quiet",
-               "--set", "strategy=multi_worker", "--set", f"output_dir={out_dir}", *extra_sets]
-        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    outputs = []
-    try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=timeout))
-    finally:
-        for p in procs:
-            p.kill()
-    for p, (stdout, stderr) in zip(procs, outputs):
-        assert p.returncode == 0, stderr[-3000:]
-    return outputs
+    cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--config",
+           os.path.join(ROOT, "configs", "default.yaml"), "--quiet",
+           "--set", "strategy=multi_worker", "--set", f"output_dir={out_dir}", *extra_sets]
+    return run_two_workers(cmd, timeout)
 
 
 def _check(out_dir, outputs):

@@ -159,11 +159,16 @@ def _weights(path):
     return out
 
 
+# The memory's rows by default; β and the proxies are also restored by every saving route of
+# tests/tfdml/test_saving_routes.py, so their whole runs are slow ones (TFDML_SLOW=1).
 @pytest.mark.parametrize("loss, state", [
-    ({"name": "margin", "sampler": "distance_weighted"}, "margin_parameters"),
-    ({"name": "proxy_anchor"}, "proxies"),  # learned proxies, at 100x the learning rate
-    ({"name": "triplet", "sampler": "semi_hard", "memory": {"size": 48, "warmup_steps": 3}}, "memory"),
-], ids=["margin", "proxy_anchor", "memory"])
+    pytest.param({"name": "margin", "sampler": "distance_weighted"}, "margin_parameters",
+                 marks=pytest.mark.slow, id="margin"),
+    # learned proxies, at 100x the learning rate
+    pytest.param({"name": "proxy_anchor"}, "proxies", marks=pytest.mark.slow, id="proxy_anchor"),
+    pytest.param({"name": "triplet", "sampler": "semi_hard", "memory": {"size": 48, "warmup_steps": 3}},
+                 "memory", id="memory"),
+])
 def test_resume_after_kill_reaches_the_same_weights(tmp_path, loss, state):
     """Kill after epoch 2 of 4, rerun: same final weights (the encoder's, the loss's learned
     parameters: β or the proxies, the optimizer's state) as an uninterrupted run.
@@ -1542,3 +1547,38 @@ def test_a_run_embeds_the_test_split_once_per_model_and_writes_metrics_json_once
     report = json.load(open(tmp_path / "run" / "metrics.json"))
     assert report["info"]["model"]["epoch"] == 2 and report["last_epoch"]["epoch"] == 3
     assert json.load(open(tmp_path / "run" / "lookup.json"))["num_entries"] == test_size
+
+
+def test_without_a_validation_split_the_final_evaluation_reuses_the_last_epochs_embeddings(tmp_path, monkeypatch):
+    """Without a validation split the last epoch's evaluation and the final one score the
+    same model on the test split: the split is embedded once (by the per-epoch evaluation)
+    and the final figures are computed from those embeddings, so they equal the history's
+    last test figures. When the last epoch is not evaluated (every_n_epochs), the final
+    evaluation embeds the split itself."""
+    from tfdml import callbacks as callbacks_lib
+
+    test_size = 48
+    embedded = []
+    real_embed, real_callback_embed = evaluation.embed, callbacks_lib.RetrievalEvaluation.embed
+
+    def counting_embed(embedder, dataset, num, *args, **kwargs):
+        embedded.append(("final", num))
+        return real_embed(embedder, dataset, num, *args, **kwargs)
+
+    def counting_callback_embed(self):
+        out = real_callback_embed(self)
+        embedded.append(("epoch", len(out)))
+        return out
+
+    monkeypatch.setattr(evaluation, "embed", counting_embed)
+    monkeypatch.setattr(callbacks_lib.RetrievalEvaluation, "embed", counting_callback_embed)
+    settings = {"data.validation": {"fraction": None}, "evaluation.baseline": None, "training.epochs": 2}
+    result = fit.run(_arrays_cfg(tmp_path / "each", **settings), verbose=0)
+    assert embedded == [("epoch", test_size), ("epoch", test_size)]
+    report = json.load(open(tmp_path / "each" / "metrics.json"))
+    for key in ("map@r", "recall@1"):
+        assert report["metrics"][key] == result["history"][f"test_{key}"][-1]
+
+    embedded.clear()
+    fit.run(_arrays_cfg(tmp_path / "every3", **settings, **{"evaluation.every_n_epochs": 3}), verbose=0)
+    assert embedded == [("final", test_size)]

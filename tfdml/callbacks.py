@@ -64,13 +64,17 @@ class RetrievalEvaluation(keras.callbacks.Callback):
       distance: ``"euclidean"``, ``"squared_euclidean"`` or ``"cosine"``.
       prefix: prepended to every key (e.g. ``"val_"``).
       verbose: 1 prints one line of results per evaluation.
+      keep_embeddings: keep the last evaluation's embeddings and labels as
+        :attr:`last_embedded` (``{"epoch", "embeddings", "labels"}``, the epoch
+        counted from 1), so that a final evaluation of the same model on the
+        same split need not embed it again.
       **evaluate_kwargs: passed to :func:`tfdml.metrics.evaluate_embeddings`
         (``chunk_size``, ``seed``, ``nmi_average``, ``num_pairs``, ...).
     """
 
     def __init__(self, data, every_n_epochs=1, metrics=_metrics.DEFAULT_METRICS,
                  ks=_metrics.DEFAULT_KS, log_dir=None, batch_size=256, distance="euclidean",
-                 prefix="", verbose=0, **evaluate_kwargs):
+                 prefix="", verbose=0, keep_embeddings=False, **evaluate_kwargs):
         super().__init__()
         self.metric_names, self.ks = _metrics.parse_metrics(metrics, ks)
         _metrics.knn.check_distance(distance)
@@ -97,6 +101,8 @@ class RetrievalEvaluation(keras.callbacks.Callback):
         self._writer = None
         self.keys = [self.prefix + k for k in _metrics.metric_keys(self.metric_names, self.ks)]
         self.last_results = None
+        self.keep_embeddings = bool(keep_embeddings)
+        self.last_embedded = None
 
     @staticmethod
     def _check_data(data):
@@ -144,8 +150,9 @@ class RetrievalEvaluation(keras.callbacks.Callback):
             )
         return out
 
-    def evaluate(self):
-        """Evaluate now; returns the dict of prefixed results."""
+    def evaluate(self, epoch=None):
+        """Evaluate now; returns the dict of prefixed results. With ``keep_embeddings``,
+        the embeddings are kept as :attr:`last_embedded` with ``epoch`` (counted from 1)."""
         embeddings = self.embed()
         labels = self._labels_of_dataset() if self._dataset is not None else self._labels
         if embeddings.shape[0] != labels.size:
@@ -153,6 +160,8 @@ class RetrievalEvaluation(keras.callbacks.Callback):
                 f"The model produced {embeddings.shape[0]} embeddings for {labels.size} labels; "
                 "is the evaluation dataset reshuffled or infinite?"
             )
+        if self.keep_embeddings:
+            self.last_embedded = {"epoch": epoch, "embeddings": embeddings, "labels": labels}
         results = _metrics.evaluate_embeddings(
             embeddings, labels, self.metric_names, self.ks, distance=self.distance,
             **self.evaluate_kwargs,
@@ -162,7 +171,7 @@ class RetrievalEvaluation(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if (epoch + 1) % self.every_n_epochs:
             return
-        results = self.evaluate()
+        results = self.evaluate(epoch + 1)
         self.last_results = results
         if logs is not None:
             for key in self.keys:
@@ -230,9 +239,14 @@ class LossOnSample(keras.callbacks.Callback):
         self.batch_size = int(batch_size)
 
     def value(self):
-        """The loss of the current model on the sample, as a float."""
-        embeddings = self.model.predict(self.x, batch_size=self.batch_size, verbose=0)
-        return float(self.loss(self.y, tf.convert_to_tensor(embeddings)))
+        """The loss of the current model on the sample, as a float: of the embeddings, or of
+        what the loss scores of them (``model.loss_inputs``: an EmbeddingModel's projection
+        head, in inference mode)."""
+        embeddings = tf.convert_to_tensor(self.model.predict(self.x, batch_size=self.batch_size, verbose=0))
+        loss_inputs = getattr(self.model, "loss_inputs", None)
+        if loss_inputs is not None:
+            embeddings = loss_inputs(embeddings, training=False)
+        return float(self.loss(self.y, embeddings))
 
     def on_epoch_end(self, epoch, logs=None):
         if (epoch + 1) % self.every_n_epochs or logs is None:

@@ -169,7 +169,7 @@ def plot(coords, labels, path, class_names=None, title=None, method=None):
     """The map as a PNG at ``path``: one dot per point, coloured by class; returns ``path``."""
     from matplotlib.figure import Figure
 
-    from tfdml import plots
+    from tfdml import figures
 
     coords = np.asarray(coords, np.float32)
     labels = np.asarray(labels).reshape(-1)
@@ -198,8 +198,8 @@ def plot(coords, labels, path, class_names=None, title=None, method=None):
              + ("" if legend or len(classes) <= MAX_NAMED_CLASSES else " (too many to name)")]
     if title:
         lines.append(str(title))
-    ax.set_title(plots._fit("\n".join(lines), 8.5, 9), fontsize=9)
-    return plots._save(fig, path)
+    ax.set_title(figures.fit_text("\n".join(lines), 8.5, 9), fontsize=9)
+    return figures.save(fig, path)
 
 
 def write(embeddings, labels, out_dir, images=None, class_names=None, distance="euclidean", method="auto",

@@ -30,16 +30,13 @@ def unbuilt_layers(layers):
     return [layer for layer in layers if not layer.built and callable(getattr(layer, "build_for", None))]
 
 
-def build_sized_by_embeddings(layers, encoder, strategy, input_shape=None):
-    """Build the state layers of :func:`unbuilt_layers` for the output size of ``encoder``
-    (for inputs of ``input_shape`` when given) under ``strategy``, so that their variables
-    exist before weights or a checkpoint are restored into them; nothing while that size is
-    not known (they are then built at the first batch)."""
+def build_sized_by_embeddings(layers, dim, strategy):
+    """Build the state layers of :func:`unbuilt_layers` for embeddings of size ``dim`` (what
+    the loss scores: the encoder's output, or a projection head's) under ``strategy``, so
+    that their variables exist before weights or a checkpoint are restored into them;
+    nothing while ``dim`` is None, not known yet (they are then built at the first batch)."""
     pending = unbuilt_layers(layers)
-    if not pending:
-        return
-    dim = output_size(encoder, input_shape)
-    if dim is None:
+    if not pending or dim is None:
         return
     with strategy.scope():
         for layer in pending:

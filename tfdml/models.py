@@ -47,6 +47,10 @@ and adds what plain ``keras.Model.fit`` lacks for metric learning:
   embeddings through the all-gather is summed over replicas, and the
   optimizer sums replica gradients, so the applied gradient equals the
   single-device gradient of the same global batch.
+* A projection head (``projection_head=[...]``, :mod:`tfdml.projection_head`; SimCLR §2.1)
+  maps the embeddings to what the loss scores, after the gather across replicas (its batch
+  normalisation sees the global batch). ``call`` (``predict``, evaluation) and :meth:`export`
+  give the embeddings without it; its weights are saved by every save route, never exported.
 * ``compile(jit_compile="loss")`` compiles the loss and its sampler with XLA
   and leaves the encoder to TensorFlow's own kernels (``jit_compile=True``
   compiles the whole train step, encoder included; ``False`` nothing). On a
@@ -71,6 +75,7 @@ from tfdml.compiled_loss import (  # noqa: F401 (tfdml.models.JIT_COMPILE_CHOICE
 from tfdml.losses import base as loss_base
 from tfdml.losses import routes as loss_routes
 from tfdml.model_counters import NO_POSITIVES_LOG, BatchCounters  # noqa: F401 (tfdml.models.NO_POSITIVES_LOG)
+from tfdml.projection_head import ProjectionHeadMixin
 
 #: The backbones built here, always trained from scratch (all names: :data:`tfdml.backbones.BACKBONES`).
 BACKBONES = backbones_lib.SCRATCH
@@ -140,7 +145,7 @@ def _variables_exist(layer):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
-class EmbeddingModel(BatchCounters, keras.Model):
+class EmbeddingModel(BatchCounters, ProjectionHeadMixin, keras.Model):
     """A Keras model whose output is an embedding, trained by a tfdml loss.
 
     Args:
@@ -149,6 +154,9 @@ class EmbeddingModel(BatchCounters, keras.Model):
       gather_replicas: mine on the global batch under a distribution strategy
         (see the module docstring). Turn off only to reproduce per-replica
         mining.
+      projection_head: the widths of a projection head applied to the embeddings for the
+        loss only (:func:`tfdml.projection_head.build_projection_head`; ``[128, 64]``: a
+        hidden layer of 128, an output of 64 that the loss sees), or None: no head.
 
     Usage::
 
@@ -158,7 +166,7 @@ class EmbeddingModel(BatchCounters, keras.Model):
     """
 
     #: The train and test steps count the loss's input checks and raise after the step
-    def __init__(self, encoder, gather_replicas=True, **kwargs):
+    def __init__(self, encoder, gather_replicas=True, projection_head=None, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(encoder, keras.Model) and not isinstance(encoder, keras.layers.Layer):
             raise ValueError(
@@ -166,6 +174,7 @@ class EmbeddingModel(BatchCounters, keras.Model):
             )
         self.encoder = encoder
         self.gather_replicas = gather_replicas
+        self._set_projection_head(projection_head)
         self._metric_loss = None
         self._loss_call = None
         self.jit_compile_loss = False
@@ -212,8 +221,9 @@ class EmbeddingModel(BatchCounters, keras.Model):
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
                **kwargs):
         """``keras.Model.export`` of the embedding function alone: the encoder (what
-        :meth:`call` computes), without the loss's state in ``parameter_layers``
-        (proxies, learned margins, sampler seeds), which serving does not use."""
+        :meth:`call` computes), without the projection head and the loss's state in
+        ``parameter_layers`` (proxies, learned margins, sampler seeds), which serving does
+        not use."""
         return self.encoder.export(filepath, format=format, verbose=verbose,
                                    input_signature=input_signature, **kwargs)
 
@@ -322,6 +332,7 @@ class EmbeddingModel(BatchCounters, keras.Model):
             y, y_pred, replicas = replica_gather.gather_across_replicas(y, y_pred)
             if replicas > 1:  # every replica's loss must see every replica's rows
                 bad_rows = nonfinite_rows(y_pred)
+        y_pred = self.loss_inputs(y_pred, training=training)
         self._count_invalid_inputs(y, global_batch=replicas > 1)
         if training:
             self._count_batch_without_positive_pairs(y, global_batch=replicas > 1)
@@ -352,6 +363,7 @@ class EmbeddingModel(BatchCounters, keras.Model):
             {
                 "encoder": keras.saving.serialize_keras_object(self.encoder),
                 "gather_replicas": self.gather_replicas,
+                "projection_head": None if self.projection_widths is None else list(self.projection_widths),
             }
         )
         return config
@@ -367,6 +379,7 @@ class EmbeddingModel(BatchCounters, keras.Model):
     def build(self, input_shape):
         if not self.encoder.built:
             self.encoder.build(input_shape)
+        self._build_projection_head(input_shape)
         super().build(input_shape)
         self._build_loss_state(input_shape)
 
@@ -380,7 +393,7 @@ class EmbeddingModel(BatchCounters, keras.Model):
         return super().load_weights(filepath, *args, **kwargs)
 
     def _build_loss_state(self, input_shape=None):
-        """Build the loss's state layers sized by the embeddings once the encoder's output
-        size is known (:func:`tfdml.loss_state.build_sized_by_embeddings`)."""
-        loss_state.build_sized_by_embeddings(self.loss_parameters, self.encoder,
-                                             self.distribute_strategy, input_shape)
+        """Build the loss's state layers sized by what the loss scores once that size is
+        known (:func:`tfdml.loss_state.build_sized_by_embeddings`)."""
+        loss_state.build_sized_by_embeddings(self.loss_parameters, self.loss_input_size(input_shape),
+                                             self.distribute_strategy)

@@ -1,4 +1,3 @@
-# Over 400 lines: one function per plot of an evaluation and write_all, which draws them with shared layout helpers.
 """PNG plots of an evaluation (matplotlib, Agg canvas; no display, no pyplot state).
 
 * :func:`retrieval_grid` — queries and their top-k results, right answers
@@ -20,13 +19,11 @@ never changes the user's matplotlib backend.
 """
 
 import os
-import textwrap
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tfdml import distance_names
+from tfdml import distance_names, figures
 
 _RIGHT, _WRONG = "#1a9850", "#d73027"
 
@@ -37,85 +34,11 @@ MAX_GRID_RESULTS = 12
 #: Legend label of the model's own curves (next to a baseline's).
 MODEL_LABEL = "model"
 
-# Average width of a character of the default font (DejaVu Sans), in ems, with
-# a margin: text is wrapped so that its lines fit the figure's width.
-_CHAR_EM = 0.62
-
-
-def _fit(text, width_inches, fontsize, max_lines=3):
-    """``text`` wrapped to lines that fit ``width_inches`` at ``fontsize`` points; at most
-    ``max_lines`` lines per paragraph, the last one cut with "…" when it had to be."""
-    chars = max(8, int(width_inches * 72 / (_CHAR_EM * fontsize)))
-    lines = []
-    for paragraph in str(text).split("\n"):
-        lines += _cut(paragraph, chars, max_lines)
-    return "\n".join(lines)
-
-
-def _cut(paragraph, chars, max_lines):
-    """``paragraph`` wrapped to ``chars`` per line; beyond ``max_lines`` lines it is cut in the
-    middle at a comma, keeping its last item (a list's "... (76 classes)")."""
-    wrapped = textwrap.wrap(paragraph, chars) or [""]
-    if len(wrapped) <= max_lines:
-        return wrapped
-    tail = paragraph.rsplit(", ", 1)[-1] if ", " in paragraph else ""
-    if len(tail) > chars // 2:
-        tail = ""
-    joint = ", " if tail.startswith(("...", "…")) else ", …, "
-    budget = chars * max_lines
-    while budget > 0:
-        head = paragraph[:budget]
-        head = head[:head.rfind(", ")] if ", " in head else head[:-1]
-        cut = head + (joint + tail if tail else "…")
-        wrapped = textwrap.wrap(cut, chars)
-        if len(wrapped) <= max_lines:
-            return wrapped
-        budget -= max(1, chars // 4)
-    return [paragraph[:chars - 1] + "…"]
-
-
-def _short(text, width_inches, fontsize):
-    """``text`` on one line, cut with "…" to fit ``width_inches``."""
-    chars = max(4, int(width_inches * 72 / (_CHAR_EM * fontsize)))
-    text = str(text)
-    return text if len(text) <= chars else text[:chars - 1] + "…"
-
-
-def _count(n, noun):
-    """'1 failure', '3 failures', '2 successes'."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}{'es' if noun.endswith('s') else 's'}"
-
-
-def _save(fig, path):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    FigureCanvasAgg(fig)
-    from tfdml import files
-
-    with files.atomic_path(path) as tmp:  # a kill never leaves half a PNG
-        fig.savefig(tmp, dpi=90, format=os.path.splitext(path)[1].lstrip(".") or "png")
-    return path
-
 
 def is_image_batch(x):
     """True for [N, H, W] or [N, H, W, C] with C in (1, 3, 4)."""
     x = np.asarray(x)
     return x.ndim == 3 or (x.ndim == 4 and x.shape[-1] in (1, 3, 4))
-
-
-def _show(ax, image):
-    image = np.clip(np.asarray(image, np.float32), 0.0, 1.0)
-    if image.ndim == 3 and image.shape[-1] == 1:
-        image = image[..., 0]
-    ax.imshow(image, cmap="gray" if image.ndim == 2 else None, vmin=0.0, vmax=1.0,
-              interpolation="nearest")
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
-def _frame(ax, color, width=3):
-    for spine in ax.spines.values():
-        spine.set_edgecolor(color)
-        spine.set_linewidth(width)
 
 
 def retrieval_grid(query_images, result_images, correct, path, query_labels=None,
@@ -169,7 +92,7 @@ def retrieval_grid(query_images, result_images, correct, path, query_labels=None
     cell = 1.2
     width = cell * (shown_k + 1)
     fontsize = 9
-    text = _fit("\n".join(lines), width - 0.2, fontsize)
+    text = figures.fit_text("\n".join(lines), width - 0.2, fontsize)
     # Title block: its lines, then room for the first row's labels above the images.
     header = 0.12 + text.count("\n") * fontsize * 1.3 / 72 + fontsize * 1.3 / 72 + 0.3
     height = 1.35 * shown_q + header + 0.1
@@ -179,25 +102,25 @@ def retrieval_grid(query_images, result_images, correct, path, query_labels=None
                         wspace=0.1, hspace=0.35)
     label_width = cell * 0.95
     for i in range(shown_q):
-        _show(axes[i, 0], query_images[i])
-        _frame(axes[i, 0], "black")
+        figures.show_image(axes[i, 0], query_images[i])
+        figures.frame(axes[i, 0], "black")
         label = "query" if query_labels is None else f"query ({query_labels[i]})"
-        axes[i, 0].set_title(_short(label, label_width, 7), fontsize=7)
+        axes[i, 0].set_title(figures.short_text(label, label_width, 7), fontsize=7)
         for j in range(shown_k):
             ax = axes[i, j + 1]
-            _show(ax, result_images[i, j])
-            _frame(ax, (_RIGHT if correct[i, j] else _WRONG) if known else "grey")
+            figures.show_image(ax, result_images[i, j])
+            figures.frame(ax, (_RIGHT if correct[i, j] else _WRONG) if known else "grey")
             label = f"#{j + 1}" if result_labels is None else f"#{j + 1} ({result_labels[i][j]})"
-            ax.set_title(_short(label, label_width, 7), fontsize=7)
+            ax.set_title(figures.short_text(label, label_width, 7), fontsize=7)
     fig.suptitle(text, fontsize=fontsize, y=1 - 0.08 / height, va="top")
-    return _save(fig, path)
+    return figures.save(fig, path)
 
 
 def _set_title(ax, name, title=None, fontsize=9):
     """The plot's name, and under it what it shows (split, classes), wrapped to the
     figure's width (a constrained layout keeps it clear of the plot)."""
     width = ax.figure.get_figwidth() - 0.3
-    ax.set_title(_fit(name if not title else f"{name}\n{title}", width, fontsize),
+    ax.set_title(figures.fit_text(name if not title else f"{name}\n{title}", width, fontsize),
                  fontsize=fontsize)
 
 
@@ -224,7 +147,7 @@ def distance_histograms(positive, negative, path, xlabel="distance", bins=50, ti
     ax.set_ylabel("density")
     ax.legend(fontsize=8)
     _set_title(ax, "Pair distance distributions", title)
-    return _save(fig, path)
+    return figures.save(fig, path)
 
 
 def _baseline_line(ax, x, y, label):
@@ -251,7 +174,7 @@ def pr_curve(recall, precision, path, label=MODEL_LABEL, title=None, baseline=No
     _set_title(ax, "Precision-recall (mean over queries, interpolated)", title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return figures.save(fig, path)
 
 
 def roc_curve(fpr, tpr, path, auc=None, eer=None, title=None, baseline=None):
@@ -278,7 +201,7 @@ def roc_curve(fpr, tpr, path, auc=None, eer=None, title=None, baseline=None):
     _set_title(ax, "ROC of verification pairs", title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    return _save(fig, path)
+    return figures.save(fig, path)
 
 
 def threshold_curve(thresholds, precision, recall, path, f1=None, threshold=None,
@@ -301,7 +224,7 @@ def threshold_curve(thresholds, precision, recall, path, f1=None, threshold=None
                  fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return figures.save(fig, path)
 
 
 def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, seed=0,
@@ -402,10 +325,10 @@ def write_all(embeddings, labels, out_dir, distance="euclidean", images=None, se
         picked, idx = pool[order], pool_idx[order]
         failures = int(min(wrong.sum(), order.size))
         successes = order.size - failures
-        rows = (f"{_count(failures, 'failure')} first (nearest result of another class), then "
-                f"{_count(successes, 'success')}" if failures and successes else
-                f"{_count(failures, 'failure')} (nearest result of another class)" if failures else
-                f"{_count(successes, 'success')}, no failure")
+        rows = (f"{figures.count(failures, 'failure')} first (nearest result of another class), then "
+                f"{figures.count(successes, 'success')}" if failures and successes else
+                f"{figures.count(failures, 'failure')} (nearest result of another class)" if failures else
+                f"{figures.count(successes, 'success')}, no failure")
         rows += (f", of {pool.size:,} random queries of {labels.size:,} "
                  f"(R@1 {1 - wrong.mean():.3f} on them)")
         query_images = np.asarray(load(picked))

@@ -104,7 +104,7 @@ def build_model(cfg, input_shape, num_classes, num_examples):
     if cfg["learned_sampler"] is not None:
         model = build_dsn_model(cfg, encoder, loss)
     else:
-        model = models.EmbeddingModel(encoder, name="embedding_model")
+        model = models.EmbeddingModel(encoder, projection_head=m["projection_head"], name="embedding_model")
         model.compile(
             optimizer=build_optimizer(cfg, loss),
             loss=loss,

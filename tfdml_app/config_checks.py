@@ -107,6 +107,12 @@ def _check_combinations(cfg, names=LIBRARY):
             f"learned_sampler (the DSN of Duan et al.) runs on one replica; strategy = "
             f"{cfg['strategy']!r} is not supported with it: use strategy 'default'."
         )
+    if learned and cfg["model"]["projection_head"] is not None:
+        raise ConfigError(
+            f"model.projection_head = {cfg['model']['projection_head']!r} with learned_sampler: the "
+            "learned sampler's network and its loss score the embeddings themselves, so a head would "
+            "not be trained; remove model.projection_head or learned_sampler."
+        )
     if learned and cfg["training"]["jit_compile"] == builtin_names.LOSS_ONLY:
         raise ConfigError(
             f"training.jit_compile = {cfg['training']['jit_compile']!r} compiles a loss and its in-graph "

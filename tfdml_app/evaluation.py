@@ -145,7 +145,7 @@ def remove_earlier_plots(out_dir):
 
 
 def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=None, extra_record=None,
-        verbose=1, show_table=True):
+        verbose=1, show_table=True, embedded=None):
     """Embed ``split`` with ``model`` (a path or an embedder), evaluate as
     ``options`` (:class:`Options`) say, write metrics.json and the PNGs into
     ``out_dir``; returns a :class:`Result`.
@@ -156,7 +156,8 @@ def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=
     training run's model-input transform, see :func:`tfdml_app.embedding.model_input_transform`).
     ``extra_info``: more keys of metrics.json's ``info``; ``extra_record``: more
     top-level keys of metrics.json (a run's ``last_epoch``). metrics.json is written
-    once, whole.
+    once, whole. ``embedded``: the split's ``(embeddings, labels)`` from ``model``, in
+    the split's order, when the caller has them (the split is then not embedded again).
     """
     from tfdml import metrics as tm
     from tfdml import plots
@@ -169,9 +170,15 @@ def run(model, split, out_dir, options=Options(), *, transform=None, extra_info=
     tm.knn.check_distance(distance)
     embedder = load_embedder(model) if isinstance(model, (str, os.PathLike)) else model
     num = int(len(split.labels))
-    if verbose:
-        print(f"Embedding {num} examples ...")
-    embeddings, labels = embed(embedder, split.dataset(), num, batch_size, verbose, transform)
+    if embedded is not None:
+        embeddings, labels = np.asarray(embedded[0]), np.asarray(embedded[1]).reshape(-1)
+        if len(embeddings) != num or not np.array_equal(labels, np.asarray(split.labels).reshape(-1)):
+            raise ValueError(f"the embeddings given are not those of the '{getattr(split, 'name', 'given')}' split "
+                             f"({len(embeddings)} rows for its {num} examples, or labels in another order)")
+    else:
+        if verbose:
+            print(f"Embedding {num} examples ...")
+        embeddings, labels = embed(embedder, split.dataset(), num, batch_size, verbose, transform)
     results, details = tm.evaluate_embeddings(
         embeddings, labels, names, ks, distance=distance, chunk_size=chunk_size, seed=seed,
         num_pairs=num_pairs, pr_levels=np.linspace(0.0, 1.0, 101) if make_plots else None,

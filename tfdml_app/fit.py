@@ -167,9 +167,9 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
 
     if cfg["strategy"] == "multi_worker":
         history = fit_loops.fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup, state, verbose)
-        best = None
+        best = monitored = None
     else:
-        history, best = fit_loops.fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose,
+        history, best, monitored = fit_loops.fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose,
                                    callbacks, validation=val_split is not None,
                                    objective=fit_loops.objective_on_sample(cfg, train_split, num_classes))
 
@@ -195,7 +195,13 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
             settings = advice.validation_split(cfg, whole_train)
         result["best_checkpoint"] = fit_loops.best_checkpoint_note(cfg, val_split, kept, settings)
         result["data"] = described
+        # Without a validation split the last epoch's evaluation scored this model on the
+        # test split: its embeddings serve the final evaluation.
+        reuse = None
+        if monitored is not None and monitored["epoch"] == last_epoch == kept["epoch"]:
+            reuse = (monitored["embeddings"], monitored["labels"])
         figures, embedded = final_evaluation(cfg, model, test_split, out, verbose, kept=kept, data=described,
+                                             embedded=reuse,
                                              last_epoch=last_figures and {"epoch": last_epoch,
                                                                           "metrics": last_figures})
         result.update(figures)
@@ -254,7 +260,8 @@ def score_test_split(cfg, model, test_split):
     return {k: float(v) for k, v in values.items() if np.isscalar(v)}
 
 
-def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epoch=None, data=None):
+def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epoch=None, data=None,
+                     embedded=None):
     """Held-out metrics, metrics.json and the plots: the same code as evaluate.py
     (:func:`tfdml_app.evaluation.run`), which embeds the split and writes metrics.json
     once. Returns the figures (``{"metrics", "baseline"}``) and the split's
@@ -264,7 +271,8 @@ def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epo
     written to metrics.json as ``info.model``; ``last_epoch``: the last
     epoch's figures (``{"epoch", "metrics"}``) when another epoch was kept,
     written as ``last_epoch``; ``data``: :func:`tfdml_app.data.describe_data`,
-    written as ``info.data``."""
+    written as ``info.data``; ``embedded``: the split's ``(embeddings, labels)`` from
+    ``model`` when they are at hand (not embedded again)."""
 
     ev = cfg["evaluation"]
     to_input = data_lib.model_input(cfg)
@@ -286,6 +294,7 @@ def final_evaluation(cfg, model, test_split, out, verbose=1, kept=None, last_epo
                         **({"data": data} if data is not None else {})},
             extra_record={"last_epoch": last_epoch} if last_epoch is not None else None,
             show_table=False,
+            embedded=embedded,
         )
     except ValueError as err:
         raise ExperimentError(f"final evaluation on the '{test_split.name}' split: {err}") from None

@@ -95,9 +95,11 @@ def fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, e
     follows them) or the test split (keys ``test_*``, history only); with
     ``objective`` (a :class:`tfdml.callbacks.LossOnSample`), its value too.
 
-    Returns ``(history, best)``: the per-epoch logs of this session and the
+    Returns ``(history, best, embedded)``: the per-epoch logs of this session, the
     :class:`tfdml.runs.AtomicCheckpoint` of the best checkpoint (None without
-    a validation split), which knows its epoch also after a resume."""
+    a validation split), which knows its epoch also after a resume, and, without a
+    validation split, the test split's embeddings of the last epoch evaluated
+    (``{"epoch", "embeddings", "labels"}``, or None)."""
     ev = cfg["evaluation"]
     state = state or {}
     prefix = VALIDATION_PREFIX if validation else TEST_PREFIX
@@ -114,11 +116,12 @@ def fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, e
                             wait=state.get("early_stopping_wait", 0))
     history_csv = runs.HistoryCSV(os.path.join(out, "history.csv"), rows=state.get("history"))
     resolved = config_lib.plain(cfg)
+    evaluator = callbacks_lib.RetrievalEvaluation(
+        monitored_ds, every_n_epochs=ev["every_n_epochs"], metrics=ev["metrics"], ks=ev["ks"],
+        distance=ev["distance"], prefix=prefix, keep_embeddings=not validation,
+    )
     callbacks = [
-        callbacks_lib.RetrievalEvaluation(
-            monitored_ds, every_n_epochs=ev["every_n_epochs"], metrics=ev["metrics"], ks=ev["ks"],
-            distance=ev["distance"], prefix=prefix,
-        ),
+        evaluator,
         *([objective] if objective is not None else []),
         callbacks_lib.NaNGuard(backup),
         *([best] if best is not None else []),
@@ -142,7 +145,8 @@ def fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, e
         shuffle=False,  # the design already draws the batches at random
         verbose=verbose,
     )
-    return {k: [float(v) for v in vals] for k, vals in history.history.items()}, best
+    return ({k: [float(v) for v in vals] for k, vals in history.history.items()}, best,
+            evaluator.last_embedded)
 
 
 def fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup, state, verbose):

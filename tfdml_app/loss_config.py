@@ -25,9 +25,17 @@ VALIDATION_NUM_CLASSES = 2
 #: Loss arguments a run fills in itself (:func:`build_loss`), with where their value comes from;
 #: ``loss.options`` may not set them.
 RUN_ARGUMENTS = {"num_classes": "the number of classes of the training split",
-                 "embedding_dim": "model.embedding_dim"}
+                 "embedding_dim": "model.embedding_dim (with model.projection_head: its last width)"}
 #: The run arguments that ``loss.options`` may set to null, and what null means.
 NULLABLE_RUN_ARGUMENTS = {"num_classes": "no per-class parameters, e.g. MarginLoss without β_class"}
+
+
+def loss_embedding_dim(cfg):
+    """The size of what the loss scores: the last width of ``model.projection_head`` when the
+    model has one (:meth:`tfdml.models.EmbeddingModel.loss_input_size`), else
+    ``model.embedding_dim``."""
+    head = cfg["model"]["projection_head"]
+    return head[-1] if head else cfg["model"]["embedding_dim"]
 
 
 def valid_samplers(loss_name):
@@ -63,7 +71,7 @@ def build_loss(cfg, num_classes):
     sampler from ``loss.sampler`` / ``loss.sampler_options`` (with a ``learned``
     sampler the loss keeps its default one: the DSN selects the training
     tuples); ``seed``, ``num_classes`` (the number of classes of the training
-    split) and ``embedding_dim`` (``model.embedding_dim``, e.g. the size of a
+    split) and ``embedding_dim`` (:func:`loss_embedding_dim`, e.g. the size of a
     proxy loss's proxies) where the loss's constructor takes them (``loss.options`` may not
     set these two, :data:`RUN_ARGUMENTS`; it may set ``seed``). Raises :class:`ConfigError` naming the key for anything the
     library refuses.
@@ -82,7 +90,7 @@ def build_loss(cfg, num_classes):
     if "num_classes" in params:
         kwargs.setdefault("num_classes", num_classes)  # loss.options may hold null only
     if "embedding_dim" in params:
-        kwargs["embedding_dim"] = cfg["model"]["embedding_dim"]
+        kwargs["embedding_dim"] = loss_embedding_dim(cfg)
     if section.get("memory") is not None:
         kwargs["memory"] = _memory_argument(cfg, cls)
     try:
@@ -100,7 +108,8 @@ def check_loss_options(section, valid):
     _check_names("loss.options", section["options"], valid, section["name"])
     if "memory" in section["options"]:
         raise ConfigError("loss.options has 'memory': set the cross-batch memory in loss.memory "
-                          "({size: K, warmup_steps: S}), which sizes it for model.embedding_dim.")
+                          "({size: K, warmup_steps: S}), which sizes it for what the loss scores "
+                          "(model.embedding_dim, or the last width of model.projection_head).")
     for key, source in RUN_ARGUMENTS.items():
         if key in section["options"] and not (key in NULLABLE_RUN_ARGUMENTS and section["options"][key] is None):
             raise ConfigError(f"loss.options has {key!r}: a run sets it to {source}, and any other "
@@ -127,13 +136,13 @@ def _memory_argument(cfg, cls):
                           "batch with its own network, not from an anchors x candidates matrix; remove "
                           "loss.memory, or use an in-graph sampler.")
     if "embedding_dim" in memory:
-        raise ConfigError(f"{where}: the memory's embedding size is model.embedding_dim; remove "
-                          "loss.memory.embedding_dim.")
+        raise ConfigError(f"{where}: the memory's embedding size is model.embedding_dim (or the last "
+                          "width of model.projection_head); remove loss.memory.embedding_dim.")
     try:
         _memory().get(memory)  # checks the options; without embedding_dim it holds no variables yet
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{where}: {err}") from None
-    return {**memory, "embedding_dim": cfg["model"]["embedding_dim"]}
+    return {**memory, "embedding_dim": loss_embedding_dim(cfg)}
 
 
 def _memory():

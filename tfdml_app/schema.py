@@ -12,13 +12,22 @@ imports no TensorFlow.
 
 import copy
 
-from tfdml import builtin_names, distance_names, metric_names
+from tfdml import builtin_names, distance_names, metric_names, projection_widths
 from tfdml_app.parts import NO_SAMPLER, RENAMED_SAMPLERS, _losses, _samplers
 
 def _at_least(bound):
     """A field check: the value must be >= ``bound`` (counts and sizes)."""
     def check(value):
         return None if value >= bound else f"must be >= {bound}"
+    return check
+
+
+def _requiring(problem, requirement):
+    """A field check by ``problem`` (value -> what is wrong, or None), which the config
+    reference states as ``requirement``."""
+    def check(value):
+        return problem(value)
+    check.requirement = requirement
     return check
 
 
@@ -168,6 +177,17 @@ SCHEMA = {
         "weights": _Field((str, type(None)), None, doc="pretrained weights: None, 'imagenet', 'bundled' or a path"),
         "embedding_dim": _Field(int, 64, check=_at_least(1)),
         "normalize": _Field(bool, True, doc="L2-normalise embeddings"),
+        "projection_head": _Field((list, type(None)), None,
+                                  check=_requiring(projection_widths.widths_problem, projection_widths.WIDTHS_FORM),
+                                  doc="SimCLR's projection head (Chen et al. 2020 §2.1, "
+                                      "tfdml.projection_head): the widths of an MLP (Dense, batch "
+                                      "normalisation and ReLU per hidden width, then a linear Dense "
+                                      "to the last width) that maps the embeddings to what the loss "
+                                      "scores, e.g. [128, 64]; trained with the model and kept in its "
+                                      "checkpoints and backups, never in predictions, evaluation or "
+                                      "exports, which use the embeddings; the loss's embedding size "
+                                      "(proxies, memory) is then the last width; null: the loss scores "
+                                      "the embeddings"),
         "dtype_policy": _Field(str, "auto", _dtype_policies, absent="float32",
                                builtin=builtin_names.DTYPE_POLICY_CHOICES,
                                doc="Keras dtype policy of the backbone: 'mixed_bfloat16' computes it "

@@ -254,6 +254,26 @@ def test_pml_computes_the_same_loss_as_tfdml_on_the_saved_batch(tmp_path):
             case, ours, theirs)
 
 
+def test_tfdml_class_vectors_reach_pml_in_its_layout():
+    """tfdml's [classes · K, dim] proxies land in PML's [classes, dim] ``proxies`` as they are and in
+    its [dim, classes · K] ``W`` (classification) and ``fc`` (SoftTriple) transposed; a shape that
+    does not fit is refused, naming both shapes."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("pytorch_metric_learning")
+    from pytorch_metric_learning import losses
+
+    proxies = torch.arange(30, dtype=torch.float32).reshape(6, 5)  # 3 classes · K = 2, dim 5
+    for loss, name, expected in ((losses.ProxyAnchorLoss(6, 5), "proxies", proxies),
+                                 (losses.CosFaceLoss(num_classes=6, embedding_size=5), "W", proxies.t()),
+                                 (losses.SubCenterArcFaceLoss(num_classes=3, embedding_size=5, sub_centers=2), "W",
+                                  proxies.t()),
+                                 (losses.SoftTripleLoss(3, 5, centers_per_class=2), "fc", proxies.t())):
+        cp.copy_proxies(loss, proxies)
+        assert torch.equal(getattr(loss, name).detach(), expected), type(loss).__name__
+    with pytest.raises(ValueError, match=r"CosFaceLoss.W is \(5, 4\), tfdml's proxies give \(5, 6\)"):
+        cp.copy_proxies(losses.CosFaceLoss(num_classes=4, embedding_size=5), proxies)
+
+
 def test_a_worker_that_dies_is_reported_as_such_and_can_be_restarted():
     worker = cp.Worker("tfdml")
     worker.proc.kill()

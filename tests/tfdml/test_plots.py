@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from matplotlib import image as mpimg
 
+from tfdml import figures as drawing
 from tfdml import plots
 
 
@@ -89,13 +90,13 @@ def test_every_plot_names_its_split_and_draws_the_baseline(tmp_path, monkeypatch
     from tfdml import metrics
 
     figures = {}
-    save = plots._save
+    save = drawing.save
 
     def keep(fig, path):
         figures[os.path.basename(path)] = fig
         return save(fig, path)
 
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(drawing, "save", keep)
     rng = np.random.default_rng(0)
     labels = np.repeat(np.arange(5), 12)
     emb = rng.normal(size=(60, 4)) + 2 * np.eye(5, 4)[labels]
@@ -149,7 +150,7 @@ def figures(monkeypatch):
         drawn[os.path.basename(path)] = fig
         return path
 
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(drawing, "save", keep)
     return drawn
 
 

@@ -173,23 +173,6 @@ def test_tf_train_checkpoint_restores_the_loss_state(tmp_path, loss):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
-def test_tf_train_checkpoint_restores_a_mirrored_memory_on_every_replica(tmp_path, mirrored_strategy):
-    model = _model("margin_memory", strategy=mirrored_strategy)
-    model.fit(_dataset(), epochs=1, verbose=0)
-    _assert_state_is_trained(model)
-    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
-    fresh = _model("margin_memory", seed=2, strategy=mirrored_strategy)
-    tf.train.Checkpoint(model=fresh).restore(path).assert_existing_objects_matched()
-    saved = [v for layer in model.loss_parameters for v in layer.weights]
-    restored = [v for layer in fresh.loss_parameters for v in layer.weights]
-    assert len(restored) == len(saved)
-    for a, b in zip(restored, saved):
-        local = mirrored_strategy.experimental_local_results(a.value)
-        assert len(local) == 2
-        for replica in local:
-            np.testing.assert_array_equal(replica.numpy(), b.numpy())
-
-
 @pytest.mark.parametrize("loss", sorted(LOSSES))
 def test_keras_file_and_load_model_restore_the_loss_state(tmp_path, loss):
     model = _trained(loss)
@@ -222,3 +205,75 @@ def test_custom_loop_resumed_from_a_checkpoint_manager_equals_uninterrupted(tmp_
     _assert_same_loss_state(resumed, uninterrupted)
     for a, b in zip(resumed.encoder.weights, uninterrupted.encoder.weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def _assert_every_replica_holds(model, saved, strategy):
+    """Every replica's copy of ``model``'s loss variables equals ``saved``'s (a model on one
+    device or under ``strategy``: its first replica)."""
+    restored = [v for layer in model.loss_parameters for v in layer.weights]
+    expected = [v for layer in saved.loss_parameters for v in layer.weights]
+    assert len(restored) == len(expected) > 0
+    for a, b in zip(restored, expected):
+        local = strategy.experimental_local_results(a.value)
+        assert len(local) == strategy.num_replicas_in_sync == 2
+        for replica in local:
+            np.testing.assert_array_equal(replica.numpy(), b.numpy(), err_msg=a.path)
+
+
+#: The state a mirrored model carries across devices: learned margins, a sampler's seed
+#: stream and a memory (margin_memory); proxies (proxy_anchor).
+MIRRORED_LOSSES = ("margin_memory", "proxy_anchor")
+
+
+@pytest.fixture(scope="module", params=MIRRORED_LOSSES)
+def mirrored_trained(request, mirrored_strategy):
+    """``(loss name, a model trained one epoch under MirroredStrategy on two logical CPUs)``."""
+    model = _model(request.param, strategy=mirrored_strategy)
+    model.fit(_dataset(), epochs=1, verbose=0)
+    _assert_state_is_trained(model)
+    return request.param, model
+
+
+def test_save_weights_of_a_mirrored_model_load_on_one_device_and_back(tmp_path, mirrored_trained,
+                                                                     mirrored_strategy):
+    loss, model = mirrored_trained
+    path = str(tmp_path / "mirrored.weights.h5")
+    model.save_weights(path)
+    single = _model(loss, seed=2)
+    single.build((None, 6))
+    single.load_weights(path)
+    _assert_same_loss_state(single, model)
+    back_path = str(tmp_path / "single.weights.h5")
+    single.save_weights(back_path)
+    mirrored = _model(loss, seed=2, strategy=mirrored_strategy)
+    mirrored.build((None, 6))
+    mirrored.load_weights(back_path)
+    _assert_every_replica_holds(mirrored, model, mirrored_strategy)
+
+
+def test_a_checkpoint_manager_of_a_mirrored_model_restores_on_one_device_and_back(tmp_path, mirrored_trained,
+                                                                                  mirrored_strategy):
+    loss, model = mirrored_trained
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path / "mirrored"), max_to_keep=1)
+    manager.save()
+    single = _model(loss, seed=2)
+    tf.train.Checkpoint(model=single).restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    single.build((None, 6))
+    _assert_same_loss_state(single, model)
+    back = tf.train.CheckpointManager(tf.train.Checkpoint(model=single), str(tmp_path / "single"), max_to_keep=1)
+    back.save()
+    mirrored = _model(loss, seed=2, strategy=mirrored_strategy)
+    tf.train.Checkpoint(model=mirrored).restore(back.latest_checkpoint).assert_existing_objects_matched()
+    mirrored.build((None, 6))
+    _assert_every_replica_holds(mirrored, model, mirrored_strategy)
+    for a, b in zip(mirrored.encoder.weights, model.encoder.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_tf_train_checkpoint_restores_a_mirrored_model_on_every_replica(tmp_path, mirrored_trained,
+                                                                       mirrored_strategy):
+    loss, model = mirrored_trained
+    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+    fresh = _model(loss, seed=2, strategy=mirrored_strategy)
+    tf.train.Checkpoint(model=fresh).restore(path).assert_existing_objects_matched()
+    _assert_every_replica_holds(fresh, model, mirrored_strategy)

@@ -98,3 +98,22 @@ def test_embedding_map_writes_the_projector_and_the_map_and_a_rerun_without_remo
     assert len((projector / "metadata.tsv").read_text().splitlines()) == len(split.labels) + 1
     evaluation.run(_flatten, split, str(tmp_path), dataclasses.replace(options, embedding_map=False), verbose=0)
     assert not projector.exists() and not (tmp_path / "embedding_map.png").exists()
+
+
+def test_run_scores_embeddings_given_and_refuses_those_of_another_split(tmp_path):
+    """``embedded``: the split's embeddings at hand give the figures of embedding it
+    again; rows in another order are refused, not scored against the wrong labels."""
+    import numpy as np
+
+    from pipelines import sources
+
+    split = sources.get_source("digits").split("test")
+    options = evaluation.Options(metrics=("recall", "map@r"), ks=(1,), plots=False)
+    fresh = evaluation.run(_flatten, split, str(tmp_path / "fresh"), options, verbose=0)
+    given = evaluation.run(None, split, str(tmp_path / "given"), options, verbose=0,
+                           embedded=(fresh.embeddings, fresh.labels))
+    assert given.metrics == fresh.metrics
+    order = np.argsort(fresh.labels, kind="stable")[::-1]
+    with pytest.raises(ValueError, match="not those of the 'test' split"):
+        evaluation.run(None, split, str(tmp_path / "wrong"), options, verbose=0,
+                       embedded=(fresh.embeddings[order], fresh.labels[order]))

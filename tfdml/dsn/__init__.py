@@ -9,6 +9,8 @@
                                     draws
 :mod:`tfdml.dsn.reinforce`          REINFORCE objective (Eq. 6–8, footnote 1),
                                     per-tuple scores S = L_emb (Eq. 2, Eq. 9)
+:mod:`tfdml.dsn.scoring`            the embedding loss on the selected tuples:
+                                    the loss of each kind, per-tuple terms, L_emb
 :mod:`tfdml.dsn.model`              :class:`DSNEmbeddingModel`: Algorithm 1 as
                                     a Keras ``train_step`` (``model.fit``)
 ==================================  ===========================================
@@ -27,11 +29,12 @@ Usage::
     model.fit(pools, steps_per_epoch=100, epochs=3)
 """
 
-from tfdml.dsn.model import DIAGNOSTICS, DSNEmbeddingModel, kind_for_loss
+from tfdml.dsn.model import DIAGNOSTICS, DSNEmbeddingModel
 from tfdml.dsn.network import SamplerNetwork, cheap_features
 from tfdml.dsn.policy import KINDS, NPairChoice, NPairSamplerNetwork, TripletChoice, TripletSamplerNetwork
 from tfdml.dsn.pool import pool_structure
 from tfdml.dsn.reinforce import reinforce_loss
+from tfdml.dsn.scoring import kind_for_loss
 
 __all__ = [
     "DIAGNOSTICS",

@@ -1,4 +1,3 @@
-# Over 400 lines: Algorithm 1 as one Keras model (its train step, pre-training, diagnostics and serialisation share the model's state).
 """DE-DSP training (Duan et al. 2019, §3.2, Algorithm 1) as a Keras model.
 
 :class:`DSNEmbeddingModel` is an :class:`tfdml.models.EmbeddingModel` whose
@@ -48,11 +47,9 @@ from tfdml import models
 from tfdml import targets as targets_lib
 from tfdml.dsn import policy as policy_lib
 from tfdml.dsn import pool as pool_lib
-from tfdml.dsn import reinforce
-from tfdml.losses import NPairLoss, SeedState, TripletLoss, reduce_tuples
+from tfdml.dsn import reinforce, scoring
+from tfdml.losses import SeedState
 from tfdml.losses import base as loss_base
-
-_LOSS_FOR_KIND = {"triplet": TripletLoss, "npair": NPairLoss}
 
 #: The metrics of ``DSNEmbeddingModel(diagnostics=True)`` (see ``DSNEmbeddingModel._diagnose``):
 #: the policy's entropy and the uniform policy's (nats), the mean loss term of the tuples
@@ -60,16 +57,6 @@ _LOSS_FOR_KIND = {"triplet": TripletLoss, "npair": NPairLoss}
 DIAGNOSTICS = ("dsn_entropy", "dsn_uniform_entropy", "dsn_picked_loss", "dsn_uniform_loss")
 #: XORed into the step's seed for the diagnostics' own draws.
 _DIAGNOSTICS_STREAM = (0, 0x2545F491)
-
-
-def kind_for_loss(loss):
-    """The sampler-network kind (``"triplet"``, ``"npair"``) that trains with
-    ``loss`` (a loss or a loss class), or ``None`` when no DSN supports it."""
-    cls = loss if isinstance(loss, type) else type(loss)
-    for kind, loss_cls in _LOSS_FOR_KIND.items():
-        if issubclass(cls, loss_cls):
-            return kind
-    return None
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -117,6 +104,9 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         **kwargs,
     ):
         kwargs.pop("gather_replicas", None)
+        if kwargs.pop("projection_head", None) is not None:
+            raise ValueError("DSNEmbeddingModel: projection_head is not supported: the sampler network "
+                             "and the loss score the embeddings themselves; use EmbeddingModel for a head.")
         super().__init__(encoder, gather_replicas=False, **kwargs)
         self.tuples_per_minibatch = _check_int(tuples_per_minibatch, "tuples_per_minibatch")
         self.minibatches = _check_int(minibatches, "minibatches")
@@ -160,7 +150,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         """``loss``: a :class:`~tfdml.losses.TripletLoss` for the triplet DSN, a
         :class:`~tfdml.losses.NPairLoss` for the N-pair DSN. ``dsn_optimizer``:
         the DSN's own optimizer (name, config or instance)."""
-        expected = _LOSS_FOR_KIND[self.sampler.kind]
+        expected = scoring.LOSS_FOR_KIND[self.sampler.kind]
         if not isinstance(loss, expected):
             raise ValueError(
                 f"DSNEmbeddingModel with a {self.sampler.kind} sampler network needs "
@@ -220,20 +210,9 @@ class DSNEmbeddingModel(models.EmbeddingModel):
 
     # -- Algorithm 1 ---------------------------------------------------------
     def _tuple_terms(self, x, choice, training):
-        """The per-tuple loss terms of ``choice``'s tuples, only the selected examples
-        embedded (in training mode or not): ``(terms, extra, embeddings)``, ``extra`` the
-        N-pair loss's (probe, gallery) embeddings (None for triplets)."""
-        loss = self._metric_loss
-        num = self.tuples_per_minibatch
-        if self.sampler.kind == "triplet":
-            idx = tf.concat([choice.anchor, choice.positive, choice.negative], axis=0)
-            emb = tf.cast(self.encoder(tf.gather(x, idx), training=training), loss.dtype)
-            a, p, n = emb[:num], emb[num : 2 * num], emb[2 * num :]
-            return loss.tuple_terms(a, p, n), None, emb
-        idx = tf.concat([choice.probe, choice.gallery], axis=0)
-        emb = tf.cast(self.encoder(tf.gather(x, idx), training=training), loss.dtype)
-        probe, gallery = emb[:num], emb[num:]
-        return loss.tuple_terms(probe, gallery, choice.mask), (probe, gallery), emb
+        """:func:`tfdml.dsn.scoring.tuple_terms` of ``choice`` with this model's encoder and loss."""
+        return scoring.tuple_terms(self.encoder, self._metric_loss, self.sampler.kind, x, choice,
+                                   self.tuples_per_minibatch, training)
 
     def _minibatch(self, x, features, labels, noise, diagnostics_noise=None):
         """Lines 5–8 of Algorithm 1: (per-tuple loss terms, mask, extras, dsn loss, mean score,
@@ -248,7 +227,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
             )
         grads = dsn_tape.gradient(dsn_loss, dsn_vars)
         self.dsn_optimizer.apply(grads, dsn_vars)
-        score = _masked_mean(tf.stop_gradient(terms), choice.mask)
+        score = scoring.masked_mean(tf.stop_gradient(terms), choice.mask)
         diagnosed = None if diagnostics_noise is None else self._diagnose(x, labels, choice, diagnostics_noise)
         return terms, choice.mask, extra, dsn_loss, score, models.nonfinite_rows(emb), diagnosed
 
@@ -263,8 +242,8 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         uniform = self.sampler.uniform_choice(labels, choice, noise)
         picked = self._tuple_terms(x, choice, training=False)[0]
         drawn = self._tuple_terms(x, uniform, training=False)[0]
-        values = [-_masked_mean(choice.log_prob, choice.mask), -_masked_mean(uniform.log_prob, uniform.mask),
-                  _masked_mean(picked, choice.mask), _masked_mean(drawn, uniform.mask)]
+        values = [-scoring.masked_mean(choice.log_prob, choice.mask), -scoring.masked_mean(uniform.log_prob, uniform.mask),
+                  scoring.masked_mean(picked, choice.mask), scoring.masked_mean(drawn, uniform.mask)]
         return tf.stop_gradient(tf.stack([tf.cast(v, tf.float32) for v in values]))
 
     def _algorithm(self, x, y):
@@ -302,12 +281,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
             results.append(self._minibatch(x, features, labels, noise[k], diagnostics_noise[k]))
         terms = tf.concat([r[0] for r in results], axis=0)
         mask = tf.concat([r[1] for r in results], axis=0)
-        loss_fn = self._metric_loss
-        loss = reduce_tuples(terms, tf.cast(mask, terms.dtype), loss_fn.tuple_reduction)
-        if self.sampler.kind == "npair" and loss_fn.l2_reg:
-            probe = tf.concat([r[2][0] for r in results], axis=0)
-            gallery = tf.concat([r[2][1] for r in results], axis=0)
-            loss = loss + loss_fn.regularizer(probe, gallery, mask)
+        loss = scoring.embedding_loss(self._metric_loss, self.sampler.kind, terms, mask, [r[2] for r in results])
         dsn_loss = tf.add_n([r[3] for r in results]) / len(results)
         score = tf.add_n([r[4] for r in results]) / len(results)
         bad_rows = tf.add_n([r[5] for r in results])
@@ -377,6 +351,7 @@ class DSNEmbeddingModel(models.EmbeddingModel):
     def get_config(self):
         config = super().get_config()
         config.pop("gather_replicas", None)
+        config.pop("projection_head", None)
         config.update(
             sampler=keras.saving.serialize_keras_object(self.sampler),
             tuples_per_minibatch=self.tuples_per_minibatch,
@@ -393,11 +368,6 @@ class DSNEmbeddingModel(models.EmbeddingModel):
         encoder = keras.saving.deserialize_keras_object(config.pop("encoder"), custom_objects=custom_objects)
         sampler = keras.saving.deserialize_keras_object(config.pop("sampler"), custom_objects=custom_objects)
         return cls(encoder=encoder, sampler=sampler, **config)
-
-
-def _masked_mean(values, mask):
-    """The mean of ``values`` over ``mask`` (0 without any), as a tuple loss's "mean"."""
-    return reduce_tuples(values, mask, "mean")
 
 
 def _check_int(value, name):

@@ -2,7 +2,9 @@
 
 Each function here takes the primitive's arguments, asks :func:`tfdml.kernels.choose`
 for its kernel and runs that form, or the primitive itself (the reference path, which
-never asks the table). Samplers, metrics and the kernels' own forms call these; the
+never asks the table). Samplers, metrics and the kernels' own forms call these; a
+sampler's or a metric's own kernel is chosen by that kernel's function, which runs the
+reference the caller passes in (:func:`tfdml.kernels.semi_hard.nearest_beyond`, ...); the
 primitives without fast forms (:func:`~tfdml.primitives.gather_rows`, ...) are called
 from :mod:`tfdml.primitives` directly.
 

@@ -10,10 +10,23 @@ outside the valid slots).
 
 import tensorflow as tf
 
-from tfdml import primitives
+from tfdml import kernels, primitives, xla
 from tfdml.kernels import chosen
 
 FORMS = ("valid_slots", "listed_slots")
+
+
+def draw_negatives(cdf, last, uniform, valid, draw, reference):
+    """[B, M] int32, the negative of every valid slot, in the form the table chooses for
+    ``"distance_weighted"`` (:func:`valid_slots` outside XLA only, :func:`listed_slots`),
+    or ``reference(cdf, last, uniform, valid)``: the sampler's reference path, passed in
+    with its ``draw`` (the sampler imports this module), which never asks the table."""
+    choice = kernels.choose("distance_weighted")
+    if choice.form == "valid_slots" and not xla.is_compiling():
+        return valid_slots(cdf, last, uniform, valid, draw)
+    if choice.form == "listed_slots":
+        return listed_slots(cdf, last, uniform, valid, draw, **choice.params)
+    return reference(cdf, last, uniform, valid)
 
 
 def valid_slots(cdf, last, uniform, valid, draw):

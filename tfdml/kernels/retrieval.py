@@ -21,14 +21,13 @@ positive score in the sorted score row. The forms here return the same
   evaluation (:func:`count_or_sort`; its crossovers are the table's
   parameters, :data:`tfdml.kernels.CHOICES`).
 
-The form is chosen on the host, once per evaluation, in
-:func:`tfdml.metrics.retrieval.chunk_counter`.
+The form is chosen on the host, once per evaluation, by :func:`chunk_counter`.
 """
 
 import numpy as np
 import tensorflow as tf
 
-from tfdml import primitives
+from tfdml import kernels, primitives
 from tfdml.kernels import chosen
 
 
@@ -73,3 +72,16 @@ def at_least_by_sorting(query, gallery, gallery_norms, pos_idx, self_index):
 
 #: The forms by name (``"count_or_sort"`` picks one of them).
 FORMS = {"counting": at_least_by_counting, "sorting": at_least_by_sorting}
+
+
+def chunk_counter(num_positives, num_pairs, reference):
+    """The function that counts each chunk of an evaluation whose largest class gives
+    ``num_positives`` positives per query, scoring ``num_pairs`` query–gallery pairs: the
+    form the table chooses for ``"positive_counts"`` (for ``"count_or_sort"``, the one
+    :func:`count_or_sort` picks), or ``reference``: the metrics' reference counts, passed
+    in (:mod:`tfdml.metrics.retrieval` imports this module), which never ask the table."""
+    choice = kernels.choose("positive_counts")
+    form = choice.form
+    if form == "count_or_sort":
+        form = count_or_sort(num_positives, num_pairs, **choice.params)
+    return FORMS.get(form, reference)

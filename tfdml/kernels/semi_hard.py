@@ -33,6 +33,17 @@ from tfdml.kernels import chosen
 FORMS = ("compare_or_sort",)
 
 
+def nearest_beyond(dist, labels, pos, neg, reference):
+    """``(nearest, found)`` [B, M] of the semi-hard rule in the form the table chooses for
+    ``"semi_hard"`` (:func:`compare_or_sort` with its parameters), or ``reference(dist, pos,
+    neg)``: the sampler's reference path, passed in (the sampler imports this module), which
+    never asks the table."""
+    choice = kernels.choose("semi_hard")
+    if choice.form == "compare_or_sort":
+        return compare_or_sort(dist, labels, pos, neg, **choice.params)
+    return reference(dist, pos, neg)
+
+
 def compare_or_sort(dist, labels, pos, neg, widths, sort_above):
     """``(nearest, found)`` [B, M] of the semi-hard rule by the compare or the sort path.
     Under XLA the inputs pass :func:`tfdml.xla.opaque_to_constant_analysis` first: the

@@ -12,9 +12,20 @@ descending order per row, O(B·M log M), whose cost does not grow with k, is che
 
 import tensorflow as tf
 
-from tfdml import primitives
+from tfdml import kernels, primitives
 
 FORMS = ("prefix",)
+
+
+def misplaced_sets(key, candidates, pos, neg, k, reference):
+    """``(P, N)`` [B, M] bool in the form the table chooses for ``"top_k"`` (:func:`prefix`
+    for k up to its ``up_to``), or ``reference(key, candidates, pos, neg, k)``: the
+    sampler's reference path, passed in (the sampler imports this module), which never
+    asks the table."""
+    choice = kernels.choose("top_k")
+    if choice.form == "prefix" and k <= choice.params["up_to"]:
+        return prefix(key, candidates, pos, neg, k)
+    return reference(key, candidates, pos, neg, k)
 
 
 def _first_members(key, member, count):

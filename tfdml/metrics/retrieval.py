@@ -28,7 +28,7 @@ costs the same as Recall@1 (no ``top_k`` over 1000 columns). Faster forms of
 the counts (comparisons counted by one variadic reduction under XLA,
 :func:`tfdml.kernels.chosen.count_at_least`; NumPy sorting) live in
 :mod:`tfdml.kernels.retrieval` and :mod:`tfdml.kernels.counting`, chosen by
-:func:`tfdml.kernels.choose` in :func:`chunk_counter` and
+:func:`tfdml.kernels.retrieval.chunk_counter` and
 :func:`tfdml.kernels.chosen.count_at_least`; they return the same counts.
 
 Conventions:
@@ -53,7 +53,7 @@ Conventions:
 import numpy as np
 import tensorflow as tf
 
-from tfdml import kernels, primitives
+from tfdml import primitives
 from tfdml.kernels import retrieval as fast
 from tfdml.metrics import knn as _knn
 
@@ -103,12 +103,9 @@ chunk_counts_xla = tf.function(chunk_counts, jit_compile=True, autograph=False)
 def chunk_counter(num_positives, num_pairs):
     """The function that counts each chunk of an evaluation whose largest class gives
     ``num_positives`` positives per query, scoring ``num_pairs`` query–gallery pairs:
-    :func:`chunk_counts` (compiled by XLA) or the form the kernels table chooses."""
-    choice = kernels.choose("positive_counts")
-    form = choice.form
-    if form == "count_or_sort":
-        form = fast.count_or_sort(num_positives, num_pairs, **choice.params)
-    return fast.FORMS.get(form, chunk_counts_xla)
+    :func:`chunk_counts` (compiled by XLA) or the form the kernels table chooses
+    (:func:`tfdml.kernels.retrieval.chunk_counter`)."""
+    return fast.chunk_counter(num_positives, num_pairs, chunk_counts_xla)
 
 
 def _ranks(at_least, thr, num_pos):

@@ -5,7 +5,6 @@ import math
 import keras
 import tensorflow as tf
 
-from tfdml import kernels, xla
 from tfdml.kernels import distance_weighted as _fast
 from tfdml.kernels import chosen
 from tfdml.samplers import base
@@ -132,16 +131,16 @@ def draw(cdf, last, uniform, rows):
 
 def draw_negatives(cdf, last, uniform, valid):
     """[B, M] int32: the negative drawn for every valid slot (a, p) by :func:`draw` with
-    its uniform ``uniform[a, p]``, 0 elsewhere. The reference path draws for every slot;
-    a device may search only the valid ones (:data:`tfdml.kernels.CHOICES`,
-    ``"distance_weighted"``; :mod:`tfdml.kernels.distance_weighted`), with the same
-    negatives. A form whose shapes depend on the data runs only outside XLA, which
-    needs fixed shapes."""
-    choice = kernels.choose("distance_weighted")
-    if choice.form == "valid_slots" and not xla.is_compiling():
-        return _fast.valid_slots(cdf, last, uniform, valid, draw)
-    if choice.form == "listed_slots":
-        return _fast.listed_slots(cdf, last, uniform, valid, draw, **choice.params)
+    its uniform ``uniform[a, p]``, 0 elsewhere. The reference path
+    (:func:`_draw_every_slot`) draws for every slot; a device may search only the valid
+    ones (:data:`tfdml.kernels.CHOICES`, ``"distance_weighted"``), with the same
+    negatives: :func:`tfdml.kernels.distance_weighted.draw_negatives` chooses. A form
+    whose shapes depend on the data runs only outside XLA, which needs fixed shapes."""
+    return _fast.draw_negatives(cdf, last, uniform, valid, draw, _draw_every_slot)
+
+
+def _draw_every_slot(cdf, last, uniform, valid):
+    """The reference path of :func:`draw_negatives`: a draw for every slot of the grid."""
     rows = tf.broadcast_to(tf.range(tf.shape(cdf)[0])[:, None], tf.shape(valid))
     return tf.where(valid, draw(cdf, last, uniform, rows), 0)
 

@@ -3,7 +3,6 @@
 import keras
 import tensorflow as tf
 
-from tfdml import kernels
 from tfdml.kernels import chosen
 from tfdml.kernels import semi_hard as _fast
 from tfdml.samplers import base
@@ -82,12 +81,10 @@ class SemiHardSampler(base.Sampler):
 def semi_hard_negatives(dist, labels, pos, neg):
     """``(nearest, found)`` [B, M]: ``found[a, p]`` where ``pos[a, p]`` and some n with
     ``neg[a, n]`` has D_an > D_ap; ``nearest[a, p]`` the n of least such D_an, lowest
-    index on ties (meaningful where ``found``). The form is chosen here
-    (:func:`tfdml.kernels.choose`); every form gives the same answer."""
-    choice = kernels.choose("semi_hard")
-    if choice.form == "compare_or_sort":
-        return _fast.compare_or_sort(dist, labels, pos, neg, **choice.params)
-    return _reference(dist, pos, neg)
+    index on ties (meaningful where ``found``). The kernel chooses the form
+    (:func:`tfdml.kernels.semi_hard.nearest_beyond`), or runs :func:`_reference`; every
+    form gives the same answer."""
+    return _fast.nearest_beyond(dist, labels, pos, neg, _reference)
 
 
 def _reference(dist, pos, neg):

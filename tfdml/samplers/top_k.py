@@ -3,7 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfdml import kernels, primitives
+from tfdml import primitives
 from tfdml.kernels import chosen
 from tfdml.kernels import top_k as _fast
 from tfdml.samplers import base
@@ -42,7 +42,7 @@ class TopKMisplacedSampler(base.Sampler):
     (:func:`tfdml.kernels.chosen.stable_order`) and counts ranks; a device may
     run a fast form with the same sets (:data:`tfdml.kernels.CHOICES`,
     ``"top_k"``; on CPU for k up to the table's ``up_to``, k passes per ranking
-    and no sort, :mod:`tfdml.kernels.top_k`).
+    and no sort), which :func:`tfdml.kernels.top_k.misplaced_sets` chooses.
 
     Returns :class:`~tfdml.samplers.SetSelection`: [B, M] bool, row a = query,
     columns = members of P (``positive``) and N (``negative``). The loss of
@@ -63,10 +63,7 @@ class TopKMisplacedSampler(base.Sampler):
         # Candidates by decreasing score (ties: lower index first); the rest after them.
         lowest = tf.constant(dist.dtype.min, dist.dtype)
         key = tf.where(candidates, tf.maximum(dist, lowest), tf.constant(-float("inf"), dist.dtype))
-        choice = kernels.choose("top_k")
-        if choice.form == "prefix" and self.k <= choice.params["up_to"]:
-            return base.SetSelection(*_fast.prefix(key, candidates, pos, neg, self.k))
-        return base.SetSelection(*reference(key, candidates, pos, neg, self.k))
+        return base.SetSelection(*_fast.misplaced_sets(key, candidates, pos, neg, self.k, reference))
 
     def get_config(self):
         return {"k": self.k}

@@ -31,7 +31,21 @@ def test_a_figure_counts_as_lost_when_raw_pixels_are_as_good():
     block = shipped_configs.render({"machine": "Measured here", "runs": {
         "default": _run([0.98, 0.5, 0.6, 0.7], [0.97, 0.4, 0.5, 0.5]), "npair": run}})
     assert "| `default` | 0.980 / 0.970 | 0.500 / 0.400 | 0.600 / 0.500 | 0.700 / 0.500 | on every figure |" in block
-    assert "| `npair` |" in block and "| not on nmi |" in block
+    assert "| `npair` |" in block and "| not on nmi; it demonstrates the N-pair loss" in block
+
+
+def test_a_losing_config_says_in_its_row_what_it_demonstrates(tmp_path, monkeypatch):
+    (tmp_path / "shown.yaml").write_text("# A config.\n# Demonstrates: the first line\n# and the next.\nseed: 0\n")
+    (tmp_path / "plain.yaml").write_text("# A config.\nseed: 0\n")
+    monkeypatch.setattr(shipped_configs, "config_path", lambda name: str(tmp_path / f"{name}.yaml"))
+    losing = _run([0.98, 0.50, 0.60, 0.49], [0.97, 0.40, 0.50, 0.49])
+    winning = _run([0.98, 0.50, 0.60, 0.50], [0.97, 0.40, 0.50, 0.49])
+    assert shipped_configs.verdict("shown", losing) == "not on nmi; it demonstrates the first line and the next."
+    assert shipped_configs.verdict("plain", losing) == "not on nmi"
+    assert shipped_configs.verdict("shown", winning) == "on every figure"
+    block = shipped_configs.render({"machine": "Measured here", "runs": {"shown": losing, "plain": winning}})
+    assert block.splitlines()[-1].endswith("| not on nmi; it demonstrates the first line and the next. |")
+    assert block.splitlines()[-2].endswith("| on every figure |")
 
 
 def test_the_configs_on_bundled_data_are_found():

@@ -5,8 +5,9 @@
 
 Every key of ``tfdml_app.config.SCHEMA`` becomes one row: its dotted name (as
 ``--set`` takes it), type, default, allowed values and the field's ``doc``
-string. Of the choices that the library registers (loss, sampler, backbone,
-design and source names, XLA modes, distances) the built-in ones are listed
+string; then those of one term of ``loss.terms`` (``tfdml_app.config.TERM_SCHEMA``).
+Of the choices that the library registers (loss, sampler, backbone, design and
+source names, XLA modes, distances) the built-in ones are listed
 (:mod:`tfdml.builtin_names`, which a test keeps equal to the registries), so
 that a part registered by a user's module (or a test) does not change the
 reference.
@@ -106,7 +107,8 @@ def _sections(schema, path=""):
 def render():
     """The text of docs/config.md."""
     lines = [HEADER]
-    for section, rows in _sections(config.SCHEMA):
+    # The keys of one term of loss.terms (loss.name: weighted_sum) follow the sections.
+    for section, rows in _sections(config.SCHEMA) + _sections(config.TERM_SCHEMA, "loss.terms[i]"):
         lines.append(f"## `{section}`" if section else "## Top level")
         lines.append("")
         lines.append("| key | type | default | allowed | meaning |")

@@ -23,6 +23,11 @@ LOSSES = ("contrastive", "triplet", "margin", "weighted_contrastive", "balanced_
           "ddml", "proxy_nca", "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins", "normalized_softmax",
           "cosface", "arcface", "sub_center_arcface", "soft_triple", "fast_ap")
 
+#: The ``name`` default of :class:`tfdml.losses.WeightedSumLoss`: a config's ``loss.name`` for
+#: a weighted sum of losses (its terms in ``loss.terms``). Not a :data:`LOSSES` name: the sum
+#: is a loss of losses, not a ``MetricLoss``.
+WEIGHTED_SUM_LOSS = "weighted_sum"
+
 #: :data:`tfdml.samplers.SAMPLERS`.
 SAMPLERS = ("all", "random", "random_triplets", "semi_hard", "hard", "distance_weighted", "top_k",
             "multi_similarity", "easy_hard", "pair_margin", "npair")

@@ -14,8 +14,8 @@ import warnings
 from tfdml import builtin_names, metric_names
 from tfdml_app import sampler_fit
 from tfdml_app.loss_config import ConfigError, check_loss_options, suggest
-from tfdml_app.parts import LEARNED_SAMPLERS
-from tfdml_app.schema import SCHEMA
+from tfdml_app.parts import LEARNED_SAMPLERS, WEIGHTED_SUM, loss_sections
+from tfdml_app.schema import SCHEMA, TERM_SCHEMA
 
 
 #: Which names :func:`_validate` checks a field's ``choices`` against: those the
@@ -154,6 +154,44 @@ def _check_combinations(cfg, names=LIBRARY):
         raise ConfigError(f"optimizer.learning_rate must be > 0, got {cfg['optimizer']['learning_rate']}.")
 
 
+def _check_terms(cfg, names):
+    """``loss.terms`` of a config whose fields are valid: each term checked as a loss section
+    of its own (:data:`tfdml_app.schema.TERM_SCHEMA`, defaults filled in place), given with
+    ``loss.name: weighted_sum`` and only with it; the keys of one loss stay empty beside
+    them."""
+    loss = cfg["loss"]
+    if loss["name"] != WEIGHTED_SUM:
+        if loss["terms"] is not None:
+            raise ConfigError(f"loss.terms is given, but loss.name = {loss['name']!r}: terms are the losses of "
+                              f"a weighted sum; set loss.name: {WEIGHTED_SUM}, or remove loss.terms.")
+        return
+    if not loss["terms"]:
+        raise ConfigError(f"loss.name = {WEIGHTED_SUM!r} sums the losses of loss.terms, which is empty: give a "
+                          "list of at least one loss, e.g. [{name: proxy_anchor}, {name: multi_similarity, "
+                          "weight: 0.5}].")
+    for key in ("options", "sampler", "sampler_options", "memory"):
+        if loss[key] != SCHEMA["loss"][key].default:
+            fix = ("a cross-batch memory is not available to a weighted sum's terms: remove loss.memory"
+                   if key == "memory" else f"set it in the term it belongs to (loss.terms[i].{key})")
+            raise ConfigError(f"loss.{key} = {loss[key]!r} with loss.name = {WEIGHTED_SUM!r}: each term has its "
+                              f"own; {fix}.")
+    terms, seen = [], {}
+    for i, term in enumerate(loss["terms"]):
+        where = f"loss.terms[{i}]"
+        if not isinstance(term, dict) or "name" not in term:
+            raise ConfigError(f"{where} = {term!r}: a term is a loss section with a name, e.g. "
+                              "{name: multi_similarity, weight: 0.5, options: {...}}.")
+        term = _validate(term, TERM_SCHEMA, where, names)
+        key = term["options"].get("name", term["name"])
+        if key in seen:
+            raise ConfigError(f"{seen[key]} and {where} are both named {key!r}, and a loss's state is saved under "
+                              f"its name: give one of them its own options.name, e.g. {where}.options.name: "
+                              f"{key}_2.")
+        seen[key] = where
+        terms.append(term)
+    loss["terms"] = terms
+
+
 def moved(config):
     """``config`` with keys in an old place moved to their new one, each with a
     ``FutureWarning`` naming it (a copy; ``config`` itself is left as it is):
@@ -179,6 +217,7 @@ def check_values(config):
     """Fill defaults and check a config dict against the names the library registers
     (imports it): every check but building the loss; returns the resolved config."""
     cfg = _validate(moved(config or {}), SCHEMA, "")
+    _check_terms(cfg, LIBRARY)
     _check_combinations(cfg)
     sampler_fit.check_learned_sampler(cfg, sampler_fit.library_facts())
     return cfg
@@ -205,8 +244,10 @@ def check_structure(config, names=False):
     ask of the batch design and the model (:func:`tfdml_app.loss_config.check_loss`).
     Raises :class:`ConfigError`."""
     cfg = _validate(moved(config or {}), SCHEMA, "", BUILTIN if names else FIXED)
+    _check_terms(cfg, BUILTIN if names else FIXED)
     if names:
         _check_combinations(cfg, BUILTIN)
-        check_loss_options(cfg["loss"], builtin_names.LOSS_OPTIONS[cfg["loss"]["name"]])
-        sampler_fit.check_sampler(cfg["loss"], sampler_fit.builtin_facts())
         sampler_fit.check_learned_sampler(cfg, sampler_fit.builtin_facts())
+        for section, where in loss_sections(cfg):
+            check_loss_options(section, builtin_names.LOSS_OPTIONS[section["name"]], where)
+            sampler_fit.check_sampler(section, sampler_fit.builtin_facts(), where)

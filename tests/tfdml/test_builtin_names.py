@@ -11,7 +11,7 @@ from tfdml import builtin_names
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _LIVE = """
-import json
+import inspect, json
 from pipelines import designs, sources
 from tfdml import backbones, losses, metric_names, metrics, models, samplers
 from tfdml.metrics import knn
@@ -33,6 +33,7 @@ print(json.dumps({
     "LOSS_SAMPLING": sampler_fit.library_facts().losses,
     "SAMPLER_FACTS": sampler_fit.library_facts().samplers,
     "LEARNED_SAMPLER_OPTIONS": list(sampler_fit.dsn_options()),
+    "WEIGHTED_SUM_LOSS": inspect.signature(losses.WeightedSumLoss).parameters["name"].default,
 }))
 """
 

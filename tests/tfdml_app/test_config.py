@@ -158,7 +158,8 @@ def test_schema_names_are_the_registries():
     """The config's choices are read from the libraries, not copied."""
     from tfdml import losses, samplers
 
-    assert config.SCHEMA["loss"]["name"].choices == tuple(losses.LOSSES)
+    assert config.SCHEMA["loss"]["name"].choices == tuple(losses.LOSSES) + (config.WEIGHTED_SUM,)
+    assert config.TERM_SCHEMA["name"].choices == tuple(losses.LOSSES)
     sampler_choices = set(config.SCHEMA["loss"]["sampler"].choices)
     assert sampler_choices == set(samplers.SAMPLERS) | {config.NO_SAMPLER, None}
     for copied in ("LOSSES", "SAMPLERS", "LOSS_SAMPLERS", "TUPLE_LOSSES", "METRICS"):

@@ -44,7 +44,8 @@ the key, the value and the valid choices. Which losses take which samplers is re
 library (a loss's `sampler_kinds`, a sampler's `kind`), and the loss is built once with its
 sampler during validation. `loss.options` and `loss.sampler_options` take the keyword
 arguments of the loss and sampler classes (`tfdml.losses`, `tfdml.samplers`); `data.options`
-those of the data source (`pipelines.sources`).
+those of the data source (`pipelines.sources`); `design.options` the batch design's own
+parameters and constructor arguments (`pipelines.designs`).
 
 Floats may be written in exponent notation (`1e-3`), as in YAML 1.2.
 """

@@ -189,12 +189,12 @@ def _check_examples_per_class(cfg, sampler, design_cls, section_of_loss, where):
     if needed is None or not design_cls.grouped_by_class:
         return
     section = cfg["design"]
-    m = {**section, **section.get("options", {})}.get("m")
+    m = section["options"].get("m")
     if m is not None and m != needed:
         raise ConfigError(
             f"{where}.sampler = {section_of_loss['sampler']!r} ({type(sampler).__name__}) needs exactly "
             f"{needed} examples of each class in a batch, but design.name = {section['name']!r} "
-            f"has design.m = {m}: set design.m: {needed}, or choose another sampler.")
+            f"has design.options.m = {m}: set design.options.m: {needed}, or choose another sampler.")
 
 
 def check_loss(cfg):
@@ -259,7 +259,7 @@ def _check_part(cfg, loss, section, where):
     if getattr(loss, "memory", None) is not None and getattr(loss, "importance", False):
         section = cfg["design"]
         try:
-            batch = designs.DESIGNS[design].from_config({**section, **section["options"]}).batch_size
+            batch = designs.DESIGNS[design].from_config(section["options"]).batch_size
         except (TypeError, ValueError):
             batch = None  # the design's own validation reports it
         if batch and loss.memory.size % batch:

@@ -84,6 +84,28 @@ def _validation_modes():
     return tuple(sources.VALIDATION_MODES)
 
 
+#: The design parameters that a config's design section held beside its name before they
+#: moved to design.options (read there, with a warning).
+OLD_DESIGN_KEYS = ("m", "n", "p", "pairs")
+
+
+def _range(spec):
+    if "min" in spec:
+        return f">= {spec['min']}"
+    return f"in ({spec['between'][0]:g}, {spec['between'][1]:g})"
+
+
+def _design_options_doc():
+    """design.options' doc: each built-in design's own parameters with their defaults and
+    ranges (:data:`tfdml.builtin_names.DESIGN_OPTIONS`, the classes' ``config_options``)."""
+    designs = "; ".join(
+        f"{name}: " + ", ".join(f"{key} ({spec['doc']}; default {spec['default']}, {_range(spec)})"
+                                for key, spec in options.items())
+        for name, options in builtin_names.DESIGN_OPTIONS.items())
+    return ("the design's own parameters (Design.config_options; defaults filled in) and any other "
+            f"keyword argument of its constructor: {designs}")
+
+
 # What tfdml_app.build builds.
 STRATEGIES = ("default", "mirrored", "multi_worker")
 OPTIMIZERS = ("adam", "sgd", "adamw")
@@ -154,12 +176,7 @@ SCHEMA = {
     },
     "design": {
         "name": _Field(str, "m_per_class", _design_names, builtin=builtin_names.DESIGNS, doc="batch design"),
-        "m": _Field(int, 8, doc="examples per class (m_per_class, group)"),
-        "n": _Field(int, 5, doc="classes per batch (m_per_class, group)"),
-        "p": _Field(_NUM, 0.5, doc="probability of a positive pair (p_random)"),
-        "pairs": _Field(int, 32, doc="pairs per batch (p_random)", check=_at_least(1)),
-        "options": _Field(dict, {}, doc="further keyword arguments of the design's constructor "
-                                        "(a registered design's own options)"),
+        "options": _Field(dict, {}, doc=_design_options_doc()),
     },
     "image": {
         "size": _Field((int, type(None)), None,

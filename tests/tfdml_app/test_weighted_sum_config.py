@@ -121,7 +121,7 @@ class _KeepTheProxiesAndStop(keras.callbacks.Callback):
 def test_a_resumed_run_restores_the_proxies_of_its_term(tmp_path):
     cfg = config.validate({
         "seed": 3, "output_dir": str(tmp_path), "data": {"source": "digits"},
-        "design": {"name": "m_per_class", "m": 4, "n": 5},
+        "design": {"name": "m_per_class", "options": {"m": 4, "n": 5}},
         "model": {"backbone": "mlp", "backbone_options": {"width": 8}, "embedding_dim": 8},
         **_sum(PROXY_ANCHOR, MULTI_SIMILARITY),
         "training": {"epochs": 2, "steps_per_epoch": 2},

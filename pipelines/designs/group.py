@@ -68,6 +68,11 @@ def group_plan(labels, m, n, design):
 
 
 
+#: The ``m`` of the group and m-per-class designs' ``config_options``.
+M_OPTION = {"default": 8, "min": 2, "doc": "examples per class",
+            "why": "a class needs two examples in a batch to give a positive pair"}
+
+
 class GroupDesign(Design):
     """Hong §4.2 (m, n)-group design: n classes, m examples each, all ordered pairs.
 
@@ -84,8 +89,7 @@ class GroupDesign(Design):
     grouped_by_class = True
     independent_batches = True
     config_options = {
-        "m": {"default": 8, "min": 2, "doc": "examples per class",
-              "why": "a class needs two examples in a batch to give a positive pair"},
+        "m": M_OPTION,
         "n": {"default": 5, "min": 2, "doc": "classes per batch",
               "why": "a batch needs two classes to give negative pairs, Eq. 25 divides by n-1"},
     }
@@ -132,8 +136,7 @@ class MPerClassDesign(Design):
     grouped_by_class = True
     config_aliases = {"n": "classes_per_batch"}
     config_options = {
-        "m": {"default": 8, "min": 2, "doc": "examples per class",
-              "why": "a class needs two examples in a batch to give a positive pair"},
+        "m": M_OPTION,
         "n": {"default": 5, "min": 2, "doc": "classes per batch (classes_per_batch)",
               "why": "a batch needs two classes to give negative pairs"},
     }

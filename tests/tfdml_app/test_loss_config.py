@@ -111,11 +111,11 @@ def test_a_null_num_classes_in_loss_options_builds_a_loss_without_class_paramete
 def test_a_loss_of_two_views_needs_the_two_view_design(name):
     with pytest.raises(config.ConfigError, match=f"loss.name = '{name}' pairs the two views .* Use design 'two_views'"):
         config.validate({"design": {"name": "group", "options": {"m": 2, "n": 4}}, "loss": {"name": name}})
-    assert config.validate({"design": {"name": "two_views", "n": 8}, "loss": {"name": name}})["loss"]["name"] == name
+    assert config.validate({"design": {"name": "two_views", "options": {"n": 8}}, "loss": {"name": name}})["loss"]["name"] == name
     # SupCon reads the classes: any design with positives will do.
     config.validate({"design": {"name": "m_per_class"}, "loss": {"name": "supcon"}})
 
 
 def test_importance_weights_are_refused_on_two_view_batches():
     with pytest.raises(config.ConfigError, match="two views of an image are not a pair of the training split"):
-        config.validate({"design": {"name": "two_views", "n": 8}, "loss": {"name": "weighted_contrastive"}})
+        config.validate({"design": {"name": "two_views", "options": {"n": 8}}, "loss": {"name": "weighted_contrastive"}})

@@ -5,8 +5,9 @@
 
 Every key of ``tfdml_app.config.SCHEMA`` becomes one row: its dotted name (as
 ``--set`` takes it), type, default, allowed values and the field's ``doc``
-string. Of the choices that the library registers (loss, sampler, backbone,
-design and source names, XLA modes, distances) the built-in ones are listed
+string; then those of one term of ``loss.terms`` (``tfdml_app.config.TERM_SCHEMA``).
+Of the choices that the library registers (loss, sampler, backbone, design and
+source names, XLA modes, distances) the built-in ones are listed
 (:mod:`tfdml.builtin_names`, which a test keeps equal to the registries), so
 that a part registered by a user's module (or a test) does not change the
 reference.
@@ -43,7 +44,8 @@ the key, the value and the valid choices. Which losses take which samplers is re
 library (a loss's `sampler_kinds`, a sampler's `kind`), and the loss is built once with its
 sampler during validation. `loss.options` and `loss.sampler_options` take the keyword
 arguments of the loss and sampler classes (`tfdml.losses`, `tfdml.samplers`); `data.options`
-those of the data source (`pipelines.sources`).
+those of the data source (`pipelines.sources`); `design.options` the batch design's own
+parameters and constructor arguments (`pipelines.designs`).
 
 Floats may be written in exponent notation (`1e-3`), as in YAML 1.2.
 """
@@ -106,7 +108,8 @@ def _sections(schema, path=""):
 def render():
     """The text of docs/config.md."""
     lines = [HEADER]
-    for section, rows in _sections(config.SCHEMA):
+    # The keys of one term of loss.terms (loss.name: weighted_sum) follow the sections.
+    for section, rows in _sections(config.SCHEMA) + _sections(config.TERM_SCHEMA, "loss.terms[i]"):
         lines.append(f"## `{section}`" if section else "## Top level")
         lines.append("")
         lines.append("| key | type | default | allowed | meaning |")

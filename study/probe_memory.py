@@ -106,7 +106,7 @@ def make_probe_callback(cfg, every, records, sample_size=1024):
     train_split, _ = data_lib.split_validation(
         cfg, data_lib.build_source(cfg).split(cfg["data"]["train_split"]))
     margin = contrastive_margin(cfg)
-    batch_size = cfg["design"]["m"] * cfg["design"]["n"]
+    batch_size = cfg["design"]["options"]["m"] * cfg["design"]["options"]["n"]
     rng = np.random.default_rng(0)
     size = min(sample_size, train_split.num_examples)
     sample = train_split.load(rng.choice(train_split.num_examples, size, replace=False))  # mixed classes

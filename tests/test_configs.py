@@ -36,7 +36,12 @@ def test_every_shipped_config_builds_its_loss(name):
     constructor (the ℓ_k config once failed on a seed argument the loss does not take)."""
     cfg = load(name)
     loss = build.build_loss(cfg, num_classes=5, num_examples=100)
-    assert type(loss) is fit_loops.losses_lib.LOSSES[cfg["loss"]["name"]]
+    losses = fit_loops.losses_lib
+    if cfg["loss"]["name"] == config.WEIGHTED_SUM:
+        assert type(loss) is losses.WeightedSumLoss
+        assert [type(t) for t in loss.terms] == [losses.LOSSES[t["name"]] for t in cfg["loss"]["terms"]]
+    else:
+        assert type(loss) is losses.LOSSES[cfg["loss"]["name"]]
 
 
 #: Configs whose one step is slow (the pretrained EfficientNet embeds the 2,500 test images at

@@ -23,6 +23,11 @@ LOSSES = ("contrastive", "triplet", "margin", "weighted_contrastive", "balanced_
           "ddml", "proxy_nca", "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins", "normalized_softmax",
           "cosface", "arcface", "sub_center_arcface", "soft_triple", "fast_ap")
 
+#: The ``name`` default of :class:`tfdml.losses.WeightedSumLoss`: a config's ``loss.name`` for
+#: a weighted sum of losses (its terms in ``loss.terms``). Not a :data:`LOSSES` name: the sum
+#: is a loss of losses, not a ``MetricLoss``.
+WEIGHTED_SUM_LOSS = "weighted_sum"
+
 #: :data:`tfdml.samplers.SAMPLERS`.
 SAMPLERS = ("all", "random", "random_triplets", "semi_hard", "hard", "distance_weighted", "top_k",
             "multi_similarity", "easy_hard", "pair_margin", "npair")
@@ -36,6 +41,41 @@ BACKBONES = ("small_cnn", "mlp", "efficientnet_lite0", "convnext_tiny", "efficie
 
 #: :data:`pipelines.designs.DESIGNS`.
 DESIGNS = ("group", "p_random", "m_per_class", "two_views")
+
+#: Each design of :data:`DESIGNS` → its own parameters in a config (``design.options``):
+#: ``Design.config_options`` (name → default, range, doc) of its class.
+DESIGN_OPTIONS = {
+    "group": {
+        "m": {"default": 8, "min": 2, "doc": "examples per class",
+              "why": "a class needs two examples in a batch to give a positive pair"},
+        "n": {"default": 5, "min": 2, "doc": "classes per batch",
+              "why": "a batch needs two classes to give negative pairs, Eq. 25 divides by n-1"},
+    },
+    "p_random": {
+        "p": {"default": 0.5, "between": (0.0, 1.0), "doc": "probability of a positive pair",
+              "why": "Eq. 24 divides by p and 1-p"},
+        "pairs": {"default": 32, "min": 1, "doc": "pairs per batch", "why": "a batch holds pairs"},
+    },
+    "m_per_class": {
+        "m": {"default": 8, "min": 2, "doc": "examples per class",
+              "why": "a class needs two examples in a batch to give a positive pair"},
+        "n": {"default": 5, "min": 2, "doc": "classes per batch (classes_per_batch)",
+              "why": "a batch needs two classes to give negative pairs"},
+    },
+    "two_views": {
+        "n": {"default": 5, "min": 2, "doc": "distinct images per batch (images), each shown twice",
+              "why": "one image has no other image to contrast with"},
+    },
+}
+
+#: Each design of :data:`DESIGNS` → every name its ``design.options`` may hold
+#: (``Design.option_names``: its own parameters, its constructor's arguments, their aliases).
+DESIGN_OPTION_NAMES = {
+    "group": ("m", "n", "batch_size"),
+    "p_random": ("p", "pairs", "batch_size"),
+    "m_per_class": ("m", "n", "classes_per_batch", "batch_size"),
+    "two_views": ("n", "images", "batch_size"),
+}
 
 #: The designs of :data:`DESIGNS` whose batches hold whole groups of classes
 #: (``Design.grouped_by_class``).

@@ -24,7 +24,7 @@ def validation_split(cfg, train_split):
     Tried in turn, and the first that works is returned: the config's
     ``data.validation`` with its fraction (:data:`FRACTION` when unset); the
     same with ``mode: examples`` (every training class stays for the design);
-    whole classes held out with ``design.n`` lowered to the classes left."""
+    whole classes held out with ``design.options.n`` lowered to the classes left."""
     fraction = cfg["data"]["validation"]["fraction"] or FRACTION
     base = [] if cfg["data"]["validation"]["fraction"] == fraction else [f"data.validation.fraction={fraction}"]
     examples = base + _differs(cfg, "data.validation.mode", "examples")
@@ -34,14 +34,14 @@ def validation_split(cfg, train_split):
     classes = base + _differs(cfg, "data.validation.mode", "classes")
     split = _fits(cfg, train_split, classes, design=False)
     if split is not None and _grouped(cfg):
-        lowered = classes + [f"design.n={int(split[0].num_classes)}"]
-        if split[0].num_classes < cfg["design"]["n"] and _fits(cfg, train_split, lowered):
+        lowered = classes + [f"design.options.n={int(split[0].num_classes)}"]
+        if split[0].num_classes < cfg["design"]["options"]["n"] and _fits(cfg, train_split, lowered):
             return lowered
     return None
 
 
 def _grouped(cfg):
-    """Whether the design draws ``design.n`` classes per batch (m_per_class, group)."""
+    """Whether the design draws ``design.options.n`` classes per batch (m_per_class, group)."""
     from pipelines import designs
 
     return designs.DESIGNS[cfg["design"]["name"]].grouped_by_class

@@ -129,7 +129,7 @@ def build_dsn_model(cfg, encoder, loss):
         model = dsn.DSNEmbeddingModel(
             encoder,
             sampler=kind,
-            tuples_per_minibatch=options.pop("tuples_per_minibatch", cfg["design"]["n"] if npair else 16),
+            tuples_per_minibatch=options.pop("tuples_per_minibatch", cfg["design"]["options"]["n"] if npair else 16),
             minibatches=options.pop("minibatches", 4),
             baseline=options.pop("baseline", "mean"),
             diagnostics=options.pop("diagnostics", False),

@@ -22,14 +22,15 @@ to a registry is a valid name without any change here.
 """
 
 import re
+import warnings
 
 import yaml
 
 from tfdml_app.config_checks import check_structure, check_values, moved  # noqa: F401 - part of this API
 from tfdml_app.loss_config import (  # noqa: F401 - the config's names, read here
-    LEARNED_SAMPLERS, NO_SAMPLER, VALIDATION_NUM_CLASSES, ConfigError, build_loss, check_loss, suggest,
-    valid_samplers)
-from tfdml_app.schema import SCHEMA, _Field, defaults  # noqa: F401 - part of this API
+    LEARNED_SAMPLERS, NO_SAMPLER, VALIDATION_NUM_CLASSES, WEIGHTED_SUM, ConfigError, build_loss, check_loss,
+    suggest, valid_samplers)
+from tfdml_app.schema import OLD_DESIGN_KEYS, SCHEMA, TERM_SCHEMA, _Field, defaults  # noqa: F401 - part of this API
 
 
 class _Loader(yaml.SafeLoader):
@@ -85,9 +86,14 @@ def parse_override(text):
 
 
 def apply_overrides(config, overrides):
-    """Apply ``--set`` overrides to a (possibly partial) config dict, in place."""
+    """Apply ``--set`` overrides to a (possibly partial) config dict, in place. A design
+    parameter set at its old place (``design.m=4``) sets ``design.options.m``, with a warning."""
     for text in overrides or ():
         keys, value = parse_override(text)
+        if len(keys) == 2 and keys[0] == "design" and keys[1] in OLD_DESIGN_KEYS:
+            warnings.warn(f"--set {'.'.join(keys)} is the old place of a design parameter, read as "
+                          f"--set design.options.{keys[1]} for now: write that.", FutureWarning, stacklevel=2)
+            keys = ["design", "options", keys[1]]
         node = config
         for key in keys[:-1]:
             node = node.setdefault(key, {})

@@ -9,13 +9,14 @@ registers (used by :func:`tfdml_app.config.validate`, which also builds the loss
 """
 
 import copy
+import sys
 import warnings
 
 from tfdml import builtin_names, metric_names
 from tfdml_app import sampler_fit
 from tfdml_app.loss_config import ConfigError, check_loss_options, suggest
-from tfdml_app.parts import LEARNED_SAMPLERS
-from tfdml_app.schema import SCHEMA
+from tfdml_app.parts import LEARNED_SAMPLERS, WEIGHTED_SUM, loss_sections
+from tfdml_app.schema import OLD_DESIGN_KEYS, SCHEMA, TERM_SCHEMA
 
 
 #: Which names :func:`_validate` checks a field's ``choices`` against: those the
@@ -118,10 +119,6 @@ def _check_combinations(cfg, names=LIBRARY):
             f"training.jit_compile = {cfg['training']['jit_compile']!r} compiles a loss and its in-graph "
             "sampler; the learned sampler's step is one piece: use true (all of it) or false."
         )
-    if design in grouped and cfg["design"]["m"] < 2:
-        raise ConfigError(f"design.m = {cfg['design']['m']} leaves no positive pairs; use m >= 2.")
-    if design == "p_random" and not 0.0 < cfg["design"]["p"] < 1.0:
-        raise ConfigError(f"design.p = {cfg['design']['p']} must lie strictly between 0 and 1.")
     scale = cfg["image"]["crop_scale"]
     if len(scale) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scale) \
             or not 0.0 < scale[0] <= scale[1] <= 1.0:
@@ -139,7 +136,7 @@ def _check_combinations(cfg, names=LIBRARY):
                 "training.early_stopping_patience needs a validation split to watch (stopping on the "
                 "test split would select on test data): hold one out of the training split, e.g. "
                 "--set data.validation.fraction=0.2 (and --set data.validation.mode=examples when "
-                "holding out whole classes would leave fewer training classes than design.n), or "
+                "holding out whole classes would leave fewer training classes than design.options.n), or "
                 "remove training.early_stopping_patience."
             )
         if cfg["strategy"] == "multi_worker":
@@ -154,11 +151,129 @@ def _check_combinations(cfg, names=LIBRARY):
         raise ConfigError(f"optimizer.learning_rate must be > 0, got {cfg['optimizer']['learning_rate']}.")
 
 
+def _design_options(name, names):
+    """``(config_options, option names)`` of the design ``name``: of its class (``LIBRARY``,
+    or any names once the library is imported), else of the built-in designs
+    (:data:`tfdml.builtin_names.DESIGN_OPTIONS`); ``({}, None)`` when nothing is known of it."""
+    if names == LIBRARY or ("pipelines.designs" in sys.modules and name not in builtin_names.DESIGN_OPTIONS):
+        from pipelines import designs
+
+        if name in designs.DESIGNS:
+            cls = designs.DESIGNS[name]
+            return cls.config_options, cls.option_names()
+    if name in builtin_names.DESIGN_OPTIONS:
+        return builtin_names.DESIGN_OPTIONS[name], builtin_names.DESIGN_OPTION_NAMES[name]
+    return {}, None
+
+
+def _check_design_options(cfg, names):
+    """``design.options`` of a config whose fields are valid: names the design takes, its own
+    parameters (``Design.config_options``) filled with their defaults and checked against
+    their ranges, in place."""
+    name, options = cfg["design"]["name"], cfg["design"]["options"]
+    own, valid = _design_options(name, names)
+    if valid is not None:
+        for key in options:
+            if key not in valid:
+                raise ConfigError(f"design.options has {key!r}, which is not an option of the {name} design"
+                                  f"{suggest(str(key), list(valid))}; valid: {', '.join(valid)} (with another "
+                                  "design.name, replace its options too: design.options: {} takes the defaults).")
+    for key, spec in own.items():
+        value = options.setdefault(key, copy.deepcopy(spec["default"]))
+        where, why = f"design.options.{key}", f" ({spec['why']})" if spec.get("why") else ""
+        if "min" in spec:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{where} must be an integer, got {value!r}.")
+            if value < spec["min"]:
+                raise ConfigError(f"{where} = {value} must be >= {spec['min']}{why}.")
+        else:
+            low, high = spec["between"]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{where} must be a number, got {value!r}.")
+            options[key] = value = float(value)
+            if not low < value < high:
+                raise ConfigError(f"{where} = {value} must lie strictly between {low:g} and {high:g}{why}.")
+
+
+def _check_terms(cfg, names):
+    """``loss.terms`` of a config whose fields are valid: each term checked as a loss section
+    of its own (:data:`tfdml_app.schema.TERM_SCHEMA`, defaults filled in place), given with
+    ``loss.name: weighted_sum`` and only with it; the keys of one loss stay empty beside
+    them."""
+    loss = cfg["loss"]
+    if loss["name"] != WEIGHTED_SUM:
+        if loss["terms"] is not None:
+            raise ConfigError(f"loss.terms is given, but loss.name = {loss['name']!r}: terms are the losses of "
+                              f"a weighted sum; set loss.name: {WEIGHTED_SUM}, or remove loss.terms.")
+        return
+    if not loss["terms"]:
+        raise ConfigError(f"loss.name = {WEIGHTED_SUM!r} sums the losses of loss.terms, which is empty: give a "
+                          "list of at least one loss, e.g. [{name: proxy_anchor}, {name: multi_similarity, "
+                          "weight: 0.5}].")
+    for key in ("options", "sampler", "sampler_options", "memory"):
+        if loss[key] != SCHEMA["loss"][key].default:
+            fix = ("a cross-batch memory is not available to a weighted sum's terms: remove loss.memory"
+                   if key == "memory" else f"set it in the term it belongs to (loss.terms[i].{key})")
+            raise ConfigError(f"loss.{key} = {loss[key]!r} with loss.name = {WEIGHTED_SUM!r}: each term has its "
+                              f"own; {fix}.")
+    terms, seen = [], {}
+    for i, term in enumerate(loss["terms"]):
+        where = f"loss.terms[{i}]"
+        if not isinstance(term, dict) or "name" not in term:
+            raise ConfigError(f"{where} = {term!r}: a term is a loss section with a name, e.g. "
+                              "{name: multi_similarity, weight: 0.5, options: {...}}.")
+        term = _validate(term, TERM_SCHEMA, where, names)
+        key = term["options"].get("name", term["name"])
+        if key in seen:
+            raise ConfigError(f"{seen[key]} and {where} are both named {key!r}, and a loss's state is saved under "
+                              f"its name: give one of them its own options.name, e.g. {where}.options.name: "
+                              f"{key}_2.")
+        seen[key] = where
+        terms.append(term)
+    loss["terms"] = terms
+
+
+def _moved_design(config):
+    """``config`` with the design's parameters beside its name (``design.m``, ...) moved to
+    ``design.options``, with a warning (those its design does not take, which it ignored,
+    are left out); ``config`` itself is left as it is."""
+    design = config.get("design") if isinstance(config, dict) else None
+    old = [key for key in OLD_DESIGN_KEYS if isinstance(design, dict) and key in design]
+    if not old:
+        return config
+    config = copy.deepcopy(config)
+    design = config["design"]
+    name = design.get("name", SCHEMA["design"]["name"].default)
+    options = design.get("options") or {}
+    if not isinstance(options, dict):
+        raise ConfigError(f"design.options must be a mapping of option names to values, got {options!r}.")
+    takes = _design_options(name, BUILTIN)[1]
+    moved_options, ignored = {}, []
+    for key in old:
+        value = design.pop(key)
+        if key in options:
+            raise ConfigError(f"design.{key} and design.options.{key} are both given; keep design.options.{key} "
+                              f"(the design's parameters are its options) and remove design.{key}.")
+        if takes is None or key in takes:
+            moved_options[key] = value
+        else:
+            ignored.append(key)
+    design["options"] = {**moved_options, **options}
+    left_out = (f"; design.{', design.'.join(ignored)}, which the {name} design does not take (it ignored "
+                "them), left out" if ignored else "")
+    warnings.warn(f"design.{', design.'.join(old)} beside design.name is the old place of the design's "
+                  f"parameters, read as design.options: {moved_options!r} for now: write them under "
+                  f"design.options (design.options.{old[0]}){left_out}.", FutureWarning, stacklevel=4)
+    return config
+
+
 def moved(config):
     """``config`` with keys in an old place moved to their new one, each with a
     ``FutureWarning`` naming it (a copy; ``config`` itself is left as it is):
     ``loss.sampler: learned`` with its ``loss.sampler_options`` is the
-    ``learned_sampler`` section."""
+    ``learned_sampler`` section; ``design.m`` (n, p, pairs) beside ``design.name`` is
+    ``design.options.m``."""
+    config = _moved_design(config)
     loss = config.get("loss") if isinstance(config, dict) else None
     if not isinstance(loss, dict) or loss.get("sampler") not in LEARNED_SAMPLERS:
         return config
@@ -179,6 +294,8 @@ def check_values(config):
     """Fill defaults and check a config dict against the names the library registers
     (imports it): every check but building the loss; returns the resolved config."""
     cfg = _validate(moved(config or {}), SCHEMA, "")
+    _check_design_options(cfg, LIBRARY)
+    _check_terms(cfg, LIBRARY)
     _check_combinations(cfg)
     sampler_fit.check_learned_sampler(cfg, sampler_fit.library_facts())
     return cfg
@@ -205,8 +322,11 @@ def check_structure(config, names=False):
     ask of the batch design and the model (:func:`tfdml_app.loss_config.check_loss`).
     Raises :class:`ConfigError`."""
     cfg = _validate(moved(config or {}), SCHEMA, "", BUILTIN if names else FIXED)
+    _check_design_options(cfg, BUILTIN if names else FIXED)
+    _check_terms(cfg, BUILTIN if names else FIXED)
     if names:
         _check_combinations(cfg, BUILTIN)
-        check_loss_options(cfg["loss"], builtin_names.LOSS_OPTIONS[cfg["loss"]["name"]])
-        sampler_fit.check_sampler(cfg["loss"], sampler_fit.builtin_facts())
         sampler_fit.check_learned_sampler(cfg, sampler_fit.builtin_facts())
+        for section, where in loss_sections(cfg):
+            check_loss_options(section, builtin_names.LOSS_OPTIONS[section["name"]], where)
+            sampler_fit.check_sampler(section, sampler_fit.builtin_facts(), where)

@@ -79,15 +79,14 @@ def build_design(cfg):
 
     section = cfg["design"]
     cls = designs.DESIGNS[section["name"]]  # a registered name: the config is validated
-    arguments = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
-    unknown = sorted(set(section["options"]) - set(arguments))
+    unknown = sorted(set(section["options"]) - set(cls.option_names()))
     if unknown:
         raise ExperimentError(
-            f"design.options {unknown} are not arguments of the {section['name']!r} design "
-            f"({cls.__name__}: {', '.join(arguments)}); remove them or choose another design."
+            f"design.options {unknown} are not options of the {section['name']!r} design "
+            f"({cls.__name__}: {', '.join(cls.option_names())}); remove them or choose another design."
         )
     try:
-        return cls.from_config({**section, **section["options"]})
+        return cls.from_config(section["options"])
     except ValueError as err:
         raise ExperimentError(f"design: {err}") from None
 

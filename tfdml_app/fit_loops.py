@@ -14,6 +14,7 @@ from tfdml_app import advice, build
 from tfdml_app import config as config_lib
 from tfdml_app.data import model_input
 from tfdml_app.errors import ExperimentError
+from tfdml_app.parts import loss_sections
 
 
 #: Prefix of the per-epoch evaluation's keys in the logs and history.csv.
@@ -74,8 +75,9 @@ def objective_on_sample(cfg, split, num_classes):
     if not ev["objective_sample"]:
         return None
     plain = json.loads(json.dumps(cfg))
-    if losses_lib.LOSSES[plain["loss"]["name"]].supports_importance:
-        plain["loss"]["options"]["importance"] = False
+    for section, _ in loss_sections(plain):
+        if losses_lib.LOSSES[section["name"]].supports_importance:
+            section["options"]["importance"] = False
     loss = build.build_loss(plain, num_classes, int(split.num_examples))
     size = min(ev["objective_sample"], int(split.num_examples))
     rng = np.random.default_rng(OBJECTIVE_SAMPLE_SEED)

@@ -11,8 +11,8 @@ library (the registries, each sampler's ``kind`` against each loss's
 
 from tfdml_app import sampler_fit
 from tfdml_app.parts import (  # noqa: F401 - read through this module too
-    LEARNED_SAMPLERS, NO_SAMPLER, ConfigError, _check_names, _check_option_names, _dsn, _init_parameters,
-    _losses, _option_names, _samplers, _takes_sampler, suggest)
+    LEARNED_SAMPLERS, NO_SAMPLER, WEIGHTED_SUM, ConfigError, _check_names, _check_option_names, _dsn,
+    _init_parameters, _losses, _option_names, _samplers, _takes_sampler, loss_sections, suggest)
 
 
 # -- the loss and its sampler, as the library sees them ---------------------------
@@ -44,24 +44,24 @@ def valid_samplers(loss_name):
     return sampler_fit.valid_samplers(loss_name, sampler_fit.library_facts())
 
 
-def _misfit(loss_name, sampler, reason):
-    return sampler_fit.misfit(loss_name, sampler, reason, sampler_fit.library_facts())
+def _misfit(loss_name, sampler, reason, where="loss"):
+    return sampler_fit.misfit(loss_name, sampler, reason, sampler_fit.library_facts(), where)
 
 
 #: "pass no sampler argument" (the loss's default, or its fixed selection).
 _DEFAULT = sampler_fit.DEFAULT
 
 
-def _sampler_argument(section):
+def _sampler_argument(section, where):
     """What to pass as ``sampler=`` to the loss class: a sampler object, None,
     or ``_DEFAULT`` (nothing: the loss's default, or its fixed selection)."""
-    sampler = sampler_fit.check_sampler(section, sampler_fit.library_facts())
+    sampler = sampler_fit.check_sampler(section, sampler_fit.library_facts(), where)
     if sampler in (_DEFAULT, NO_SAMPLER):
         return None if sampler == NO_SAMPLER else _DEFAULT
     try:
         return _samplers().get({"name": sampler, **section["sampler_options"]})
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"loss.sampler_options for {sampler!r}: {err}") from None
+        raise ConfigError(f"{where}.sampler_options for {sampler!r}: {err}") from None
 
 
 def build_loss(cfg, num_classes):
@@ -73,15 +73,27 @@ def build_loss(cfg, num_classes):
     tuples); ``seed``, ``num_classes`` (the number of classes of the training
     split) and ``embedding_dim`` (:func:`loss_embedding_dim`, e.g. the size of a
     proxy loss's proxies) where the loss's constructor takes them (``loss.options`` may not
-    set these two, :data:`RUN_ARGUMENTS`; it may set ``seed``). Raises :class:`ConfigError` naming the key for anything the
-    library refuses.
+    set these two, :data:`RUN_ARGUMENTS`; it may set ``seed``). With ``loss.name:
+    weighted_sum``, a :class:`tfdml.losses.WeightedSumLoss` of the ``loss.terms``, each
+    built so from its own section, with their weights. Raises :class:`ConfigError` naming
+    the key for anything the library refuses.
     """
-    section = cfg["loss"]
+    terms = [_build_one(cfg, section, where, num_classes) for section, where in loss_sections(cfg)]
+    if cfg["loss"]["name"] != WEIGHTED_SUM:
+        return terms[0]
+    try:
+        return _losses().WeightedSumLoss(terms, weights=[t["weight"] for t in cfg["loss"]["terms"]])
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"loss.terms: {err}") from None
+
+
+def _build_one(cfg, section, where, num_classes):
+    """The loss of one loss ``section`` (the config's ``loss``, or a term of it at ``where``)."""
     name = section["name"]
     cls = _losses().LOSSES[name]
     params = _init_parameters(cls)
-    check_loss_options(section, _option_names(cls))
-    sampler = _sampler_argument(section)
+    check_loss_options(section, _option_names(cls), where)
+    sampler = _sampler_argument(section, where)
     kwargs = dict(section["options"])
     if sampler is not _DEFAULT:
         kwargs["sampler"] = sampler
@@ -97,22 +109,22 @@ def build_loss(cfg, num_classes):
         return cls(**kwargs)
     except (TypeError, ValueError) as err:
         if "sampler" in kwargs and _refuses_sampler(cls, sampler, cfg["seed"], num_classes):
-            raise _misfit(name, section["sampler"], str(err)) from None
-        raise ConfigError(f"loss.options for {name!r}: {err}") from None
+            raise _misfit(name, section["sampler"], str(err), where) from None
+        raise ConfigError(f"{where}.options for {name!r}: {err}") from None
 
 
-def check_loss_options(section, valid):
-    """The names in ``loss.options`` of the config's ``loss`` ``section``: options of
-    the loss (``valid``: their names, or None: any), and none that a run or
-    ``loss.memory`` sets. Raises :class:`ConfigError`."""
-    _check_names("loss.options", section["options"], valid, section["name"])
+def check_loss_options(section, valid, where="loss"):
+    """The names in ``loss.options`` of the config's ``loss`` ``section`` (or of a term of it,
+    at ``where``): options of the loss (``valid``: their names, or None: any), and none that
+    a run or ``loss.memory`` sets. Raises :class:`ConfigError`."""
+    _check_names(f"{where}.options", section["options"], valid, section["name"])
     if "memory" in section["options"]:
-        raise ConfigError("loss.options has 'memory': set the cross-batch memory in loss.memory "
+        raise ConfigError(f"{where}.options has 'memory': set the cross-batch memory in loss.memory "
                           "({size: K, warmup_steps: S}), which sizes it for what the loss scores "
                           "(model.embedding_dim, or the last width of model.projection_head).")
     for key, source in RUN_ARGUMENTS.items():
         if key in section["options"] and not (key in NULLABLE_RUN_ARGUMENTS and section["options"][key] is None):
-            raise ConfigError(f"loss.options has {key!r}: a run sets it to {source}, and any other "
+            raise ConfigError(f"{where}.options has {key!r}: a run sets it to {source}, and any other "
                               f"value would only fail at the first batch; remove {key}"
                               + (f" (or set it to null: {NULLABLE_RUN_ARGUMENTS[key]})"
                                  if key in NULLABLE_RUN_ARGUMENTS else "") + ".")
@@ -169,7 +181,7 @@ def _refuses_sampler(cls, sampler, seed, num_classes):
     return False
 
 
-def _check_examples_per_class(cfg, sampler, design_cls):
+def _check_examples_per_class(cfg, sampler, design_cls, section_of_loss, where):
     """Refuse a batch design whose classes hold another number of examples than the sampler
     needs (its ``examples_per_class``, e.g. the N-pair sampler's 2), for the designs grouped by
     class (their ``m``); other designs are left to the loss's input checks at run time."""
@@ -177,12 +189,12 @@ def _check_examples_per_class(cfg, sampler, design_cls):
     if needed is None or not design_cls.grouped_by_class:
         return
     section = cfg["design"]
-    m = {**section, **section.get("options", {})}.get("m")
+    m = section["options"].get("m")
     if m is not None and m != needed:
         raise ConfigError(
-            f"loss.sampler = {cfg['loss']['sampler']!r} ({type(sampler).__name__}) needs exactly "
+            f"{where}.sampler = {section_of_loss['sampler']!r} ({type(sampler).__name__}) needs exactly "
             f"{needed} examples of each class in a batch, but design.name = {section['name']!r} "
-            f"has design.m = {m}: set design.m: {needed}, or choose another sampler.")
+            f"has design.options.m = {m}: set design.options.m: {needed}, or choose another sampler.")
 
 
 def check_loss(cfg):
@@ -196,10 +208,18 @@ def check_loss(cfg):
     # validation (it must exist before TensorFlow runs any op).
     with tf.Graph().as_default():
         loss = build_loss(cfg, VALIDATION_NUM_CLASSES)
+    parts = getattr(loss, "terms", None) if cfg["loss"]["name"] == WEIGHTED_SUM else [loss]
+    for part, (section, where) in zip(parts, loss_sections(cfg)):
+        _check_part(cfg, part, section, where)
+
+
+def _check_part(cfg, loss, section, where):
+    """What one built loss (the config's, or a term of its weighted sum: its ``section`` at
+    ``where``) and its sampler ask of the batch design and the model."""
     sampler = getattr(loss, "sampler", None)
     if getattr(sampler, "requires_unit_sphere", False) and not cfg["model"]["normalize"]:
         raise ConfigError(
-            f"loss.sampler = {cfg['loss']['sampler']!r} ({type(sampler).__name__}) assumes "
+            f"{where}.sampler = {section['sampler']!r} ({type(sampler).__name__}) assumes "
             "unit-norm embeddings (its weights are a density on the unit sphere), but "
             "model.normalize is false: set model.normalize: true, or choose another sampler."
         )
@@ -209,16 +229,16 @@ def check_loss(cfg):
     two_views = [n for n, c in designs.DESIGNS.items() if c.two_views]
     if getattr(loss, "needs_two_views", False) and not designs.DESIGNS[design].two_views:
         raise ConfigError(
-            f"loss.name = {cfg['loss']['name']!r} pairs the two views of each image (rows sharing an "
+            f"{where}.name = {section['name']!r} pairs the two views of each image (rows sharing an "
             f"example_id), but design.name = {design!r} shows each image once: the loss would have "
             f"nothing to score. Use design {' or '.join(map(repr, two_views))}.")
     if getattr(loss, "importance", False) and designs.DESIGNS[design].two_views:
         raise ConfigError(
-            f"loss importance weights with design.name = {design!r}: the two views of an image are "
+            f"{where} importance weights with design.name = {design!r}: the two views of an image are "
             "not a pair of the training split, so the design writes no importance columns (Hong et "
             "al.'s weights are not defined for them); set importance: false in loss.options, or use "
             "another design.")
-    _check_examples_per_class(cfg, sampler, designs.DESIGNS[design])
+    _check_examples_per_class(cfg, sampler, designs.DESIGNS[design], section, where)
     if getattr(loss, "memory", None) is not None and designs.DESIGNS[design].pairs_only:
         raise ConfigError(
             f"loss.memory with design.name = {design!r}: the design gives isolated pairs (a pair_id "
@@ -239,7 +259,7 @@ def check_loss(cfg):
     if getattr(loss, "memory", None) is not None and getattr(loss, "importance", False):
         section = cfg["design"]
         try:
-            batch = designs.DESIGNS[design].from_config({**section, **section["options"]}).batch_size
+            batch = designs.DESIGNS[design].from_config(section["options"]).batch_size
         except (TypeError, ValueError):
             batch = None  # the design's own validation reports it
         if batch and loss.memory.size % batch:
@@ -249,14 +269,14 @@ def check_loss(cfg):
                 f"{batch}; use size {max(1, loss.memory.size // batch) * batch}.")
     if not designs.DESIGNS[design].pairs_only:
         return
-    name, sampler = cfg["loss"]["name"], getattr(loss, "sampler", None)
+    name = section["name"]
     if getattr(loss, "needs_tuples", False):
-        what = f"loss.name = {name!r}"
+        what = f"{where}.name = {name!r}"
         pair_losses = [n for n, c in _losses().LOSSES.items() if not c.needs_tuples]
         fix = f"or a loss that scores single pairs ({', '.join(pair_losses)})"
     elif sampler is not None and sampler.needs_tuples:
-        shown = repr(cfg["loss"]["sampler"]) if cfg["loss"]["sampler"] else f"empty (the default of {name})"
-        what = f"loss.sampler = {shown}, a {type(sampler).__name__} that selects {sampler.kind},"
+        shown = repr(section["sampler"]) if section["sampler"] else f"empty (the default of {name})"
+        what = f"{where}.sampler = {shown}, a {type(sampler).__name__} that selects {sampler.kind},"
         samplers = _samplers()
         pair_samplers = [n for n in valid_samplers(name)
                          if n in samplers.SAMPLERS and not samplers.get(n).needs_tuples]

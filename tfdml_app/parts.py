@@ -6,6 +6,8 @@ registries are imported when a function reads them."""
 import difflib
 import inspect
 
+from tfdml import builtin_names
+
 
 class ConfigError(ValueError):
     """A config problem, with a message that names the key and the fix."""
@@ -23,6 +25,19 @@ NO_SAMPLER = "by_loss"
 LEARNED_SAMPLERS = ("learned",)
 #: Old spellings of loss.sampler values, read as the new one with a warning.
 RENAMED_SAMPLERS = {"none": NO_SAMPLER}
+#: The loss.name of a weighted sum of losses (:class:`tfdml.losses.WeightedSumLoss`), whose
+#: terms are the list ``loss.terms``: each term a loss section of its own.
+WEIGHTED_SUM = builtin_names.WEIGHTED_SUM_LOSS
+
+
+def loss_sections(cfg):
+    """``[(section, where)]``: the loss sections of a config whose fields are valid, with the
+    key that names each in messages: the ``loss`` section itself, or with ``loss.name:
+    weighted_sum`` each of its ``loss.terms`` (``loss.terms[i]``)."""
+    section = cfg["loss"]
+    if section["name"] != WEIGHTED_SUM:
+        return [(section, "loss")]
+    return [(term, f"loss.terms[{i}]") for i, term in enumerate(section["terms"] or ())]
 
 
 def _losses():

@@ -103,9 +103,9 @@ def valid_samplers(loss_name, facts):
     return names
 
 
-def misfit(loss_name, sampler, reason, facts):
+def misfit(loss_name, sampler, reason, facts, where="loss"):
     return ConfigError(
-        f"loss.sampler = {sampler!r} does not fit loss.name = {loss_name!r}: {reason}; "
+        f"{where}.sampler = {sampler!r} does not fit {where}.name = {loss_name!r}: {reason}; "
         f"valid samplers for {loss_name}: {', '.join(valid_samplers(loss_name, facts))} "
         "(or leave it empty for the default)."
     )
@@ -115,19 +115,20 @@ def _kinds(kinds):
     return " or ".join(kinds) if kinds else "nothing"
 
 
-def check_sampler(section, facts):
+def check_sampler(section, facts, where="loss"):
     """Check the ``loss`` ``section`` of a config (its fields valid) against ``facts``:
     the sampler fits the loss, its options are options of that sampler. Returns what
     the loss is built with: a registered sampler's name, :data:`NO_SAMPLER` (the
     argument ``sampler=None``), or :data:`DEFAULT` (no ``sampler`` argument). Raises
-    :class:`ConfigError`."""
+    :class:`ConfigError`. ``where``: the section's key in messages (``loss.terms[i]`` for a
+    term of a weighted sum)."""
     name, sampler, options = section["name"], section["sampler"], section["sampler_options"]
     loss = facts.losses[name]
     if sampler is None and options:
         if loss["default"] is None:
             raise ConfigError(
-                f"loss.sampler_options {options!r} are given, but loss.sampler is empty and {name} "
-                f"uses no sampler by default; name the sampler in loss.sampler "
+                f"{where}.sampler_options {options!r} are given, but {where}.sampler is empty and {name} "
+                f"uses no sampler by default; name the sampler in {where}.sampler "
                 f"(valid for {name}: {', '.join(valid_samplers(name, facts))})."
             )
         sampler = loss["default"]  # the options are those of the loss's default sampler
@@ -135,33 +136,33 @@ def check_sampler(section, facts):
         return DEFAULT
     if sampler == NO_SAMPLER:
         if options:
-            raise ConfigError(f"loss.sampler_options {options!r} are given, but loss.sampler = {NO_SAMPLER!r} "
+            raise ConfigError(f"{where}.sampler_options {options!r} are given, but {where}.sampler = {NO_SAMPLER!r} "
                               "(no sampler).")
         if loss["required"]:
-            raise misfit(name, sampler, f"{name} needs a sampler that selects {_kinds(loss['kinds'])}", facts)
+            raise misfit(name, sampler, f"{name} needs a sampler that selects {_kinds(loss['kinds'])}", facts, where)
         if not loss["takes_sampler"] and loss["kinds"]:
-            raise misfit(name, sampler, f"{name} selects with its own sampler of {_kinds(loss['kinds'])}", facts)
+            raise misfit(name, sampler, f"{name} selects with its own sampler of {_kinds(loss['kinds'])}", facts, where)
         return NO_SAMPLER if loss["takes_sampler"] else DEFAULT
     facts_of = facts.samplers[sampler]
     if facts_of["kind"] not in loss["kinds"]:
         accepts = f"{name} accepts {_kinds(loss['kinds'])}" if loss["kinds"] else f"{name} takes no sampler"
-        raise misfit(name, sampler, f"it selects {facts_of['kind']}, {accepts}", facts)
+        raise misfit(name, sampler, f"it selects {facts_of['kind']}, {accepts}", facts, where)
     if not loss["takes_sampler"]:
         if options:
             raise ConfigError(
-                f"loss.sampler_options {options!r}: {name} builds its own {sampler} sampler; set its "
-                f"arguments in loss.options (valid: {', '.join(facts.loss_options[name] or [])})."
+                f"{where}.sampler_options {options!r}: {name} builds its own {sampler} sampler; set its "
+                f"arguments in {where}.options (valid: {', '.join(facts.loss_options[name] or [])})."
             )
         return DEFAULT
     distance = section["options"].get("distance")
     if distance not in distance_names.DISTANCES:
         distance = None  # a bad value: the loss's own check names it
     if not _fits_distance(loss, facts_of, distance):
-        fix = (f"use loss.options.distance = {facts_of['distance']!r} (with model.normalize: true), or "
+        fix = (f"use {where}.options.distance = {facts_of['distance']!r} (with model.normalize: true), or "
                "another sampler" if distance is not None and loss["distance"] is None else "use another sampler")
         raise misfit(name, sampler, f"it assumes {facts_of['distance']} distances, and {name} computes "
-                                    f"{distance or loss['distance']} distances: {fix}", facts)
-    _check_names("loss.sampler_options", options, facts_of["options"], sampler)
+                                    f"{distance or loss['distance']} distances: {fix}", facts, where)
+    _check_names(f"{where}.sampler_options", options, facts_of["options"], sampler)
     return sampler
 
 
@@ -172,7 +173,7 @@ def check_learned_sampler(cfg, facts):
     options, name = cfg["learned_sampler"], cfg["loss"]["name"]
     if options is None:
         return
-    if not facts.losses[name]["learned"]:
+    if not facts.losses.get(name, {}).get("learned"):  # a weighted sum is no loss the DSN trains
         supported = [n for n, f in facts.losses.items() if f["learned"]]
         raise ConfigError(f"learned_sampler with loss.name = {name!r}: the learned sampler (tfdml.dsn) "
                           f"trains {', '.join(supported)} only; use one of them, or remove learned_sampler.")

@@ -11,9 +11,10 @@ imports no TensorFlow.
 """
 
 import copy
+import math
 
 from tfdml import builtin_names, distance_names, metric_names, projection_widths
-from tfdml_app.parts import NO_SAMPLER, RENAMED_SAMPLERS, _losses, _samplers
+from tfdml_app.parts import NO_SAMPLER, RENAMED_SAMPLERS, WEIGHTED_SUM, _losses, _samplers
 
 def _at_least(bound):
     """A field check: the value must be >= ``bound`` (counts and sizes)."""
@@ -83,6 +84,28 @@ def _validation_modes():
     return tuple(sources.VALIDATION_MODES)
 
 
+#: The design parameters that a config's design section held beside its name before they
+#: moved to design.options (read there, with a warning).
+OLD_DESIGN_KEYS = ("m", "n", "p", "pairs")
+
+
+def _range(spec):
+    if "min" in spec:
+        return f">= {spec['min']}"
+    return f"in ({spec['between'][0]:g}, {spec['between'][1]:g})"
+
+
+def _design_options_doc():
+    """design.options' doc: each built-in design's own parameters with their defaults and
+    ranges (:data:`tfdml.builtin_names.DESIGN_OPTIONS`, the classes' ``config_options``)."""
+    designs = "; ".join(
+        f"{name}: " + ", ".join(f"{key} ({spec['doc']}; default {spec['default']}, {_range(spec)})"
+                                for key, spec in options.items())
+        for name, options in builtin_names.DESIGN_OPTIONS.items())
+    return ("the design's own parameters (Design.config_options; defaults filled in) and any other "
+            f"keyword argument of its constructor: {designs}")
+
+
 # What tfdml_app.build builds.
 STRATEGIES = ("default", "mirrored", "multi_worker")
 OPTIMIZERS = ("adam", "sgd", "adamw")
@@ -113,8 +136,12 @@ def _backbone_names():
     return tuple(backbones.BACKBONES)
 
 
-def _loss_names():
+def _term_loss_names():
     return tuple(_losses().LOSSES)
+
+
+def _loss_names():
+    return _term_loss_names() + (WEIGHTED_SUM,)
 
 
 #: loss.sampler values besides the registered samplers' names.
@@ -149,12 +176,7 @@ SCHEMA = {
     },
     "design": {
         "name": _Field(str, "m_per_class", _design_names, builtin=builtin_names.DESIGNS, doc="batch design"),
-        "m": _Field(int, 8, doc="examples per class (m_per_class, group)"),
-        "n": _Field(int, 5, doc="classes per batch (m_per_class, group)"),
-        "p": _Field(_NUM, 0.5, doc="probability of a positive pair (p_random)"),
-        "pairs": _Field(int, 32, doc="pairs per batch (p_random)", check=_at_least(1)),
-        "options": _Field(dict, {}, doc="further keyword arguments of the design's constructor "
-                                        "(a registered design's own options)"),
+        "options": _Field(dict, {}, doc=_design_options_doc()),
     },
     "image": {
         "size": _Field((int, type(None)), None,
@@ -197,7 +219,9 @@ SCHEMA = {
                                    "(tfdml.models.resolve_dtype_policy); the run records its choice"),
     },
     "loss": {
-        "name": _Field(str, "margin", _loss_names, builtin=builtin_names.LOSSES, doc="a tfdml.losses.LOSSES name"),
+        "name": _Field(str, "margin", _loss_names, builtin=builtin_names.LOSSES + (WEIGHTED_SUM,),
+                       doc=f"a tfdml.losses.LOSSES name; '{WEIGHTED_SUM}': the weighted sum of the losses "
+                           "of loss.terms (tfdml.losses.WeightedSumLoss)"),
         "options": _Field(dict, {}, doc="keyword arguments of the loss class"),
         "sampler": _Field((str, type(None)), None, _sampler_names,
                           builtin=builtin_names.SAMPLERS + _CONFIG_SAMPLERS,
@@ -211,6 +235,13 @@ SCHEMA = {
                          doc="cross-batch memory (tfdml.memory; Wang et al. 2020, XBM): {size: K, "
                              "warmup_steps: S}, the anchors of each batch mined against the batch and "
                              "the last K training embeddings after S steps; None: the batch alone"),
+        "terms": _Field((list, type(None)), None,
+                        doc=f"with loss.name: {WEIGHTED_SUM}, the losses summed, Σ_t w_t L_t "
+                            "(tfdml.losses.WeightedSumLoss; e.g. Proxy-Anchor plus multi-similarity): "
+                            "a list of loss sections, each with its own name, weight (w_t), options, "
+                            "sampler and sampler_options (the keys of loss.terms[i] below), checked "
+                            "as a single loss is; the terms' learned parameters (proxies, β) are "
+                            "trained, saved and resumed as one loss's; null: no terms"),
     },
     "learned_sampler": _Field(
         (dict, type(None)), None,
@@ -283,6 +314,18 @@ SCHEMA = {
                                    check=lambda v: None if v is None or 0 < v <= 1
                                    else "must be a precision in (0, 1] or null"),
     },
+}
+
+
+#: The keys of one term of ``loss.terms`` (``loss.name: weighted_sum``): a loss section of
+#: its own (the fields of :data:`SCHEMA`'s ``loss``) with its weight; a term is any
+#: registered loss, not a sum again.
+TERM_SCHEMA = {
+    "name": _Field(str, None, _term_loss_names, builtin=builtin_names.LOSSES,
+                   doc="a tfdml.losses.LOSSES name (required)"),
+    "weight": _Field(_NUM, 1.0, doc="the term's weight w_t",
+                     check=lambda v: None if math.isfinite(v) and v >= 0 else "must be a finite number >= 0"),
+    **{key: SCHEMA["loss"][key] for key in ("options", "sampler", "sampler_options")},
 }
 
 

@@ -72,13 +72,31 @@ class Design:
     independent_batches = False
     #: Config keys that name a constructor argument differently, e.g. ``{"n": "classes_per_batch"}``.
     config_aliases = {}
+    #: The design's own parameters in a config (``design.options``): name (a constructor
+    #: argument or a :attr:`config_aliases` key) -> ``{"default": value, "doc": text}`` and its
+    #: valid range: ``"min"`` (an integer >= it) or ``"between"`` ((low, high), a number
+    #: strictly between them), with ``"why"``, the reason of the bound. The config reads
+    #: names, defaults and ranges from here (``tfdml.builtin_names.DESIGN_OPTIONS`` holds
+    #: those of the built-in designs, for the checks made before TensorFlow is imported).
+    config_options = {}
+
+    @classmethod
+    def option_names(cls):
+        """The names ``design.options`` may hold: :attr:`config_options`, the constructor's
+        arguments and their :attr:`config_aliases`."""
+        params = [name for name, param in inspect.signature(cls.__init__).parameters.items()
+                  if name != "self" and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)]
+        names = list(cls.config_options)
+        for name in params + list(cls.config_aliases):
+            if name not in names:
+                names.append(name)
+        return tuple(names)
 
     @classmethod
     def from_config(cls, config):
         """The design made from ``config``, a dict whose keys name the constructor's
         arguments, directly or through :attr:`config_aliases` (a direct name wins).
-        Keys the constructor does not take are ignored, so a config's whole ``design``
-        section (``name``, m, n, p, pairs) makes any design, and
+        Keys the constructor does not take are ignored, and
         ``type(d).from_config(d.get_config())`` remakes ``d``."""
         params = {
             name for name, param in inspect.signature(cls.__init__).parameters.items()

@@ -22,6 +22,19 @@ def positive_int(value, name, minimum=1, why=""):
 
 
 
+def option_value(spec, value, name):
+    """``value`` of the argument ``name`` checked against its range in a design's
+    ``config_options`` entry ``spec`` (``min``: an integer >= it; ``between``: a number
+    strictly inside), the message saying why the bound holds."""
+    why = f" ({spec['why']})" if spec.get("why") else ""
+    if "min" in spec:
+        return positive_int(value, name, spec["min"], why)
+    low, high = spec["between"]
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not low < float(value) < high:
+        raise ValueError(f"{name} must lie strictly between {low:g} and {high:g}{why}, got {value!r}.")
+    return float(value)
+
+
 def split_batch_arg(m, count, batch_size, count_name):
     """Resolve ``count`` (classes per batch) from ``batch_size`` when that is given."""
     if (count is None) == (batch_size is None):

@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipelines.designs.base import Design, DesignPlan
-from pipelines.designs.checks import positive_int, split_batch_arg
+from pipelines.designs.checks import option_value, split_batch_arg
 from pipelines.designs.draws import distinct_uniform, draw_m_per_class, permutation_blocks
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,11 @@ def group_plan(labels, m, n, design):
 
 
 
+#: The ``m`` of the group and m-per-class designs' ``config_options``.
+M_OPTION = {"default": 8, "min": 2, "doc": "examples per class",
+            "why": "a class needs two examples in a batch to give a positive pair"}
+
+
 class GroupDesign(Design):
     """Hong §4.2 (m, n)-group design: n classes, m examples each, all ordered pairs.
 
@@ -83,11 +88,16 @@ class GroupDesign(Design):
     name = "group"
     grouped_by_class = True
     independent_batches = True
+    config_options = {
+        "m": M_OPTION,
+        "n": {"default": 5, "min": 2, "doc": "classes per batch",
+              "why": "a batch needs two classes to give negative pairs, Eq. 25 divides by n-1"},
+    }
 
     def __init__(self, m, n=None, batch_size=None):
-        self.m = positive_int(m, "m", 2, " (a class needs two examples in a batch to give a positive pair)")
+        self.m = option_value(self.config_options["m"], m, "m")
         n = split_batch_arg(self.m, n, batch_size, "n")
-        self.n = positive_int(n, "n", 2, " (a batch needs two classes to give negative pairs, Eq. 25 divides by n-1)")
+        self.n = option_value(self.config_options["n"], n, "n")
         self.batch_size = self.m * self.n
 
     def get_config(self):
@@ -125,13 +135,16 @@ class MPerClassDesign(Design):
     name = "m_per_class"
     grouped_by_class = True
     config_aliases = {"n": "classes_per_batch"}
+    config_options = {
+        "m": M_OPTION,
+        "n": {"default": 5, "min": 2, "doc": "classes per batch (classes_per_batch)",
+              "why": "a batch needs two classes to give negative pairs"},
+    }
 
     def __init__(self, m, classes_per_batch=None, batch_size=None):
-        self.m = positive_int(m, "m", 2, " (a class needs two examples in a batch to give a positive pair)")
+        self.m = option_value(self.config_options["m"], m, "m")
         n = split_batch_arg(self.m, classes_per_batch, batch_size, "classes_per_batch")
-        self.classes_per_batch = positive_int(
-            n, "classes_per_batch", 2, " (a batch needs two classes to give negative pairs)"
-        )
+        self.classes_per_batch = option_value(self.config_options["n"], n, "classes_per_batch")
         self.batch_size = self.m * self.classes_per_batch
 
     def get_config(self):

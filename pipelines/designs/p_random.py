@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipelines.designs.base import Design, DesignPlan
-from pipelines.designs.checks import positive_int
+from pipelines.designs.checks import option_value, positive_int
 
 
 class PRandomDesign(Design):
@@ -19,13 +19,14 @@ class PRandomDesign(Design):
 
     name = "p_random"
     pairs_only = True
+    config_options = {
+        "p": {"default": 0.5, "between": (0.0, 1.0), "doc": "probability of a positive pair",
+              "why": "Eq. 24 divides by p and 1-p"},
+        "pairs": {"default": 32, "min": 1, "doc": "pairs per batch", "why": "a batch holds pairs"},
+    }
 
     def __init__(self, p=0.5, pairs=None, batch_size=None):
-        if isinstance(p, bool) or not isinstance(p, (int, float, np.floating)) or not 0.0 < float(p) < 1.0:
-            raise ValueError(
-                f"p must be a probability strictly between 0 and 1 (Eq. 24 divides by p and 1-p), got {p!r}."
-            )
-        self.p = float(p)
+        self.p = option_value(self.config_options["p"], p, "p")
         if (pairs is None) == (batch_size is None):
             raise ValueError("Give exactly one of pairs and batch_size.")
         if batch_size is not None:
@@ -33,7 +34,7 @@ class PRandomDesign(Design):
             if batch_size % 2:
                 raise ValueError(f"batch_size={batch_size} is odd; a p-random batch holds pairs, use an even size.")
             pairs = batch_size // 2
-        self.pairs = positive_int(pairs, "pairs")
+        self.pairs = option_value(self.config_options["pairs"], pairs, "pairs")
         self.batch_size = 2 * self.pairs
 
     def get_config(self):

@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipelines.designs.base import Design, DesignPlan
-from pipelines.designs.checks import positive_int
+from pipelines.designs.checks import option_value, positive_int
 from pipelines.designs.draws import permutation_blocks
 from pipelines.view_augment import ViewTransform
 
@@ -35,6 +35,10 @@ class TwoViewDesign(Design):
     name = "two_views"
     two_views = True
     config_aliases = {"n": "images"}
+    config_options = {
+        "n": {"default": 5, "min": 2, "doc": "distinct images per batch (images), each shown twice",
+              "why": "one image has no other image to contrast with"},
+    }
 
     def __init__(self, images=None, batch_size=None):
         if (images is None) == (batch_size is None):
@@ -45,7 +49,7 @@ class TwoViewDesign(Design):
                 raise ValueError(f"batch_size={batch_size} is odd; a two-view batch holds each image twice, "
                                  "use an even size.")
             images = batch_size // 2
-        self.images = positive_int(images, "images", 2, " (one image has no other image to contrast with)")
+        self.images = option_value(self.config_options["n"], images, "images")
         self.batch_size = 2 * self.images
 
     def get_config(self):

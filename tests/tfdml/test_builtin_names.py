@@ -11,7 +11,7 @@ from tfdml import builtin_names
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _LIVE = """
-import json
+import inspect, json
 from pipelines import designs, sources
 from tfdml import backbones, losses, metric_names, metrics, models, samplers
 from tfdml.metrics import knn
@@ -22,6 +22,8 @@ print(json.dumps({
     "BACKBONES": list(backbones.BACKBONES),
     "DESIGNS": list(designs.DESIGNS),
     "GROUPED_DESIGNS": [n for n, c in designs.DESIGNS.items() if c.grouped_by_class],
+    "DESIGN_OPTIONS": {n: c.config_options for n, c in designs.DESIGNS.items()},
+    "DESIGN_OPTION_NAMES": {n: list(c.option_names()) for n, c in designs.DESIGNS.items()},
     "SOURCES": list(sources.SOURCES),
     "VALIDATION_MODES": list(sources.VALIDATION_MODES),
     "RETRIEVAL_DISTANCES": list(knn.RETRIEVAL_DISTANCES),
@@ -33,6 +35,7 @@ print(json.dumps({
     "LOSS_SAMPLING": sampler_fit.library_facts().losses,
     "SAMPLER_FACTS": sampler_fit.library_facts().samplers,
     "LEARNED_SAMPLER_OPTIONS": list(sampler_fit.dsn_options()),
+    "WEIGHTED_SUM_LOSS": inspect.signature(losses.WeightedSumLoss).parameters["name"].default,
 }))
 """
 
@@ -50,7 +53,7 @@ def test_the_builtin_names_are_the_registries_of_a_fresh_interpreter():
 
     own = {"METRICS": metric_names.METRICS, "RETRIEVAL_DISTANCES": distance_names.DISTANCES}
     static = {name: own[name] if name in own else getattr(builtin_names, name) for name in live}
-    tables = ("LOSS_OPTIONS", "LOSS_SAMPLING", "SAMPLER_FACTS")
+    tables = ("LOSS_OPTIONS", "LOSS_SAMPLING", "SAMPLER_FACTS", "DESIGN_OPTIONS", "DESIGN_OPTION_NAMES")
     static = {k: v if isinstance(v, str) else list(v) for k, v in static.items() if k not in tables}
     static["LOSS_OPTIONS"] = {n: None if o is None else list(o) for n, o in builtin_names.LOSS_OPTIONS.items()}
     for table in tables[1:]:  # as JSON reads them: tuples are lists

@@ -56,9 +56,9 @@ def test_the_summary_line_of_a_run_without_validation_suggests_settings_that_wor
 
 
 def test_advice_is_left_out_when_no_validation_split_fits_the_design():
-    """Two training classes: holding out whole classes leaves one, fewer than design.n = 2,
-    and holding out examples leaves fewer than design.m of each: nothing to suggest."""
-    cfg = config.load(MAIN_JOB, ["design.n=2", "design.m=4"])
+    """Two training classes: holding out whole classes leaves one, fewer than design.options.n = 2,
+    and holding out examples leaves fewer than design.options.m of each: nothing to suggest."""
+    cfg = config.load(MAIN_JOB, ["design.options.n=2", "design.options.m=4"])
     train_split = data.build_source(cfg).split("train")
     four_each = np.concatenate([np.flatnonzero(train_split.labels == c)[:4] for c in (0, 1)])
     two_classes = train_split.subset(four_each, "train")

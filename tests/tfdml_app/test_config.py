@@ -51,10 +51,10 @@ def test_impossible_combinations():
         config.validate({"design": {"name": "p_random"}, "loss": {"name": "triplet"}})
     with pytest.raises(config.ConfigError, match=r"loss.sampler = 'top_k' does not fit loss.name = 'margin'"):
         config.validate({"loss": {"name": "margin", "sampler": "top_k"}})
-    with pytest.raises(config.ConfigError, match=r"design.p = 1.5"):
-        config.validate({"design": {"name": "p_random", "p": 1.5}, "loss": {"name": "contrastive"}})
-    with pytest.raises(config.ConfigError, match=r"design.m = 1"):
-        config.validate({"design": {"m": 1}})
+    with pytest.raises(config.ConfigError, match=r"design.options.p = 1.5 must lie strictly between 0 and 1"):
+        config.validate({"design": {"name": "p_random", "options": {"p": 1.5}}, "loss": {"name": "contrastive"}})
+    with pytest.raises(config.ConfigError, match=r"design.options.m = 1 must be >= 2"):
+        config.validate({"design": {"options": {"m": 1}}})
     with pytest.raises(config.ConfigError, match=r"evaluation.metrics: Unknown metric 'recal' \(did you mean 'recall'\?\); choose from"):
         config.validate({"evaluation": {"metrics": ["recal"]}})
     # Distance weighted sampling assumes euclidean distances on the unit sphere.
@@ -158,7 +158,8 @@ def test_schema_names_are_the_registries():
     """The config's choices are read from the libraries, not copied."""
     from tfdml import losses, samplers
 
-    assert config.SCHEMA["loss"]["name"].choices == tuple(losses.LOSSES)
+    assert config.SCHEMA["loss"]["name"].choices == tuple(losses.LOSSES) + (config.WEIGHTED_SUM,)
+    assert config.TERM_SCHEMA["name"].choices == tuple(losses.LOSSES)
     sampler_choices = set(config.SCHEMA["loss"]["sampler"].choices)
     assert sampler_choices == set(samplers.SAMPLERS) | {config.NO_SAMPLER, None}
     for copied in ("LOSSES", "SAMPLERS", "LOSS_SAMPLERS", "TUPLE_LOSSES", "METRICS"):
@@ -210,7 +211,7 @@ def test_config_accepts_exactly_the_samplers_a_loss_accepts():
         design = {"design": {"name": "two_views"}} if getattr(cls, "needs_two_views", False) else {}
         for sampler in samplers.SAMPLERS:
             per_class = getattr(samplers.get(sampler), "examples_per_class", None)  # the design must fit it
-            fitted = {"design": {"m": per_class}} if per_class and not design else design
+            fitted = {"design": {"options": {"m": per_class}}} if per_class and not design else design
             accepted = _config_accepts({**fitted, "loss": {"name": name, "sampler": sampler}})
             if takes_sampler:
                 assert accepted == _library_accepts(cls, sampler), (name, sampler)
@@ -355,8 +356,8 @@ def test_what_a_design_allows_is_read_from_its_class_not_its_name(monkeypatch):
 
     monkeypatch.setitem(designs.DESIGNS, "wide", Wide)
     assert config.validate({"design": {"name": "wide"}, "loss": {"name": "triplet"}, "learned_sampler": {}})
-    with pytest.raises(config.ConfigError, match=r"design.m = 1"):
-        config.validate({"design": {"name": "wide", "m": 1}})
+    with pytest.raises(config.ConfigError, match=r"design.options.m = 1"):
+        config.validate({"design": {"name": "wide", "options": {"m": 1}}})
     with pytest.raises(config.ConfigError, match=r"design.name = 'p_random'"):
         config.validate({"design": {"name": "p_random"}, "loss": {"name": "triplet"}, "learned_sampler": {}})
 
@@ -423,7 +424,8 @@ def test_check_structure_with_names_checks_the_builtin_names_and_the_combination
                        ({"model": {"backbone": "resnet"}}, "model.backbone = 'resnet' is not valid"),
                        ({"training": {"epochs": 0}}, r"training.epochs must be >= 1, got 0\."),
                        ({"evaluation": {"metrics": ["nmi", "recal"]}}, "Unknown metric 'recal'"),
-                       ({"design": {"name": "group", "m": 1}}, "design.m = 1 leaves no positive pairs")):
+                       ({"design": {"name": "group", "options": {"m": 1}}},
+                        r"design.options.m = 1 must be >= 2 \(a class needs two examples")):
         with pytest.raises(config.ConfigError, match=match):
             config.check_structure(bad, names=True)
         with pytest.raises(config.ConfigError, match=match):

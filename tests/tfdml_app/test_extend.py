@@ -65,10 +65,9 @@ def test_the_application_makes_every_registered_design_from_its_config_section()
 
 
 def test_design_options_the_design_does_not_take_are_refused_naming_its_arguments():
-    from tfdml_app import config, data
-    from tfdml_app.errors import ExperimentError
+    from tfdml_app import config
 
-    cfg = config.validate({"design": {"name": "group", "options": {"spread": 2}}})
-    with pytest.raises(ExperimentError, match=r"design.options \['spread'\] are not arguments of the 'group' "
-                                              r"design \(GroupDesign: m, n, batch_size\)"):
-        data.build_design(cfg)
+    for check in (config.validate, lambda raw: config.check_structure(raw, names=True)):
+        with pytest.raises(config.ConfigError, match=r"design.options has 'spread', which is not an option of the "
+                                                     r"group design.*; valid: m, n, batch_size"):
+            check({"design": {"name": "group", "options": {"spread": 2}}})

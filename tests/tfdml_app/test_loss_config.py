@@ -63,7 +63,7 @@ def test_bad_memory_configs_are_refused_with_the_reason(loss, match):
 
 @pytest.mark.parametrize("name", ["contrastive", "weighted_contrastive"])
 def test_memory_with_importance_weights_is_accepted_with_the_group_design(name):
-    resolved = config.validate({"design": {"name": "group", "m": 2, "n": 4},
+    resolved = config.validate({"design": {"name": "group", "options": {"m": 2, "n": 4}},
                                 "loss": {"name": name, "sampler": "by_loss", "memory": {"size": 8},
                                          "options": {"importance": True}}})
     loss = loss_config.build_loss(resolved, 3)
@@ -72,7 +72,7 @@ def test_memory_with_importance_weights_is_accepted_with_the_group_design(name):
 
 def test_memory_with_importance_weights_must_hold_whole_batches():
     with pytest.raises(config.ConfigError, match="multiple of the batch size 8; use size 8"):
-        config.validate({"design": {"name": "group", "m": 2, "n": 4},
+        config.validate({"design": {"name": "group", "options": {"m": 2, "n": 4}},
                          "loss": {"name": "contrastive", "sampler": "by_loss", "memory": {"size": 12},
                                   "options": {"importance": True}}})
 
@@ -110,12 +110,12 @@ def test_a_null_num_classes_in_loss_options_builds_a_loss_without_class_paramete
 @pytest.mark.parametrize("name", ["nt_xent", "vicreg", "barlow_twins"])
 def test_a_loss_of_two_views_needs_the_two_view_design(name):
     with pytest.raises(config.ConfigError, match=f"loss.name = '{name}' pairs the two views .* Use design 'two_views'"):
-        config.validate({"design": {"name": "group", "m": 2, "n": 4}, "loss": {"name": name}})
-    assert config.validate({"design": {"name": "two_views", "n": 8}, "loss": {"name": name}})["loss"]["name"] == name
+        config.validate({"design": {"name": "group", "options": {"m": 2, "n": 4}}, "loss": {"name": name}})
+    assert config.validate({"design": {"name": "two_views", "options": {"n": 8}}, "loss": {"name": name}})["loss"]["name"] == name
     # SupCon reads the classes: any design with positives will do.
     config.validate({"design": {"name": "m_per_class"}, "loss": {"name": "supcon"}})
 
 
 def test_importance_weights_are_refused_on_two_view_batches():
     with pytest.raises(config.ConfigError, match="two views of an image are not a pair of the training split"):
-        config.validate({"design": {"name": "two_views", "n": 8}, "loss": {"name": "weighted_contrastive"}})
+        config.validate({"design": {"name": "two_views", "options": {"n": 8}}, "loss": {"name": "weighted_contrastive"}})

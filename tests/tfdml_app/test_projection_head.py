@@ -18,7 +18,7 @@ def _raw(out="runs/head", **model):
         "seed": 3,
         "output_dir": str(out),
         "data": {"source": "digits"},
-        "design": {"name": "two_views", "n": 8},
+        "design": {"name": "two_views", "options": {"n": 8}},
         "model": {"backbone": "mlp", "backbone_options": {"width": 8}, "embedding_dim": 8,
                   "projection_head": list(HEAD), **model},
         "loss": {"name": "nt_xent", "options": {"temperature": 0.5}},
@@ -51,7 +51,7 @@ def test_the_library_refuses_what_the_config_refuses_with_the_same_form():
 
 def test_a_head_with_the_learned_sampler_is_refused():
     raw = _raw(projection_head=[8, 4])
-    raw.update(design={"name": "m_per_class", "m": 4, "n": 4}, loss={"name": "triplet"}, learned_sampler={})
+    raw.update(design={"name": "m_per_class", "options": {"m": 4, "n": 4}}, loss={"name": "triplet"}, learned_sampler={})
     for check in (lambda: config_checks.check_structure(raw, names=True), lambda: config.validate(raw)):
         with pytest.raises(config.ConfigError, match="model.projection_head .* with learned_sampler"):
             check()

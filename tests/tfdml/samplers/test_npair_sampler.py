@@ -127,9 +127,9 @@ def test_a_config_needs_two_examples_per_class_and_trains_under_xla():
     from tfdml import models
     from tfdml_app import config
 
-    with pytest.raises(config.ConfigError, match=r"NPairSampler\) needs exactly 2 examples.*design.m = 8"):
-        config.validate({"loss": {"name": "triplet", "sampler": "npair"}, "design": {"name": "m_per_class", "m": 8}})
-    cfg = config.validate({"loss": {"name": "ddml", "sampler": "npair"}, "design": {"name": "m_per_class", "m": 2}})
+    with pytest.raises(config.ConfigError, match=r"NPairSampler\) needs exactly 2 examples.*design.options.m = 8"):
+        config.validate({"loss": {"name": "triplet", "sampler": "npair"}, "design": {"name": "m_per_class", "options": {"m": 8}}})
+    cfg = config.validate({"loss": {"name": "ddml", "sampler": "npair"}, "design": {"name": "m_per_class", "options": {"m": 2}}})
     assert isinstance(config.build_loss(cfg, num_classes=4).sampler, samplers.NPairSampler)
 
     keras.utils.set_random_seed(0)

@@ -6,6 +6,8 @@
     python study/reproduce.py --claim wu_sampling --report            # tables, verdicts, curves
     python study/reproduce.py --wanted                                # the runs the verdicts ask for
     python study/reproduce.py --claim wu_sampling --rerun-unrecorded  # retrain results without a checksum
+    python study/reproduce.py --claim wu_sampling --arm margin-dw-b80 --seeds 0 --verify-provenance
+                                                                      # retrain a result of uncommitted code
     python study/reproduce.py report                                  # REPORT.md from the JSON
     python study/reproduce.py verify-floor                            # floor.json against the set here
 
@@ -51,7 +53,9 @@ results folder as ``$OUT``. A verdict refuses results of two data set versions.
 For results older than that record, ``verify-floor`` recomputes the raw-pixel
 floor from the set at hand and compares it with the stored ``floor.json`` (the
 same figures: the same test images), and the report counts how many of them
-were scored on as many test images as that floor.
+were scored on as many test images as that floor. ``--rerun-unrecorded`` and
+``--verify-provenance`` train such a result again (:mod:`reruns`: the new result keeps the
+earlier one's figures and says whether its metrics came out the same).
 """
 
 import argparse
@@ -63,7 +67,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -81,7 +84,9 @@ import machine  # noqa: E402  (benchmarks/machine.py: the machine's description)
 import note_figures  # noqa: E402
 import pairing  # noqa: E402  (checks pairing different designs or views)
 import reproduction_claims as paper_claims  # noqa: E402
+import reruns  # noqa: E402  (training a finished run again: what the new result keeps)
 import verdicts  # noqa: E402
+from reruns import SAME_FIGURES_TOLERANCE, figure_differences  # noqa: E402
 from tfdml import files  # noqa: E402  (atomic writes: a temporary file of this writer's own, then a rename)
 
 #: Budgets: steps of training, evaluation points along the way, classes used.
@@ -655,18 +660,6 @@ def view_checksum(view):
         return (str(data["data_checksum"]) or None) if "data_checksum" in data.files else None
 
 
-#: How far a figure scored again may sit from the stored one and still be the same: a recomputed
-#: floor on the same images, a rerun of the same run on the same data and CPU type (float
-#: rounding of the summation order; a different image or label moves the figures far more).
-SAME_FIGURES_TOLERANCE = 1e-6
-
-
-def figure_differences(stored, now, keys):
-    """The keys of ``keys`` whose figure in ``now`` is missing from ``stored`` or further from it
-    than :data:`SAME_FIGURES_TOLERANCE`."""
-    return [k for k in keys if stored.get(k) is None or abs(stored[k] - now[k]) > SAME_FIGURES_TOLERANCE]
-
-
 def score_raw_pixels(view):
     """The raw-pixel floor of a view: R@1, P@5, MAP@R and NMI of L2-normalised raw pixels on
     its test classes (the same images every arm is scored on), with the checksum of the set
@@ -1017,46 +1010,24 @@ def run_arm(arm, seed, out, data_dir, budget, quiet=True):
         "seconds": seconds, "attempts": attempts, "load_average_at_start": round(load, 2),
         "machine": machine.describe(), "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(),
     }
-    replaced = os.path.join(arm_dir, f"seed-{seed}{REPLACED_SUFFIX}")
-    rerun = os.path.exists(replaced)  # of a result without a data set checksum
-    if rerun:
-        with open(replaced) as f:
-            earlier = json.load(f)
-        result["replaces"] = {k: earlier.get(k) for k in REPLACED_KEYS}
+    replaces = reruns.take_replaced(arm_dir, seed, metrics)  # set aside to train again (reruns.py)
+    if replaces:
+        result["replaces"] = replaces
     _write_json(result_path, result)
-    if rerun:
-        os.remove(replaced)
+    reruns.drop_replaced(arm_dir, seed)
     return result
 
 
-#: The suffix of the copy of a result that records no data set checksum, kept while
-#: ``--rerun-unrecorded`` trains it again; its :data:`REPLACED_KEYS` then go into the new
-#: result as ``replaces`` (so the rerun shows how far the earlier run's figures were).
-REPLACED_SUFFIX = ".replaced"
-REPLACED_KEYS = ("metrics", "finished", "seconds", "machine")
+#: Why a finished result is trained again (:data:`reruns.REASONS`), and the test of a result
+#: that asks for it.
+NEEDS_RERUN = {reruns.UNRECORDED: lambda result: not data_checksum(result),
+               reruns.UNCOMMITTED: reruns.from_uncommitted_code}
 
 
-def set_aside_unrecorded(arm, seed, out):
-    """Make (arm, seed) of ``out`` train again when its result records no data set checksum
-    (it was trained before provenance was recorded): keep the result in
-    ``seed-<s>.replaced``, then remove it, its run folder and its attempts ledger, so the rerun
-    trains from the start and counts only its own time. Returns whether it did. A cut at any
-    point is safe to redo: the copy is written first and once, the result removed last."""
-    arm_dir = os.path.join(out, "arms", arm)
-    result_path = os.path.join(arm_dir, f"seed-{seed}.json")
-    with open(result_path) as f:
-        done = json.load(f)
-    if data_checksum(done):
-        return False
-    replaced = os.path.join(arm_dir, f"seed-{seed}{REPLACED_SUFFIX}")
-    if not os.path.exists(replaced):
-        _write_json(replaced, done)
-    ledger = os.path.join(arm_dir, f"seed-{seed}.attempts")
-    if os.path.exists(ledger):
-        os.remove(ledger)
-    shutil.rmtree(os.path.join(arm_dir, f"seed-{seed}"), ignore_errors=True)
-    os.remove(result_path)
-    return True
+def set_aside(arm, seed, out, reason):
+    """Make (arm, seed) of ``out`` train again when its result needs it for ``reason``
+    (:data:`NEEDS_RERUN`): :func:`reruns.set_aside`. Returns whether it did."""
+    return reruns.set_aside(os.path.join(out, "arms", arm), seed, reason, NEEDS_RERUN[reason])
 
 
 # --------------------------------------------------------------------------- report
@@ -1181,14 +1152,46 @@ def check_one_data_version(results, what):
     return known
 
 
-def gave_the_earlier_figures(result):
-    """Whether a rerun's metrics equal those of the result it replaces, metric by metric (every
-    numeric metric both record, within :data:`SAME_FIGURES_TOLERANCE`: a seed fixes a run to the
-    bit on one CPU type, so only rounding in the metrics' sums is left)."""
-    earlier = (result.get("replaces") or {}).get("metrics") or {}
-    now = result.get("metrics") or {}
-    shared = [k for k, v in earlier.items() if isinstance(v, (int, float)) and isinstance(now.get(k), (int, float))]
-    return bool(shared) and not figure_differences(earlier, now, shared)
+def gave_the_earlier_figures(result, reason=reruns.UNRECORDED):
+    """Whether a rerun's metrics equal those of the result it replaced for ``reason``
+    (:func:`reruns.replaced_for`), metric by metric (every numeric metric both record, within
+    :data:`SAME_FIGURES_TOLERANCE`: a seed fixes a run to the bit on one CPU type, so only
+    rounding in the metrics' sums is left)."""
+    earlier = reruns.replaced_for(result, reason) or {}
+    return reruns.compare_figures(earlier.get("metrics"), result.get("metrics"))["outcome"] in (
+        reruns.IDENTICAL, reruns.WITHIN_TOLERANCE)
+
+
+def rerun_pairs(results, reason):
+    """``[(result, the record it replaced for reason)]`` of the results trained again for
+    ``reason`` whose two runs both record the verdicts' metric."""
+    pairs = [(r, reruns.replaced_for(r, reason)) for r in results]
+    return [(r, earlier) for r, earlier in pairs if earlier and (earlier.get("metrics") or {}).get(VERDICT_METRIC)
+            is not None and r.get("metrics", {}).get(VERDICT_METRIC) is not None]
+
+
+def _moved(pairs, metric=VERDICT_METRIC):
+    """Median and largest distance, in points, between the reruns' ``metric`` and the earlier runs'."""
+    moved = [100 * abs(r["metrics"][metric] - earlier["metrics"][metric]) for r, earlier in pairs]
+    return statistics.median(moved), max(moved)
+
+
+def verified_text(pairs):
+    """What the reruns of results trained with uncommitted code gave (``--verify-provenance``)."""
+    outcomes = [reruns.compare_figures(earlier["metrics"], r["metrics"])["outcome"] for r, earlier in pairs]
+    counts = collections.Counter(outcomes)
+    same_cpu = sum(machine.cpu_type(r.get("machine")) is not None
+                   and machine.cpu_type(r.get("machine")) == machine.cpu_type(earlier.get("machine"))
+                   for r, earlier in pairs)
+    text = (f"{len(pairs)} of them trained again from a committed checkout (`--verify-provenance`: the earlier "
+            f"run's checkout had uncommitted changes; {same_cpu} of them on the earlier run's CPU type): "
+            f"{counts[reruns.IDENTICAL]} gave bit-identical metrics, {counts[reruns.WITHIN_TOLERANCE]} every "
+            f"metric within {SAME_FIGURES_TOLERANCE:g}, {counts[reruns.DIFFER]} differ")
+    differ = [pair for pair, outcome in zip(pairs, outcomes) if outcome == reruns.DIFFER]
+    if differ:
+        median, largest = _moved(differ)
+        text += f" ({VERDICT_METRIC.upper()} by {median:.2f} points, median; at most {largest:.2f})"
+    return text
 
 
 def data_line(results, floor=None):
@@ -1210,18 +1213,20 @@ def data_line(results, floor=None):
                      f"sample{version}: a count another font set would change, though the images themselves "
                      "are not recorded")
         parts.append(text)
-    reruns = [r for r in results if (r.get("replaces") or {}).get("metrics", {}).get(VERDICT_METRIC) is not None
-              and r.get("metrics", {}).get(VERDICT_METRIC) is not None]
-    if reruns:
-        moved = [100 * abs(r["metrics"][VERDICT_METRIC] - r["replaces"]["metrics"][VERDICT_METRIC]) for r in reruns]
-        text = (f"{len(reruns)} of them trained again once the checksum was recorded (`--rerun-unrecorded`): "
-                f"their {VERDICT_METRIC.upper()} differs from the earlier run's by {statistics.median(moved):.2f} "
-                f"points (median; at most {max(moved):.2f})")
-        again = sum(gave_the_earlier_figures(r) for r in reruns)
+    unrecorded = rerun_pairs(results, reruns.UNRECORDED)
+    if unrecorded:
+        median, largest = _moved(unrecorded)
+        text = (f"{len(unrecorded)} of them trained again once the checksum was recorded (`--rerun-unrecorded`): "
+                f"their {VERDICT_METRIC.upper()} differs from the earlier run's by {median:.2f} "
+                f"points (median; at most {largest:.2f})")
+        again = sum(gave_the_earlier_figures(r) for r, _ in unrecorded)
         if again:
             text += (f", and {again} of them gave the earlier run's figures again (every metric within "
                      f"{SAME_FIGURES_TOLERANCE:g}), so those earlier runs were trained on the same data")
         parts.append(text)
+    verified = rerun_pairs(results, reruns.UNCOMMITTED)
+    if verified:
+        parts.append(verified_text(verified))
     return "Data: " + "; ".join(parts) + "." if parts else ""
 
 
@@ -2039,6 +2044,13 @@ def build_parser():
     p.add_argument("--rerun-unrecorded", action="store_true",
                    help="train again the runs whose result records no data set checksum (made before "
                         "provenance was recorded); the new result keeps the earlier one's figures as 'replaces'")
+    p.add_argument("--verify-provenance", action="store_true",
+                   help="train again the runs whose result records a git commit ending in '+dirty' (trained "
+                        "with uncommitted changes) from this committed checkout; the new result keeps the "
+                        "earlier one's figures as 'replaces', and 'replaces.figures' says whether the metrics "
+                        f"came out bit-identical, within {SAME_FIGURES_TOLERANCE:g}, or differ")
+    p.add_argument("--arm", action="append",
+                   help="train only this arm of the --claim experiments (repeatable; default: all their arms)")
     p.add_argument("--verbose", action="store_true", help="show train.py's full output")
     return p
 
@@ -2131,16 +2143,23 @@ def main(argv=None):
         floor = raw_pixel_floor(view, out)["metrics"]
         print("raw-pixel floor on the test classes: " + ", ".join(f"{k} {v:.4f}" for k, v in floor.items()))
         arms = list(dict.fromkeys(a for c in args.claim for a in claim_arms(c)))
+        if args.arm:
+            unknown = [a for a in args.arm if a not in arms]
+            if unknown:
+                sys.exit(f"reproduce.py: --arm {', '.join(unknown)} is not an arm of {', '.join(args.claim)}; "
+                         f"their arms: {', '.join(arms)}")
+            arms = [a for a in arms if a in args.arm]
         mark_started(out, args.claim)
         figures = {k: v for k, v in budget.items() if k not in BUDGET_TEXT_KEYS}
         print(f"{len(arms)} arms × {len(args.seeds)} seeds, budget {figures}, results in {out}", flush=True)
         for seed in args.seeds:  # every arm of seed 0 first: a verdict needs all arms
             for arm in arms:
                 result_path = os.path.join(out, "arms", arm, f"seed-{seed}.json")
-                rerun = False
+                rerun = None  # the reason to train a finished run again (reruns.REASONS)
                 if os.path.exists(result_path):
                     done = run_arm(arm, seed, out, data_dir, budget)  # checks the stored config
-                    rerun = args.rerun_unrecorded and not data_checksum(done)
+                    asked = [(args.rerun_unrecorded, reruns.UNRECORDED), (args.verify_provenance, reruns.UNCOMMITTED)]
+                    rerun = next((why for flag, why in asked if flag and NEEDS_RERUN[why](done)), None)
                     if not rerun:
                         continue
                 lock = runner_lock(out, arm, seed)
@@ -2152,14 +2171,16 @@ def main(argv=None):
                           f"(PID {holder.get('pid')}); skipped", flush=True)
                     continue
                 try:
-                    if rerun and os.path.exists(result_path) and not set_aside_unrecorded(arm, seed, out):
+                    if rerun and os.path.exists(result_path) and not set_aside(arm, seed, out, rerun):
                         continue  # another runner reran it meanwhile
                     print(f"[{datetime.datetime.now():%H:%M:%S}] {arm} seed {seed}"
-                          + (" (rerun: its result recorded no data set checksum)" if rerun else ""), flush=True)
+                          + (f" (rerun: its result was of {rerun})" if rerun else ""), flush=True)
                     result = run_arm(arm, seed, out, data_dir, budget, quiet=not args.verbose)
                 finally:
                     lock.release()
-                print(f"    R@1 {result['metrics'].get('recall@1', float('nan')):.4f} in {result['seconds']:.0f} s",
+                figures = (result.get("replaces") or {}).get("figures") or {}
+                print(f"    R@1 {result['metrics'].get('recall@1', float('nan')):.4f} in {result['seconds']:.0f} s"
+                      + (f"; metrics against the run it replaces: {figures['outcome']}" if figures else ""),
                       flush=True)
     try:
         # report.md holds every experiment started in the folder, not only the ones of this command

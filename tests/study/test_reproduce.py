@@ -284,12 +284,42 @@ def test_an_arm_runs_through_train_py_and_is_not_run_twice(kanji_dir, tmp_path, 
         assert not (out / "arms" / "margin-dw-b80" / "seed-0.replaced").exists()
         assert rp.main(argv + ["--rerun-unrecorded"]) == 0  # recorded now: not trained a third time
         assert json.loads(result_path.read_text())["finished"] == rerun["finished"]
-        # cut right after the result was set aside: the next run, with or without the flag,
-        # trains it and still records what it replaces
-        result_path.write_text(json.dumps(unrecorded))
-        assert rp.set_aside_unrecorded("margin-dw-b80", 0, str(out)) and not result_path.exists()
-        assert rp.main(argv) == 0
-        assert json.loads(result_path.read_text())["replaces"]["metrics"]["map@r"] == 0.123
+        assert rerun["replaces"]["because"] == rp.reruns.UNRECORDED
+        assert rerun["replaces"]["figures"]["outcome"] == rp.reruns.DIFFER
+        # A result trained with uncommitted code is kept as it is, unless --verify-provenance:
+        # then it trains again from this (committed) checkout, keeps the earlier figures and says
+        # how the metrics compare.
+        dirty = {**rerun, "metrics": {**rerun["metrics"], "map@r": 0.456}}
+        dirty["provenance"] = {**rerun["provenance"], "git_commit": "0" * 40 + "+dirty"}
+        result_path.write_text(json.dumps(dirty))
+        assert rp.main(argv + ["--rerun-unrecorded"]) == 0  # it records its data set: not trained
+        assert json.loads(result_path.read_text())["finished"] == rerun["finished"]
+        capsys.readouterr()
+        assert rp.main(argv + ["--verify-provenance"]) == 0
+        assert "(rerun: its result was of uncommitted code)" in capsys.readouterr().out
+        verified = json.loads(result_path.read_text())
+        assert not verified["provenance"]["git_commit"].endswith("+dirty")
+        replaced = verified["replaces"]
+        assert replaced["because"] == rp.reruns.UNCOMMITTED and replaced["metrics"]["map@r"] == 0.456
+        assert replaced["provenance"]["git_commit"] == "0" * 40 + "+dirty"
+        assert replaced["figures"]["outcome"] == rp.reruns.DIFFER
+        assert replaced["figures"]["differences"]["map@r"] == pytest.approx(verified["metrics"]["map@r"] - 0.456)
+        # the chain: the rerun it replaced had itself replaced a result without a checksum
+        assert replaced["replaces"]["because"] == rp.reruns.UNRECORDED
+        assert rp.reruns.replaced_for(verified, rp.reruns.UNRECORDED)["metrics"]["map@r"] == 0.123
+        assert not (out / "arms" / "margin-dw-b80" / "seed-0.replaced").exists()
+        assert rp.main(argv + ["--verify-provenance"]) == 0  # committed now: not trained a third time
+        assert json.loads(result_path.read_text())["finished"] == verified["finished"]
+        # cut right after the result was set aside: whatever trains the seed next (run_arm, with
+        # or without a flag) finds the copy and records what it replaces
+        result_path.write_text(json.dumps(dirty))
+        arm_dir = str(out / "arms" / "margin-dw-b80")
+        assert rp.set_aside("margin-dw-b80", 0, str(out), rp.reruns.UNCOMMITTED) and not result_path.exists()
+        kept = rp.reruns.take_replaced(arm_dir, 0, {"map@r": 0.456, "recall@1": -1.0})
+        assert kept["because"] == rp.reruns.UNCOMMITTED and kept["metrics"]["map@r"] == 0.456
+        assert kept["figures"]["outcome"] == rp.reruns.DIFFER and list(kept["figures"]["differences"]) == ["recall@1"]
+        with pytest.raises(SystemExit, match="--arm triplet-dw-b80 is not an arm of wu_beta"):
+            rp.main(argv + ["--arm", "triplet-dw-b80"])
     finally:
         rp.claim_arms = original
 
@@ -635,6 +665,61 @@ def test_the_data_line_counts_older_results_scored_on_the_floors_test_images(tmp
     results[2]["replaces"]["metrics"]["nmi"] = 0.9 + 1e-8
     results[2]["replaces"]["metrics"]["map@r"] = 0.62 + 3e-8
     assert rp.gave_the_earlier_figures(results[2]) and not rp.gave_the_earlier_figures(results[0])
+
+
+def test_compare_figures_tells_bit_identical_from_within_tolerance_from_different():
+    """Hand cases: every metric both record as the same float64; each within 1e-6; one further."""
+    earlier = {"map@r": 0.25, "recall@1": 0.5, "num_queries": 100, "name": "x"}
+    same = rp.reruns.compare_figures(earlier, dict(earlier))
+    assert same == {"outcome": "identical", "tolerance": 1e-6, "compared": 3, "differences": {}}
+    close = rp.reruns.compare_figures(earlier, {**earlier, "map@r": 0.25 + 4e-7})
+    assert close["outcome"] == "within tolerance" and close["differences"] == {"map@r": pytest.approx(4e-7)}
+    far = rp.reruns.compare_figures(earlier, {**earlier, "map@r": 0.2, "recall@1": 0.5 + 1e-9})
+    assert far["outcome"] == "differ" and set(far["differences"]) == {"map@r", "recall@1"}
+    assert far["differences"]["map@r"] == pytest.approx(-0.05)
+    # a metric one run lacks is not compared; none in common: no outcome
+    assert rp.reruns.compare_figures(earlier, {"map@r": 0.25, "nmi": 0.7})["compared"] == 1
+    assert rp.reruns.compare_figures(earlier, {"nmi": 0.7})["outcome"] is None
+    assert rp.reruns.compare_figures(None, earlier)["outcome"] is None
+
+
+def test_set_aside_refuses_an_unknown_reason_and_leaves_a_result_that_needs_no_rerun(tmp_path):
+    arm_dir = tmp_path / "arms" / "a"
+    arm_dir.mkdir(parents=True)
+    result = {"metrics": {"map@r": 0.5}, "provenance": {"git_commit": "abc"}}
+    (arm_dir / "seed-0.json").write_text(json.dumps(result))
+    with pytest.raises(ValueError, match="unknown reason"):
+        rp.reruns.set_aside(str(arm_dir), 0, "because", rp.reruns.from_uncommitted_code)
+    assert not rp.set_aside("a", 0, str(tmp_path), rp.reruns.UNCOMMITTED)  # committed: kept
+    assert (arm_dir / "seed-0.json").exists()
+    result["provenance"]["git_commit"] = "abc+dirty"
+    (arm_dir / "seed-0.json").write_text(json.dumps(result))
+    assert rp.set_aside("a", 0, str(tmp_path), rp.reruns.UNCOMMITTED)
+    assert not (arm_dir / "seed-0.json").exists()
+    kept = json.loads((arm_dir / "seed-0.replaced").read_text())
+    assert kept["because"] == rp.reruns.UNCOMMITTED and kept["metrics"] == result["metrics"]
+
+
+def test_the_data_line_says_what_the_reruns_of_uncommitted_code_gave(tmp_path):
+    out = tmp_path / "out"
+    _fake_results(out, "margin-dw-b80", [0.60, 0.61, 0.62])
+    results = rp.load_results(str(out), "margin-dw-b80")
+    zen4 = "Linux x86_64, AMD EPYC (family 25 model 17, AVX-512, AVX2), 2 usable cores, load average 1.00, no GPU"
+    xeon = "Linux x86_64, Intel(R) Xeon(R) Processor (family 6 model 167, AVX2), 2 usable cores, load average 1, no GPU"
+    # identical on the same CPU type; within the tolerance; 1.5 points apart on another CPU type
+    for r, earlier, cpu in zip(results, (0.60, 0.61 + 5e-7, 0.635), (zen4, zen4, xeon)):
+        r["provenance"] = {"data": {"checksum": "a" * 64}}
+        r["machine"] = zen4
+        r["replaces"] = {"because": rp.reruns.UNCOMMITTED, "metrics": {**r["metrics"], "map@r": earlier},
+                         "machine": cpu}
+    line = rp.data_line(results)
+    assert ("3 of them trained again from a committed checkout (`--verify-provenance`: the earlier run's "
+            "checkout had uncommitted changes; 2 of them on the earlier run's CPU type): 1 gave bit-identical "
+            "metrics, 1 every metric within 1e-06, 1 differ (MAP@R by 1.50 points, median; at most 1.50)") in line
+    assert "--rerun-unrecorded" not in line  # none of them replaced a result without a checksum
+    assert rp.gave_the_earlier_figures(results[1], rp.reruns.UNCOMMITTED)
+    assert not rp.gave_the_earlier_figures(results[2], rp.reruns.UNCOMMITTED)
+    assert not rp.gave_the_earlier_figures(results[0])  # replaced for another reason
 
 
 def test_the_machines_line_counts_runs_by_cpu_type_and_those_that_recorded_no_generation(tmp_path):

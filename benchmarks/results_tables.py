@@ -25,8 +25,8 @@ RESULTS_PATH = os.path.join(HERE, "RESULTS.md")
 TABLES_DIR = os.path.join(HERE, "tables")
 #: The flag of :func:`run`: record the tables the run printed.
 RECORD_FLAG = "--record"
-#: The longest RESULTS.md may be: current tables, not a history of them.
-MAX_LINES = 400
+#: The longest RESULTS.md may be (about 400 lines): current tables, not a history of them.
+MAX_LINES = 440
 
 #: (script, the title of its section), in the order of RESULTS.md and benchmarks/README.md.
 SCRIPTS = (

@@ -73,7 +73,7 @@ def build(loss, sampler, num_classes, dim, seed=0):
     from tfdml_app import loss_config
 
     cfg = {"loss": {"name": loss, "sampler": sampler, "sampler_options": {}, "options": {}},
-           "seed": seed, "model": {"embedding_dim": dim}}
+           "seed": seed, "model": {"embedding_dim": dim, "projection_head": None}}
     return loss_config.build_loss(cfg, num_classes)
 
 

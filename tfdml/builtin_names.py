@@ -44,10 +44,11 @@ DESIGNS = ("group", "p_random", "m_per_class", "two_views")
 
 #: Each design of :data:`DESIGNS` → its own parameters in a config (``design.options``):
 #: ``Design.config_options`` (name → default, range, doc) of its class.
+_EXAMPLES_PER_CLASS = {"default": 8, "min": 2, "doc": "examples per class",
+                       "why": "a class needs two examples in a batch to give a positive pair"}
 DESIGN_OPTIONS = {
     "group": {
-        "m": {"default": 8, "min": 2, "doc": "examples per class",
-              "why": "a class needs two examples in a batch to give a positive pair"},
+        "m": _EXAMPLES_PER_CLASS,
         "n": {"default": 5, "min": 2, "doc": "classes per batch",
               "why": "a batch needs two classes to give negative pairs, Eq. 25 divides by n-1"},
     },
@@ -57,8 +58,7 @@ DESIGN_OPTIONS = {
         "pairs": {"default": 32, "min": 1, "doc": "pairs per batch", "why": "a batch holds pairs"},
     },
     "m_per_class": {
-        "m": {"default": 8, "min": 2, "doc": "examples per class",
-              "why": "a class needs two examples in a batch to give a positive pair"},
+        "m": _EXAMPLES_PER_CLASS,
         "n": {"default": 5, "min": 2, "doc": "classes per batch (classes_per_batch)",
               "why": "a batch needs two classes to give negative pairs"},
     },

@@ -49,7 +49,41 @@ def test_every_shipped_config_builds_its_loss(name):
 SLOW = ("mnist_efficientnet_lite0",)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
+@pytest.mark.parametrize("name", [n for n in ON_BUNDLED_DATA if n not in SLOW])
+def test_every_bundled_data_config_takes_a_training_step_on_its_data(name):
+    """Each config on the bundled data, as shipped: its design fits the training split it
+    names (a design that asks for more classes than the split has fails here), and its model
+    and loss take one training step on the design's first batch with a finite loss."""
+    from tfdml_app import data
+
+    cfg = load(name)
+    train = data.build_source(cfg).split(cfg["data"]["train_split"])
+    train, _ = data.split_validation(cfg, train)
+    design = data.build_design(cfg)
+    design.validate(train)
+    model = build.build_model(cfg, data.input_shape_for(cfg, train.image_shape),
+                              int(train.num_classes), int(train.num_examples))
+    x, y = next(iter(data.train_dataset(cfg, design, train)))
+    logs = model.train_on_batch(x, y, return_dict=True)
+    assert np.isfinite(logs["loss"])
+    assert cfg["evaluation"]["baseline"] == "raw_pixels", (
+        f"configs/{name}.yaml does not score the raw-pixel baseline: set evaluation.baseline: raw_pixels")
+
+
+#: The configs whose whole run (training, the per-epoch and the final evaluation, the raw-pixel
+#: baseline) takes its own path: each batch design, the memory, the learned sampler, the two
+#: views with a projection head, a weighted sum of losses, and the main job. The others differ
+#: from these by their loss and model only, which the step above runs; their whole runs are
+#: slow ones (TFDML_SLOW=1).
+WHOLE_RUN_BY_DEFAULT = ("default", "hong_balanced_group", "hong_balanced_prandom", "xbm_contrastive_memory",
+                        "duan_dsn_triplet", "simclr_nt_xent", "proxy_anchor_multi_similarity")
+
+
+def test_the_whole_runs_by_default_are_shipped_configs():
+    assert set(WHOLE_RUN_BY_DEFAULT) <= set(ON_BUNDLED_DATA)
+
+
+@pytest.mark.parametrize("name", [n if n in WHOLE_RUN_BY_DEFAULT else pytest.param(n, marks=pytest.mark.slow)
                                   for n in ON_BUNDLED_DATA])
 def test_every_bundled_data_config_trains_as_written(name, tmp_path):
     """One step of the config as shipped, on the data it names (not a stand-in: a design

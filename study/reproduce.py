@@ -1561,6 +1561,27 @@ def unrecorded_runs(out):
     return runs
 
 
+def unverified_arms(out):
+    """``{experiment: [(arm, seed)]}``: the arms of ``out`` with results trained from uncommitted
+    code (:func:`reruns.from_uncommitted_code`) none of whose seeds was trained again from a
+    committed checkout (``--verify-provenance``), each under the first experiment that has it,
+    with its cheapest such seed (the shortest run)."""
+    arms, seen = {}, set()
+    for experiment in experiments_in(out):
+        for arm in claim_arms(experiment):
+            if arm in seen:
+                continue
+            seen.add(arm)
+            results = load_results(out, arm)
+            if any(reruns.replaced_for(r, reruns.UNCOMMITTED) for r in results):
+                continue
+            dirty = [r for r in results if reruns.from_uncommitted_code(r)]
+            if dirty:
+                cheapest = min(dirty, key=lambda r: (r.get("seconds") or 0.0, r["seed"]))
+                arms.setdefault(experiment, []).append((arm, cheapest["seed"]))
+    return arms
+
+
 #: The key of a probe file (``probes/<claim>-test<N>.json``, probe_reproduction.py) that holds
 #: ``{arm: {seed: finished}}``: the time each result it scored finished, which ties its scores to
 #: those runs.
@@ -1594,12 +1615,14 @@ def stale_probes(out):
 def wanted_text(out):
     """The commands that add the seeds :func:`seeds_wanted` asks for, with their cost so far,
     the one that trains again the results without a data set checksum
-    (:func:`unrecorded_runs`), with their own run times, and those that score again the probes
+    (:func:`unrecorded_runs`), with their own run times, one seed of each arm trained only from
+    uncommitted code (:func:`unverified_arms`), and those that score again the probes
     of runs trained again since (:func:`stale_probes`)."""
     wanted, unrecorded, probes = seeds_wanted(out), unrecorded_runs(out), stale_probes(out)
+    unverified = unverified_arms(out)
     if not experiments_in(out):
         return f"No experiment has results in {out} yet: start one with --claim."
-    if not wanted and not unrecorded and not probes:
+    if not wanted and not unrecorded and not probes and not unverified:
         return (f"Every check of the experiments in {out} is decided or has {verdicts.MIN_SEEDS} seeds, every "
                 "result records its data set, and every probe scored the runs now there: no run is wanted.")
     name = os.path.basename(os.path.normpath(out))
@@ -1621,6 +1644,10 @@ def wanted_text(out):
         lines.append(f"python study/reproduce.py {claims}{where} --seeds {' '.join(map(str, seeds))} "
                      f"--rerun-unrecorded   # {len(results)} result(s) without a data set checksum, "
                      f"~{rerun_minutes / 60:.1f} h of one runner (their own run times)")
+    for experiment, arms in unverified.items():
+        for arm, seed in arms:
+            lines.append(f"python study/reproduce.py --claim {experiment}{where} --arm {arm} --seeds {seed} "
+                         f"--verify-provenance   # its results were trained from uncommitted code")
     for claim, test_classes, ks, reason in probes:
         lines.append(f"python study/probe_reproduction.py --claim {claim}{where} --test-classes {test_classes} "
                      f"--ks {' '.join(map(str, ks))}   # re-score (after the runs above, on the machine that "

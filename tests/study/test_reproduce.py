@@ -1270,3 +1270,28 @@ def test_the_claims_table_lists_the_figures_that_state_no_claim():
         assert f"{paper} {where}" in line
     assert {paper for paper, _, _ in rp.paper_claims.ILLUSTRATIONS} == {
         rp.paper_claims.WU, rp.paper_claims.HONG, rp.paper_claims.LU, rp.paper_claims.DUAN, rp.paper_claims.DRAFT}
+
+
+def test_wanted_lists_one_seed_of_each_arm_trained_only_from_uncommitted_code(tmp_path):
+    """An arm whose results record a ``+dirty`` commit and none of whose seeds was trained again
+    from a committed checkout is wanted once: its cheapest such seed, with --verify-provenance.
+    One seed trained again (``replaces.because`` the uncommitted code) settles the arm."""
+    out = tmp_path / "out"
+    _fake_results(out, "margin-dw-b80", [0.60, 0.61, 0.62], seconds=120.0)
+    _fake_results(out, "margin-dw-b80-fixed1.2", [0.50, 0.51, 0.52], seconds=120.0)
+    rp.mark_started(str(out), ["wu_beta"])
+    paths = sorted((out / "arms" / "margin-dw-b80").glob("seed-*.json"))
+    for seconds, path in zip((300.0, 90.0, 200.0), paths):
+        result = json.loads(path.read_text())
+        result.update(seconds=seconds, provenance={"git_commit": "abc123+dirty", "data": {"checksum": "a" * 64}})
+        path.write_text(json.dumps(result))
+    assert rp.unverified_arms(str(out)) == {"wu_beta": [("margin-dw-b80", 1)]}
+    assert (f"python study/reproduce.py --claim wu_beta --out {out} --arm margin-dw-b80 --seeds 1 "
+            "--verify-provenance") in rp.wanted_text(str(out))
+    # seed 1 trained again from a committed checkout: the arm is settled
+    result = json.loads(paths[1].read_text())
+    result.update(provenance={"git_commit": "def456", "data": {"checksum": "a" * 64}},
+                  replaces={"because": "uncommitted code", "provenance": {"git_commit": "abc123+dirty"}})
+    paths[1].write_text(json.dumps(result))
+    assert rp.unverified_arms(str(out)) == {}
+    assert "--verify-provenance" not in rp.wanted_text(str(out))

@@ -55,7 +55,12 @@ described in peers_memory.py):
   and TF Similarity (the *legacy* peers, below) as ``tf.function`` without
   ``jit_compile``. Calls are interleaved (tfdml graph, tfdml XLA, PML, TF
   Addons, TF Similarity, tfdml graph, …); the figure is the median of
-  ``--runs`` rounds after ``--warmup`` calls.
+  ``--runs`` rounds after ``--warmup`` calls. Before each timed call its side
+  makes ``SETTLING_CALLS`` untimed ones: the previous side's worker threads
+  (PyTorch's OpenMP pool, TensorFlow's Eigen pool) still spin for a while after
+  its call returns, and a side timed right after another side's call paid for
+  that spinning (tfdml graph, timed right after PML, up to twice its time
+  alone).
 * ``eval`` — Precision@1, MAP@R and R-Precision, leave-one-out, on random
   128-d embeddings (``bench_eval.py``'s data): tfdml.metrics, PML's
   ``AccuracyCalculator`` (k = max_bin_count, faiss search) and faiss +
@@ -203,6 +208,9 @@ LEGACY_DISTRIBUTIONS = {"TensorFlow": "tensorflow-cpu", "TF Addons": "tensorflow
 # Peak bytes per B³ of TF Addons' semi-hard step, which tiles [B², B] tensors (its peak RSS grows as B³;
 # RESULTS.md, "Peers side by side").
 TFA_SEMI_HARD_BYTES = 19
+# Untimed calls of a side before each of its timed calls in ``interleaved``: they absorb the
+# spinning threads of the side that ran before (module docstring, ``losses``).
+SETTLING_CALLS = 2
 
 
 
@@ -244,18 +252,21 @@ def version(distribution):
         return None
 
 
-def interleaved(contestants, runs, warmup):
+def interleaved(contestants, runs, warmup, settle=SETTLING_CALLS):
     """Median seconds of each contestant, its calls interleaved with the others'.
 
     ``contestants``: name -> zero-argument callable that does one call and
     returns the seconds it took (measured where the work runs). Each gets
-    ``warmup`` calls, then ``runs`` rounds of one call each, in turn."""
+    ``warmup`` calls, then ``runs`` rounds in which each, in turn, makes
+    ``settle`` untimed calls and one timed call."""
     for call in contestants.values():
         for _ in range(warmup):
             call()
     times = {name: [] for name in contestants}
     for _ in range(runs):
         for name, call in contestants.items():
+            for _ in range(settle):
+                call()
             times[name].append(call())
     return {name: statistics.median(t) for name, t in times.items()}
 

@@ -34,9 +34,26 @@ def test_calls_are_interleaved_and_each_side_gets_its_median():
         return lambda: order.append(name) or next(values)
 
     # a: warm-up 9, then 1, 5, 3 -> median 3; b: warm-up 9, then 2, 2, 8 -> median 2.
-    median = cp.interleaved({"a": side("a", [9, 1, 5, 3]), "b": side("b", [9, 2, 2, 8])}, runs=3, warmup=1)
+    median = cp.interleaved({"a": side("a", [9, 1, 5, 3]), "b": side("b", [9, 2, 2, 8])}, runs=3, warmup=1,
+                            settle=0)
     assert median == {"a": 3, "b": 2}
     assert order == ["a", "b"] + ["a", "b"] * 3
+
+
+def test_each_timed_call_follows_untimed_calls_of_its_own_side():
+    """The settling calls absorb the other side's spinning threads: only the last call of a
+    side's turn is timed, and a side's turn is never split by the other's calls."""
+    order = []
+
+    def side(name, seconds):
+        values = iter(seconds)
+        return lambda: order.append(name) or next(values)
+
+    # a: warm-up 9; rounds (untimed 7, timed 1), (7, 3); b: warm-up 9; (7, 4), (7, 6).
+    median = cp.interleaved({"a": side("a", [9, 7, 1, 7, 3]), "b": side("b", [9, 7, 4, 7, 6])}, runs=2, warmup=1,
+                            settle=1)
+    assert median == {"a": 2, "b": 5}
+    assert order == ["a", "b"] + ["a", "a", "b", "b"] * 2
     assert cp.ratio(3.0, 2.0) == "1.50" and cp.ratio(None, 2.0) == "–" and cp.ratio(1.0, None) == "–"
     assert cp.ratio(0.3, 100.0) == "0.003" and cp.ratio(8.0, 100.0) == "0.08"  # not 0.00
 

@@ -56,7 +56,8 @@ described in peers_memory.py):
   ``jit_compile``. Calls are interleaved (tfdml graph, tfdml XLA, PML, TF
   Addons, TF Similarity, tfdml graph, …); the figure is the median of
   ``--runs`` rounds after ``--warmup`` calls. Before each timed call its side
-  makes ``SETTLING_CALLS`` untimed ones: the previous side's worker threads
+  makes up to ``SETTLING_CALLS`` untimed ones (until they took
+  ``SETTLING_SECONDS``): the previous side's worker threads
   (PyTorch's OpenMP pool, TensorFlow's Eigen pool) still spin for a while after
   its call returns, and a side timed right after another side's call paid for
   that spinning (tfdml graph, timed right after PML, up to twice its time
@@ -209,8 +210,10 @@ LEGACY_DISTRIBUTIONS = {"TensorFlow": "tensorflow-cpu", "TF Addons": "tensorflow
 # RESULTS.md, "Peers side by side").
 TFA_SEMI_HARD_BYTES = 19
 # Untimed calls of a side before each of its timed calls in ``interleaved``: they absorb the
-# spinning threads of the side that ran before (module docstring, ``losses``).
+# spinning threads of the side that ran before (module docstring, ``losses``). A slow call
+# settles alone: the untimed calls stop once they took SETTLING_SECONDS.
 SETTLING_CALLS = 2
+SETTLING_SECONDS = 0.05
 
 
 
@@ -252,21 +255,24 @@ def version(distribution):
         return None
 
 
-def interleaved(contestants, runs, warmup, settle=SETTLING_CALLS):
+def interleaved(contestants, runs, warmup, settle=SETTLING_CALLS, settle_seconds=SETTLING_SECONDS):
     """Median seconds of each contestant, its calls interleaved with the others'.
 
     ``contestants``: name -> zero-argument callable that does one call and
     returns the seconds it took (measured where the work runs). Each gets
     ``warmup`` calls, then ``runs`` rounds in which each, in turn, makes
-    ``settle`` untimed calls and one timed call."""
+    untimed calls (``settle`` of them, fewer once they took ``settle_seconds``)
+    and one timed call."""
     for call in contestants.values():
         for _ in range(warmup):
             call()
     times = {name: [] for name in contestants}
     for _ in range(runs):
         for name, call in contestants.items():
-            for _ in range(settle):
-                call()
+            settled, spent = 0, 0.0
+            while settled < settle and spent < settle_seconds:
+                spent += call()
+                settled += 1
             times[name].append(call())
     return {name: statistics.median(t) for name, t in times.items()}
 

@@ -54,6 +54,22 @@ def test_each_timed_call_follows_untimed_calls_of_its_own_side():
                             settle=1)
     assert median == {"a": 2, "b": 5}
     assert order == ["a", "b"] + ["a", "a", "b", "b"] * 2
+
+
+def test_a_slow_call_settles_alone():
+    """Untimed calls stop once they took ``settle_seconds``: a side whose calls are slow is not
+    run three times per round."""
+    order = []
+
+    def side(name, seconds):
+        values = iter(seconds)
+        return lambda: order.append(name) or next(values)
+
+    # a: fast (0.001 s), settles twice; b: slow (1 s), settles once.
+    median = cp.interleaved({"a": side("a", [0.001] * 4), "b": side("b", [1.0, 1.0, 2.0])}, runs=1, warmup=1,
+                            settle=2, settle_seconds=0.05)
+    assert median == {"a": 0.001, "b": 2.0}
+    assert order == ["a", "b", "a", "a", "a", "b", "b"]
     assert cp.ratio(3.0, 2.0) == "1.50" and cp.ratio(None, 2.0) == "–" and cp.ratio(1.0, None) == "–"
     assert cp.ratio(0.3, 100.0) == "0.003" and cp.ratio(8.0, 100.0) == "0.08"  # not 0.00
 

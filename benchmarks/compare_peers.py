@@ -1003,10 +1003,17 @@ def same_loss_cell(case, ours, theirs, pml_form=PML_FORM, no_pml=NO_PML, differe
     return f"**NO** (Δ {delta:.1e})"
 
 
+def joined_cells(rows):
+    """One table row from the rows of one case at several B: each cell the rows' cells joined
+    by " / " in the order of the batches, or their common value when they agree."""
+    return [column[0] if len(set(column)) == 1 else " / ".join(column) for column in zip(*rows)]
+
+
 def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scratch, cases=LOSS_CASES, legacy=None):
     """The losses part; ``legacy``: the worker of TF Addons + TF Similarity, or None (not run; RESULTS.md has their last figures)."""
     print(f"\n## Loss + miner, forward + backward (B × {dim} unit embeddings, m = {per_class} per class)\n")
-    print(f"Median of {runs} interleaved rounds after {warmup} warm-up calls, ms. Ratios: tfdml time / peer time "
+    print(f"Median of {runs} interleaved rounds after {warmup} warm-up calls, ms; one row per case, its cells at "
+          f"each B in the order of the B column (\"a / b\"). Ratios: tfdml time / peer time "
           f"(below 1: tfdml faster){', against the faster PML column' if peer and len(threads) > 1 else ''}"
           f"{'; against TF Addons and TF Similarity with tfdml graph, the same kind of step' if legacy else ''}. "
           "Forward + backward: the gradient with respect to the embeddings and the loss's own parameters "
@@ -1037,8 +1044,9 @@ def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scr
     path = os.path.join(scratch, "losses.npz")
     check = None  # (B, tfdml's value, TF Addons' and TF Similarity's values) of the first semi-hard case
     not_run = []  # the legacy peers' cells left out, with the reason
-    for batch in batches:
-        for case in cases:
+    for case in cases:
+        rows = []
+        for batch in batches:
             ours = tfdml.ask("losses", case=case, batch=batch, per_class=per_class, dim=dim, path=path)
             contestants = {name: timed(tfdml, name=name) for name in ours["names"]}
             mined, value = "–", None
@@ -1064,7 +1072,8 @@ def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scr
             cells = (loss_row_cells(median, pml_columns, legacy_columns)
                      + [str(mined), f"{ours['value']:.6g}", "–" if value is None else f"{value:.6g}",
                         same_loss_cell(case, ours, value)])
-            print(f"| {case} | {batch} | {' | '.join(cells)} |", flush=True)
+            rows.append([str(batch)] + cells)
+        print(f"| {case} | {' | '.join(joined_cells(rows))} |", flush=True)
     notes = [f"- {case}: {why}." for case, why in {**DIFFERENT_LOSS, **PML_FORM}.items() if case in cases]
     if peer and notes:
         print("\nDifferent losses on the same batch (\"same loss?\"):\n\n" + "\n".join(notes))

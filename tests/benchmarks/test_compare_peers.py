@@ -344,3 +344,9 @@ def test_a_peer_killed_on_one_case_leaves_that_row_without_pml_and_the_run_goes_
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert float(cells[2]) > 0 and cells[4] == "–"  # tfdml ran, PML did not
         assert f"Not run: PML, {case}, B = 8: the torch worker exited with status -9" in out
+
+
+def test_a_case_at_several_batches_is_one_row():
+    rows = [["256", "1.00", "no miner", "yes (Δ 0.0e+00)"], ["1024", "4.00", "no miner", "yes (Δ 1.0e-07)"]]
+    assert cp.joined_cells(rows) == ["256 / 1024", "1.00 / 4.00", "no miner", "yes (Δ 0.0e+00) / yes (Δ 1.0e-07)"]
+    assert cp.joined_cells(rows[:1]) == rows[0]

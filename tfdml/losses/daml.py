@@ -36,14 +36,24 @@ class HardNegativeGenerator(keras.layers.Layer):
         self.hidden_units = check_size("hidden_units", hidden_units, 1, "the width of the generator's hidden layers")
         self.seed = seed
         widths = [3 * self.embedding_dim, self.hidden_units, self.hidden_units, self.embedding_dim]
-        self.kernels, self.biases = [], []
         for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
             init_seed = None if seed is None else int(seed) + i
-            self.kernels.append(self.add_weight(
+            # one attribute per variable: what tf.train.Checkpoint walks
+            setattr(self, f"kernel_{i}", self.add_weight(
                 name=f"kernel_{i}", shape=(fan_in, fan_out),
                 initializer=keras.initializers.GlorotUniform(seed=init_seed)))
-            self.biases.append(self.add_weight(name=f"bias_{i}", shape=(fan_out,), initializer="zeros"))
+            setattr(self, f"bias_{i}", self.add_weight(name=f"bias_{i}", shape=(fan_out,), initializer="zeros"))
         self.built = True
+
+    @property
+    def kernels(self):
+        """The three [fan_in, fan_out] kernels, input layer first."""
+        return [getattr(self, f"kernel_{i}") for i in range(3)]
+
+    @property
+    def biases(self):
+        """The three biases, input layer first."""
+        return [getattr(self, f"bias_{i}") for i in range(3)]
 
     def call(self, anchor, positive, negative):
         h = tf.concat([anchor, positive, negative], axis=-1)

@@ -13,6 +13,7 @@ generator of synthetic hard negatives, trained adversarially with the embedding.
 import keras
 import tensorflow as tf
 
+from tfdml import primitives
 from tfdml.losses import arguments, base
 from tfdml.losses.proxies import check_size
 
@@ -72,7 +73,7 @@ class HardNegativeGenerator(keras.layers.Layer):
 
 def squared_distance(x, y):
     """‖x_t − y_t‖² per row t of two [T, d] tensors (smooth everywhere, also at 0)."""
-    return tf.reduce_sum(tf.square(x - y), axis=-1)
+    return primitives.squared_norms(x - y)
 
 
 def daml_terms(anchor, positive, negative, synthetic, margin):
@@ -128,7 +129,9 @@ class DAMLLoss(base.MetricLoss):
     Where the generator sits: the paper generates in the feature space of the network
     before its metric layers; this loss sees the embeddings only, so G works on
     embeddings, and the metric that J_adv attacks is the embedding's squared Euclidean
-    distance.
+    distance. (pytorch-metric-learning's DAML trainer also generates before its
+    embedder, and measures J_hard and J_reg as mean squared errors of L2-normalised
+    vectors; here they are the squared distances of the embeddings, unnormalised.)
 
     Gradients (one optimizer, one step; :class:`tfdml.models.EmbeddingModel` trains both
     parameter sets): the returned value is J_gen + λ J_m, computed so that

@@ -84,6 +84,18 @@ def test_value_matches_the_reference(ref, sampler, seed):
     np.testing.assert_allclose(float(loss(labels, e)), expected, rtol=1e-5)
 
 
+def test_the_triplets_of_an_n_pair_batch_match_the_reference(ref):
+    """With the ``npair`` sampler (two examples per class): DAML on the N-pair batch's triplets
+    (x_i, x_i⁺, x_j⁺), j ≠ i."""
+    labels = np.array([0, 1, 0, 2, 1, 2], np.int32)
+    e = ref.embeddings(len(labels), seed=8)
+    loss = shifted(losses.DAMLLoss(embedding_dim=D, sampler="npair", **WEIGHTS))
+    triplets = selected(ref, "npair", labels, e)
+    assert len(triplets) == 6
+    expected = np_daml(e.astype(np.float64), triplets, params_of(loss), **WEIGHTS)
+    np.testing.assert_allclose(float(loss(labels, e)), expected, rtol=1e-5)
+
+
 def test_random_triplets_of_the_same_seed_match_the_reference(ref):
     """The default sampler: its triplets drawn with the loss's first seed of the stream."""
     labels = ref.LABELS["mixed"]

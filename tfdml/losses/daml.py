@@ -71,6 +71,18 @@ class HardNegativeGenerator(keras.layers.Layer):
         return config
 
 
+@tf.custom_gradient
+def take_rows(params, indices):
+    """``tf.gather(params, indices)`` of the rows of a [N, d] tensor, whose gradient is the
+    dense [N, d] segment sum of the rows' gradients rather than ``IndexedSlices``: the
+    embeddings' gradient of a loss that reads them only through gathers then passes the
+    model's cross-replica gather (:mod:`tfdml.replica_gather`) as a tensor."""
+    def grad(upstream):
+        return tf.math.unsorted_segment_sum(upstream, indices, tf.shape(params)[0]), None
+
+    return tf.gather(params, indices), grad
+
+
 def squared_distance(x, y):
     """‖x_t − y_t‖² per row t of two [T, d] tensors (smooth everywhere, also at 0)."""
     return primitives.squared_norms(x - y)
@@ -217,7 +229,7 @@ class DAMLLoss(base.MetricLoss):
                              "build the loss with the model's embedding_dim.")
         dist = self.distances(embeddings)
         selection = self.sample(dist, targets, embeddings)
-        anchor, positive, negative = (tf.gather(embeddings, index) for index in
+        anchor, positive, negative = (take_rows(embeddings, index) for index in
                                       (selection.anchor, selection.positive, selection.negative))
         frozen = [tf.stop_gradient(x) for x in (anchor, positive, negative)]
         synthetic = tf.cast(self.generator(*frozen), embeddings.dtype)

@@ -20,8 +20,8 @@ No imports (not even tfdml's other modules). Metric names are in
 LOSSES = ("contrastive", "triplet", "margin", "weighted_contrastive", "balanced_contrastive", "npair",
           "precision_at_k", "stable_contrast", "robust_hard_contrastive", "histogram", "angular",
           "lifted_structured", "binomial_deviance", "multi_similarity", "circle", "facility_location",
-          "ddml", "proxy_nca", "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins", "normalized_softmax",
-          "cosface", "arcface", "sub_center_arcface", "soft_triple", "fast_ap")
+          "ddml", "daml", "proxy_nca", "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins",
+          "normalized_softmax", "cosface", "arcface", "sub_center_arcface", "soft_triple", "fast_ap")
 
 #: The ``name`` default of :class:`tfdml.losses.WeightedSumLoss`: a config's ``loss.name`` for
 #: a weighted sum of losses (its terms in ``loss.terms``). Not a :data:`LOSSES` name: the sum
@@ -132,6 +132,8 @@ LOSS_OPTIONS = {
                           "name", "reduction", "dtype", "memory"),
     "ddml": ("tau", "beta", "distance", "sampler", "seed", "tuple_reduction", "name", "reduction", "dtype",
              "importance", "memory"),
+    "daml": ("embedding_dim", "margin", "metric_weight", "reg_weight", "adv_weight", "real_weight", "hidden_units",
+             "sampler", "seed", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
     "proxy_nca": ("num_classes", "embedding_dim", "embedding_scale", "proxy_scale", "proxy_lr_multiplier",
                   "seed", "centers_per_class", "distance", "tuple_reduction", "name", "reduction", "dtype",
                   "memory"),
@@ -200,6 +202,8 @@ LOSS_SAMPLING = {
                         "distance": None, "takes_distance": True},
     "ddml": {"kinds": ("pairs", "triplets"), "takes_sampler": True, "required": False, "default": None,
              "learned": False, "distance": None, "takes_distance": True},
+    "daml": {"kinds": ("triplets",), "takes_sampler": True, "required": True, "default": "random_triplets",
+             "learned": False, "distance": "euclidean", "takes_distance": True},
     "proxy_nca": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,
                   "distance": None, "takes_distance": False},
     "proxy_anchor": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,

@@ -108,6 +108,8 @@ LOSS_RULES = {
     "facility_location": {"gamma": NON_NEGATIVE, "refinement_steps": Rule(low=0, integer=True),
                           "nmi_average": Rule(choices=("geometric", "arithmetic"))},
     "ddml": {"tau": Rule(low=1.0, low_open=True), "beta": POSITIVE},
+    "daml": {"margin": POSITIVE, "metric_weight": NON_NEGATIVE, "reg_weight": NON_NEGATIVE,
+             "adv_weight": NON_NEGATIVE, "real_weight": NON_NEGATIVE, "hidden_units": COUNT_OR_NONE},
     "proxy_nca": {"embedding_scale": POSITIVE, "proxy_scale": POSITIVE},
     "proxy_anchor": {"alpha": POSITIVE, "delta": NON_NEGATIVE},
     "nt_xent": {"temperature": POSITIVE},

@@ -157,6 +157,7 @@ _GLOBAL_BATCH_LOSSES = {  # name -> (loss, label column); the scales keep gradie
     "ddml_pair_margin": (lambda: losses.DDMLLoss(sampler="pair_margin"), _CLASSES),
     "triplet_easy_hard": (lambda: losses.TripletLoss(sampler="easy_hard"), _CLASSES),
     "triplet_npair": (lambda: losses.TripletLoss(sampler="npair"), _VIEWS),  # two rows per class
+    "daml_hard": (lambda: losses.DAMLLoss(8, sampler="hard", seed=2), _CLASSES),  # and its generator's gradients
 }
 
 

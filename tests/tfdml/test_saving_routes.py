@@ -1,4 +1,4 @@
-"""A loss's state (proxies, learned margins β, a sampler's seed stream, a cross-batch
+"""A loss's state (proxies, learned margins β, DAML's generator, a sampler's seed stream, a cross-batch
 memory built without ``embedding_dim``) survives every way Keras and TensorFlow save a
 trained EmbeddingModel: ``save_weights`` / ``load_weights``, ``tf.train.Checkpoint`` and
 ``tf.train.CheckpointManager``, ``model.save`` + ``tfdml.load_model``, and a custom loop
@@ -29,6 +29,8 @@ def _dataset():
 LOSSES = {
     # β0, β_class, the distance-weighted sampler's seed stream and a memory without embedding_dim
     "margin_memory": lambda: losses.MarginLoss(num_classes=CLASSES, seed=3, memory={"size": 12}),
+    # DAML's hard negative generator and its random sampler's seed stream
+    "daml": lambda: losses.DAMLLoss(embedding_dim=D, seed=3),
     "proxy_anchor": lambda: losses.ProxyAnchorLoss(num_classes=CLASSES, embedding_dim=D, seed=3),
     # K = 2 centres per class: the class weights of the classification family
     "soft_triple": lambda: losses.SoftTripleLoss(num_classes=CLASSES, embedding_dim=D, centers_per_class=2, seed=3),

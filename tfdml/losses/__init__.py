@@ -23,6 +23,7 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`CircleLoss`             Sun et al. 2020, Eq. 6 with Eq. 5 / 8 (pairs)
 :class:`FacilityLocationLoss`   Song et al. 2017 §3.1–3.4 (clustering, NMI margin)
 :class:`DDMLLoss`               Hu, Lu, Tan 2014 (DDML), Eq. 6 / 7
+:class:`DAMLLoss`               Duan et al. 2018 (DAML), learned hard negative generator
 :class:`ProxyNCALoss`           Movshovitz-Attias et al. 2017 §3 (proxies)
 :class:`ProxyAnchorLoss`        Kim et al. 2020 Eq. 4 (proxies)
 :class:`WeightedSumLoss`        Σ_t w_t L_t: several losses on one batch (PML's MultipleLosses)
@@ -53,6 +54,7 @@ from tfdml.losses.binomial_deviance import BinomialDevianceLoss
 from tfdml.losses.circle import CircleLoss
 from tfdml.losses.classification import ArcFaceLoss, CosFaceLoss, NormalizedSoftmaxLoss, SubCenterArcFaceLoss
 from tfdml.losses.contrastive import ContrastiveLoss
+from tfdml.losses.daml import DAMLLoss, HardNegativeGenerator
 from tfdml.losses.ddml import DDMLLoss
 from tfdml.losses.facility_location import FacilityLocationLoss
 from tfdml.losses.fast_ap import FastAPLoss
@@ -103,6 +105,7 @@ LOSSES.update({
     "circle": CircleLoss,
     "facility_location": FacilityLocationLoss,
     "ddml": DDMLLoss,
+    "daml": DAMLLoss,
     "proxy_nca": ProxyNCALoss,
     "proxy_anchor": ProxyAnchorLoss,
     "nt_xent": NTXentLoss,
@@ -150,9 +153,11 @@ __all__ = [
     "CircleLoss",
     "ContrastiveLoss",
     "CosFaceLoss",
+    "DAMLLoss",
     "DDMLLoss",
     "FacilityLocationLoss",
     "FastAPLoss",
+    "HardNegativeGenerator",
     "HistogramLoss",
     "InputCheck",
     "LOSSES",

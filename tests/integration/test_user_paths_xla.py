@@ -71,6 +71,7 @@ REQUIRED = {
     "arcface": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
     "sub_center_arcface": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
     "soft_triple": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
+    "pddm": {"embedding_dim": EMBEDDING},
 }
 
 

@@ -223,8 +223,8 @@ def _assert_every_replica_holds(model, saved, strategy):
 
 
 #: The state a mirrored model carries across devices: learned margins, a sampler's seed
-#: stream and a memory (margin_memory); proxies (proxy_anchor).
-MIRRORED_LOSSES = ("margin_memory", "proxy_anchor")
+#: stream and a memory (margin_memory); proxies (proxy_anchor); the PDDM unit (pddm).
+MIRRORED_LOSSES = ("margin_memory", "proxy_anchor", "pddm")
 
 
 @pytest.fixture(scope="module", params=MIRRORED_LOSSES)

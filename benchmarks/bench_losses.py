@@ -102,6 +102,10 @@ def cases(num_classes, dim=128):
         ("SoftTriple (Qian 2019)", "class weights",
          lambda: losses.SoftTripleLoss(num_classes=num_classes, embedding_dim=dim, seed=1)),
         ("FastAP (Cakir 2019)", "all queries", lambda: losses.FastAPLoss()),
+        ("PDDM quadruplet (Huang 2016)", "hard quadruplet by S",
+         lambda: losses.PDDMLoss(embedding_dim=dim, seed=1)),
+        ("PDDM triplet (Huang 2016)", "hard triplet by S",
+         lambda: losses.PDDMLoss(embedding_dim=dim, variant="triplet", seed=1)),
     ]
     return out
 

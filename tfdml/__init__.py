@@ -35,6 +35,7 @@ _SUBMODULES = (
     "importance",
     "samplers",
     "losses",
+    "pddm",
     "memory",
     "metrics",
     "callbacks",

@@ -110,6 +110,8 @@ LOSS_RULES = {
     "ddml": {"tau": Rule(low=1.0, low_open=True), "beta": POSITIVE},
     "daml": {"margin": POSITIVE, "metric_weight": NON_NEGATIVE, "reg_weight": NON_NEGATIVE,
              "adv_weight": NON_NEGATIVE, "real_weight": NON_NEGATIVE, "hidden_units": COUNT_OR_NONE},
+    "pddm": {"variant": Rule(choices=("quadruplet", "triplet")), "positives": Rule(choices=("hardest", "all")),
+             "alpha": POSITIVE, "beta": POSITIVE, "lam": NON_NEGATIVE, "units": COUNT, "hidden_units": COUNT},
     "proxy_nca": {"embedding_scale": POSITIVE, "proxy_scale": POSITIVE},
     "proxy_anchor": {"alpha": POSITIVE, "delta": NON_NEGATIVE},
     "nt_xent": {"temperature": POSITIVE},

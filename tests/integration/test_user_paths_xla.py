@@ -73,6 +73,7 @@ REQUIRED = {
     "sub_center_arcface": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
     "soft_triple": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
     "daml": {"embedding_dim": EMBEDDING},
+    "pddm": {"embedding_dim": EMBEDDING},
 }
 
 

@@ -37,6 +37,7 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`SubCenterArcFaceLoss`   Deng et al. 2020 §3, K sub-centres (class weights)
 :class:`SoftTripleLoss`         Qian et al. 2019 §3, K centres (class weights)
 :class:`FastAPLoss`             Cakir et al. 2019 §3, histogram-binned AP
+:class:`PDDMLoss`               Huang, Loy & Tang 2016 (learned PDDM similarity, quadruplets)
 ==============================  ==============================================
 """
 
@@ -63,6 +64,7 @@ from tfdml.losses.lifted_structured import LiftedStructuredLoss
 from tfdml.losses.margin import MarginLoss, MarginParameters
 from tfdml.losses.multi_similarity import MultiSimilarityLoss
 from tfdml.losses.npair import NPairLoss
+from tfdml.losses.pddm import PDDMLoss
 from tfdml.losses.nt_xent import NTXentLoss
 from tfdml.losses.precision_at_k import PrecisionAtKLoss
 from tfdml.losses.proxies import Proxies
@@ -118,6 +120,7 @@ LOSSES.update({
     "sub_center_arcface": SubCenterArcFaceLoss,
     "soft_triple": SoftTripleLoss,
     "fast_ap": FastAPLoss,
+    "pddm": PDDMLoss,
 })
 
 
@@ -169,6 +172,7 @@ __all__ = [
     "NPairLoss",
     "NTXentLoss",
     "NormalizedSoftmaxLoss",
+    "PDDMLoss",
     "PrecisionAtKLoss",
     "Proxies",
     "ProxyAnchorLoss",

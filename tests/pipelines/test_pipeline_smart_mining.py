@@ -96,3 +96,32 @@ def test_a_triplet_loss_trains_on_the_batches_under_xla():
     model.compile(optimizer="sgd", loss=tfdml.losses.TripletLoss(), jit_compile=True)
     history = model.fit(ds, steps_per_epoch=2, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
+
+
+def test_under_mirrored_strategy_every_replica_reads_the_one_table(mirrored_strategy):
+    import keras
+
+    import tfdml
+
+    feats = np.random.default_rng(1).random((30, 4, 4, 1)).astype("float32")
+    split = sources.get_source("arrays", features=feats, labels=np.arange(30) % 5).split("train")
+    labels = np.asarray(split.labels)  # the table's rows are the split's examples
+    design = designs.SmartMiningDesign(anchors=4, k=2)
+    ds = design.batches(split, seed=0)
+    rng = np.random.default_rng(2)
+    table = np.array([rng.choice(np.flatnonzero(labels != labels[i]), 2, replace=False)
+                      for i in range(len(labels))], np.int32)
+    design.neighbours.assign(table)  # after the dataset is made: read when batches are drawn
+    design.hard_fraction.assign(1.0)
+    dist = mirrored_strategy.experimental_distribute_dataset(ds)
+    _, cols = next(iter(dist))
+    parts = [c.numpy() for c in mirrored_strategy.experimental_local_results(cols["example_id"])]
+    ids = np.concatenate(parts)
+    assert len(parts) == 2 and ids.shape == (12,)
+    assert (table[ids[:4]] == ids[8:, None]).any(axis=1).all()
+    with mirrored_strategy.scope():
+        encoder = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Flatten(), keras.layers.Dense(3)])
+        model = tfdml.models.EmbeddingModel(encoder)
+        model.compile(optimizer="sgd", loss=tfdml.losses.TripletLoss())
+    history = model.fit(ds, steps_per_epoch=2, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])

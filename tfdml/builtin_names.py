@@ -74,6 +74,11 @@ DESIGN_OPTIONS = {
         "hard_fraction": {"default": 0.5, "between": (0.0, 1.0),
                           "doc": "initial probability that a negative is a mined one (the controller "
                                  "changes it)", "why": "a probability; 0 or 1 leave nothing to control"},
+        "refresh_every": {"default": 1, "min": 1, "doc": "epochs between refreshes of the table",
+                          "why": "a count of epochs"},
+        "step": {"default": 0.05, "between": (0.0, 1.0),
+                 "doc": "the controller's change of hard_fraction after an epoch",
+                 "why": "a change of a probability"},
     },
 }
 
@@ -84,7 +89,8 @@ DESIGN_OPTION_NAMES = {
     "p_random": ("p", "pairs", "batch_size"),
     "m_per_class": ("m", "n", "classes_per_batch", "batch_size"),
     "two_views": ("n", "images", "batch_size"),
-    "smart_mining": ("n", "k", "hard_fraction", "anchors", "batch_size"),
+    "smart_mining": ("n", "k", "hard_fraction", "refresh_every", "step", "anchors", "approximate",
+                     "batch_size"),
 }
 
 #: The designs of :data:`DESIGNS` whose batches hold whole groups of classes

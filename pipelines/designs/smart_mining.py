@@ -39,6 +39,11 @@ class SmartMiningDesign(Design):
       nearest examples of another class from the last refresh); otherwise, or while the
       table is not filled yet (entries −1), a uniform example of another class.
 
+    ``refresh_every``, ``step`` and ``approximate`` are the schedule the model side follows
+    (:class:`tfdml.mining.SmartMiningRefresh`: epochs between refreshes, the controller's
+    step, the index's approximate structure, None for exact search); the application builds
+    that callback from them.
+
     The losses score every tuple of the batch as usual (a triplet loss with its sampler
     sees the mined negatives beside the anchors); ``label`` keeps the classes. Columns:
     ``label``, ``class_size``, ``example_id``. No importance columns: the mined negatives'
@@ -54,6 +59,7 @@ class SmartMiningDesign(Design):
     """
 
     name = "smart_mining"
+    mined_table = True
     config_aliases = {"n": "anchors"}
     config_options = {
         "n": {"default": 16, "min": 2, "doc": "triplets per batch (anchors), each anchor, positive "
@@ -63,9 +69,17 @@ class SmartMiningDesign(Design):
         "hard_fraction": {"default": 0.5, "between": (0.0, 1.0),
                           "doc": "initial probability that a negative is a mined one (the controller "
                                  "changes it)", "why": "a probability; 0 or 1 leave nothing to control"},
+        "refresh_every": {"default": 1, "min": 1, "doc": "epochs between refreshes of the table",
+                          "why": "a count of epochs"},
+        "step": {"default": 0.05, "between": (0.0, 1.0),
+                 "doc": "the controller's change of hard_fraction after an epoch",
+                 "why": "a change of a probability"},
     }
+    #: The ``approximate=`` choices of the index searched (None: exact search).
+    approximate_choices = (None, "hnsw", "ivf")
 
-    def __init__(self, anchors=None, k=10, hard_fraction=0.5, batch_size=None):
+    def __init__(self, anchors=None, k=10, hard_fraction=0.5, refresh_every=1, step=0.05,
+                 approximate=None, batch_size=None):
         if (anchors is None) == (batch_size is None):
             raise ValueError("Give exactly one of anchors and batch_size.")
         if batch_size is not None:
@@ -78,12 +92,20 @@ class SmartMiningDesign(Design):
         self.k = option_value(self.config_options["k"], k, "k")
         self.initial_hard_fraction = option_value(self.config_options["hard_fraction"],
                                                   hard_fraction, "hard_fraction")
+        self.refresh_every = option_value(self.config_options["refresh_every"], refresh_every,
+                                          "refresh_every")
+        self.step = option_value(self.config_options["step"], step, "step")
+        if approximate not in self.approximate_choices:
+            raise ValueError(f"approximate={approximate!r}: choose one of "
+                             f"{', '.join(map(repr, self.approximate_choices))} (None: exact search).")
+        self.approximate = approximate
         self.batch_size = 3 * self.anchors
         self.neighbours = None
         self.hard_fraction = None
 
     def get_config(self):
-        return {"anchors": self.anchors, "k": self.k, "hard_fraction": self.initial_hard_fraction}
+        return {"anchors": self.anchors, "k": self.k, "hard_fraction": self.initial_hard_fraction,
+                "refresh_every": self.refresh_every, "step": self.step, "approximate": self.approximate}
 
     def _plan(self, labels):
         plan = DesignPlan(labels, lambda sizes: sizes >= 2)

@@ -65,5 +65,18 @@ class HardnessController(tf.Module):
         self.last_loss.assign(loss)
         return float(self.fraction.numpy())
 
+    def state(self):
+        """``{"hard_fraction", "last_loss"}`` (JSON: ``last_loss`` None before the first
+        loss), what a run's backup keeps; :meth:`restore` sets it back."""
+        last = float(self.last_loss.numpy())
+        return {"hard_fraction": float(self.fraction.numpy()),
+                "last_loss": last if math.isfinite(last) else None}
+
+    def restore(self, state):
+        """Set the state :meth:`state` gave."""
+        self.fraction.assign(float(state["hard_fraction"]))
+        last = state.get("last_loss")
+        self.last_loss.assign(float("nan") if last is None else float(last))
+
     def get_config(self):
         return {"step": self.step, "low": self.low, "high": self.high}

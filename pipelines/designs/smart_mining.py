@@ -15,14 +15,9 @@ import tensorflow as tf
 
 from pipelines.designs.base import Design, DesignPlan
 from pipelines.designs.checks import option_value
+from pipelines.designs.draws import uniform_below
 
 __all__ = ["SmartMiningDesign"]
-
-
-def _below(x, k):
-    """A uniform integer in [0, k) from x ~ U[0, 1) (k a tensor >= 1)."""
-    k = tf.cast(k, tf.float64)
-    return tf.cast(tf.minimum(tf.floor(x * k), k - 1.0), tf.int32)
 
 
 class SmartMiningDesign(Design):
@@ -148,17 +143,17 @@ class SmartMiningDesign(Design):
         rank = tf.constant(plan.rank)
         dense = tf.constant(plan.dense)
         sizes, offsets, order = consts["sizes"], consts["offsets"], consts["order"]
-        anchor = tf.gather(pool, _below(u[0], len(plan.anchor_pool)))
+        anchor = tf.gather(pool, uniform_below(u[0], len(plan.anchor_pool)))
         cls = tf.gather(dense, anchor)
         n_c, start = tf.gather(sizes, cls), tf.gather(offsets, cls)
         # Positive: uniform among the class's other examples (skip the anchor's own rank).
-        b = _below(u[1], n_c - 1)
+        b = uniform_below(u[1], n_c - 1)
         b = b + tf.cast(b >= tf.gather(rank, anchor), tf.int32)
         positive = tf.gather(order, start + b)
         # Random negative: uniform among the positions of ``order`` outside the anchor's class.
-        r = _below(u[2], len(plan.labels) - n_c)
+        r = uniform_below(u[2], len(plan.labels) - n_c)
         random_negative = tf.gather(order, r + tf.cast(r >= start, tf.int32) * n_c)
-        mined = tf.gather(tf.gather(self.neighbours, anchor), _below(u[3], self.k), batch_dims=2)
+        mined = tf.gather(tf.gather(self.neighbours, anchor), uniform_below(u[3], self.k), batch_dims=2)
         use_mined = (u[4] < tf.cast(self.hard_fraction.read_value(), tf.float64)) & (mined >= 0)
         negative = tf.where(use_mined, mined, random_negative)
         return tf.concat([anchor, positive, negative], axis=1), None

@@ -1,5 +1,5 @@
 """The smart-mining design (Harwood et al., "Smart Mining for Deep Metric Learning", ICCV
-2017, §3): triplets whose negatives come from a table of each example's nearest neighbours of
+2017): triplets whose negatives come from a table of each example's nearest neighbours of
 another class in the whole training split, mixed with random negatives.
 
 The table and the fraction of mined negatives are data the model side writes: the design

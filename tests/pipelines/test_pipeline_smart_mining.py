@@ -1,4 +1,4 @@
-"""The smart-mining design (Harwood et al., ICCV 2017, §3): triplet layout, negatives from the
+"""The smart-mining design (Harwood et al., ICCV 2017): triplet layout, negatives from the
 mined table in the proportion of ``hard_fraction``, random negatives of another class
 otherwise, determinism, errors, and one training step of a triplet loss on its batches."""
 
@@ -16,6 +16,7 @@ def test_layout_anchors_positives_negatives():
     labels = _labels()
     design = designs.SmartMiningDesign(anchors=8, k=3)
     assert design.batch_size == 24 and designs.get_design("smart_mining", batch_size=24).anchors == 8
+    assert type(design).from_config(design.get_config()).get_config() == design.get_config()
     for cols in design.index_batches(labels, seed=1).take(20):
         ids = cols["example_id"].numpy()
         a, p, n = ids[:8], ids[8:16], ids[16:]

@@ -1,4 +1,4 @@
-"""Smart mining (Harwood et al., ICCV 2017, §3), model side: the table of nearest neighbours of
+"""Smart mining (Harwood et al., ICCV 2017), model side: the table of nearest neighbours of
 another class against a brute-force NumPy search, its recall with faiss's HNSW and IVF, the
 adaptive controller on a hand case and through a checkpoint, and the refresh callback's
 schedule in model.fit."""

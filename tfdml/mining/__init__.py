@@ -9,6 +9,13 @@ embeddings refreshed as training goes.
 * :class:`SmartMiningRefresh` (:mod:`~tfdml.mining.refresh`): the ``model.fit`` callback
   that refreshes the table and runs the controller.
 
+What the paper says was read from its abstract and introduction and from summaries of it
+(the text of its method section was not available when this was written): a nearest-neighbour
+graph (FANNG) of the whole training set's embeddings, rebuilt as training goes, gives hard
+triplets, and an adaptive controller adjusts the mining's hyper-parameters. No section or
+equation numbers are cited for that reason; the controller's rule is this library's
+(:mod:`~tfdml.mining.controller`).
+
 The batches come from the data side's ``pipelines.designs.SmartMiningDesign``, whose
 ``neighbours`` and ``hard_fraction`` variables these parts write.
 """

@@ -1,5 +1,5 @@
 """The adaptive controller of smart mining: how hard the mined batches are, changed from what
-training shows (Harwood et al., "Smart Mining for Deep Metric Learning", ICCV 2017, §3).
+training shows (Harwood et al., "Smart Mining for Deep Metric Learning", ICCV 2017).
 
 The paper's abstract and introduction (the parts of the paper this library's authors could
 read) say that an adaptive controller "automatically adjusts the smart mining

@@ -1,5 +1,5 @@
 """The callback that refreshes smart mining's table during ``model.fit`` and runs its
-controller (Harwood et al., "Smart Mining for Deep Metric Learning", ICCV 2017, §3)."""
+controller (Harwood et al., "Smart Mining for Deep Metric Learning", ICCV 2017)."""
 
 import keras
 import numpy as np

@@ -1,5 +1,5 @@
 """The table of smart mining (Harwood et al., "Smart Mining for Deep Metric Learning", ICCV
-2017, §3): for every example of the training split, its k nearest neighbours of another
+2017): for every example of the training split, its k nearest neighbours of another
 class, found through a nearest-neighbour index of the split's embeddings
 (:class:`tfdml.search.Index`: exact, or approximate with faiss's HNSW graph or IVF cells in
 the place of the paper's FANNG graph)."""

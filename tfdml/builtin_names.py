@@ -40,7 +40,7 @@ BACKBONES = ("small_cnn", "mlp", "efficientnet_lite0", "convnext_tiny", "efficie
              "mobilenet_v3_large", "mobilenet_v3_small", "resnet101v2", "resnet50v2")
 
 #: :data:`pipelines.designs.DESIGNS`.
-DESIGNS = ("group", "p_random", "m_per_class", "two_views")
+DESIGNS = ("group", "p_random", "m_per_class", "two_views", "smart_mining")
 
 #: Each design of :data:`DESIGNS` → its own parameters in a config (``design.options``):
 #: ``Design.config_options`` (name → default, range, doc) of its class.
@@ -66,6 +66,20 @@ DESIGN_OPTIONS = {
         "n": {"default": 5, "min": 2, "doc": "distinct images per batch (images), each shown twice",
               "why": "one image has no other image to contrast with"},
     },
+    "smart_mining": {
+        "n": {"default": 16, "min": 2, "doc": "triplets per batch (anchors), each anchor, positive "
+              "and negative a row", "why": "a batch needs two anchors to mix mined and random negatives"},
+        "k": {"default": 10, "min": 1, "doc": "mined neighbours of another class kept per example",
+              "why": "the table holds at least one neighbour"},
+        "hard_fraction": {"default": 0.5, "between": (0.0, 1.0),
+                          "doc": "initial probability that a negative is a mined one (the controller "
+                                 "changes it)", "why": "a probability; 0 or 1 leave nothing to control"},
+        "refresh_every": {"default": 1, "min": 1, "doc": "epochs between refreshes of the table",
+                          "why": "a count of epochs"},
+        "step": {"default": 0.05, "between": (0.0, 1.0),
+                 "doc": "the controller's change of hard_fraction after an epoch",
+                 "why": "a change of a probability"},
+    },
 }
 
 #: Each design of :data:`DESIGNS` → every name its ``design.options`` may hold
@@ -75,6 +89,8 @@ DESIGN_OPTION_NAMES = {
     "p_random": ("p", "pairs", "batch_size"),
     "m_per_class": ("m", "n", "classes_per_batch", "batch_size"),
     "two_views": ("n", "images", "batch_size"),
+    "smart_mining": ("n", "k", "hard_fraction", "refresh_every", "step", "anchors", "approximate",
+                     "batch_size"),
 }
 
 #: The designs of :data:`DESIGNS` whose batches hold whole groups of classes

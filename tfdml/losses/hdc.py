@@ -6,16 +6,21 @@ import tensorflow as tf
 
 from tfdml import candidates as candidates_lib
 from tfdml.losses import base
+from tfdml.losses.contrastive import ContrastiveLoss
 from tfdml.samplers.hdc import HDCSampler
 
 
 def _resolve_level_loss(loss):
-    from tfdml import losses  # the registry of losses imports this module
-
-    made = losses.get(loss) if isinstance(loss, (str, dict)) else loss
+    if loss is None:
+        made = ContrastiveLoss()
+    elif isinstance(loss, dict):
+        made = keras.saving.deserialize_keras_object(loss)
+    else:
+        made = loss
     if not isinstance(made, base.MetricLoss) or "pairs" not in made.sampler_kinds:
-        raise ValueError(f"HDCLoss(loss=...) takes a tfdml pair loss (e.g. 'contrastive', the paper's) for "
-                         f"every level, its name, config or object; got {loss!r}.")
+        raise ValueError(f"HDCLoss(loss=...) takes a tfdml pair loss for every level (an object or its "
+                         f"serialised config; a name: tfdml.losses.get(name, **options)); None: the contrastive "
+                         f"loss, the paper's; got {loss!r}.")
     if made.sampler is not None:
         raise ValueError(f"HDCLoss: the level loss {type(made).__name__} has sampler={made.sampler!r}, but each "
                          "level scores every pair the cascade hands it; build it with sampler=None.")
@@ -56,8 +61,8 @@ class HDCLoss(base.MetricLoss):
 
     Args:
       levels: K, the number of level embeddings in ``y_pred`` (its width must divide by K).
-      loss: the level loss: a pair loss's name, config or object without a sampler
-        (default: the contrastive loss with its defaults).
+      loss: the level loss: a pair loss object (or its serialised config) without a sampler;
+        None: :class:`~tfdml.losses.ContrastiveLoss` with its defaults.
       filter_percentage: f in (0, 1], the share of each level's positive and negative pairs
         passed on to the next level.
       level_weights: a weight ≥ 0 per level (default 1 each).
@@ -67,7 +72,7 @@ class HDCLoss(base.MetricLoss):
     takes_distance = False
     memory_refusal = "the cascade ranks the batch's own pairs, level after level"
 
-    def __init__(self, levels=3, loss="contrastive", filter_percentage=0.5, level_weights=None, **kwargs):
+    def __init__(self, levels=3, loss=None, filter_percentage=0.5, level_weights=None, **kwargs):
         kwargs.pop("distance", None)
         super().__init__(**kwargs)
         self.levels = _check_levels(levels)

@@ -129,8 +129,8 @@ def test_config_round_trip_and_errors():
     assert restored.level_loss.margin == 0.5 and restored.filter_percentage == 0.25
     with pytest.raises(ValueError, match="levels must be a positive integer"):
         losses.HDCLoss(levels=0)
-    with pytest.raises(ValueError, match="takes a tfdml pair loss"):
-        losses.HDCLoss(loss="fast_ap")
+    with pytest.raises(ValueError, match="takes a tfdml pair loss for every level"):
+        losses.HDCLoss(loss=losses.FastAPLoss())
     with pytest.raises(ValueError, match="build it with sampler=None"):
         losses.HDCLoss(loss=losses.ContrastiveLoss(sampler="hard"))
     with pytest.raises(ValueError, match="level_weights must be 3 numbers"):

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tests.tfdml.samplers.test_semi_hard_and_hard import CASES, _case
-from tfdml import losses, samplers
+from tfdml import samplers
 
 
 def _brute_hdc(d, y, cand, f):
@@ -81,19 +81,3 @@ def test_xla_with_unknown_batch_equals_eager():
         d, y, cand, _ = _case(name, seed)
         for e, c in zip(run(d, y, cand), compiled(d, y, cand)):
             np.testing.assert_array_equal(e.numpy(), c.numpy())
-
-
-@pytest.mark.parametrize("loss", ["contrastive", "triplet", "multi_similarity", "binomial_deviance", "ddml"])
-def test_composes_with_pair_losses(loss):
-    cls = losses.LOSSES[loss]
-    if "pairs" not in cls.sampler_kinds:
-        with pytest.raises(ValueError, match="needs a sampler that selects"):
-            losses.get(loss, sampler="hdc")
-        return
-    made = losses.get(loss, sampler="hdc")
-    y = np.array([0, 0, 1, 1, 2, 2, 3, 3])
-    e = tf.math.l2_normalize(tf.constant(np.random.default_rng(1).normal(size=(8, 5)), tf.float32), axis=1)
-    with tf.GradientTape() as tape:
-        tape.watch(e)
-        value = made(y, e)
-    assert np.isfinite(float(value)) and np.all(np.isfinite(tape.gradient(value, e).numpy()))

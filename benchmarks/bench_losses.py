@@ -90,6 +90,8 @@ def cases(num_classes, dim=128):
         ("VICReg (Bardes 2022)", "two views", lambda: losses.VICRegLoss()),
         ("Barlow Twins (Zbontar 2021 Eq. 1)", "two views", lambda: losses.BarlowTwinsLoss()),
         ("DDML (Hu 2014)", "all pairs", lambda: losses.DDMLLoss()),
+        ("DAML (Duan 2018), triplet", "random_triplets + generator",
+         lambda: losses.DAMLLoss(embedding_dim=dim, seed=1)),
         ("normalized softmax (Zhai & Wu 2019)", "class weights",
          lambda: losses.NormalizedSoftmaxLoss(num_classes=num_classes, embedding_dim=dim, seed=1)),
         ("CosFace (Wang 2018 Eq. 4)", "class weights",
@@ -101,6 +103,10 @@ def cases(num_classes, dim=128):
         ("SoftTriple (Qian 2019)", "class weights",
          lambda: losses.SoftTripleLoss(num_classes=num_classes, embedding_dim=dim, seed=1)),
         ("FastAP (Cakir 2019)", "all queries", lambda: losses.FastAPLoss()),
+        ("PDDM quadruplet (Huang 2016)", "hard quadruplet by S",
+         lambda: losses.PDDMLoss(embedding_dim=dim, seed=1)),
+        ("PDDM triplet (Huang 2016)", "hard triplet by S",
+         lambda: losses.PDDMLoss(embedding_dim=dim, variant="triplet", seed=1)),
     ]
     return out
 

@@ -55,7 +55,13 @@ described in peers_memory.py):
   and TF Similarity (the *legacy* peers, below) as ``tf.function`` without
   ``jit_compile``. Calls are interleaved (tfdml graph, tfdml XLA, PML, TF
   Addons, TF Similarity, tfdml graph, …); the figure is the median of
-  ``--runs`` rounds after ``--warmup`` calls.
+  ``--runs`` rounds after ``--warmup`` calls. Before each timed call its side
+  makes up to ``SETTLING_CALLS`` untimed ones (until they took
+  ``SETTLING_SECONDS``): the previous side's worker threads
+  (PyTorch's OpenMP pool, TensorFlow's Eigen pool) still spin for a while after
+  its call returns, and a side timed right after another side's call paid for
+  that spinning (tfdml graph, timed right after PML, up to twice its time
+  alone).
 * ``eval`` — Precision@1, MAP@R and R-Precision, leave-one-out, on random
   128-d embeddings (``bench_eval.py``'s data): tfdml.metrics, PML's
   ``AccuracyCalculator`` (k = max_bin_count, faiss search) and faiss +
@@ -207,6 +213,11 @@ LEGACY_DISTRIBUTIONS = {"TensorFlow": "tensorflow-cpu", "TF Addons": "tensorflow
 # Peak bytes per B³ of TF Addons' semi-hard step, which tiles [B², B] tensors (its peak RSS grows as B³;
 # RESULTS.md, "Peers side by side").
 TFA_SEMI_HARD_BYTES = 19
+# Untimed calls of a side before each of its timed calls in ``interleaved``: they absorb the
+# spinning threads of the side that ran before (module docstring, ``losses``). A slow call
+# settles alone: the untimed calls stop once they took SETTLING_SECONDS.
+SETTLING_CALLS = 2
+SETTLING_SECONDS = 0.05
 
 
 
@@ -248,18 +259,24 @@ def version(distribution):
         return None
 
 
-def interleaved(contestants, runs, warmup):
+def interleaved(contestants, runs, warmup, settle=SETTLING_CALLS, settle_seconds=SETTLING_SECONDS):
     """Median seconds of each contestant, its calls interleaved with the others'.
 
     ``contestants``: name -> zero-argument callable that does one call and
     returns the seconds it took (measured where the work runs). Each gets
-    ``warmup`` calls, then ``runs`` rounds of one call each, in turn."""
+    ``warmup`` calls, then ``runs`` rounds in which each, in turn, makes
+    untimed calls (``settle`` of them, fewer once they took ``settle_seconds``)
+    and one timed call."""
     for call in contestants.values():
         for _ in range(warmup):
             call()
     times = {name: [] for name in contestants}
     for _ in range(runs):
         for name, call in contestants.items():
+            settled, spent = 0, 0.0
+            while settled < settle and spent < settle_seconds:
+                spent += call()
+                settled += 1
             times[name].append(call())
     return {name: statistics.median(t) for name, t in times.items()}
 
@@ -1002,10 +1019,17 @@ def same_loss_cell(case, ours, theirs, pml_form=PML_FORM, no_pml=NO_PML, differe
     return f"**NO** (Δ {delta:.1e})"
 
 
+def joined_cells(rows):
+    """One table row from the rows of one case at several B: each cell the rows' cells joined
+    by " / " in the order of the batches, or their common value when they agree."""
+    return [column[0] if len(set(column)) == 1 else " / ".join(column) for column in zip(*rows)]
+
+
 def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scratch, cases=LOSS_CASES, legacy=None):
     """The losses part; ``legacy``: the worker of TF Addons + TF Similarity, or None (not run; RESULTS.md has their last figures)."""
     print(f"\n## Loss + miner, forward + backward (B × {dim} unit embeddings, m = {per_class} per class)\n")
-    print(f"Median of {runs} interleaved rounds after {warmup} warm-up calls, ms. Ratios: tfdml time / peer time "
+    print(f"Median of {runs} interleaved rounds after {warmup} warm-up calls, ms; one row per case, its cells at "
+          f"each B in the order of the B column (\"a / b\"). Ratios: tfdml time / peer time "
           f"(below 1: tfdml faster){', against the faster PML column' if peer and len(threads) > 1 else ''}"
           f"{'; against TF Addons and TF Similarity with tfdml graph, the same kind of step' if legacy else ''}. "
           "Forward + backward: the gradient with respect to the embeddings and the loss's own parameters "
@@ -1036,8 +1060,9 @@ def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scr
     path = os.path.join(scratch, "losses.npz")
     check = None  # (B, tfdml's value, TF Addons' and TF Similarity's values) of the first semi-hard case
     not_run = []  # the legacy peers' cells left out, with the reason
-    for batch in batches:
-        for case in cases:
+    for case in cases:
+        rows = []
+        for batch in batches:
             ours = tfdml.ask("losses", case=case, batch=batch, per_class=per_class, dim=dim, path=path)
             contestants = {name: timed(tfdml, name=name) for name in ours["names"]}
             mined, value = "–", None
@@ -1063,7 +1088,8 @@ def part_losses(tfdml, peer, batches, runs, warmup, per_class, dim, threads, scr
             cells = (loss_row_cells(median, pml_columns, legacy_columns)
                      + [str(mined), f"{ours['value']:.6g}", "–" if value is None else f"{value:.6g}",
                         same_loss_cell(case, ours, value)])
-            print(f"| {case} | {batch} | {' | '.join(cells)} |", flush=True)
+            rows.append([str(batch)] + cells)
+        print(f"| {case} | {' | '.join(joined_cells(rows))} |", flush=True)
     notes = [f"- {case}: {why}." for case, why in {**DIFFERENT_LOSS, **PML_FORM}.items() if case in cases]
     if peer and notes:
         print("\nDifferent losses on the same batch (\"same loss?\"):\n\n" + "\n".join(notes))

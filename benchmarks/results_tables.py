@@ -40,6 +40,7 @@ SCRIPTS = (
     ("bench_kmeans", "NMI's k-means"),
     ("bench_search", "Search"),
     ("bench_lookup", "Lookups of a few queries"),
+    ("bench_smart_mining", "Smart mining's refresh"),
     ("bench_backbones", "Pretrained backbone"),
     ("bench_main_job", "Main job variants"),
     ("readme_figures", "Main job: the README's figures"),

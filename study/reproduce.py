@@ -88,6 +88,7 @@ import reruns  # noqa: E402  (training a finished run again: what the new result
 import verdicts  # noqa: E402
 from reruns import SAME_FIGURES_TOLERANCE, figure_differences  # noqa: E402
 from tfdml import files  # noqa: E402  (atomic writes: a temporary file of this writer's own, then a rename)
+from tfdml_app.schema import OLD_DESIGN_KEYS  # noqa: E402  (the old layout of a design's parameters)
 
 #: Budgets: steps of training, evaluation points along the way, classes used.
 #: ``train_classes`` None = every training class of the set.
@@ -137,7 +138,7 @@ FLOOR_METRICS = ("recall@1", "precision@5", "map@r", "nmi")
 
 
 def _design(m, n):
-    return {"design": {"name": "m_per_class", "m": m, "n": n}}
+    return {"design": {"name": "m_per_class", "options": {"m": m, "n": n}}}
 
 
 def _loss(name, sampler=None, **options):
@@ -215,48 +216,48 @@ def _hong_arms():
     kept, so that every class stays in the design)."""
     arms = {}
     loss = _loss("balanced_contrastive", margin=1.0, lam=256.0)
-    traditional = _loss("contrastive", "none", margin=1.0, squared=True)
+    traditional = _loss("contrastive", "by_loss", margin=1.0, squared=True)
     schedule = {"optimizer": {"schedule": "exponential_decay", "decay_rate": 0.9, "decay_steps": 100}}
     for importance in (True, False):
         tag = "is" if importance else "nois"
         options = {"loss": {"options": {"importance": importance}}}
         for m, n in ((2, 32), (4, 16), (8, 8), (16, 4), (32, 2)):
             arms[f"balanced-group{m}x{n}-{tag}"] = _merge(
-                {"design": {"name": "group", "m": m, "n": n}}, loss, options, schedule)
+                {"design": {"name": "group", "options": {"m": m, "n": n}}}, loss, options, schedule)
         for p in (0.9, 0.5, 0.1):
             arms[f"balanced-prandom{p}-{tag}"] = _merge(
-                {"design": {"name": "p_random", "p": p, "pairs": 64}}, loss, options, schedule)
+                {"design": {"name": "p_random", "options": {"p": p, "pairs": 64}}}, loss, options, schedule)
         # Fig. 2: the same (4, 16)-group runs, also scoring the objective on a training sample.
         for name, section in (("balanced", loss), ("contrastive", traditional)):
             arms[f"{name}-group4x16-{tag}-fig2"] = _merge(
-                {"design": {"name": "group", "m": 4, "n": 16}}, section, options, schedule,
+                {"design": {"name": "group", "options": {"m": 4, "n": 16}}}, section, options, schedule,
                 {"evaluation": {"objective_sample": OBJECTIVE_SAMPLE}})
         # Investigation of (2, 32) with IS, which trails no IS on MAP@R: a smaller λ (more weight on
         # the positive pairs in Eq. 10) with the same weights.
         if importance:
             for lam in (16, 64):
                 arms[f"balanced-group2x32-is-lam{lam}"] = _merge(
-                    {"design": {"name": "group", "m": 2, "n": 32}}, loss, options, schedule,
+                    {"design": {"name": "group", "options": {"m": 2, "n": 32}}}, loss, options, schedule,
                     {"loss": {"options": {"lam": float(lam)}}})
         # Investigation of p = 0.9: 64 pairs hold 6.4 negative pairs on average (Hong: 2,016
         # pairs, about 200), so the IS estimate rests on a handful of heavily weighted pairs.
         arms[f"balanced-prandom0.9-pairs256-{tag}"] = _merge(
-            {"design": {"name": "p_random", "p": 0.9, "pairs": 256}}, loss, options, schedule)
+            {"design": {"name": "p_random", "options": {"p": 0.9, "pairs": 256}}}, loss, options, schedule)
         # §6.2, Fig. 1: the weights perturbed to W^δ (δ = 1: the IS arm, δ = 0: the no-IS arm).
         if importance:
             for m, n in ((4, 16), (32, 2)):
                 for delta in HONG_DELTAS:
                     arms[f"balanced-group{m}x{n}-is-delta{delta}"] = _merge(
-                        {"design": {"name": "group", "m": m, "n": n}}, loss, options, schedule,
+                        {"design": {"name": "group", "options": {"m": m, "n": n}}}, loss, options, schedule,
                         {"loss": {"options": {"importance_power": delta}}})
             # §6.5, Fig. 4: λ on the paper's (4, 16)-group design, with IS.
             for lam in HONG_LAMBDAS:
                 arms[f"balanced-group4x16-is-lam{lam}"] = _merge(
-                    {"design": {"name": "group", "m": 4, "n": 16}}, loss, options, schedule,
+                    {"design": {"name": "group", "options": {"m": 4, "n": 16}}}, loss, options, schedule,
                     {"loss": {"options": {"lam": float(lam)}}})
         for gamma in (0.5, 0.9):
             arms[f"balanced-group4x16-imbalance{gamma}-{tag}"] = _merge(
-                {"design": {"name": "group", "m": 4, "n": 16}}, loss, options, schedule,
+                {"design": {"name": "group", "options": {"m": 4, "n": 16}}}, loss, options, schedule,
                 {VIEW_KEY: {"imbalance": gamma}})
     return arms
 
@@ -280,8 +281,8 @@ def _lu_duan_arms():
     return {
         "npair-m4": npair,
         # Duan's N-pair DSN (Fig. 2 (b)): K = 4 mini-batches of N-pair tuples drawn by the policy.
-        "npair-learned-m4": _merge(npair, {"loss": {"sampler": "learned", "sampler_options": {
-            "minibatches": 4, "learning_rate": 0.001, "pretrain_steps": 0, "diagnostics": True}}}),
+        "npair-learned-m4": _merge(npair, {"learned_sampler": {
+            "minibatches": 4, "learning_rate": 0.001, "pretrain_steps": 0, "diagnostics": True}}),
         "precision_at_k-m10": _merge(lu, _loss("precision_at_k", "top_k", k=5, gamma=0.1)),
         # Lu's four baselines (§4.5): uniform (one uniform negative per positive pair, the
         # triplets per step of semi-hard and DW), hard, semi-hard and distance weighted.
@@ -319,13 +320,12 @@ def _learned_b80(pretrain_steps, tuples=16, design=(5, 16), trunk=None, diagnost
         options["trunk"] = trunk
     if diagnostics:
         options["diagnostics"] = True
-    return _merge(_design(*design), _loss("triplet", "learned", margin=0.2, squared=False),
-                  {"loss": {"sampler_options": options}})
+    return _merge(_design(*design), _loss("triplet", margin=0.2, squared=False), {"learned_sampler": options})
 
 
 #: Batch of the XBM arms: the (4, 16)-group design, the one design whose batches give the
 #: memory's importance weights (independent batches), for every XBM arm alike.
-XBM_DESIGN = {"design": {"name": "group", "m": 4, "n": 16}}
+XBM_DESIGN = {"design": {"name": "group", "options": {"m": 4, "n": 16}}}
 #: Memory sizes of the XBM arms (0: no memory), multiples of the batch (64) as the importance
 #: weights need; the largest fills within the quick budget after its warm-up.
 XBM_SIZES = (0, 256, 1024)
@@ -341,7 +341,7 @@ def _xbm_arms():
     memory (``importance: true``), and the multi-similarity loss with its miner without and
     with the largest memory. All on the (4, 16)-group design."""
     contrastive = _loss("contrastive", margin=0.5, squared=False, distance="cosine")
-    contrastive["loss"]["sampler"] = "none"
+    contrastive["loss"]["sampler"] = "by_loss"
     losses = {"contrastive": contrastive, "contrastive-is": _merge(contrastive, {"loss": {"options": {
         "importance": True}}}), "multi_similarity": _loss("multi_similarity", "multi_similarity")}
     arms = {}
@@ -759,6 +759,16 @@ def config_key(config):
     view do not count, the view's name (budget, classes, imbalance) does."""
     config = copy.deepcopy(config)
     config.pop("output_dir", None)
+    # Results stored before the designs took their parameters under design.options hash the
+    # old layout (design.m, design.n, ... beside design.name): the same settings, one key.
+    # The same for the learned sampler, written as loss.sampler "learned" with its options in
+    # loss.sampler_options before it had the learned_sampler section.
+    design = config.get("design", {})
+    if set(design.get("options", {})) <= set(OLD_DESIGN_KEYS):
+        design.update(design.pop("options", {}))
+    loss = config.get("loss", {})
+    if "learned_sampler" in config:
+        loss["sampler"], loss["sampler_options"] = "learned", config.pop("learned_sampler")
     # Results stored before the arms named their dtype policy ran float32.
     if config.get("model", {}).get("dtype_policy") == "float32":
         del config["model"]["dtype_policy"]

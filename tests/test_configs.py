@@ -76,7 +76,8 @@ def test_every_bundled_data_config_takes_a_training_step_on_its_data(name):
 #: from these by their loss and model only, which the step above runs; their whole runs are
 #: slow ones (TFDML_SLOW=1).
 WHOLE_RUN_BY_DEFAULT = ("default", "hong_balanced_group", "hong_balanced_prandom", "xbm_contrastive_memory",
-                        "duan_dsn_triplet", "simclr_nt_xent", "proxy_anchor_multi_similarity")
+                        "duan_dsn_triplet", "simclr_nt_xent", "proxy_anchor_multi_similarity",
+                        "harwood_smart_mining")
 
 
 def test_the_whole_runs_by_default_are_shipped_configs():

@@ -209,6 +209,7 @@ BELOW = {
     "tfdml.loss_state": ("tfdml.models", "tfdml.losses"),
     "tfdml.keras_shims": ("tfdml.models",),
     "tfdml.dtype_policies": ("tfdml.models",),
+    "tfdml.pddm": ("tfdml.losses", "tfdml.models"),
 }
 
 

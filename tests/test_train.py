@@ -159,19 +159,24 @@ def _weights(path):
     return out
 
 
-# The memory's rows by default; β and the proxies are also restored by every saving route of
+# The memory's rows by default; β, the proxies and DAML's generator are also restored by every saving route of
 # tests/tfdml/test_saving_routes.py, so their whole runs are slow ones (TFDML_SLOW=1).
 @pytest.mark.parametrize("loss, state", [
     pytest.param({"name": "margin", "sampler": "distance_weighted"}, "margin_parameters",
                  marks=pytest.mark.slow, id="margin"),
     # learned proxies, at 100x the learning rate
     pytest.param({"name": "proxy_anchor"}, "proxies", marks=pytest.mark.slow, id="proxy_anchor"),
+    # DAML's hard negative generator
+    pytest.param({"name": "daml"}, "generator", marks=pytest.mark.slow, id="daml"),
+    # the learned PDDM similarity unit beside the embedding
+    pytest.param({"name": "pddm"}, "pddm", marks=pytest.mark.slow, id="pddm"),
     pytest.param({"name": "triplet", "sampler": "semi_hard", "memory": {"size": 48, "warmup_steps": 3}},
                  "memory", id="memory"),
 ])
 def test_resume_after_kill_reaches_the_same_weights(tmp_path, loss, state):
     """Kill after epoch 2 of 4, rerun: same final weights (the encoder's, the loss's learned
-    parameters: β or the proxies, the optimizer's state) as an uninterrupted run.
+    parameters: β, the proxies, DAML's generator or the PDDM unit, the optimizer's state) as an
+    uninterrupted run.
 
     With a validation split: the resumed run holds out the same
     examples, so its best checkpoint and history equal the straight run's."""

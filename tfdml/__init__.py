@@ -35,6 +35,7 @@ _SUBMODULES = (
     "importance",
     "samplers",
     "losses",
+    "pddm",
     "memory",
     "metrics",
     "callbacks",
@@ -47,7 +48,7 @@ _SUBMODULES = (
 #: Read as attributes too, but not imported by :func:`load_model`: they register
 #: nothing with Keras (``plots`` imports matplotlib; ``python -m tfdml.search``
 #: runs :mod:`tfdml.search` as a script, once).
-_LAZY = ("search", "plots")
+_LAZY = ("search", "plots", "mining")
 
 
 def _import(name):

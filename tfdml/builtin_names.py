@@ -20,8 +20,8 @@ No imports (not even tfdml's other modules). Metric names are in
 LOSSES = ("contrastive", "triplet", "margin", "weighted_contrastive", "balanced_contrastive", "npair",
           "precision_at_k", "stable_contrast", "robust_hard_contrastive", "histogram", "angular",
           "lifted_structured", "binomial_deviance", "multi_similarity", "circle", "facility_location",
-          "ddml", "proxy_nca", "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins", "normalized_softmax",
-          "cosface", "arcface", "sub_center_arcface", "soft_triple", "fast_ap")
+          "ddml", "daml", "proxy_nca", "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins",
+          "normalized_softmax", "cosface", "arcface", "sub_center_arcface", "soft_triple", "fast_ap", "pddm")
 
 #: The ``name`` default of :class:`tfdml.losses.WeightedSumLoss`: a config's ``loss.name`` for
 #: a weighted sum of losses (its terms in ``loss.terms``). Not a :data:`LOSSES` name: the sum
@@ -40,7 +40,7 @@ BACKBONES = ("small_cnn", "mlp", "efficientnet_lite0", "convnext_tiny", "efficie
              "mobilenet_v3_large", "mobilenet_v3_small", "resnet101v2", "resnet50v2")
 
 #: :data:`pipelines.designs.DESIGNS`.
-DESIGNS = ("group", "p_random", "m_per_class", "two_views")
+DESIGNS = ("group", "p_random", "m_per_class", "two_views", "smart_mining")
 
 #: Each design of :data:`DESIGNS` → its own parameters in a config (``design.options``):
 #: ``Design.config_options`` (name → default, range, doc) of its class.
@@ -66,6 +66,20 @@ DESIGN_OPTIONS = {
         "n": {"default": 5, "min": 2, "doc": "distinct images per batch (images), each shown twice",
               "why": "one image has no other image to contrast with"},
     },
+    "smart_mining": {
+        "n": {"default": 16, "min": 2, "doc": "triplets per batch (anchors), each anchor, positive "
+              "and negative a row", "why": "a batch needs two anchors to mix mined and random negatives"},
+        "k": {"default": 10, "min": 1, "doc": "mined neighbours of another class kept per example",
+              "why": "the table holds at least one neighbour"},
+        "hard_fraction": {"default": 0.5, "between": (0.0, 1.0),
+                          "doc": "initial probability that a negative is a mined one (the controller "
+                                 "changes it)", "why": "a probability; 0 or 1 leave nothing to control"},
+        "refresh_every": {"default": 1, "min": 1, "doc": "epochs between refreshes of the table",
+                          "why": "a count of epochs"},
+        "step": {"default": 0.05, "between": (0.0, 1.0),
+                 "doc": "the controller's change of hard_fraction after an epoch",
+                 "why": "a change of a probability"},
+    },
 }
 
 #: Each design of :data:`DESIGNS` → every name its ``design.options`` may hold
@@ -75,6 +89,8 @@ DESIGN_OPTION_NAMES = {
     "p_random": ("p", "pairs", "batch_size"),
     "m_per_class": ("m", "n", "classes_per_batch", "batch_size"),
     "two_views": ("n", "images", "batch_size"),
+    "smart_mining": ("n", "k", "hard_fraction", "refresh_every", "step", "anchors", "approximate",
+                     "batch_size"),
 }
 
 #: The designs of :data:`DESIGNS` whose batches hold whole groups of classes
@@ -132,6 +148,8 @@ LOSS_OPTIONS = {
                           "name", "reduction", "dtype", "memory"),
     "ddml": ("tau", "beta", "distance", "sampler", "seed", "tuple_reduction", "name", "reduction", "dtype",
              "importance", "memory"),
+    "daml": ("embedding_dim", "margin", "metric_weight", "reg_weight", "adv_weight", "real_weight", "hidden_units",
+             "sampler", "seed", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
     "proxy_nca": ("num_classes", "embedding_dim", "embedding_scale", "proxy_scale", "proxy_lr_multiplier",
                   "seed", "centers_per_class", "distance", "tuple_reduction", "name", "reduction", "dtype",
                   "memory"),
@@ -156,6 +174,8 @@ LOSS_OPTIONS = {
                     "proxy_lr_multiplier", "seed", "distance", "tuple_reduction", "name", "reduction", "dtype",
                     "memory"),
     "fast_ap": ("num_bins", "distance", "seed", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "pddm": ("embedding_dim", "variant", "positives", "alpha", "beta", "lam", "units", "hidden_units", "seed",
+             "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
 }
 
 #: Each loss of :data:`LOSSES` → what a config's sampler checks read of its class
@@ -200,6 +220,8 @@ LOSS_SAMPLING = {
                         "distance": None, "takes_distance": True},
     "ddml": {"kinds": ("pairs", "triplets"), "takes_sampler": True, "required": False, "default": None,
              "learned": False, "distance": None, "takes_distance": True},
+    "daml": {"kinds": ("triplets",), "takes_sampler": True, "required": True, "default": "random_triplets",
+             "learned": False, "distance": "euclidean", "takes_distance": True},
     "proxy_nca": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,
                   "distance": None, "takes_distance": False},
     "proxy_anchor": {"kinds": (), "takes_sampler": False, "required": False, "default": None, "learned": False,
@@ -224,6 +246,8 @@ LOSS_SAMPLING = {
                    "learned": False, "distance": None, "takes_distance": False},
     "fast_ap": {"kinds": (), "takes_sampler": False, "required": False, "default": None,
                "learned": False, "distance": None, "takes_distance": False},
+    "pddm": {"kinds": (), "takes_sampler": False, "required": False, "default": None,
+             "learned": False, "distance": None, "takes_distance": False},
 }
 
 #: Each sampler of :data:`SAMPLERS` → what a config's sampler checks read of its class

@@ -12,7 +12,7 @@ import copy
 import sys
 import warnings
 
-from tfdml import builtin_names, metric_names
+from tfdml import builtin_names, metric_names, option_rules
 from tfdml_app import sampler_fit
 from tfdml_app.loss_config import ConfigError, check_loss_options, suggest
 from tfdml_app.parts import LEARNED_SAMPLERS, WEIGHTED_SUM, loss_sections
@@ -301,6 +301,19 @@ def check_values(config):
     return cfg
 
 
+def _check_option_values(section, where):
+    """The values in ``loss.options`` and ``loss.sampler_options`` of a built-in loss and
+    sampler (``section`` at ``where``), on :mod:`tfdml.option_rules`, with the messages of
+    the constructors' path (:func:`tfdml_app.loss_config.build_loss`)."""
+    name, options = section["name"], section["options"]
+    rules = option_rules.loss_rules(name, builtin_names.LOSS_OPTIONS[name] or options)
+    for reason in option_rules.violations(rules, options):
+        raise ConfigError(f"{where}.options for {name!r}: {reason}")
+    sampler = section["sampler"] or builtin_names.LOSS_SAMPLING[name]["default"]
+    for reason in option_rules.violations(option_rules.SAMPLER_RULES.get(sampler, {}), section["sampler_options"]):
+        raise ConfigError(f"{where}.sampler_options for {sampler!r}: {reason}")
+
+
 def check_structure(config, names=False):
     """Check a config dict without the library (and without TensorFlow): its
     keys, types, fixed choices and value ranges; the names the library
@@ -315,10 +328,11 @@ def check_structure(config, names=False):
     sampler's fit to the loss and the names in ``loss.sampler_options`` and
     ``learned_sampler`` (:mod:`tfdml_app.sampler_fit` on
     :data:`tfdml.builtin_names.LOSS_SAMPLING`, :data:`~tfdml.builtin_names.SAMPLER_FACTS`
-    and :data:`~tfdml.builtin_names.LEARNED_SAMPLER_OPTIONS`). What is left to
+    and :data:`~tfdml.builtin_names.LEARNED_SAMPLER_OPTIONS`), and the values in
+    ``loss.options`` and ``loss.sampler_options`` (:mod:`tfdml.option_rules`). What is left to
     :func:`tfdml_app.config.validate`, which builds the loss with its sampler: the
-    values of ``loss.options``, ``loss.sampler_options`` and ``loss.memory`` (each
-    checked by the constructor of its class), and what the built loss and sampler
+    values of ``loss.memory`` and the combinations of option values a constructor
+    refuses, and what the built loss and sampler
     ask of the batch design and the model (:func:`tfdml_app.loss_config.check_loss`).
     Raises :class:`ConfigError`."""
     cfg = _validate(moved(config or {}), SCHEMA, "", BUILTIN if names else FIXED)
@@ -330,3 +344,4 @@ def check_structure(config, names=False):
         for section, where in loss_sections(cfg):
             check_loss_options(section, builtin_names.LOSS_OPTIONS[section["name"]], where)
             sampler_fit.check_sampler(section, sampler_fit.builtin_facts(), where)
+            _check_option_values(section, where)

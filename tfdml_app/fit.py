@@ -13,7 +13,7 @@ import numpy as np
 
 from tfdml import callbacks as callbacks_lib
 from tfdml import files, models, runs
-from tfdml_app import advice, build, evaluation, export, fit_loops, summary
+from tfdml_app import advice, build, evaluation, export, fit_loops, mining, summary
 from tfdml_app import data as data_lib
 from tfdml_app import config as config_lib
 from tfdml_app.embedding import embed
@@ -166,12 +166,14 @@ def _run(cfg, strategy, chief, out, fresh, verbose, callbacks):
     monitored_ds = data_lib.eval_dataset(cfg, val_split if val_split is not None else test_split)
 
     if cfg["strategy"] == "multi_worker":
+        mining.refresh_callback(cfg, design, train_split, state)  # refused for a mined table
         history = fit_loops.fit_custom_loop(cfg, model, strategy, design, train_ds, out, backup, state, verbose)
         best = monitored = None
     else:
         history, best, monitored = fit_loops.fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose,
                                    callbacks, validation=val_split is not None,
-                                   objective=fit_loops.objective_on_sample(cfg, train_split, num_classes))
+                                   objective=fit_loops.objective_on_sample(cfg, train_split, num_classes),
+                                   mining=mining.refresh_callback(cfg, design, train_split, state))
 
     if not chief:
         # The chief's final model is model.keras; a worker keeps its weights to compare.

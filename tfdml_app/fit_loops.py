@@ -11,6 +11,7 @@ from tfdml import callbacks as callbacks_lib
 from tfdml import losses as losses_lib
 from tfdml import runs
 from tfdml_app import advice, build
+from tfdml_app import mining as mining_lib
 from tfdml_app import config as config_lib
 from tfdml_app.data import model_input
 from tfdml_app.errors import ExperimentError
@@ -91,11 +92,13 @@ def objective_on_sample(cfg, split, num_classes):
 
 
 def fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, extra_callbacks=(),
-               validation=False, objective=None):
+               validation=False, objective=None, mining=None):
     """``model.fit`` with the per-epoch evaluation of ``monitored_ds``: the
     validation split (``validation``; keys ``val_*``, and the best checkpoint
     follows them) or the test split (keys ``test_*``, history only); with
-    ``objective`` (a :class:`tfdml.callbacks.LossOnSample`), its value too.
+    ``objective`` (a :class:`tfdml.callbacks.LossOnSample`), its value too; ``mining``
+    (a :class:`tfdml.mining.SmartMiningRefresh`, or None) refreshes a mined table, its
+    controller's state kept in the backup.
 
     Returns ``(history, best, embedded)``: the per-epoch logs of this session, the
     :class:`tfdml.runs.AtomicCheckpoint` of the best checkpoint (None without
@@ -126,6 +129,8 @@ def fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, e
         evaluator,
         *([objective] if objective is not None else []),
         callbacks_lib.NaNGuard(backup),
+        # Before the backup: the epoch's controller step is part of the epoch's state.
+        *([mining] if mining is not None else []),
         *([best] if best is not None else []),
         *([stopper] if stopper is not None else []),
         history_csv,
@@ -134,7 +139,8 @@ def fit_keras(cfg, model, train_ds, monitored_ds, out, backup, state, verbose, e
         runs.BackupCallback(backup, extra=lambda epoch: {
             "best": best.best if best is not None else None,
             "best_epoch": best.best_epoch if best is not None else None, "history": history_csv.rows,
-            "early_stopping_wait": stopper.wait if stopper is not None else 0, "config": resolved}),
+            "early_stopping_wait": stopper.wait if stopper is not None else 0, "config": resolved,
+            **mining_lib.backup_state(mining)}),
         *extra_callbacks,
     ]
     done = int(state.get("epoch", 0))

@@ -80,7 +80,8 @@ design, and :class:`DesignPlan`), :mod:`~pipelines.designs.checks` (the argument
 split a design refuses), :mod:`~pipelines.designs.draws` (stateless draws of distinct
 classes and examples), one module per design (:mod:`~pipelines.designs.group`: group and
 m-per-class; :mod:`~pipelines.designs.p_random`; :mod:`~pipelines.designs.two_views`, every
-image twice for the losses of two views) and :mod:`~pipelines.designs.registry`
+image twice for the losses of two views; :mod:`~pipelines.designs.smart_mining`, triplets whose
+negatives come from a table of mined neighbours) and :mod:`~pipelines.designs.registry`
 (:data:`DESIGNS`, :func:`register`, :func:`get_design`). Every public name is importable
 from here.
 """
@@ -88,6 +89,7 @@ from here.
 from pipelines.designs.base import Design, DesignPlan
 from pipelines.designs.group import GroupDesign, MPerClassDesign
 from pipelines.designs.p_random import PRandomDesign
+from pipelines.designs.smart_mining import SmartMiningDesign
 from pipelines.designs.registry import DESIGNS, get_design, register
 from pipelines.designs.two_views import TwoViewDesign
 
@@ -98,6 +100,7 @@ __all__ = [
     "PRandomDesign",
     "MPerClassDesign",
     "TwoViewDesign",
+    "SmartMiningDesign",
     "DESIGNS",
     "get_design",
     "register",

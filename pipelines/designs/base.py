@@ -66,6 +66,9 @@ class Design:
     #: True when every image of a batch appears twice, as two views under independent
     #: augmentation (rows sharing an ``example_id``): what the losses of two views read.
     two_views = False
+    #: True when the batches read a table of mined neighbours the model side refreshes
+    #: (``neighbours`` and ``hard_fraction`` variables, :mod:`pipelines.designs.smart_mining`).
+    mined_table = False
     #: True when every batch is drawn independently of the others, so that a cross-batch
     #: memory's composition gives its pairs' sampling probability: the design writes the
     #: ``w_memory`` column (:func:`tfdml.importance.memory_pair_weights`).

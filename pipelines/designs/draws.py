@@ -4,6 +4,12 @@ class, and epochs of blocks of a permutation."""
 import tensorflow as tf
 
 
+def uniform_below(x, k):
+    """A uniform integer in [0, k) from x ~ U[0, 1) (float64; k >= 1, a number or a tensor)."""
+    k = tf.cast(k, tf.float64)
+    return tf.cast(tf.minimum(tf.floor(x * k), k - 1.0), tf.int32)
+
+
 def top_k_subset(key, chunk, population, count):
     """[chunk, count] distinct uniform indices of [0, population): top of i.i.d. 64-bit keys."""
     bits = tf.random.stateless_uniform(

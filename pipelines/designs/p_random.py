@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from pipelines.designs.base import Design, DesignPlan
 from pipelines.designs.checks import option_value, positive_int
+from pipelines.designs.draws import uniform_below
 
 
 class PRandomDesign(Design):
@@ -64,10 +65,7 @@ class PRandomDesign(Design):
         positive_classes = tf.constant(plan.positive)
         u = tf.random.stateless_uniform([8, plan.chunk, count], key, dtype=tf.float64)
 
-        def below(x, k):  # uniform integer in [0, k) from x ~ U[0, 1)
-            k = tf.cast(k, tf.float64)
-            return tf.cast(tf.minimum(tf.floor(x * k), k - 1.0), tf.int32)
-
+        below = uniform_below
         sizes, offsets, order = consts["sizes"], consts["offsets"], consts["order"]
         # Positive: uniform class among those with >= 2 examples, ordered pair of distinct examples.
         pc = tf.gather(positive_classes, below(u[0], len(plan.positive)))

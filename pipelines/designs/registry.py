@@ -6,6 +6,7 @@ from tfdml.registry import Registry
 from pipelines.designs.base import Design
 from pipelines.designs.group import GroupDesign, MPerClassDesign
 from pipelines.designs.p_random import PRandomDesign
+from pipelines.designs.smart_mining import SmartMiningDesign
 from pipelines.designs.two_views import TwoViewDesign
 
 
@@ -21,6 +22,7 @@ DESIGNS.update({
     "p_random": PRandomDesign,
     "m_per_class": MPerClassDesign,
     "two_views": TwoViewDesign,
+    "smart_mining": SmartMiningDesign,
 })
 
 

@@ -34,9 +34,42 @@ def test_calls_are_interleaved_and_each_side_gets_its_median():
         return lambda: order.append(name) or next(values)
 
     # a: warm-up 9, then 1, 5, 3 -> median 3; b: warm-up 9, then 2, 2, 8 -> median 2.
-    median = cp.interleaved({"a": side("a", [9, 1, 5, 3]), "b": side("b", [9, 2, 2, 8])}, runs=3, warmup=1)
+    median = cp.interleaved({"a": side("a", [9, 1, 5, 3]), "b": side("b", [9, 2, 2, 8])}, runs=3, warmup=1,
+                            settle=0)
     assert median == {"a": 3, "b": 2}
     assert order == ["a", "b"] + ["a", "b"] * 3
+
+
+def test_each_timed_call_follows_untimed_calls_of_its_own_side():
+    """The settling calls absorb the other side's spinning threads: only the last call of a
+    side's turn is timed, and a side's turn is never split by the other's calls."""
+    order = []
+
+    def side(name, seconds):
+        values = iter(seconds)
+        return lambda: order.append(name) or next(values)
+
+    # a: warm-up 9; rounds (untimed 7, timed 1), (7, 3); b: warm-up 9; (7, 4), (7, 6).
+    median = cp.interleaved({"a": side("a", [9, 7, 1, 7, 3]), "b": side("b", [9, 7, 4, 7, 6])}, runs=2, warmup=1,
+                            settle=1)
+    assert median == {"a": 2, "b": 5}
+    assert order == ["a", "b"] + ["a", "a", "b", "b"] * 2
+
+
+def test_a_slow_call_settles_alone():
+    """Untimed calls stop once they took ``settle_seconds``: a side whose calls are slow is not
+    run three times per round."""
+    order = []
+
+    def side(name, seconds):
+        values = iter(seconds)
+        return lambda: order.append(name) or next(values)
+
+    # a: fast (0.001 s), settles twice; b: slow (1 s), settles once.
+    median = cp.interleaved({"a": side("a", [0.001] * 4), "b": side("b", [1.0, 1.0, 2.0])}, runs=1, warmup=1,
+                            settle=2, settle_seconds=0.05)
+    assert median == {"a": 0.001, "b": 2.0}
+    assert order == ["a", "b", "a", "a", "a", "b", "b"]
     assert cp.ratio(3.0, 2.0) == "1.50" and cp.ratio(None, 2.0) == "–" and cp.ratio(1.0, None) == "–"
     assert cp.ratio(0.3, 100.0) == "0.003" and cp.ratio(8.0, 100.0) == "0.08"  # not 0.00
 
@@ -311,3 +344,9 @@ def test_a_peer_killed_on_one_case_leaves_that_row_without_pml_and_the_run_goes_
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert float(cells[2]) > 0 and cells[4] == "–"  # tfdml ran, PML did not
         assert f"Not run: PML, {case}, B = 8: the torch worker exited with status -9" in out
+
+
+def test_a_case_at_several_batches_is_one_row():
+    rows = [["256", "1.00", "no miner", "yes (Δ 0.0e+00)"], ["1024", "4.00", "no miner", "yes (Δ 1.0e-07)"]]
+    assert cp.joined_cells(rows) == ["256 / 1024", "1.00 / 4.00", "no miner", "yes (Δ 0.0e+00) / yes (Δ 1.0e-07)"]
+    assert cp.joined_cells(rows[:1]) == rows[0]

@@ -59,6 +59,7 @@ SAMPLER_FOR = {
     ("circle", "triplets"): "hard",
     ("ddml", "pairs"): "pair_margin",
     ("ddml", "triplets"): "easy_hard",
+    ("daml", "triplets"): "random_triplets",
 }
 # Constructor arguments a loss needs beyond its defaults.
 REQUIRED = {
@@ -71,6 +72,8 @@ REQUIRED = {
     "arcface": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
     "sub_center_arcface": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
     "soft_triple": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
+    "daml": {"embedding_dim": EMBEDDING},
+    "pddm": {"embedding_dim": EMBEDDING},
 }
 
 

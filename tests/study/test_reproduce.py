@@ -44,14 +44,14 @@ def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
     assert a["loss"]["sampler"] == "distance_weighted" and b["loss"]["sampler"] == "semi_hard"
     a["loss"].pop("sampler"), b["loss"].pop("sampler")
     assert a == b
-    assert cfg("margin-dw-b40")["design"] == {"name": "m_per_class", "m": 5, "n": 8}
+    assert cfg("margin-dw-b40")["design"] == {"name": "m_per_class", "options": {"m": 5, "n": 8}}
     assert cfg("margin-dw-b80-fixed1.0")["loss"]["options"]["learn_beta0"] is False
     wide, narrow = cfg("balanced-prandom0.9-pairs256-is"), cfg("balanced-prandom0.9-is")
-    assert (wide["design"].pop("pairs"), narrow["design"].pop("pairs")) == (256, 64)
+    assert (wide["design"]["options"].pop("pairs"), narrow["design"]["options"].pop("pairs")) == (256, 64)
     assert wide == narrow
-    assert cfg("balanced-group16x4-is")["design"] == {"name": "group", "m": 16, "n": 4}
+    assert cfg("balanced-group16x4-is")["design"] == {"name": "group", "options": {"m": 16, "n": 4}}
     half, tenth = cfg("balanced-prandom0.5-nois"), cfg("balanced-prandom0.1-nois")
-    assert (half["design"].pop("p"), tenth["design"].pop("p")) == (0.5, 0.1) and half == tenth
+    assert (half["design"]["options"].pop("p"), tenth["design"]["options"].pop("p")) == (0.5, 0.1) and half == tenth
     low, hong = cfg("balanced-group2x32-is-lam16"), cfg("balanced-group2x32-is")
     assert (low["loss"]["options"].pop("lam"), hong["loss"]["options"].pop("lam")) == (16.0, 256.0)
     assert low == hong
@@ -65,7 +65,7 @@ def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
     for tag in ("is", "nois"):  # Hong's Fig. 2: the traditional contrastive loss, all else as the balanced arm
         traditional, balanced = cfg(f"contrastive-group4x16-{tag}-fig2"), cfg(f"balanced-group4x16-{tag}-fig2")
         loss = traditional.pop("loss")
-        assert (loss["name"], loss["sampler"]) == ("contrastive", "none")
+        assert (loss["name"], loss["sampler"]) == ("contrastive", "by_loss")
         assert loss["options"] == {"margin": 1.0, "squared": True, "importance": tag == "is"}
         assert balanced.pop("loss")["options"]["margin"] == 1.0 and traditional == balanced
     for loss in ("contrastive", "contrastive-is", "multi_similarity"):  # XBM: the memory and nothing else
@@ -75,7 +75,7 @@ def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
     assert cfg("xbm-contrastive-is-mem256")["loss"]["options"]["importance"] is True
     quick = rp.arm_config("xbm-contrastive-mem1024", 0, "v.npz", rp.BUDGETS["quick"], "out")
     assert quick["loss"]["memory"]["warmup_steps"] == rp.BUDGETS["quick"]["steps"] // 4  # a quarter of any budget
-    batch = big["design"]["m"] * big["design"]["n"]
+    batch = big["design"]["options"]["m"] * big["design"]["options"]["n"]
     assert all(size % batch == 0 for size in rp.XBM_SIZES)  # whole batches: the importance weights need them
     # the largest memory fills within the quick budget, after its warm-up
     assert rp.BUDGETS["quick"]["steps"] - quick["loss"]["memory"]["warmup_steps"] > max(rp.XBM_SIZES) // batch
@@ -95,6 +95,28 @@ def test_arms_differ_only_in_what_the_claim_compares(tmp_path):
     bf16 = cfg("margin-dw-b80")
     bf16["model"]["dtype_policy"] = "mixed_bfloat16"
     assert rp.config_key(bf16) != rp.config_key(cfg("margin-dw-b80"))
+    # The arms write the design's parameters under design.options; results stored when they
+    # stood beside design.name keep their key, other parameters do not.
+    old_layout = cfg("margin-dw-b80")
+    old_layout["design"].update(old_layout["design"].pop("options"))
+    assert "options" in cfg("margin-dw-b80")["design"]
+    assert rp.config_key(old_layout) == rp.config_key(cfg("margin-dw-b80"))
+    other_design = cfg("margin-dw-b80")
+    other_design["design"]["options"]["m"] += 1
+    assert rp.config_key(other_design) != rp.config_key(cfg("margin-dw-b80"))
+
+
+def test_every_arm_validates_without_a_warning_of_an_old_layout():
+    """No arm writes a key in an old place (design parameters beside design.name,
+    ``loss.sampler: learned``) that validation would read with a FutureWarning."""
+    import warnings
+
+    from tfdml_app import config_checks
+
+    for arm in rp.ARMS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)
+            config_checks.check_structure(rp.arm_config(arm, 0, "v.npz", rp.BUDGETS["standard"], "out"), names=True)
 
 
 def test_every_claim_is_listed_with_its_checks_or_why_it_is_untested():
@@ -165,7 +187,7 @@ def test_uniform_triplet_arms_are_the_papers_random_baselines():
     assert "sampler_options" not in rp.ARMS["triplet-random-m10"]["loss"]  # one negative per positive pair
     duan = rp.paper_claims.by_id("duan_t3_random")
     assert duan["experiment"] == "duan_dsn" and duan["checks"] == [("triplet-learned-b80", "triplet-random-b80-t64")]
-    options = rp.ARMS["triplet-learned-b80"]["loss"]["sampler_options"]
+    options = rp.ARMS["triplet-learned-b80"]["learned_sampler"]
     random_arm = rp.ARMS["triplet-random-b80-t64"]
     assert random_arm["loss"]["sampler_options"] == {
         "num_triplets": options["minibatches"] * options["tuples_per_minibatch"]}
@@ -1034,7 +1056,8 @@ def test_loss_table_arms_take_each_loss_from_its_papers_config_and_build(tmp_pat
         elif arm != "npair-b80":
             assert design == rp.ARMS["margin-dw-b80"]["design"]
         else:
-            assert design["m"] * design["n"] == 80 and design["m"] == 2  # Sohn's N pairs
+            options = design["options"]
+            assert options["m"] * options["n"] == 80 and options["m"] == 2  # Sohn's N pairs
         cfg = tfdml_config.validate(rp.arm_config(arm, 0, str(tmp_path / "view.npz"), rp.BUDGETS["standard"],
                                                   str(tmp_path / arm)))
         assert config_lib.build_loss(cfg, 20) is not None
@@ -1084,8 +1107,9 @@ def test_hong_fig1_arms_perturb_only_the_weights():
 
 def test_duan_paper_setting_compares_the_pool_arms_at_equal_tuples():
     learned, random_arm = rp.ARMS["triplet-learned-pool320-pretrain200"], rp.ARMS["triplet-random-pool320-t64"]
-    assert learned["design"] == random_arm["design"] and learned["design"]["m"] * learned["design"]["n"] == 320
-    options = learned["loss"]["sampler_options"]
+    design = learned["design"]["options"]
+    assert learned["design"] == random_arm["design"] and design["m"] * design["n"] == 320
+    options = learned["learned_sampler"]
     assert options["pretrain_steps"] > 0
     assert options["trunk"] == "conv"  # §3.2: a conv network on the images
     assert random_arm["loss"]["sampler_options"]["num_triplets"] == options["minibatches"] * options[
@@ -1096,12 +1120,13 @@ def test_duan_paper_setting_compares_the_pool_arms_at_equal_tuples():
     batch_arm = rp.ARMS[pool_check[1]]
     assert pool_check[0] == "triplet-learned-pool320-pretrain200"
     assert batch_arm["loss"] == learned["loss"] and batch_arm["design"] != learned["design"]
+    assert batch_arm["learned_sampler"] == learned["learned_sampler"]
     # The arms not run yet record whether the policy collapses (its entropy, the loss of the
     # tuples it picks against uniform ones); the arms already run keep their config.
     for arm in ("triplet-learned-pool320-pretrain200", "triplet-learned-b80-pretrain200-conv", "npair-learned-m4"):
-        assert rp.ARMS[arm]["loss"]["sampler_options"]["diagnostics"] is True, arm
+        assert rp.ARMS[arm]["learned_sampler"]["diagnostics"] is True, arm
     for arm in ("triplet-learned-b80", "triplet-learned-b80-pretrain200", "triplet-learned-b80-t20"):
-        assert "diagnostics" not in rp.ARMS[arm]["loss"]["sampler_options"], arm
+        assert "diagnostics" not in rp.ARMS[arm]["learned_sampler"], arm
 
 
 def test_the_report_says_whether_a_learned_policy_collapsed(tmp_path):
@@ -1207,7 +1232,7 @@ def test_a_check_at_different_tuple_counts_or_with_another_sampler_says_so():
     semi = rp.paper_claims.by_id("duan_t3_semi")
     assert "64" in semi["caveat"] and "320" in semi["caveat"]
     learned, semi_hard = semi["checks"][0]
-    options = rp.ARMS[learned]["loss"]["sampler_options"]
+    options = rp.ARMS[learned]["learned_sampler"]
     assert options["minibatches"] * options["tuples_per_minibatch"] == 64
     for row in rp.paper_claims.CLAIMS:
         pair_semi_hard = [arm for check in row.get("checks", []) for arm in rp.paper_claims.sides(check)

@@ -153,10 +153,13 @@ _GLOBAL_BATCH_LOSSES = {  # name -> (loss, label column); the scales keep gradie
     "proxy_anchor": (lambda: losses.ProxyAnchorLoss(4, 8, alpha=1.0, seed=2), _CLASSES),
     "soft_triple": (lambda: losses.SoftTripleLoss(4, 8, centers_per_class=2, la=4.0, seed=2), _CLASSES),
     "fast_ap": (lambda: losses.FastAPLoss(), _CLASSES),  # each query's AP over the global batch
+    # the hardest positive pair and its negatives, mined by the PDDM unit over the global batch
+    "pddm": (lambda: losses.PDDMLoss(8, units=6, hidden_units=4, seed=2), _CLASSES),
     "facility_location": (lambda: losses.FacilityLocationLoss(refinement_steps=0), _CLASSES),  # greedy: a small graph
     "ddml_pair_margin": (lambda: losses.DDMLLoss(sampler="pair_margin"), _CLASSES),
     "triplet_easy_hard": (lambda: losses.TripletLoss(sampler="easy_hard"), _CLASSES),
     "triplet_npair": (lambda: losses.TripletLoss(sampler="npair"), _VIEWS),  # two rows per class
+    "daml_hard": (lambda: losses.DAMLLoss(8, sampler="hard", seed=2), _CLASSES),  # and its generator's gradients
 }
 
 

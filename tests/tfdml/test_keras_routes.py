@@ -22,13 +22,16 @@ C, D, B = 4, 3, 8
 X = np.random.default_rng(0).normal(size=(B, 5)).astype("float32")
 Y = np.repeat(np.arange(C), 2).astype("int64")
 
-#: Losses whose state Keras would have to train: the proxies and class weights, Wu's β0 / β_class.
+#: Losses whose state Keras would have to train: the proxies and class weights, Wu's β0 / β_class,
+#: DAML's generator.
 LEARNED = {
     "proxy_anchor": lambda: losses.ProxyAnchorLoss(num_classes=C, embedding_dim=D, seed=0),
     "proxy_nca": lambda: losses.ProxyNCALoss(num_classes=C, embedding_dim=D, seed=0),
     "margin": lambda: losses.MarginLoss(num_classes=C, sampler=None),
     # the class weights of the classification family (K = 2 centres per class)
     "soft_triple": lambda: losses.SoftTripleLoss(num_classes=C, embedding_dim=D, centers_per_class=2, seed=0),
+    # DAML's hard negative generator
+    "daml": lambda: losses.DAMLLoss(embedding_dim=D, seed=0),
 }
 
 

@@ -1,5 +1,5 @@
-"""A loss's state (proxies, learned margins β, a sampler's seed stream, a cross-batch
-memory built without ``embedding_dim``) survives every way Keras and TensorFlow save a
+"""A loss's state (proxies, learned margins β, DAML's generator, the PDDM unit, a sampler's seed
+stream, a cross-batch memory built without ``embedding_dim``) survives every way Keras and TensorFlow save a
 trained EmbeddingModel: ``save_weights`` / ``load_weights``, ``tf.train.Checkpoint`` and
 ``tf.train.CheckpointManager``, ``model.save`` + ``tfdml.load_model``, and a custom loop
 resumed from a CheckpointManager."""
@@ -29,7 +29,11 @@ def _dataset():
 LOSSES = {
     # β0, β_class, the distance-weighted sampler's seed stream and a memory without embedding_dim
     "margin_memory": lambda: losses.MarginLoss(num_classes=CLASSES, seed=3, memory={"size": 12}),
+    # DAML's hard negative generator and its random sampler's seed stream
+    "daml": lambda: losses.DAMLLoss(embedding_dim=D, seed=3),
     "proxy_anchor": lambda: losses.ProxyAnchorLoss(num_classes=CLASSES, embedding_dim=D, seed=3),
+    # the learned PDDM similarity unit beside the embedding
+    "pddm": lambda: losses.PDDMLoss(embedding_dim=D, units=5, hidden_units=3, seed=3),
     # K = 2 centres per class: the class weights of the classification family
     "soft_triple": lambda: losses.SoftTripleLoss(num_classes=CLASSES, embedding_dim=D, centers_per_class=2, seed=3),
     "triplet_memory": lambda: losses.TripletLoss(sampler="semi_hard", memory={"size": 12}),
@@ -221,8 +225,8 @@ def _assert_every_replica_holds(model, saved, strategy):
 
 
 #: The state a mirrored model carries across devices: learned margins, a sampler's seed
-#: stream and a memory (margin_memory); proxies (proxy_anchor).
-MIRRORED_LOSSES = ("margin_memory", "proxy_anchor")
+#: stream and a memory (margin_memory); proxies (proxy_anchor); the PDDM unit (pddm).
+MIRRORED_LOSSES = ("margin_memory", "proxy_anchor", "pddm")
 
 
 @pytest.fixture(scope="module", params=MIRRORED_LOSSES)

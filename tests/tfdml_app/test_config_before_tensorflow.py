@@ -22,20 +22,33 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 #: status and whether TensorFlow had been imported.
 _SCRIPT = """
 import runpy, sys
-sys.argv = ["train.py", "--config", "configs/default.yaml", "--set", "training.epochs=-1"]
-try:
-    runpy.run_path("train.py", run_name="__main__")
-except SystemExit as exit:
-    print(exit.code, "tensorflow" in sys.modules)
+for setting in sys.argv[1:]:
+    sys.argv = ["train.py", "--config", "configs/default.yaml", "--set", setting]
+    try:
+        runpy.run_path("train.py", run_name="__main__")
+    except SystemExit as exit:
+        print(exit.code, "tensorflow" in sys.modules)
 """
 
+#: One bad value of each kind: a range of the schema, a loss option's and a sampler
+#: option's value (tfdml.option_rules), with the message each gets.
+BAD_VALUES = {
+    "training.epochs=-1": "Config error: training.epochs must be >= 1, got -1.",
+    "loss.options.alpha=-1": "Config error: loss.options for 'margin': alpha must be a number > 0, got -1.",
+    "loss.sampler_options.cutoff=2": ("Config error: loss.sampler_options for 'distance_weighted': cutoff must be "
+                                      "a number in [0, 2), got 2."),
+}
 
-def test_the_script_refuses_a_bad_range_without_importing_tensorflow():
-    """``python train.py --config configs/default.yaml --set training.epochs=-1``, in a
-    fresh interpreter."""
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert "Config error: training.epochs must be >= 1, got -1." in proc.stderr
-    assert proc.stdout.split() == ["2", "False"], proc.stderr[-3000:]
+
+def test_the_script_refuses_bad_values_without_importing_tensorflow():
+    """``python train.py --config configs/default.yaml --set <bad value>`` for each of
+    BAD_VALUES, one after the other in one fresh interpreter: each exits with status 2
+    and its message, and TensorFlow is still not imported after the last."""
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, *BAD_VALUES], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    for setting, message in BAD_VALUES.items():
+        assert message in proc.stderr, (setting, proc.stderr[-3000:])
+    assert proc.stdout.split() == ["2", "False"] * len(BAD_VALUES), proc.stderr[-3000:]
 
 
 def _combinations():

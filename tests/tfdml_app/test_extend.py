@@ -56,7 +56,9 @@ def test_the_application_makes_every_registered_design_from_its_config_section()
     from tfdml_app import config, data
 
     expected = {"group": {"m": 3, "n": 4}, "p_random": {"p": 0.25, "pairs": 6},
-                "m_per_class": {"m": 3, "classes_per_batch": 4}, "two_views": {"images": 4}}
+                "m_per_class": {"m": 3, "classes_per_batch": 4}, "two_views": {"images": 4},
+                "smart_mining": {"anchors": 4, "k": 10, "hard_fraction": 0.5, "refresh_every": 1,
+                                 "step": 0.05, "approximate": None}}
     for name in designs.DESIGNS:
         cfg = config.validate({"design": {"name": name, "m": 3, "n": 4, "p": 0.25, "pairs": 6},
                                "loss": {"name": "contrastive", "sampler": "by_loss"}})

@@ -108,12 +108,18 @@ def _integer_labels(labels):
 def _class_layout(labels):
     """The batch grouped by class: ``order`` lists the examples by (label, index), so each
     class is a contiguous run; example i sits at position ``where[i]`` of ``order``, its
-    class's run starts at ``start[i]`` and holds ``count[i]`` examples."""
+    class's run starts at ``start[i]`` and holds ``count[i]`` examples.
+
+    ``start`` and the run's end come from one binary search of the sorted labels for
+    ``label − 1`` and ``label`` (for integers, x < v exactly when x ≤ v − 1; the least
+    label of the dtype, where v − 1 would wrap, starts at 0): one loop to compile, not two."""
     order = tf.argsort(labels, stable=True)
     where = primitives.invert_permutation_rows(order[None, :])[0]
     sorted_labels = tf.gather(labels, order)[None, :]
-    start = chosen.count_less_equal(sorted_labels, labels[None, :], strict=True)[0]
-    end = chosen.count_less_equal(sorted_labels, labels[None, :])[0]
+    size = tf.shape(labels)[0]
+    below, end = tf.split(chosen.count_less_equal(sorted_labels, tf.concat([labels - 1, labels], 0)[None, :])[0],
+                          2 * [size])
+    start = tf.where(labels == labels.dtype.min, 0, below)
     return order, where, start, end - start
 
 

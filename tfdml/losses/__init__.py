@@ -23,6 +23,7 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`CircleLoss`             Sun et al. 2020, Eq. 6 with Eq. 5 / 8 (pairs)
 :class:`FacilityLocationLoss`   Song et al. 2017 §3.1–3.4 (clustering, NMI margin)
 :class:`DDMLLoss`               Hu, Lu, Tan 2014 (DDML), Eq. 6 / 7
+:class:`DAMLLoss`               Duan et al. 2018 (DAML), learned hard negative generator
 :class:`ProxyNCALoss`           Movshovitz-Attias et al. 2017 §3 (proxies)
 :class:`ProxyAnchorLoss`        Kim et al. 2020 Eq. 4 (proxies)
 :class:`WeightedSumLoss`        Σ_t w_t L_t: several losses on one batch (PML's MultipleLosses)
@@ -37,6 +38,7 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`SubCenterArcFaceLoss`   Deng et al. 2020 §3, K sub-centres (class weights)
 :class:`SoftTripleLoss`         Qian et al. 2019 §3, K centres (class weights)
 :class:`FastAPLoss`             Cakir et al. 2019 §3, histogram-binned AP
+:class:`PDDMLoss`               Huang, Loy & Tang 2016 (learned PDDM similarity, quadruplets)
 ==============================  ==============================================
 """
 
@@ -54,6 +56,7 @@ from tfdml.losses.binomial_deviance import BinomialDevianceLoss
 from tfdml.losses.circle import CircleLoss
 from tfdml.losses.classification import ArcFaceLoss, CosFaceLoss, NormalizedSoftmaxLoss, SubCenterArcFaceLoss
 from tfdml.losses.contrastive import ContrastiveLoss
+from tfdml.losses.daml import DAMLLoss, HardNegativeGenerator
 from tfdml.losses.ddml import DDMLLoss
 from tfdml.losses.facility_location import FacilityLocationLoss
 from tfdml.losses.fast_ap import FastAPLoss
@@ -63,6 +66,7 @@ from tfdml.losses.lifted_structured import LiftedStructuredLoss
 from tfdml.losses.margin import MarginLoss, MarginParameters
 from tfdml.losses.multi_similarity import MultiSimilarityLoss
 from tfdml.losses.npair import NPairLoss
+from tfdml.losses.pddm import PDDMLoss
 from tfdml.losses.nt_xent import NTXentLoss
 from tfdml.losses.precision_at_k import PrecisionAtKLoss
 from tfdml.losses.proxies import Proxies
@@ -105,6 +109,7 @@ LOSSES.update({
     "circle": CircleLoss,
     "facility_location": FacilityLocationLoss,
     "ddml": DDMLLoss,
+    "daml": DAMLLoss,
     "proxy_nca": ProxyNCALoss,
     "proxy_anchor": ProxyAnchorLoss,
     "nt_xent": NTXentLoss,
@@ -117,6 +122,7 @@ LOSSES.update({
     "sub_center_arcface": SubCenterArcFaceLoss,
     "soft_triple": SoftTripleLoss,
     "fast_ap": FastAPLoss,
+    "pddm": PDDMLoss,
 })
 
 
@@ -152,10 +158,12 @@ __all__ = [
     "CircleLoss",
     "ContrastiveLoss",
     "CosFaceLoss",
+    "DAMLLoss",
     "DDMLLoss",
     "FacilityLocationLoss",
     "FastAPLoss",
     "HDCLoss",
+    "HardNegativeGenerator",
     "HistogramLoss",
     "InputCheck",
     "LOSSES",
@@ -167,6 +175,7 @@ __all__ = [
     "NPairLoss",
     "NTXentLoss",
     "NormalizedSoftmaxLoss",
+    "PDDMLoss",
     "PrecisionAtKLoss",
     "Proxies",
     "ProxyAnchorLoss",

@@ -43,13 +43,22 @@ def unit_rows_stddev(num_classes, embedding_dim):
 
 def class_cosines(embeddings, weights, centers_per_class):
     """cos θ [B, C]: the cosine of each embedding with each class's weight, the largest
-    over the class's ``centers_per_class`` rows (rows c·K .. c·K + K − 1) when K > 1."""
-    cos = tf.matmul(distances_lib.l2_normalize(embeddings), distances_lib.l2_normalize(weights),
-                    transpose_b=True)
+    over the class's ``centers_per_class`` rows (rows c·K .. c·K + K − 1) when K > 1.
+
+    With K > 1 the unit weights are first laid out sub-centre-major ([K, C, d]), so that
+    the largest is taken over K contiguous [B, C] slabs: the same values as a maximum over
+    the last axis of [B, C, K], at about half the cost forward and backward (a reduction
+    over an innermost axis of 3 is slow on CPU)."""
+    unit_embeddings = distances_lib.l2_normalize(embeddings)
+    unit_weights = distances_lib.l2_normalize(weights)
     if centers_per_class == 1:
-        return cos
-    grouped = tf.reshape(cos, tf.stack([tf.shape(cos)[0], -1, centers_per_class]))
-    return tf.reduce_max(grouped, axis=2)
+        return tf.matmul(unit_embeddings, unit_weights, transpose_b=True)
+    dim = tf.shape(weights)[1]
+    by_center = tf.reshape(tf.transpose(tf.reshape(unit_weights, tf.stack([-1, centers_per_class, dim])), [1, 0, 2]),
+                           tf.stack([-1, dim]))
+    cos = tf.matmul(unit_embeddings, by_center, transpose_b=True)
+    grouped = tf.reshape(cos, tf.stack([tf.shape(cos)[0], centers_per_class, -1]))
+    return tf.reduce_max(grouped, axis=1)
 
 
 def margin_cross_entropy(cos, labels, scale, target):

@@ -9,7 +9,6 @@ labels are the instance ids: ``model.compile(loss=NTXentLoss())`` on a user's
 
 import tensorflow as tf
 
-from tfdml.losses.npair import npair_structure
 
 
 def instance_ids(targets):
@@ -34,12 +33,29 @@ def view_pairs(ids):
     """Pair the views of each instance: ``(first [B] bool, second [B] int32)``.
 
     Among the rows sharing an id, in batch order, rows 1 and 2 are a pair (first view,
-    second view), rows 3 and 4 the next, ...; a last odd row is unused
-    (:func:`tfdml.losses.npair.npair_structure` with the ids as labels).
-    ``first[i]`` is true when row i is the first view of a pair, and then
-    ``second[i]`` is the row of its second view (0 otherwise)."""
-    partner, _, first = npair_structure(ids)
-    second = tf.argmax(tf.cast(partner, tf.int32), axis=1, output_type=tf.int32)
+    second view), rows 3 and 4 the next, ...; a last odd row is unused (the pairs of
+    :func:`tfdml.masks.npair_structure` with the ids as labels, which the tests hold this
+    to). ``first[i]`` is true when row i is the first view of a pair, and then
+    ``second[i]`` is the row of its second view (0 otherwise).
+
+    One stable sort of the ids, O(B log B): the rows of an id become a run of the sorted
+    order, in batch order, and a row's rank in its id is its distance to the run's start.
+    The [B, B] form of ``npair_structure`` costs O(B²)."""
+    ids = tf.reshape(ids, [-1])
+    size = tf.shape(ids)[0]
+    order = tf.argsort(ids, stable=True)
+    sorted_ids = tf.gather(ids, order)
+    position = tf.range(size)
+    same_as_next = tf.concat([tf.equal(sorted_ids[1:], sorted_ids[:-1]), tf.zeros([1], tf.bool)], 0)[:size]
+    starts_run = tf.concat([tf.ones([1], tf.bool), tf.logical_not(same_as_next[:-1])], 0)[:size]
+    run = tf.cumsum(tf.cast(starts_run, tf.int32)) - 1
+    run_start = tf.math.unsorted_segment_min(position, run, size)
+    rank = position - tf.gather(run_start, run)
+    first_sorted = same_as_next & tf.equal(rank % 2, 0)
+    next_row = tf.concat([order[1:], order[:1]], 0)
+    back = tf.math.invert_permutation(order)
+    first = tf.gather(first_sorted, back)
+    second = tf.gather(tf.where(first_sorted, next_row, tf.zeros_like(next_row)), back)
     return first, second
 
 

@@ -202,6 +202,38 @@ def test_supcon_single_pair_is_zero_and_a_lone_class_adds_nothing():
     assert float(losses.SupConLoss(dtype="float64")(np.array([1, 1]), e[:2])) == pytest.approx(0.0, abs=1e-12)
 
 
+# -- the pairing of views -----------------------------------------------------------------
+def pairs_of(first, second):
+    return sorted((int(i), int(second[i])) for i in np.flatnonzero(np.asarray(first)))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_view_pairs_are_the_loop_references_and_npair_structures(dtype):
+    """The sorted pairing equals the loop reference (members 1-2, 3-4, ... of each id in batch
+    order) and the [B, B] pairs of ``npair_structure``, for odd counts, lone rows, ids far
+    beyond int32 and batches of 0 to 2 rows, eagerly and under XLA with an unknown size."""
+    from tfdml.losses import views
+    from tfdml.masks import npair_structure
+
+    rng = np.random.default_rng(3)
+    cases = [np.array([], dtype), np.array([5], dtype), np.array([5, 5], dtype), np.array([2, 1], dtype)]
+    for size in (3, 8, 9, 31):
+        for _ in range(4):
+            cases.append(rng.integers(0, max(1, size // 3), size).astype(dtype))
+    if dtype == np.int64:
+        cases.append(np.array([2**40 + 1, -(2**40), 2**40 + 1, 7, -(2**40), 2**40 + 1], np.int64))
+    xla = tf.function(views.view_pairs, jit_compile=True, input_signature=[tf.TensorSpec([None], dtype)])
+    for ids in cases:
+        expected = np_pairs(list(ids))
+        first, second = views.view_pairs(tf.constant(ids))
+        assert pairs_of(first, second) == expected, ids
+        assert np.all(np.asarray(second)[~np.asarray(first)] == 0)
+        assert pairs_of(*xla(tf.constant(ids))) == expected, ids
+        if len(ids):
+            partner, _, probe = npair_structure(tf.constant(ids))
+            assert pairs_of(probe, np.argmax(np.asarray(partner), axis=1)) == expected
+
+
 # -- VICReg --------------------------------------------------------------------------------
 @pytest.mark.parametrize("seed", [0, 1])
 def test_vicreg_is_bardes_on_a_two_view_batch(seed):

@@ -237,3 +237,20 @@ def test_sort_path_ranks_minus_zero_and_zero_as_a_tie_under_xla():
     for mode in ("eager", "xla"):
         for fallback, sel in zip(FALLBACKS, _forced(-1, _runner(mode), d, y, cand)):
             _check(sel, d, y, cand, fallback)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_class_layout_matches_a_sorted_search(dtype, jit):
+    # Each class's run in the stable label order: its start (labels below) and its size
+    # (labels equal), against NumPy's searchsorted; the dtype's least and largest labels
+    # included (label − 1 wraps at the least).
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(6)
+    labels = np.concatenate([[info.min, 3, info.max, info.min, -1, 0], rng.integers(-3, 4, 40)]).astype(dtype)
+    order, where, start, count = (t.numpy() for t in tf.function(semi_hard._class_layout, jit_compile=jit)(labels))
+    ranked = np.sort(labels, kind="stable")
+    np.testing.assert_array_equal(order, np.argsort(labels, kind="stable"))
+    np.testing.assert_array_equal(where[order], np.arange(len(labels)))
+    np.testing.assert_array_equal(start, np.searchsorted(ranked, labels, side="left"))
+    np.testing.assert_array_equal(count, np.searchsorted(ranked, labels, side="right") - start)

@@ -45,6 +45,7 @@ def cases(num_classes, dim=128):
         ("contrastive (Wu §3)", "all pairs", lambda: losses.ContrastiveLoss()),
         ("contrastive (Wu §3)", "random", lambda: losses.ContrastiveLoss(sampler=s.RandomPairSampler(), seed=1)),
         ("contrastive (Wu §3)", "semi_hard", lambda: losses.ContrastiveLoss(sampler="semi_hard")),
+        ("contrastive (Wu §3)", "hdc", lambda: losses.ContrastiveLoss(sampler="hdc")),
         ("contrastive (Wu §3)", "distance_weighted",
          lambda: losses.ContrastiveLoss(sampler="distance_weighted", seed=1)),
         ("contrastive ℓ2 (draft Eq. 18)", "all pairs", lambda: losses.ContrastiveLoss(squared=False)),

@@ -160,12 +160,13 @@ EASY_HARD_MARGIN = MARGIN  # the triplet loss's margin, ℓ2, with easy positive
 # pairs are, so that both positives and negatives are mined; the ℓ2 contrastive loss's margin above them.
 PAIR_MARGIN = {"pos_margin": 1.4, "neg_margin": 1.4}
 CONTRASTIVE_MARGIN = 1.5  # tfdml's margin, PML's neg_margin (pos_margin 0)
+HDC_FILTER = 0.5  # the share of positive and of negative pairs kept (PML HDCMiner's default)
 CLASS_WEIGHT_CASES = ("normalized softmax", "CosFace", "ArcFace", "sub-center ArcFace", "SoftTriple")
 TWO_VIEW_CASES = ("NT-Xent", "VICReg", "Barlow Twins")  # positives: the views of an instance (example_id)
 OTHER_CASES = ("lifted structured", "generalized lifted structured", "binomial deviance",
                "multi-similarity + miner", "histogram", "angular", "proxy NCA", "proxy anchor",
                *CLASS_WEIGHT_CASES, "FastAP", "circle", "SupCon", *TWO_VIEW_CASES, "triplet + easy-hard",
-               "contrastive + pair margin")
+               "contrastive + pair margin", "contrastive + HDC")
 LOSS_CASES = TRIPLET_CASES + OTHER_CASES
 #: Why the two sides' loss values differ on the same batch; a case not listed computes the same loss
 #: (its row says "yes" when they agree within VALUE_RTOL, "NO" otherwise).
@@ -189,6 +190,9 @@ PML_FORM = {
                                  "separately, each over its non-zero terms, and adds the two means; tfdml "
                                  "takes one mean over all mined pairs: compared in PML's form, from tfdml's "
                                  "mined pairs and terms",
+    "contrastive + HDC": "PML averages the mined positive and the mined negative pairs' terms separately, each "
+                         "over its non-zero terms, and adds the two means; tfdml takes one mean over all mined "
+                         "pairs: compared in PML's form, from tfdml's mined pairs and terms",
 }
 NO_PML = {"binomial deviance": "PML has no binomial deviance loss",
           "Barlow Twins": "PML has no Barlow Twins loss"}
@@ -448,7 +452,8 @@ class TfdmlSide(TfSide, peers_memory.TfdmlMemory):
             invariance, variance, covariance = loss.terms(*views.paired_views(e, y["example_id"]))
             dim = float(e.shape[1])
             return float(loss.lam * invariance / dim + loss.mu * variance / 2.0 + loss.nu * covariance)
-        if case == "contrastive + pair margin":  # PML: mean of the non-zero positive terms + that of the negative
+        if case in ("contrastive + pair margin", "contrastive + HDC"):  # PML: mean of the non-zero positive
+            # terms + that of the negative
             targets = targets_lib.unpack(y)
             dist = loss.distances(e)
             mined = loss.pair_weights(dist, targets, e)
@@ -518,6 +523,9 @@ class TfdmlSide(TfSide, peers_memory.TfdmlMemory):
         if case == "contrastive + pair margin":
             return losses.ContrastiveLoss(margin=CONTRASTIVE_MARGIN, squared=False,
                                           sampler=samplers.PairMarginSampler(**PAIR_MARGIN))
+        if case == "contrastive + HDC":
+            return losses.ContrastiveLoss(margin=CONTRASTIVE_MARGIN, squared=False,
+                                          sampler=samplers.HDCSampler(HDC_FILTER))
         raise ValueError(f"unknown case {case!r}; choose from {LOSS_CASES}")
 
     def fit_batch(self, batch, per_class, path):
@@ -681,6 +689,9 @@ class TorchSide(peers_memory.TorchMemory):
         if case == "contrastive + pair margin":
             return (losses.ContrastiveLoss(pos_margin=0, neg_margin=CONTRASTIVE_MARGIN),
                     miners.PairMarginMiner(**PAIR_MARGIN))
+        if case == "contrastive + HDC":
+            return (losses.ContrastiveLoss(pos_margin=0, neg_margin=CONTRASTIVE_MARGIN),
+                    miners.HDCMiner(filter_percentage=HDC_FILTER))
         raise ValueError(f"unknown case {case!r}; choose from {LOSS_CASES}")
 
     def losses(self, case, batch, per_class, path):
@@ -981,6 +992,11 @@ def settings_lines(cases):
                                      f"are), terms D and [{CONTRASTIVE_MARGIN} − D]_+; tfdml ContrastiveLoss("
                                      f"squared=False, margin={CONTRASTIVE_MARGIN}) + PairMarginSampler, PML "
                                      f"ContrastiveLoss(pos_margin=0, neg_margin={CONTRASTIVE_MARGIN}) + PairMarginMiner",
+        "contrastive + HDC": f"ℓ2, of the batch's positive pairs the {HDC_FILTER:g} farthest and of its negative "
+                             f"pairs the {HDC_FILTER:g} closest (Yuan et al. 2017), terms D and "
+                             f"[{CONTRASTIVE_MARGIN} − D]_+; tfdml ContrastiveLoss(squared=False, "
+                             f"margin={CONTRASTIVE_MARGIN}) + HDCSampler, PML ContrastiveLoss(pos_margin=0, "
+                             f"neg_margin={CONTRASTIVE_MARGIN}) + HDCMiner",
     }
     return [f"- {case}: {text[case]}." for case in cases]
 

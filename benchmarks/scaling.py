@@ -89,6 +89,7 @@ def _pairing():
         "easy_hard": ("triplet ℓ2² (FaceNet)", lambda s, c: losses.TripletLoss(sampler=s)),
         "pair_margin": ("contrastive (Wu §3)", lambda s, c: losses.ContrastiveLoss(sampler=s)),
         "npair": ("triplet ℓ2² (FaceNet)", lambda s, c: losses.TripletLoss(sampler=s)),
+        "hdc": ("contrastive (Wu §3)", lambda s, c: losses.ContrastiveLoss(sampler=s)),
     }
 
 

@@ -30,7 +30,7 @@ WEIGHTED_SUM_LOSS = "weighted_sum"
 
 #: :data:`tfdml.samplers.SAMPLERS`.
 SAMPLERS = ("all", "random", "random_triplets", "semi_hard", "hard", "distance_weighted", "top_k",
-            "multi_similarity", "easy_hard", "pair_margin", "npair")
+            "multi_similarity", "easy_hard", "pair_margin", "npair", "hdc")
 
 #: :data:`tfdml.backbones.BACKBONES`: the from-scratch networks, EfficientNet-Lite0 and
 #: the ``keras.applications`` networks (:data:`tfdml.backbones.applications.APPLICATIONS`,
@@ -266,6 +266,7 @@ SAMPLER_FACTS = {
     "easy_hard": {"kind": "triplets", "options": ("negative",), "distance": None},
     "pair_margin": {"kind": "pairs", "options": ("pos_margin", "neg_margin"), "distance": None},
     "npair": {"kind": "triplets", "options": None, "distance": None},
+    "hdc": {"kind": "pairs", "options": ("filter_percentage",), "distance": None},
 }
 
 #: The options of a config's ``learned_sampler`` section (``tfdml_app.sampler_fit.dsn_options``):

@@ -55,7 +55,7 @@ SAMPLER_FOR = {
     ("binomial_deviance", "triplets"): "hard",
     ("multi_similarity", "pairs"): "multi_similarity",
     ("multi_similarity", "triplets"): "semi_hard",
-    ("circle", "pairs"): "all",
+    ("circle", "pairs"): "hdc",
     ("circle", "triplets"): "hard",
     ("ddml", "pairs"): "pair_margin",
     ("ddml", "triplets"): "easy_hard",

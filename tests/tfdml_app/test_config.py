@@ -283,7 +283,8 @@ def test_a_registered_loss_needs_no_edit_of_the_config(monkeypatch):
     assert type(loss) is PairOnlyLoss and loss.margin == 0.5 and loss.seed == 7
     assert loss.sampler.num_pairs == 4
     with pytest.raises(config.ConfigError,
-                       match=r"'hard'.*selects triplets.*valid samplers for pair_only: all, random, multi_similarity, pair_margin, by_loss"):
+                       match=r"'hard'.*selects triplets.*valid samplers for pair_only: "
+                             r"all, random, multi_similarity, pair_margin, hdc, by_loss"):
         config.validate({"loss": {"name": "pair_only", "sampler": "hard"}})
     with pytest.raises(config.ConfigError, match=r"'pair_onl'.*did you mean 'pair_only'"):
         config.validate({"loss": {"name": "pair_onl"}})
@@ -312,7 +313,7 @@ def test_p_random_needs_a_loss_and_sampler_that_score_single_pairs():
     """The p-random design scores only the pair sharing a pair_id: a triplet
     sampler finds no anchor with both a positive and a negative there."""
     with pytest.raises(config.ConfigError, match=r"p_random.*default of margin.*DistanceWeightedSampler"
-                                                 r".*sampler of single pairs \(all, random, pair_margin, by_loss\)"):
+                                                 r".*sampler of single pairs \(all, random, pair_margin, hdc, by_loss\)"):
         config.validate({"design": {"name": "p_random"}, "loss": {"name": "margin"}})
     with pytest.raises(config.ConfigError, match=r"p_random.*loss.sampler = 'hard'"):
         config.validate({"design": {"name": "p_random"}, "loss": {"name": "contrastive", "sampler": "hard"}})

@@ -27,6 +27,7 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`ProxyNCALoss`           Movshovitz-Attias et al. 2017 §3 (proxies)
 :class:`ProxyAnchorLoss`        Kim et al. 2020 Eq. 4 (proxies)
 :class:`WeightedSumLoss`        Σ_t w_t L_t: several losses on one batch (PML's MultipleLosses)
+:class:`HDCLoss`                Yuan et al. 2017: a pair loss per cascade level on its hard pairs
 :class:`NTXentLoss`             Chen et al. 2020 Eq. 1 (SimCLR; two views)
 :class:`SupConLoss`             Khosla et al. 2020 Eq. 2, L^sup_out
 :class:`VICRegLoss`             Bardes et al. 2022 §3.1 (two views)
@@ -59,6 +60,7 @@ from tfdml.losses.daml import DAMLLoss, HardNegativeGenerator
 from tfdml.losses.ddml import DDMLLoss
 from tfdml.losses.facility_location import FacilityLocationLoss
 from tfdml.losses.fast_ap import FastAPLoss
+from tfdml.losses.hdc import HDCLoss
 from tfdml.losses.histogram import HistogramLoss
 from tfdml.losses.lifted_structured import LiftedStructuredLoss
 from tfdml.losses.margin import MarginLoss, MarginParameters
@@ -160,6 +162,7 @@ __all__ = [
     "DDMLLoss",
     "FacilityLocationLoss",
     "FastAPLoss",
+    "HDCLoss",
     "HardNegativeGenerator",
     "HistogramLoss",
     "InputCheck",

@@ -25,6 +25,7 @@ name                   class                       kind       paper
 ``easy_hard``          :class:`EasyHardSampler`    triplets   Xuan 2020
 ``pair_margin``        :class:`PairMarginSampler`  pairs      PML
 ``npair``              :class:`NPairSampler`       triplets   Sohn; Duan
+``hdc``                :class:`HDCSampler`         pairs      Yuan 2017
 =====================  ==========================  =========  ============
 """
 
@@ -47,6 +48,7 @@ from tfdml.samplers.distance_weighted import (
 )
 from tfdml.samplers.easy_hard import EasyHardSampler
 from tfdml.samplers.hard import HardSampler
+from tfdml.samplers.hdc import HDCSampler
 from tfdml.samplers.multi_similarity import MultiSimilaritySampler
 from tfdml.samplers.npair import NPairSampler
 from tfdml.samplers.pair_margin import PairMarginSampler
@@ -76,6 +78,7 @@ SAMPLERS.update({
     "easy_hard": EasyHardSampler,
     "pair_margin": PairMarginSampler,
     "npair": NPairSampler,
+    "hdc": HDCSampler,
 })
 
 
@@ -118,6 +121,7 @@ __all__ = [
     "DistanceWeightedSampler",
     "EasyHardSampler",
     "GridTripletSelection",
+    "HDCSampler",
     "HardSampler",
     "MultiSimilaritySampler",
     "NPairSampler",

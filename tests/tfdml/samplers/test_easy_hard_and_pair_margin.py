@@ -109,7 +109,7 @@ def test_bad_arguments():
             samplers.PairMarginSampler(pos_margin=bad)
 
 
-@pytest.mark.parametrize("sampler", ["easy_hard", "pair_margin"])
+@pytest.mark.parametrize("sampler", ["easy_hard", "pair_margin", "hdc"])
 @pytest.mark.parametrize("loss", ["contrastive", "triplet", "margin", "lifted_structured", "multi_similarity",
                                   "circle", "binomial_deviance", "stable_contrast", "histogram", "ddml"])
 def test_composes_with_every_pair_and_triplet_loss_that_takes_its_kind(sampler, loss):

@@ -26,10 +26,11 @@ ALL = [
     samplers.EasyHardSampler(),
     samplers.EasyHardSampler(negative="semi_hard"),
     samplers.PairMarginSampler(pos_margin=0.3, neg_margin=1.1),
+    samplers.HDCSampler(filter_percentage=0.3),
 ]
 IDS = [repr(s) for s in ALL]
 JIT = [s for i, s in enumerate(ALL) if i not in (3, 6)]  # variants of the same code paths: once
-DYNAMIC = [ALL[1], ALL[2], ALL[5], ALL[7], ALL[9], ALL[10]]  # the samplers with searches, draws or scatters
+DYNAMIC = [ALL[1], ALL[2], ALL[5], ALL[7], ALL[9], ALL[10], ALL[14]]  # the samplers with searches, draws, sorts or scatters
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +108,7 @@ def test_selection_type_matches_kind(sampler, batch):
 def test_get_names_and_errors():
     assert tuple(samplers.SAMPLERS) == ("all", "random", "random_triplets", "semi_hard", "hard",
                                        "distance_weighted", "top_k", "multi_similarity", "easy_hard",
-                                       "pair_margin", "npair")
+                                       "pair_margin", "npair", "hdc")
     for name in samplers.SAMPLERS:
         assert isinstance(samplers.get(name), samplers.Sampler)
     assert samplers.get("semi_hard") == samplers.SemiHardSampler()

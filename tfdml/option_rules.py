@@ -137,6 +137,7 @@ SAMPLER_RULES = {
     "top_k": {"k": COUNT},
     "multi_similarity": {"epsilon": NON_NEGATIVE},
     "pair_margin": {"pos_margin": NUMBER, "neg_margin": NUMBER},
+    "hdc": {"filter_percentage": Rule(low=0.0, high=1.0, low_open=True)},
     "semi_hard": {"fallback": Rule(choices=("hardest_inside", "drop"))},
     "easy_hard": {"negative": Rule(choices=("hard", "semi_hard"))},
 }

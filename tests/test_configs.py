@@ -44,16 +44,28 @@ def test_every_shipped_config_builds_its_loss(name):
         assert type(loss) is losses.LOSSES[cfg["loss"]["name"]]
 
 
+#: The configs whose whole run (training, the per-epoch and the final evaluation, the raw-pixel
+#: baseline) takes its own path: each batch design, the memory, the learned sampler, the two
+#: views with a projection head, a weighted sum of losses, and the main job. The others differ
+#: from these by their loss and model only, which the step test below runs; their whole runs are
+#: slow ones (TFDML_SLOW=1).
+WHOLE_RUN_BY_DEFAULT = ("default", "hong_balanced_group", "hong_balanced_prandom", "xbm_contrastive_memory",
+                        "duan_dsn_triplet", "simclr_nt_xent", "proxy_anchor_multi_similarity")
+
+
 #: Configs whose one step is slow (the pretrained EfficientNet embeds the 2,500 test images at
 #: 96 pixels): run with TFDML_SLOW=1; tests/test_train.py trains that backbone from a config.
 SLOW = ("mnist_efficientnet_lite0",)
 
 
-@pytest.mark.parametrize("name", [n for n in ON_BUNDLED_DATA if n not in SLOW])
+@pytest.mark.parametrize("name", [n for n in ON_BUNDLED_DATA if n not in SLOW + WHOLE_RUN_BY_DEFAULT])
 def test_every_bundled_data_config_takes_a_training_step_on_its_data(name):
     """Each config on the bundled data, as shipped: its design fits the training split it
     names (a design that asks for more classes than the split has fails here), and its model
-    and loss take one training step on the design's first batch with a finite loss."""
+    and loss take one training step on the design's first batch with a finite loss. The
+    configs of :data:`WHOLE_RUN_BY_DEFAULT` take theirs in their whole run by default
+    (test_every_bundled_data_config_trains_as_written), which validates the design on the
+    same split and trains the same model one step."""
     from tfdml_app import data
 
     cfg = load(name)
@@ -68,15 +80,6 @@ def test_every_bundled_data_config_takes_a_training_step_on_its_data(name):
     assert np.isfinite(logs["loss"])
     assert cfg["evaluation"]["baseline"] == "raw_pixels", (
         f"configs/{name}.yaml does not score the raw-pixel baseline: set evaluation.baseline: raw_pixels")
-
-
-#: The configs whose whole run (training, the per-epoch and the final evaluation, the raw-pixel
-#: baseline) takes its own path: each batch design, the memory, the learned sampler, the two
-#: views with a projection head, a weighted sum of losses, and the main job. The others differ
-#: from these by their loss and model only, which the step above runs; their whole runs are
-#: slow ones (TFDML_SLOW=1).
-WHOLE_RUN_BY_DEFAULT = ("default", "hong_balanced_group", "hong_balanced_prandom", "xbm_contrastive_memory",
-                        "duan_dsn_triplet", "simclr_nt_xent", "proxy_anchor_multi_similarity")
 
 
 def test_the_whole_runs_by_default_are_shipped_configs():

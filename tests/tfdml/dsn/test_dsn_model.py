@@ -224,7 +224,8 @@ def test_a_uniform_policy_s_diagnostics_are_the_uniform_chain_s(pools):
     computed here by enumerating every (a, p, c, n) of the pool (NumPy)."""
     steps = 40
     # An MLP encoder: no batch statistics, so the inference-mode embeddings stay fixed too.
-    model = _model(diagnostics=True, learning_rates=(0.0, 0.0), backbone="mlp")
+    # A compiled step (not eager): traced once, it is the cheaper way to take the many draws.
+    model = _model(diagnostics=True, learning_rates=(0.0, 0.0), backbone="mlp", eager=False)
     model.build((None, 8, 8, 1))
     for logit in model.sampler.head_layers[1::2]:
         logit.set_weights([np.zeros_like(w) for w in logit.get_weights()])

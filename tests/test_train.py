@@ -259,7 +259,10 @@ def test_nonfinite_embeddings_stop_with_step_and_checkpoint(tmp_path, poisoned_e
     assert arrays and all(np.all(np.isfinite(a)) for a in arrays)
 
 
+@pytest.mark.slow
 def test_nonfinite_embeddings_at_the_first_step(tmp_path, poisoned_encoder):
+    """By default test_train_cli_shows_a_data_problem_as_one_line_exit_2 runs the same
+    poisoned run through train.py and checks the same message."""
     poisoned_encoder(after=0)
     with pytest.raises(ExperimentError,
                        match=r"at epoch 1, step 1\. Last good checkpoint: none yet"):
@@ -267,12 +270,15 @@ def test_nonfinite_embeddings_at_the_first_step(tmp_path, poisoned_encoder):
 
 
 def test_train_cli_shows_a_data_problem_as_one_line_exit_2(tmp_path, poisoned_encoder, capsys, monkeypatch):
+    """Embeddings non-finite from the first step: one line naming the step, and that no
+    checkpoint is good yet."""
     poisoned_encoder(after=0)
     monkeypatch.setattr(config, "load", lambda *a, **k: small_cfg(tmp_path))
     assert train.main(["--quiet"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert "\nError: the embeddings became non-finite" in "\n" + err
+    assert re.search(r"at epoch 1, step 1\. Last good checkpoint: none yet", err), err
 
 
 def test_train_cli_shows_invalid_labels_as_one_line_exit_2(tmp_path, capsys, monkeypatch):

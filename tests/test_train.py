@@ -912,16 +912,18 @@ def test_a_kill_while_the_backup_is_written_loses_one_epoch_at_most(tmp_path):
 
 
 def test_resuming_with_another_config_is_refused_naming_the_keys(tmp_path):
-    cfg = small_cfg(tmp_path, **{"training.epochs": 3})
+    """Runs of one step per epoch: what is checked is which keys a resume may change."""
+    one_step = {"training.steps_per_epoch": 1}
+    cfg = small_cfg(tmp_path, **{"training.epochs": 2, **one_step})
     with pytest.raises(KeyboardInterrupt):
         fit.run(cfg, verbose=0, callbacks=[_KillAfterEpoch(1)])
-    changed = small_cfg(tmp_path, **{"training.epochs": 3, "loss.name": "triplet", "loss.sampler": "semi_hard",
-                                     "model.embedding_dim": 16})
+    changed = small_cfg(tmp_path, **{"training.epochs": 2, **one_step, "loss.name": "triplet",
+                                     "loss.sampler": "semi_hard", "model.embedding_dim": 16})
     with pytest.raises(ExperimentError,
                        match=r"another config \(differing: loss.name, loss.sampler, model.embedding_dim\).*--fresh"):
         fit.run(changed, verbose=0)
     # More epochs and other evaluation settings extend the same run.
-    longer = small_cfg(tmp_path, **{"training.epochs": 4, "evaluation.ks": [1]})
+    longer = small_cfg(tmp_path, **{"training.epochs": 3, **one_step, "evaluation.ks": [1]})
     assert fit.run(longer, verbose=0)["resumed_from_epoch"] == 1
     # --fresh starts the changed config over.
     assert fit.run(changed, verbose=0, fresh=True)["resumed_from_epoch"] == 0

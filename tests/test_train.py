@@ -264,7 +264,10 @@ def test_nonfinite_embeddings_stop_with_step_and_checkpoint(tmp_path, poisoned_e
     assert arrays and all(np.all(np.isfinite(a)) for a in arrays)
 
 
+@pytest.mark.slow
 def test_nonfinite_embeddings_at_the_first_step(tmp_path, poisoned_encoder):
+    """By default test_train_cli_shows_a_data_problem_as_one_line_exit_2 runs the same
+    poisoned run through train.py and checks the same message."""
     poisoned_encoder(after=0)
     with pytest.raises(ExperimentError,
                        match=r"at epoch 1, step 1\. Last good checkpoint: none yet"):
@@ -272,12 +275,15 @@ def test_nonfinite_embeddings_at_the_first_step(tmp_path, poisoned_encoder):
 
 
 def test_train_cli_shows_a_data_problem_as_one_line_exit_2(tmp_path, poisoned_encoder, capsys, monkeypatch):
+    """Embeddings non-finite from the first step: one line naming the step, and that no
+    checkpoint is good yet."""
     poisoned_encoder(after=0)
     monkeypatch.setattr(config, "load", lambda *a, **k: small_cfg(tmp_path))
     assert train.main(["--quiet"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert "\nError: the embeddings became non-finite" in "\n" + err
+    assert re.search(r"at epoch 1, step 1\. Last good checkpoint: none yet", err), err
 
 
 def test_train_cli_shows_invalid_labels_as_one_line_exit_2(tmp_path, capsys, monkeypatch):
@@ -911,16 +917,18 @@ def test_a_kill_while_the_backup_is_written_loses_one_epoch_at_most(tmp_path):
 
 
 def test_resuming_with_another_config_is_refused_naming_the_keys(tmp_path):
-    cfg = small_cfg(tmp_path, **{"training.epochs": 3})
+    """Runs of one step per epoch: what is checked is which keys a resume may change."""
+    one_step = {"training.steps_per_epoch": 1}
+    cfg = small_cfg(tmp_path, **{"training.epochs": 2, **one_step})
     with pytest.raises(KeyboardInterrupt):
         fit.run(cfg, verbose=0, callbacks=[_KillAfterEpoch(1)])
-    changed = small_cfg(tmp_path, **{"training.epochs": 3, "loss.name": "triplet", "loss.sampler": "semi_hard",
-                                     "model.embedding_dim": 16})
+    changed = small_cfg(tmp_path, **{"training.epochs": 2, **one_step, "loss.name": "triplet",
+                                     "loss.sampler": "semi_hard", "model.embedding_dim": 16})
     with pytest.raises(ExperimentError,
                        match=r"another config \(differing: loss.name, loss.sampler, model.embedding_dim\).*--fresh"):
         fit.run(changed, verbose=0)
     # More epochs and other evaluation settings extend the same run.
-    longer = small_cfg(tmp_path, **{"training.epochs": 4, "evaluation.ks": [1]})
+    longer = small_cfg(tmp_path, **{"training.epochs": 3, **one_step, "evaluation.ks": [1]})
     assert fit.run(longer, verbose=0)["resumed_from_epoch"] == 1
     # --fresh starts the changed config over.
     assert fit.run(changed, verbose=0, fresh=True)["resumed_from_epoch"] == 0

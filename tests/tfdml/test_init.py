@@ -1,6 +1,11 @@
 """``import tfdml``: cheap and without side effects (no TensorFlow, no heavy dependency,
 nothing added to ``sys.meta_path``, submodules loaded on first use); a saved model
-loads through the one documented way, :func:`tfdml.load_model`."""
+loads through the one documented way, :func:`tfdml.load_model`.
+
+Each check needs a fresh interpreter, and each interpreter that imports TensorFlow is the
+costly part: checks that start from the same imports share one interpreter, which runs
+them in turn and prints one line per check (:func:`_cases`), each check reading only what
+its own step did; a test reads its check's line, and its failure names the check."""
 
 import ast
 import json
@@ -16,11 +21,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 _HEAVY = ("matplotlib", "sklearn", "scipy", "yaml")
 
-#: Prints sys.meta_path as the names of its finders' classes, one JSON line.
-_FINDERS = ("import json\n"
-            "def finders():\n"
-            "    return [f'{c.__module__}.{c.__qualname__}' for c in\n"
-            "            (f if isinstance(f, type) else type(f) for f in sys.meta_path)]\n")
+#: Defines, in a child, ``finders()`` (sys.meta_path as the names of its finders' classes)
+#: and ``report(case, value)``, which prints one check's result as a JSON line.
+_CHILD = ("import json\n"
+          "def finders():\n"
+          "    return [f'{c.__module__}.{c.__qualname__}' for c in\n"
+          "            (f if isinstance(f, type) else type(f) for f in sys.meta_path)]\n"
+          "def report(case, value):\n"
+          "    print(json.dumps({'case': case, 'value': value}), flush=True)\n")
 
 
 def _run(code):
@@ -37,11 +45,23 @@ def _fresh(code):
     return proc.stdout
 
 
-def _fails(code):
-    """The last line of the error of ``code`` run in a fresh interpreter, which must fail."""
-    proc = _run(code)
-    assert proc.returncode != 0, proc.stdout[-2000:]
-    return proc.stderr.strip().splitlines()[-1]
+def _cases(code):
+    """The checks of ``code``, run in one fresh interpreter with :data:`_CHILD`'s helpers:
+    a function of a check's name that returns the value the child reported for it, and
+    fails naming the check (with the child's error) if the child stopped before it."""
+    proc = _run(_CHILD + code)
+    reported = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith('{"case": '):
+            record = json.loads(line)
+            reported[record["case"]] = record["value"]
+
+    def value(case):
+        assert case in reported, (f"the fresh interpreter stopped before the check {case!r} "
+                                  f"(exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+        return reported[case]
+
+    return value
 
 
 def test_config_loads_without_tensorflow():
@@ -56,24 +76,29 @@ def test_import_tfdml_imports_no_tensorflow_and_no_heavy_dependency():
     assert out.strip() == "[]"
 
 
+@pytest.fixture(scope="module")
+def tensorflow_alone_finders():
+    """sys.meta_path before and after ``import tensorflow``, alone in a fresh interpreter."""
+    alone = _cases("report('start', finders())\nimport tensorflow\nreport('after', finders())")
+    return alone("start"), alone("after")
+
+
 @pytest.mark.parametrize("first, second", [("tfdml", "pipelines"), ("pipelines", "tfdml")])
-def test_import_tfdml_and_pipelines_leaves_sys_meta_path_as_it_was(first, second):
+def test_import_tfdml_and_pipelines_leaves_sys_meta_path_as_it_was(first, second, tensorflow_alone_finders):
     """Importing tfdml (alone, or with pipelines, in either order) adds no finder to
     sys.meta_path and loads none of tfdml's Keras side. pipelines imports TensorFlow,
     whose own dependencies add finders when they load: the import of both changes
     sys.meta_path exactly as ``import tensorflow`` alone does, in another fresh process."""
-    out = _fresh(f"{_FINDERS}print(json.dumps(finders()))\nimport {first}\nprint(json.dumps(finders()))\n"
-                 f"import {second}\nprint(json.dumps(finders()))\n"
-                 "print(json.dumps(sorted(m for m in ('tfdml.losses', 'tfdml.models', 'tfdml.optimizers')"
-                 " if m in sys.modules)))")
-    start, after_first, after_both, keras_side = (json.loads(line) for line in out.splitlines())
-    alone = _fresh(f"{_FINDERS}print(json.dumps(finders()))\nimport tensorflow\nprint(json.dumps(finders()))")
-    tf_start, tf_after = (json.loads(line) for line in alone.splitlines())
-    assert tf_start == start
+    both = _cases(f"report('start', finders())\nimport {first}\nreport('after first', finders())\n"
+                  f"import {second}\nreport('after both', finders())\n"
+                  "report('keras side', sorted(m for m in ('tfdml.losses', 'tfdml.models', 'tfdml.optimizers')"
+                  " if m in sys.modules))")
+    tf_start, tf_after = tensorflow_alone_finders
+    assert tf_start == both("start")
     if first == "tfdml":
-        assert after_first == start
-    assert after_both == tf_after
-    assert keras_side == []
+        assert both("after first") == both("start")
+    assert both("after both") == tf_after
+    assert both("keras side") == []
 
 
 def _registering_modules():
@@ -94,14 +119,24 @@ def _registering_modules():
     return found
 
 
-def test_load_model_registers_every_tfdml_class_keras_saves():
+@pytest.fixture(scope="module")
+def keras_then_tfdml_keras_side():
+    """One fresh interpreter: ``import keras``, then ``import tfdml`` and
+    ``tfdml._import_keras_classes()``. Its checks: 'keras alone' and 'with tfdml' (the heavy
+    modules loaded after each step), 'not imported' (the modules that register a class with
+    Keras that the import of tfdml's Keras side left unloaded)."""
+    heavy = f"sorted(m for m in {_HEAVY!r} if m in sys.modules)"
+    return _cases(f"import keras\nreport('keras alone', {heavy})\n"
+                  f"import tfdml\ntfdml._import_keras_classes()\nreport('with tfdml', {heavy})\n"
+                  f"report('not imported', sorted(m for m in {sorted(_registering_modules())!r}"
+                  " if m not in sys.modules))")
+
+
+def test_load_model_registers_every_tfdml_class_keras_saves(keras_then_tfdml_keras_side):
     """:func:`tfdml.load_model` imports every module that registers a class with Keras
     (losses, samplers, models, optimizers, callbacks, ...) before Keras reads the file."""
-    modules = _registering_modules()
-    assert {"tfdml.models", "tfdml.optimizers", "tfdml.losses.margin"} <= modules
-    out = _fresh(f"import tfdml\ntfdml._import_keras_classes()\n"
-                 f"print(sorted(m for m in {sorted(modules)!r} if m not in sys.modules))")
-    assert out.strip() == "[]"
+    assert {"tfdml.models", "tfdml.optimizers", "tfdml.losses.margin"} <= _registering_modules()
+    assert keras_then_tfdml_keras_side("not imported") == []
 
 
 def test_keras_classes_load_without_matplotlib_sklearn_or_yaml():
@@ -115,11 +150,10 @@ def test_keras_classes_load_without_matplotlib_sklearn_or_yaml():
     assert out.split() == ["True", "True"]
 
 
-def test_tfdml_keras_classes_import_no_yaml_or_matplotlib_beyond_keras():
+def test_tfdml_keras_classes_import_no_yaml_or_matplotlib_beyond_keras(keras_then_tfdml_keras_side):
     """In one fresh process: the heavy modules loaded by Keras alone, then after tfdml's Keras side."""
-    heavy = f"print(sorted(m for m in {_HEAVY!r} if m in sys.modules))"
-    keras_alone, with_tfdml = _fresh(
-        f"import keras\n{heavy}\nimport tfdml\ntfdml._import_keras_classes()\n{heavy}").splitlines()
+    keras_alone = keras_then_tfdml_keras_side("keras alone")
+    with_tfdml = keras_then_tfdml_keras_side("with tfdml")
     assert with_tfdml == keras_alone and "yaml" not in with_tfdml
 
 
@@ -149,34 +183,56 @@ def saved_run(tmp_path_factory):
     return path, data
 
 
+#: The check 'load': the saved run loaded with tfdml.load_model gives the saved embeddings and
+#: β's; reports the model's class, the β's module, the optimizer's class and its step count.
 _LOAD = """
 import numpy as np
-{imports}
 model = tfdml.load_model({path!r})
 data = np.load({data!r})
 np.testing.assert_allclose(model.predict(data["x"], verbose=0), data["embeddings"], atol=1e-6)
 beta = model.loss_parameters[0]
 np.testing.assert_allclose(beta.beta0.numpy(), data["beta0"])
 np.testing.assert_allclose(beta.beta_class.numpy(), data["beta_class"])
-print(type(model) is tfdml.models.EmbeddingModel, type(beta).__module__,
-      type(model.optimizer) is tfdml.optimizers.Adam, int(model.optimizer.iterations.numpy()))
+report('load', [type(model) is tfdml.models.EmbeddingModel, type(beta).__module__,
+                type(model.optimizer) is tfdml.optimizers.Adam, int(model.optimizer.iterations.numpy())])
+"""
+
+#: The check 'keras alone' (run before 'load', while only ``import tfdml`` has run): the
+#: error of Keras's own loader given the saved run, as its type and message.
+_KERAS_ALONE = """
+load = keras.saving.load_model  # the one call of it outside tfdml.load_model
+try:
+    load({path!r})
+except Exception as error:
+    report('keras alone', f"{{type(error).__name__}}: {{error}}")
+else:
+    report('keras alone', 'loaded')
 """
 
 
-@pytest.mark.parametrize("imports", ["import keras\nimport tfdml", "import tfdml\nimport keras"])
-def test_saved_model_loads_in_a_fresh_process_through_tfdml_load_model(saved_run, imports):
+@pytest.fixture(scope="module")
+def loads(saved_run):
+    """import order -> the checks of one fresh interpreter that imports tfdml and keras in
+    that order and loads the saved run: with keras first, 'load'; with tfdml first,
+    'keras alone' and then 'load'."""
     path, data = saved_run
-    out = _fresh(_LOAD.format(imports=imports, path=path, data=data))
-    assert out.split() == ["True", "tfdml.losses.margin", "True", "1"]
+    return {
+        "import keras\nimport tfdml": _cases("import keras\nimport tfdml\n" + _LOAD.format(path=path, data=data)),
+        "import tfdml\nimport keras": _cases("import tfdml\nimport keras\n" + _KERAS_ALONE.format(path=path)
+                                             + _LOAD.format(path=path, data=data)),
+    }
 
 
-def test_keras_load_model_without_tfdml_load_model_names_the_missing_class(saved_run):
+@pytest.mark.parametrize("imports", ["import keras\nimport tfdml", "import tfdml\nimport keras"])
+def test_saved_model_loads_in_a_fresh_process_through_tfdml_load_model(loads, imports):
+    assert loads[imports]("load") == [True, "tfdml.losses.margin", True, 1]
+
+
+def test_keras_load_model_without_tfdml_load_model_names_the_missing_class(loads):
     """Keras alone does not know tfdml's classes after a bare ``import tfdml``: its error
     names the class (the guide says to load with :func:`tfdml.load_model`)."""
-    load = "keras.saving.load_model"  # the one call of it outside tfdml.load_model
-    error = _fails(f"import tfdml, keras\n{load}({saved_run[0]!r})")
+    error = loads["import tfdml\nimport keras"]("keras alone")
     assert error.startswith("TypeError") and "'EmbeddingModel'" in error, error
-
 
 
 def test_every_loader_of_the_repository_goes_through_tfdml_load_model():

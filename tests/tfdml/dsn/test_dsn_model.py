@@ -125,13 +125,22 @@ def test_npair_fit_and_pretraining(pools):
     assert logs["nonfinite_embeddings"] == 0
 
 
-def test_save_restore_and_reproducibility(pools, tmp_path):
+@pytest.fixture(scope="module")
+def trained_two_steps(pools):
+    """A triplet DSN model trained 2 steps on the first two pools (the tests that read it
+    save or checkpoint it and compare it, and never train it further)."""
+    xs, ys = pools
+    model = _model()
+    model.fit(_dataset(xs, ys, 0, 2), epochs=1, verbose=0)
+    return model
+
+
+def test_save_restore_and_reproducibility(pools, trained_two_steps, tmp_path):
     """The DSN, its optimizer and its random stream are saved with the model: a model
     trained 2 steps, saved (.keras and .weights.h5), restored and trained 2 more steps
     ends exactly where an uninterrupted 4-step run with the same seed ends."""
     xs, ys = pools
-    first = _model()
-    first.fit(_dataset(xs, ys, 0, 2), epochs=1, verbose=0)
+    first = trained_two_steps
     path = str(tmp_path / "dsn.keras")
     first.save(path)
     weights = str(tmp_path / "dsn.weights.h5")
@@ -154,12 +163,10 @@ def test_save_restore_and_reproducibility(pools, tmp_path):
     assert int(straight.dsn_optimizer.iterations) == 4 * K
 
 
-def test_tf_train_checkpoint_restores_the_dsn_and_its_random_stream(pools, tmp_path):
+def test_tf_train_checkpoint_restores_the_dsn_and_its_random_stream(trained_two_steps, tmp_path):
     """tf.train.Checkpoint (and its CheckpointManager) of a trained model saves the DSN, both
     optimizers and the DSN's random stream: a fresh model restores all of them exactly."""
-    xs, ys = pools
-    first = _model()
-    first.fit(_dataset(xs, ys, 0, 2), epochs=1, verbose=0)
+    first = trained_two_steps
     assert first.sampler_seed.generator.state.numpy().any()
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=first), str(tmp_path), max_to_keep=1)
     manager.save()
@@ -217,7 +224,8 @@ def test_a_uniform_policy_s_diagnostics_are_the_uniform_chain_s(pools):
     computed here by enumerating every (a, p, c, n) of the pool (NumPy)."""
     steps = 40
     # An MLP encoder: no batch statistics, so the inference-mode embeddings stay fixed too.
-    model = _model(diagnostics=True, learning_rates=(0.0, 0.0), backbone="mlp")
+    # A compiled step (not eager): traced once, it is the cheaper way to take the many draws.
+    model = _model(diagnostics=True, learning_rates=(0.0, 0.0), backbone="mlp", eager=False)
     model.build((None, 8, 8, 1))
     for logit in model.sampler.head_layers[1::2]:
         logit.set_weights([np.zeros_like(w) for w in logit.get_weights()])

@@ -118,11 +118,18 @@ def main(argv=None):
         print(f"Data: {size:,} random 128-d unit vectors, {len(np.unique(labels)):,} classes (no embedding)")
         embed = False
     times, recall = refresh_times(x, labels, args.k, args.kinds, args.runs, embed=embed)
+    print("\n".join(refresh_table(times, recall, args.k, args.runs, len(labels))))
+    return times, recall
+
+
+def refresh_table(times, recall, k, runs, examples):
+    """The Markdown table of one refresh's stages over ``examples`` examples: seconds (median
+    of ``runs``) and, for a table, its recall@k against the exact one."""
+    lines = [f"| stage, {examples:,} examples | s (median of {runs}) | recall@{k} against exact |", "|---|---:|---:|"]
     for stage, seconds in times.items():
         kind = stage.split(" ")[-1]
-        extra = f"  recall@{args.k} {recall[kind]:.3f}" if kind in recall else ""
-        print(f"{stage:<12} {seconds:9.3f} s (median of {args.runs}){extra}")
-    return times, recall
+        lines.append(f"| {stage} | {seconds:.1f} | {f'{recall[kind]:.3f}' if kind in recall else ''} |")
+    return lines
 
 
 if __name__ == "__main__":

@@ -21,6 +21,11 @@ def test_tiny_random_run_prints_each_stage_and_recall(capsys):
     assert recall["exact"] == 1.0 and 0.0 <= recall["hnsw"] <= 1.0
     out = capsys.readouterr().out
     assert "Machine:" in out and "400 random" in out
+    # a Markdown table, so that --record has something to record
+    assert "| table exact |" in out and "| table hnsw |" in out and "| stage, 400 examples |" in out
+    import results_tables
+
+    assert "| table ivf |" in results_tables.render_run("python benchmarks/bench_smart_mining.py", out)
 
 
 def test_tiny_image_split_is_embedded_first():

@@ -51,12 +51,20 @@ def hard_negative_table(embeddings, labels, k, distance="euclidean", backend="te
         found, _ = index.search(x[rows], k=min(n, k + int(size)))
         found = found.astype(np.int64)
         other = dense[found] != dense[rows][:, None]
-        for row, hits, keep in zip(rows, found, other):
-            hits = hits[keep]
-            if hits.size == 0:  # approximate search found none: exact search for this row
-                z = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12) \
-                    if distance == "cosine" else x  # the same order as 1 - cos
-                exact = np.argsort(np.linalg.norm(z - z[row], axis=1), kind="stable")
-                hits = exact[dense[exact] != dense[row]][:k]
-            table[row] = np.resize(hits[:k], k)
+        # Each row's hits of another class first, in search order; a row with fewer than k
+        # repeats them cyclically to fill its k slots.
+        hits = np.take_along_axis(found, np.argsort(~other, axis=1, kind="stable"), axis=1)
+        count = other.sum(axis=1)
+        slots = np.arange(k)[None, :] % np.maximum(count, 1)[:, None]
+        table[rows] = np.take_along_axis(hits, slots, axis=1)
+        for row in rows[count == 0]:  # approximate search found none: exact search for this row
+            table[row] = _exact_other_class(x, dense, row, k, distance)
     return table
+
+
+def _exact_other_class(x, dense, row, k, distance):
+    """The k nearest examples to ``row`` of another class, by exact search (cosine: the
+    order of 1 − cos, the Euclidean order of the unit rows)."""
+    z = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12) if distance == "cosine" else x
+    exact = np.argsort(np.linalg.norm(z - z[row], axis=1), kind="stable")
+    return np.resize(exact[dense[exact] != dense[row]][:k], k)

@@ -172,8 +172,10 @@ def _weights(path):
     pytest.param({"name": "pddm"}, "pddm", {}, marks=pytest.mark.slow, id="pddm"),
     pytest.param({"name": "triplet", "sampler": "semi_hard", "memory": {"size": 48, "warmup_steps": 3}},
                  "memory", {}, id="memory"),
-    # the level heads of an HDC cascade (two levels: the digits' small CNN has two resolutions)
-    pytest.param({"name": "hdc"}, "embedding_2", {"cascade": {"levels": 2}}, marks=pytest.mark.slow, id="hdc"),
+    # the level heads of an HDC cascade (two levels: the digits' small CNN has two resolutions); the
+    # weights file names layers by their class: the second level's head is the encoder's dense_1
+    pytest.param({"name": "hdc"}, "encoder/layers/dense_1/", {"cascade": {"levels": 2}}, marks=pytest.mark.slow,
+                 id="hdc"),
 ])
 def test_resume_after_kill_reaches_the_same_weights(tmp_path, loss, state, model):
     """Kill after epoch 2 of 4, rerun: same final weights (the encoder's, with an HDC cascade its

@@ -61,7 +61,8 @@ class HDCLoss(base.MetricLoss):
     (pytorch-metric-learning's ``HDCMiner`` rule). A level with no pair left contributes 0.
 
     Args:
-      levels: K, the number of level embeddings in ``y_pred`` (its width must divide by K).
+      levels: K, the number of level embeddings in ``y_pred`` (its width must divide by K); in a
+        config, the levels of ``model.cascade`` (a run passes them).
       loss: the level loss: a pair loss object (or its serialised config) without a sampler;
         None: :class:`~tfdml.losses.ContrastiveLoss` with its defaults.
       filter_percentage: f in (0, 1], the share of each level's positive and negative pairs

@@ -226,6 +226,19 @@ def test_mining_ties_go_to_the_first_pair_in_row_major_order():
     assert _mined_pair(tied, tf.zeros_like(positive)) == []
 
 
+def test_mining_under_xla_with_an_unknown_batch_gives_the_hand_quadruplet():
+    spec = [tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None, None], tf.bool),
+            tf.TensorSpec([None, None], tf.bool)]
+
+    @tf.function(jit_compile=True, input_signature=spec)
+    def mine(scores, positive, negative):
+        return pddm_loss.hardest_positive_pair(scores, positive), pddm_loss.hardest_negatives(scores, negative)
+
+    positive, negative = _hand_masks()
+    pair, negatives = mine(tf.constant(HAND_S), positive, negative)
+    assert [tuple(p) for p in np.argwhere(pair.numpy())] == [(0, 2)]
+    np.testing.assert_array_equal(negatives.numpy(), [4, 3, 3, 0, 0])
+
 def test_loss_on_the_hand_mined_quadruplet(monkeypatch):
     """S fixed to HAND_S: the quadruplet is (î, ĵ, k̂, l̂) = (0, 2, 4, 3). With e_0 = (0, 0),
     e_2 = (0, 1), e_3 = (2, 0), e_4 = (0, 0.5): D²_02 = 1, D²_04 = 0.25, D²_23 = 5.

@@ -70,8 +70,9 @@ class PDDMLoss(base.MetricLoss):
     hard quadruplet from each batch, at each forward pass, by S (without gradient): the
     most dissimilar positive pair (î, ĵ) = argmin_{(i,j)∈P} S_ij, then the hard negatives
     of each of its two images, k̂ = argmax_{(î,k)∈N} S_îk and l̂ = argmax_{(ĵ,l)∈N} S_ĵl
-    (P and N, the paper's P̂ and N̂, the batch's positive and negative pairs). On that
-    quadruplet:
+    (P and N, the paper's P̂ and N̂, the batch's positive and negative pairs). The paper
+    writes Ŝ in the positive pair's argmin and S in the negatives'; the passage read does
+    not say how Ŝ differs from S, and tfdml mines both with S. On that quadruplet:
 
         E_m = [α + S_îk̂ − S_îĵ]_+ + [α + S_ĵl̂ − S_îĵ]_+      (the double-header hinge)
         E_e = [β + D²_îĵ − D²_îk̂]_+ + [β + D²_îĵ − D²_ĵl̂]_+   (on the features)

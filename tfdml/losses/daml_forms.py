@@ -28,9 +28,6 @@ from tfdml import distances, primitives
 from tfdml.losses import npair
 from tfdml.losses import pair_weighting as gpw
 
-FORMS = ("triplet", "contrastive", "npair", "lifted")
-
-
 def squared_distance(x, y):
     """‖x_t − y_t‖² per row t of two [T, d] tensors (smooth everywhere, also at 0)."""
     return primitives.squared_norms(x - y)
@@ -73,6 +70,9 @@ def lifted_form(anchor, negative, tuples, margin, batch_size, dist, **_):
 
 
 _FORMS = {"triplet": triplet_form, "contrastive": contrastive_form, "npair": npair_form, "lifted": lifted_form}
+
+#: The forms' names (``DAMLLoss(form=...)``; :data:`tfdml.builtin_names.DAML_FORMS` copies them).
+FORMS = tuple(_FORMS)
 
 
 def metric_terms(form, anchor, positive, negative, tuples, margin, batch_size, dist):

@@ -5,10 +5,15 @@ loss on tuples whose negatives are the generator's synthetic negatives x̃⁻:
 * ``"contrastive"``, DAML (cont): Σ_i D²(x_i, x⁺_i) + Σ_j [α − D²(x_j, x̃⁻_j)]_+, one
   positive pair and one synthetic negative pair per triplet;
 * ``"npair"``, DAML (N-pair): Sohn's N-pair term per anchor i over its synthetic negatives,
-  log(1 + Σ_{t: anchor i} exp(f_iᵀ x̃⁻_t − f_iᵀ f⁺_t)) (:func:`tfdml.losses.npair.npair_terms`);
+  log(1 + Σ_{t: anchor i} exp(f_iᵀ x̃⁻_t − f_iᵀ f⁺_t)) (:func:`tfdml.losses.npair.npair_terms`;
+  with the ``npair`` sampler, t runs over the triplets (x_i, x⁺_i, x⁺_j), j ≠ i, of an N-pair
+  batch); without Sohn's ℓ2 regulariser of the embeddings (:class:`~tfdml.losses.NPairLoss`
+  has it);
 * ``"lifted"``, DAML (lifted): Song et al.'s lifted structured term per positive pair (i, j),
   [log(Σ_{t: anchor i} e^{α − D(x_i, x̃⁻_t)} + Σ_{t: anchor j} e^{α − D(x_j, x̃⁻_t)}) + D_ij]_+²
-  / 2 (:func:`tfdml.losses.pair_weighting.lifted_structured_terms`), D the Euclidean distance.
+  / 2 (:func:`tfdml.losses.pair_weighting.lifted_structured_terms`), D the Euclidean distance,
+  over the ordered positive pairs (i, j) of the triplets, each once however many triplets
+  hold it; the negatives of i are the synthetic negatives of the triplets anchored at i.
 
 The triplet and contrastive forms are those of the paper (as restated in readers' notes of
 it); for the N-pair and lifted forms the paper's own equations were not readable in the

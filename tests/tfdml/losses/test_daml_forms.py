@@ -75,19 +75,14 @@ def synthetic_of(loss, e, triplets):
     return loss.generator(*rows).numpy().astype(np.float64)
 
 
-def shifted(loss, shift=1.0):
-    bias = loss.generator.biases[-1]
-    bias.assign_add(tf.fill(bias.shape, tf.cast(shift / np.sqrt(bias.shape[0]), bias.dtype)))
-    return loss
-
-
 def case(ref, form, sampler, seed=0, dtype="float32", **extra):
     labels = PAIRS if sampler == "npair" else ref.LABELS["mixed"]
     e = ref.embeddings(len(labels), dim=D, seed=seed)
     if dtype == "float64":
         e = e.astype(np.float64)
     weights = {**WEIGHTS, "margin": MARGINS.get(form, WEIGHTS["margin"]), **extra}
-    loss = shifted(losses.DAMLLoss(embedding_dim=D, form=form, sampler=sampler, seed=seed, dtype=dtype, **weights))
+    loss = ref.shifted_daml_generator(losses.DAMLLoss(embedding_dim=D, form=form, sampler=sampler, seed=seed,
+                                                      dtype=dtype, **weights))
     triplets = ref.triplet_list(samplers.get(sampler)(ref.pairwise(e).astype(np.float32), labels))
     assert triplets
     return loss, labels, e, triplets
@@ -165,8 +160,8 @@ def test_the_embeddings_gradient_is_lambda_times_that_of_j_m(ref, form, sampler)
 def test_the_generator_gets_the_same_gradient_in_every_form(ref, form, sampler):
     """J_gen does not depend on the form, and J_m sends nothing to the generator."""
     loss, labels, e, _ = case(ref, form, sampler, seed=2)
-    twin = shifted(losses.DAMLLoss(embedding_dim=D, form="triplet", sampler=sampler, seed=2,
-                                   **{**WEIGHTS, "margin": loss.margin}))
+    twin = ref.shifted_daml_generator(losses.DAMLLoss(embedding_dim=D, form="triplet", sampler=sampler, seed=2,
+                                                      **{**WEIGHTS, "margin": loss.margin}))
     grads = []
     for each in (loss, twin):
         with tf.GradientTape() as tape:
@@ -196,14 +191,7 @@ def test_a_wrong_formula_is_caught(ref):
         assert abs(got - wrong) > 1e-3, form
 
 
-def _constant_generator(loss, value):
-    for kernel, bias in zip(loss.generator.kernels, loss.generator.biases):
-        kernel.assign(tf.zeros_like(kernel))
-        bias.assign(tf.zeros_like(bias))
-    loss.generator.biases[-1].assign(np.asarray(value, np.float32))
-
-
-def test_hand_cases():
+def test_hand_cases(ref):
     """x₀ = (0, 0), x₁ = (1, 0) (class 0), x₂ = (0, 2) (class 1), x̃⁻ = (0, 1) (a constant
     generator), α = 0.5, λ = λ₁ = λ₂ = 1, hard sampler: triplets (0, 1, 2) and (1, 0, 2).
     J_gen = 2.75 (test_daml_loss.py's hand case).
@@ -219,7 +207,7 @@ def test_hand_cases():
     j_01 = math.log(math.exp(-0.5) + math.exp(0.5 - math.sqrt(2.0))) + 1.0
     for form, j_m in [("contrastive", 1.0), ("lifted", j_01 ** 2 / 2), ("npair", math.log(2.0))]:
         loss = losses.DAMLLoss(embedding_dim=2, sampler="hard", margin=0.5, form=form)
-        _constant_generator(loss, [0.0, 1.0])
+        ref.constant_daml_generator(loss, [0.0, 1.0])
         assert float(loss(labels, e)) == pytest.approx(2.75 + j_m, rel=1e-6), form
 
 
@@ -232,20 +220,7 @@ def test_xla_with_an_unknown_batch_equals_eager(ref, form, sampler):
 def test_xla_of_the_npair_form_on_npair_batches_equals_eager(ref):
     """N-pair batches of two sizes through one function compiled for an unknown batch size."""
     loss = losses.DAMLLoss(embedding_dim=D, form="npair", sampler="npair", seed=2, real_weight=0.5, **WEIGHTS)
-    spec = [tf.TensorSpec([None], tf.int64), tf.TensorSpec([None, D], tf.float32)]
-
-    def value_grad(y, e):
-        with tf.GradientTape() as tape:
-            tape.watch(e)
-            value = loss(y, e)
-        return value, tape.gradient(value, e)
-
-    jitted = tf.function(value_grad, input_signature=spec, jit_compile=True)
-    for labels in (PAIRS, PAIRS[:6]):
-        y, e = tf.constant(labels.astype(np.int64)), tf.constant(ref.embeddings(len(labels), dim=D, seed=3))
-        (want_v, want_g), (got_v, got_g) = value_grad(y, e), jitted(y, e)
-        np.testing.assert_allclose(got_v.numpy(), want_v.numpy(), rtol=1e-5, atol=1e-7)
-        np.testing.assert_allclose(got_g.numpy(), want_g.numpy(), rtol=1e-4, atol=1e-6)
+    ref.check_xla_equals_eager_with_unknown_batch(loss, dim=D, cases=(PAIRS, PAIRS[:6]))
 
 
 @pytest.mark.parametrize("form", ["contrastive", "npair", "lifted"])

@@ -61,15 +61,6 @@ def params_of(loss):
     return [(k.numpy().astype(np.float64), b.numpy().astype(np.float64)) for k, b in zip(g.kernels, g.biases)]
 
 
-def shifted(loss, shift=1.0):
-    """``loss`` with G's output moved by ``shift`` along the diagonal: from a fresh G the synthetic
-    negatives all sit well inside the margin (J_adv = 0); moved, the adversarial hinge is active
-    for some triplets and not for others."""
-    bias = loss.generator.biases[-1]
-    bias.assign_add(tf.fill(bias.shape, tf.cast(shift / np.sqrt(bias.shape[0]), bias.dtype)))
-    return loss
-
-
 def selected(ref, sampler, labels, e):
     return ref.triplet_list(samplers.get(sampler)(ref.pairwise(e).astype(np.float32), labels))
 
@@ -79,7 +70,7 @@ def selected(ref, sampler, labels, e):
 def test_value_matches_the_reference(ref, sampler, seed):
     labels = ref.LABELS["mixed"]
     e = ref.embeddings(len(labels), seed=seed)
-    loss = shifted(losses.DAMLLoss(embedding_dim=D, sampler=sampler, seed=seed, **WEIGHTS))
+    loss = ref.shifted_daml_generator(losses.DAMLLoss(embedding_dim=D, sampler=sampler, seed=seed, **WEIGHTS))
     triplets = selected(ref, sampler, labels, e)
     assert triplets
     expected = np_daml(e.astype(np.float64), triplets, params_of(loss), **WEIGHTS)
@@ -91,7 +82,7 @@ def test_the_triplets_of_an_n_pair_batch_match_the_reference(ref):
     (x_i, x_i⁺, x_j⁺), j ≠ i."""
     labels = np.array([0, 1, 0, 2, 1, 2], np.int32)
     e = ref.embeddings(len(labels), seed=8)
-    loss = shifted(losses.DAMLLoss(embedding_dim=D, sampler="npair", **WEIGHTS))
+    loss = ref.shifted_daml_generator(losses.DAMLLoss(embedding_dim=D, sampler="npair", **WEIGHTS))
     triplets = selected(ref, "npair", labels, e)
     assert len(triplets) == 6
     expected = np_daml(e.astype(np.float64), triplets, params_of(loss), **WEIGHTS)
@@ -109,15 +100,7 @@ def test_random_triplets_of_the_same_seed_match_the_reference(ref):
     np.testing.assert_allclose(float(loss(labels, e)), expected, rtol=1e-5)
 
 
-def _constant_generator(loss, value):
-    """Zero kernels, the last bias ``value``: x̃⁻ = value for every triplet."""
-    for kernel, bias in zip(loss.generator.kernels, loss.generator.biases):
-        kernel.assign(tf.zeros_like(kernel))
-        bias.assign(tf.zeros_like(bias))
-    loss.generator.biases[-1].assign(np.asarray(value, np.float32))
-
-
-def test_hand_case():
+def test_hand_case(ref):
     """x = (0, 0), x⁺ = (1, 0), x⁻ = (0, 2), x̃⁻ = (0, 1) (a constant generator), α = 0.5,
     λ = λ₁ = λ₂ = w_real = 1, hard sampler (one triplet per positive pair, both directions):
 
@@ -130,13 +113,13 @@ def test_hand_case():
     e = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0]], np.float32)
     labels = np.array([0, 0, 1])
     loss = losses.DAMLLoss(embedding_dim=2, sampler="hard", margin=0.5, real_weight=1.0)
-    _constant_generator(loss, [0.0, 1.0])
+    ref.constant_daml_generator(loss, [0.0, 1.0])
     assert float(loss(labels, e)) == pytest.approx(3.0, rel=1e-6)
     default = losses.DAMLLoss(embedding_dim=2, sampler="hard", margin=0.5)
-    _constant_generator(default, [0.0, 1.0])
+    ref.constant_daml_generator(default, [0.0, 1.0])
     assert float(default(labels, e)) == pytest.approx(3.0, rel=1e-6)
     sums = losses.DAMLLoss(embedding_dim=2, sampler="hard", margin=0.5, tuple_reduction="sum")
-    _constant_generator(sums, [0.0, 1.0])
+    ref.constant_daml_generator(sums, [0.0, 1.0])
     assert float(sums(labels, e)) == pytest.approx(6.0, rel=1e-6)
 
 
@@ -145,7 +128,7 @@ def test_a_wrong_formula_is_caught(ref, monkeypatch):
     whose adversarial term has the metric's sign (the generator helping the embedding)."""
     labels = ref.LABELS["mixed"]
     e = ref.embeddings(len(labels), seed=4)
-    loss = shifted(losses.DAMLLoss(embedding_dim=D, sampler="hard", **WEIGHTS))
+    loss = ref.shifted_daml_generator(losses.DAMLLoss(embedding_dim=D, sampler="hard", **WEIGHTS))
     triplets, params = selected(ref, "hard", labels, e), params_of(loss)
     got = float(loss(labels, e))
     assert got == pytest.approx(np_daml(e.astype(np.float64), triplets, params, **WEIGHTS), rel=1e-5)
@@ -179,8 +162,8 @@ def test_gradients_reach_each_parameter_set_from_its_own_objective(ref, sampler)
     held fixed: central finite differences of the float64 reference."""
     labels = ref.LABELS["mixed"]
     e = ref.embeddings(len(labels), seed=5).astype(np.float64)
-    loss = shifted(losses.DAMLLoss(embedding_dim=D, sampler=sampler, hidden_units=5, seed=3, dtype="float64",
-                                   **WEIGHTS))
+    loss = ref.shifted_daml_generator(losses.DAMLLoss(embedding_dim=D, sampler=sampler, hidden_units=5, seed=3,
+                                                      dtype="float64", **WEIGHTS))
     triplets, params = selected(ref, sampler, labels, e), params_of(loss)
     synthetic = [np_generator(params, e[a], e[p], e[n]) for a, p, n in triplets]
     _, grad_e, grad_g = _value_and_gradients(loss, labels, e)

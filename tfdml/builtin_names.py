@@ -113,6 +113,9 @@ JIT_COMPILE_CHOICES = (False, True, LOSS_ONLY)
 #: ``tfdml.models.DTYPE_POLICY_CHOICES``.
 DTYPE_POLICY_CHOICES = ("auto", "float32", "mixed_bfloat16")
 
+#: ``tfdml.losses.daml_forms.FORMS``: the metric objectives of DAML (``DAMLLoss(form=...)``).
+DAML_FORMS = ("triplet", "contrastive", "npair", "lifted")
+
 #: Each loss of :data:`LOSSES` → the names of its options (its constructor's keyword
 #: arguments, as ``tfdml_app.loss_config`` reads them from the signature), or None when it
 #: takes any: what ``loss.options`` may set.
@@ -149,8 +152,8 @@ LOSS_OPTIONS = {
                           "name", "reduction", "dtype", "memory"),
     "ddml": ("tau", "beta", "distance", "sampler", "seed", "tuple_reduction", "name", "reduction", "dtype",
              "importance", "memory"),
-    "daml": ("embedding_dim", "margin", "metric_weight", "reg_weight", "adv_weight", "real_weight", "hidden_units",
-             "sampler", "seed", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "daml": ("embedding_dim", "margin", "metric_weight", "reg_weight", "adv_weight", "real_weight", "form",
+             "hidden_units", "sampler", "seed", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
     "proxy_nca": ("num_classes", "embedding_dim", "embedding_scale", "proxy_scale", "proxy_lr_multiplier",
                   "seed", "centers_per_class", "distance", "tuple_reduction", "name", "reduction", "dtype",
                   "memory"),

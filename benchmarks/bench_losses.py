@@ -107,6 +107,8 @@ def cases(num_classes, dim=128):
          lambda: losses.PDDMLoss(embedding_dim=dim, seed=1)),
         ("PDDM triplet (Huang 2016)", "hard triplet by S",
          lambda: losses.PDDMLoss(embedding_dim=dim, variant="triplet", seed=1)),
+        # Two level blocks of dim / 2 (any even dim), each trained on the pairs the one before kept.
+        ("contrastive + HDC cascade (Yuan 2017)", "hdc per level", lambda: losses.HDCLoss(levels=2)),
     ]
     return out
 

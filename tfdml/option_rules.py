@@ -126,6 +126,7 @@ LOSS_RULES = {
     "sub_center_arcface": {"scale": POSITIVE, "margin": Rule(low=0.0, high=math.pi, high_open=True)},
     "soft_triple": {"la": POSITIVE, "gamma": POSITIVE, "margin": NON_NEGATIVE, "tau": NON_NEGATIVE},
     "fast_ap": {"num_bins": COUNT},
+    "hdc": {"levels": COUNT, "filter_percentage": Rule(low=0.0, high=1.0, low_open=True)},
 }
 
 #: Each built-in sampler (``loss.sampler``) → its options' rules.

@@ -74,6 +74,7 @@ REQUIRED = {
     "soft_triple": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
     "daml": {"embedding_dim": EMBEDDING},
     "pddm": {"embedding_dim": EMBEDDING},
+    "hdc": {"levels": 2},  # the MLP's embedding as two level blocks of 4
 }
 
 

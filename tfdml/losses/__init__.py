@@ -123,6 +123,7 @@ LOSSES.update({
     "soft_triple": SoftTripleLoss,
     "fast_ap": FastAPLoss,
     "pddm": PDDMLoss,
+    "hdc": HDCLoss,
 })
 
 

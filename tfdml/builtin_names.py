@@ -21,7 +21,8 @@ LOSSES = ("contrastive", "triplet", "margin", "weighted_contrastive", "balanced_
           "precision_at_k", "stable_contrast", "robust_hard_contrastive", "histogram", "angular",
           "lifted_structured", "binomial_deviance", "multi_similarity", "circle", "facility_location",
           "ddml", "daml", "proxy_nca", "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins",
-          "normalized_softmax", "cosface", "arcface", "sub_center_arcface", "soft_triple", "fast_ap", "pddm")
+          "normalized_softmax", "cosface", "arcface", "sub_center_arcface", "soft_triple", "fast_ap", "pddm",
+          "global")
 
 #: The ``name`` default of :class:`tfdml.losses.WeightedSumLoss`: a config's ``loss.name`` for
 #: a weighted sum of losses (its terms in ``loss.terms``). Not a :data:`LOSSES` name: the sum
@@ -176,6 +177,8 @@ LOSS_OPTIONS = {
     "fast_ap": ("num_bins", "distance", "seed", "tuple_reduction", "name", "reduction", "dtype", "memory"),
     "pddm": ("embedding_dim", "variant", "positives", "alpha", "beta", "lam", "units", "hidden_units", "seed",
              "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "global": ("lam", "margin", "distance", "sampler", "seed", "tuple_reduction", "name", "reduction", "dtype",
+               "memory"),
 }
 
 #: Each loss of :data:`LOSSES` → what a config's sampler checks read of its class
@@ -248,6 +251,8 @@ LOSS_SAMPLING = {
                "learned": False, "distance": None, "takes_distance": False},
     "pddm": {"kinds": (), "takes_sampler": False, "required": False, "default": None,
              "learned": False, "distance": None, "takes_distance": False},
+    "global": {"kinds": ("pairs",), "takes_sampler": True, "required": False, "default": None,
+               "learned": False, "distance": None, "takes_distance": True},
 }
 
 #: Each sampler of :data:`SAMPLERS` → what a config's sampler checks read of its class

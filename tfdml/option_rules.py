@@ -125,6 +125,7 @@ LOSS_RULES = {
     "sub_center_arcface": {"scale": POSITIVE, "margin": Rule(low=0.0, high=math.pi, high_open=True)},
     "soft_triple": {"la": POSITIVE, "gamma": POSITIVE, "margin": NON_NEGATIVE, "tau": NON_NEGATIVE},
     "fast_ap": {"num_bins": COUNT},
+    "global": {"lam": NON_NEGATIVE, "margin": NON_NEGATIVE},
 }
 
 #: Each built-in sampler (``loss.sampler``) → its options' rules.

@@ -2,14 +2,12 @@
 Harwood et al. 2017's smart mining), J = (σ²₊ + σ²₋) + λ max(0, μ₊ − μ₋ + t): value and
 gradient by a NumPy brute force over the batch's pairs and by hand."""
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tfdml import losses
 from tfdml.losses.global_loss import DEFAULT_LAM, DEFAULT_MARGIN, global_loss
-from tfdml.samplers import base as samplers_base
 
 
 def np_distances(ref, e, distance):
@@ -45,28 +43,20 @@ def np_global_loss(ref, e, labels, lam, margin, distance="squared_euclidean", po
     return var_pos + var_neg + lam * max(0.0, mu_pos - mu_neg + margin)
 
 
-def value_and_grad(loss, y, e):
-    e = tf.constant(e)
-    with tf.GradientTape() as tape:
-        tape.watch(e)
-        value = loss(y, e)
-    return value.numpy(), tape.gradient(value, e).numpy()
-
-
 def test_defaults():
     loss = losses.GlobalLoss()
     assert (loss.lam, loss.margin, loss.distance) == (DEFAULT_LAM, DEFAULT_MARGIN, "squared_euclidean")
     assert losses.get("global").__class__ is losses.GlobalLoss
 
 
-def test_hand_computed_hinge_only_value_and_gradient():
+def test_hand_computed_hinge_only_value_and_gradient(ref):
     """1-D points x = (0, 2, 1), labels (0, 0, 1), squared distances, λ = ½, t = 0.4:
     one positive pair, d = 4 (μ₊ = 4, σ²₊ = 0); negatives d = 1, 1 (μ₋ = 1, σ²₋ = 0);
     J = ½ (4 − 1 + 0.4) = 1.7. Gradient: σ²₋ = ((a − b)/2)² has zero slope at a = b, so
     ∂J/∂x = λ (∂μ₊ − ∂μ₋): ∂/∂x₀ = ½ (2·(0 − 2) − (0 − 1)) = −1.5, ∂/∂x₁ = ½ (−2·(0 − 2) −
     (2 − 1)) = 1.5, ∂/∂x₂ = ½ ((0 − 1) + (2 − 1)) = 0."""
     e = np.array([[0.0], [2.0], [1.0]], np.float32)
-    value, grad = value_and_grad(losses.GlobalLoss(lam=0.5, margin=0.4), np.array([0, 0, 1]), e)
+    value, grad = ref.value_and_grad(losses.GlobalLoss(lam=0.5, margin=0.4), np.array([0, 0, 1]), e)
     assert value == pytest.approx(1.7, rel=1e-6)
     np.testing.assert_allclose(grad[:, 0], [-1.5, 1.5, 0.0], atol=1e-6)
 
@@ -99,7 +89,7 @@ def test_equals_numpy_brute_force_value_and_gradient(ref, case, distance):
     e = ref.embeddings(len(labels), dim=4, seed=7, normalize=False).astype(np.float64)
     lam, margin = 0.7, 3.0
     loss = losses.GlobalLoss(lam=lam, margin=margin, distance=distance, dtype="float64")
-    value, grad = value_and_grad(loss, labels, e)
+    value, grad = ref.value_and_grad(loss, labels, e)
     expected = np_global_loss(ref, e, labels, lam, margin, distance)
     np.testing.assert_allclose(value, expected, rtol=1e-7, atol=1e-10)
     fd = ref.central_gradient(lambda x: np_global_loss(ref, x, labels, lam, margin, distance), e, eps=1e-6)
@@ -112,28 +102,11 @@ def test_equals_numpy_brute_force_value_and_gradient(ref, case, distance):
         assert d[same & off].mean() - d[~same].mean() + margin > 0  # the hinge term is tested too
 
 
-class FixedPairs(samplers_base.Sampler):
-    """A pair sampler that returns fixed multiplicities (for the reference test)."""
-
-    kind = "pairs"
-    needs_seed = False
-
-    def __init__(self, pos, neg):
-        self.pos, self.neg = pos, neg
-
-    def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
-        return samplers_base.PairSelection(tf.constant(self.pos, tf.float32), tf.constant(self.neg, tf.float32))
-
-
 def test_pair_sampler_multiplicities_weight_the_distributions(ref):
     labels = ref.LABELS["mixed"]
-    n = len(labels)
-    rng = np.random.default_rng(4)
-    pos_ref, neg_ref = ref.pos_neg(labels, ref.candidates(labels))
-    pos = pos_ref * rng.integers(0, 4, size=(n, n))
-    neg = neg_ref * rng.integers(0, 3, size=(n, n))
-    e = ref.embeddings(n, dim=5, seed=4)
-    got = float(losses.GlobalLoss(margin=2.0, sampler=FixedPairs(pos, neg))(labels, e))
+    pos, neg = ref.random_multiplicities(labels, seed=4)
+    e = ref.embeddings(len(labels), dim=5, seed=4)
+    got = float(losses.GlobalLoss(margin=2.0, sampler=ref.fixed_pairs(pos, neg))(labels, e))
     expected = np_global_loss(ref, e, labels, DEFAULT_LAM, 2.0, pos_mult=pos, neg_mult=neg)
     np.testing.assert_allclose(got, expected, rtol=1e-5)
     assert got != pytest.approx(float(losses.GlobalLoss(margin=2.0)(labels, e)), rel=1e-3)
@@ -145,7 +118,7 @@ def test_pair_sampler_multiplicities_weight_the_distributions(ref):
 def test_degenerate_batches_give_zero_with_zero_gradient(ref, case):
     labels = np.array([7, 7]) if case == "one_pair" else ref.LABELS[case]
     e = ref.embeddings(len(labels), seed=1)
-    value, grad = value_and_grad(losses.GlobalLoss(), labels, e)
+    value, grad = ref.value_and_grad(losses.GlobalLoss(), labels, e)
     assert value == 0.0
     assert np.all(grad == 0.0)
 
@@ -154,7 +127,7 @@ def test_degenerate_batches_give_zero_with_zero_gradient(ref, case):
 def test_identical_embeddings_and_zero_rows_are_finite(ref, distance):
     labels = ref.LABELS["mixed"]
     for e in (np.tile([[1.0, 0, 0]], (len(labels), 1)), np.zeros((len(labels), 3))):
-        value, grad = value_and_grad(losses.GlobalLoss(distance=distance), labels, e.astype(np.float32))
+        value, grad = ref.value_and_grad(losses.GlobalLoss(distance=distance), labels, e.astype(np.float32))
         assert np.isfinite(value) and np.all(np.isfinite(grad))
 
 
@@ -162,7 +135,7 @@ def test_xla_with_unknown_batch_equals_eager(ref):
     ref.check_xla_equals_eager_with_unknown_batch(losses.GlobalLoss(margin=2.0))
 
 
-def test_options_are_checked_and_serialised():
+def test_options_are_checked():
     with pytest.raises(ValueError, match="lam must be a number >= 0"):
         losses.GlobalLoss(lam=-1.0)
     with pytest.raises(ValueError, match="margin must be a number >= 0"):
@@ -171,8 +144,3 @@ def test_options_are_checked_and_serialised():
         losses.GlobalLoss(tuple_reduction="sum")
     with pytest.raises(ValueError, match="importance"):
         losses.GlobalLoss(importance=True)
-    loss = losses.GlobalLoss(lam=0.3, margin=0.8, distance="euclidean", sampler="random", seed=3)
-    again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
-    assert isinstance(again, losses.GlobalLoss)
-    assert (again.lam, again.margin, again.distance) == (0.3, 0.8, "euclidean")
-    assert again.get_config() == loss.get_config()

@@ -22,7 +22,7 @@ LOSSES = ("contrastive", "triplet", "margin", "weighted_contrastive", "balanced_
           "lifted_structured", "binomial_deviance", "multi_similarity", "circle", "facility_location",
           "ddml", "daml", "proxy_nca", "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins",
           "normalized_softmax", "cosface", "arcface", "sub_center_arcface", "soft_triple", "fast_ap", "pddm",
-          "hdc")
+          "hdc", "global")
 
 #: The ``name`` default of :class:`tfdml.losses.WeightedSumLoss`: a config's ``loss.name`` for
 #: a weighted sum of losses (its terms in ``loss.terms``). Not a :data:`LOSSES` name: the sum
@@ -182,6 +182,8 @@ LOSS_OPTIONS = {
              "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
     "hdc": ("levels", "loss", "filter_percentage", "level_weights", "seed", "tuple_reduction", "name", "reduction",
             "dtype", "memory"),
+    "global": ("lam", "margin", "distance", "sampler", "seed", "tuple_reduction", "name", "reduction", "dtype",
+               "memory"),
 }
 
 #: Each loss of :data:`LOSSES` → what a config's sampler checks read of its class
@@ -256,6 +258,8 @@ LOSS_SAMPLING = {
              "learned": False, "distance": None, "takes_distance": False},
     "hdc": {"kinds": (), "takes_sampler": False, "required": False, "default": None,
             "learned": False, "distance": None, "takes_distance": False},
+    "global": {"kinds": ("pairs",), "takes_sampler": True, "required": False, "default": None,
+               "learned": False, "distance": None, "takes_distance": True},
 }
 
 #: Each sampler of :data:`SAMPLERS` → what a config's sampler checks read of its class

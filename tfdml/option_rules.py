@@ -127,6 +127,7 @@ LOSS_RULES = {
     "soft_triple": {"la": POSITIVE, "gamma": POSITIVE, "margin": NON_NEGATIVE, "tau": NON_NEGATIVE},
     "fast_ap": {"num_bins": COUNT},
     "hdc": {"levels": COUNT, "filter_percentage": Rule(low=0.0, high=1.0, low_open=True)},
+    "global": {"lam": NON_NEGATIVE, "margin": NON_NEGATIVE},
 }
 
 #: Each built-in sampler (``loss.sampler``) → its options' rules.

@@ -49,6 +49,7 @@ SAMPLER_FOR = {
     ("triplet", "triplets"): "hard",
     ("stable_contrast", "triplets"): "semi_hard",
     ("histogram", "pairs"): "all",
+    ("global", "pairs"): "random",
     ("lifted_structured", "pairs"): "all",
     ("lifted_structured", "triplets"): "random_triplets",
     ("binomial_deviance", "pairs"): "random",

@@ -221,6 +221,41 @@ def shifted_daml_generator(loss, shift=1.0):
     bias = loss.generator.biases[-1]
     bias.assign_add(tf.fill(bias.shape, tf.cast(shift / np.sqrt(bias.shape[0]), bias.dtype)))
     return loss
+def fixed_pairs(pos, neg):
+    """A pair sampler that returns the fixed multiplicities ``pos`` and ``neg`` [B, B]
+    whatever the batch (for reference tests of sampler-weighted losses)."""
+    import tensorflow as tf
+
+    from tfdml.samplers import base as samplers_base
+
+    class FixedPairs(samplers_base.Sampler):
+        kind = "pairs"
+        needs_seed = False
+
+        def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
+            return samplers_base.PairSelection(tf.constant(pos, tf.float32), tf.constant(neg, tf.float32))
+
+    return FixedPairs()
+
+
+def random_multiplicities(labels, seed):
+    """Random pair multiplicities (positive pairs 0..3, negative pairs 0..2 times) over the
+    candidate pairs of ``labels``: what a pair sampler could return."""
+    n = len(labels)
+    rng = np.random.default_rng(seed)
+    pos, neg = pos_neg(labels, candidates(labels))
+    return pos * rng.integers(0, 4, size=(n, n)), neg * rng.integers(0, 3, size=(n, n))
+
+
+def value_and_grad(loss, y, e):
+    """Eagerly: ``loss(y, e)`` and its gradient with respect to ``e``, as NumPy."""
+    import tensorflow as tf
+
+    e = tf.constant(e)
+    with tf.GradientTape() as tape:
+        tape.watch(e)
+        value = loss(y, e)
+    return value.numpy(), tape.gradient(value, e).numpy()
 
 
 @pytest.fixture(scope="session")
@@ -244,4 +279,7 @@ def ref():
         keras_file_round_trip=keras_file_round_trip,
         constant_daml_generator=constant_daml_generator,
         shifted_daml_generator=shifted_daml_generator,
+        fixed_pairs=fixed_pairs,
+        random_multiplicities=random_multiplicities,
+        value_and_grad=value_and_grad,
     )

@@ -179,7 +179,8 @@ class DAMLLoss(base.MetricLoss):
       real_weight: ≥ 0, the weight of the form's loss on the real negatives, added to J_m
         (0, the paper's: the metric learns from the synthetic negatives alone).
       form: the metric objective J_m, one of ``"triplet"``, ``"contrastive"``, ``"npair"``
-        (use it with ``sampler="npair"``: Sohn's N-pair batches) or ``"lifted"``.
+        (use it with ``sampler="npair"``: Sohn's N-pair batches) or ``"lifted"``; kept as
+        ``metric_form`` (``form`` names the kernels table's choices in this library).
       hidden_units: width of G's two hidden layers (default 2·d).
       sampler: a triplet sampler (name or object) giving the tuples (x, x⁺, x⁻); the
         default ``"random_triplets"`` keeps the easy negatives that DAML turns into hard
@@ -216,7 +217,7 @@ class DAMLLoss(base.MetricLoss):
         if form not in daml_forms.FORMS:
             raise ValueError(f"{owner}(form={form!r}): the metric objective J_m is one of "
                              f"{', '.join(map(repr, daml_forms.FORMS))}.")
-        self.form = form
+        self.metric_form = form
         self.generator = HardNegativeGenerator(embedding_dim, hidden_units=hidden_units, seed=seed,
                                                dtype=self.dtype, name=f"{self.name}_generator")
 
@@ -254,7 +255,7 @@ class DAMLLoss(base.MetricLoss):
 
     def metric_objective(self, anchor, positive, negative, selection, dist):
         """J_m of the loss's ``form`` on the triplets' rows, reduced over its tuples."""
-        terms, counts = daml_forms.metric_terms(self.form, anchor, positive, negative, selection, self.margin,
+        terms, counts = daml_forms.metric_terms(self.metric_form, anchor, positive, negative, selection, self.margin,
                                                 tf.shape(dist)[0], dist)
         return self.reduce(terms, counts)
 
@@ -262,5 +263,5 @@ class DAMLLoss(base.MetricLoss):
         config = super().get_config()
         config.update(embedding_dim=self.embedding_dim, margin=self.margin, metric_weight=self.metric_weight,
                       reg_weight=self.reg_weight, adv_weight=self.adv_weight, real_weight=self.real_weight,
-                      form=self.form, hidden_units=self.hidden_units)
+                      form=self.metric_form, hidden_units=self.hidden_units)
         return config

@@ -253,7 +253,7 @@ def test_the_defaults_are_the_papers_objective():
     """The metric learns from the synthetic negatives alone (the paper's J_m(θ_f; x, x⁺, x̃⁻)),
     in the triplet form."""
     loss = losses.DAMLLoss(embedding_dim=D)
-    assert (loss.form, loss.real_weight) == ("triplet", 0.0)
+    assert (loss.metric_form, loss.real_weight) == ("triplet", 0.0)
 
 
 def test_config_round_trip_and_registry():
@@ -262,7 +262,7 @@ def test_config_round_trip_and_registry():
     config = loss.get_config()
     again = losses.DAMLLoss.from_config(config)
     assert again.get_config() == config
-    assert (again.embedding_dim, again.hidden_units, again.margin, again.form) == (D, 7, WEIGHTS["margin"], "lifted")
+    assert (again.embedding_dim, again.hidden_units, again.margin, again.metric_form) == (D, 7, WEIGHTS["margin"], "lifted")
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
     assert isinstance(restored, losses.DAMLLoss) and restored.get_config() == config
     layer = loss.generator

@@ -72,8 +72,9 @@ def build(loss, sampler, num_classes, dim, seed=0):
     """The loss of a config with ``loss.name = loss`` and ``loss.sampler = sampler``, default options."""
     from tfdml_app import loss_config
 
+    # A cascade of two levels (dim / 2 each) for a loss that scores a cascade's levels (hdc).
     cfg = {"loss": {"name": loss, "sampler": sampler, "sampler_options": {}, "options": {}},
-           "seed": seed, "model": {"embedding_dim": dim, "projection_head": None}}
+           "seed": seed, "model": {"embedding_dim": dim, "projection_head": None, "cascade": {"levels": 2}}}
     return loss_config.build_loss(cfg, num_classes)
 
 

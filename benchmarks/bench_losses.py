@@ -79,6 +79,7 @@ def cases(num_classes, dim=128):
         ("multi-similarity (Wang 2019)", "multi_similarity", lambda: losses.MultiSimilarityLoss()),
         ("circle (Sun 2020 Eq. 6)", "all pairs", lambda: losses.CircleLoss()),
         ("histogram (Ustinova Eq. 4)", "all pairs", lambda: losses.HistogramLoss()),
+        ("global (Kumar 2016)", "all pairs", lambda: losses.GlobalLoss()),
         ("angular (Wang 2017 Eq. 8)", "pairs by class rank", lambda: losses.AngularLoss()),
         ("proxy NCA (Movshovitz-Attias §3)", "proxies",
          lambda: losses.ProxyNCALoss(num_classes=num_classes, embedding_dim=dim, seed=1)),
@@ -107,6 +108,8 @@ def cases(num_classes, dim=128):
          lambda: losses.PDDMLoss(embedding_dim=dim, seed=1)),
         ("PDDM triplet (Huang 2016)", "hard triplet by S",
          lambda: losses.PDDMLoss(embedding_dim=dim, variant="triplet", seed=1)),
+        # Two level blocks of dim / 2 (any even dim), each trained on the pairs the one before kept.
+        ("contrastive + HDC cascade (Yuan 2017)", "hdc per level", lambda: losses.HDCLoss(levels=2)),
     ]
     return out
 

@@ -161,31 +161,36 @@ def _weights(path):
 
 # The memory's rows by default; β, the proxies and DAML's generator are also restored by every saving route of
 # tests/tfdml/test_saving_routes.py, so their whole runs are slow ones (TFDML_SLOW=1).
-@pytest.mark.parametrize("loss, state", [
-    pytest.param({"name": "margin", "sampler": "distance_weighted"}, "margin_parameters",
+@pytest.mark.parametrize("loss, state, model", [
+    pytest.param({"name": "margin", "sampler": "distance_weighted"}, "margin_parameters", {},
                  marks=pytest.mark.slow, id="margin"),
     # learned proxies, at 100x the learning rate
-    pytest.param({"name": "proxy_anchor"}, "proxies", marks=pytest.mark.slow, id="proxy_anchor"),
+    pytest.param({"name": "proxy_anchor"}, "proxies", {}, marks=pytest.mark.slow, id="proxy_anchor"),
     # DAML's hard negative generator
-    pytest.param({"name": "daml"}, "generator", marks=pytest.mark.slow, id="daml"),
+    pytest.param({"name": "daml"}, "generator", {}, marks=pytest.mark.slow, id="daml"),
     # the learned PDDM similarity unit beside the embedding
-    pytest.param({"name": "pddm"}, "pddm", marks=pytest.mark.slow, id="pddm"),
+    pytest.param({"name": "pddm"}, "pddm", {}, marks=pytest.mark.slow, id="pddm"),
     pytest.param({"name": "triplet", "sampler": "semi_hard", "memory": {"size": 48, "warmup_steps": 3}},
-                 "memory", id="memory"),
+                 "memory", {}, id="memory"),
+    # the level heads of an HDC cascade (two levels: the digits' small CNN has two resolutions); the
+    # weights file names layers by their class: the second level's head is the encoder's dense_1
+    pytest.param({"name": "hdc"}, "encoder/layers/dense_1/", {"cascade": {"levels": 2}}, marks=pytest.mark.slow,
+                 id="hdc"),
 ])
-def test_resume_after_kill_reaches_the_same_weights(tmp_path, loss, state):
-    """Kill after epoch 2 of 4, rerun: same final weights (the encoder's, the loss's learned
-    parameters: β, the proxies, DAML's generator or the PDDM unit, the optimizer's state) as an
-    uninterrupted run.
+def test_resume_after_kill_reaches_the_same_weights(tmp_path, loss, state, model):
+    """Kill after epoch 2 of 4, rerun: same final weights (the encoder's, with an HDC cascade its
+    level heads, the loss's learned parameters: β, the proxies, DAML's generator or the PDDM
+    unit, the optimizer's state) as an uninterrupted run.
 
     With a validation split: the resumed run holds out the same
     examples, so its best checkpoint and history equal the straight run's."""
     validation = {"fraction": 0.4, "mode": "examples", "seed": 5}
-    straight = small_cfg(tmp_path / "straight", **{"training.epochs": 4, "loss": dict(loss)})
+    model = {f"model.{key}": value for key, value in model.items()}
+    straight = small_cfg(tmp_path / "straight", **{"training.epochs": 4, "loss": dict(loss), **model})
     straight["data"]["validation"] = validation
     fit.run(straight, verbose=0)
 
-    resumed = small_cfg(tmp_path / "resumed", **{"training.epochs": 4, "loss": dict(loss)})
+    resumed = small_cfg(tmp_path / "resumed", **{"training.epochs": 4, "loss": dict(loss), **model})
     resumed["data"]["validation"] = dict(validation)
     with pytest.raises(KeyboardInterrupt):
         fit.run(resumed, verbose=0, callbacks=[_KillAfterEpoch(2)])

@@ -21,7 +21,8 @@ LOSSES = ("contrastive", "triplet", "margin", "weighted_contrastive", "balanced_
           "precision_at_k", "stable_contrast", "robust_hard_contrastive", "histogram", "angular",
           "lifted_structured", "binomial_deviance", "multi_similarity", "circle", "facility_location",
           "ddml", "daml", "proxy_nca", "proxy_anchor", "nt_xent", "supcon", "vicreg", "barlow_twins",
-          "normalized_softmax", "cosface", "arcface", "sub_center_arcface", "soft_triple", "fast_ap", "pddm")
+          "normalized_softmax", "cosface", "arcface", "sub_center_arcface", "soft_triple", "fast_ap", "pddm",
+          "hdc", "global")
 
 #: The ``name`` default of :class:`tfdml.losses.WeightedSumLoss`: a config's ``loss.name`` for
 #: a weighted sum of losses (its terms in ``loss.terms``). Not a :data:`LOSSES` name: the sum
@@ -112,6 +113,9 @@ JIT_COMPILE_CHOICES = (False, True, LOSS_ONLY)
 #: ``tfdml.models.DTYPE_POLICY_CHOICES``.
 DTYPE_POLICY_CHOICES = ("auto", "float32", "mixed_bfloat16")
 
+#: ``tfdml.losses.daml_forms.FORMS``: the metric objectives of DAML (``DAMLLoss(form=...)``).
+DAML_FORMS = ("triplet", "contrastive", "npair", "lifted")
+
 #: Each loss of :data:`LOSSES` → the names of its options (its constructor's keyword
 #: arguments, as ``tfdml_app.loss_config`` reads them from the signature), or None when it
 #: takes any: what ``loss.options`` may set.
@@ -148,8 +152,8 @@ LOSS_OPTIONS = {
                           "name", "reduction", "dtype", "memory"),
     "ddml": ("tau", "beta", "distance", "sampler", "seed", "tuple_reduction", "name", "reduction", "dtype",
              "importance", "memory"),
-    "daml": ("embedding_dim", "margin", "metric_weight", "reg_weight", "adv_weight", "real_weight", "hidden_units",
-             "sampler", "seed", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "daml": ("embedding_dim", "margin", "metric_weight", "reg_weight", "adv_weight", "real_weight", "form",
+             "hidden_units", "sampler", "seed", "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
     "proxy_nca": ("num_classes", "embedding_dim", "embedding_scale", "proxy_scale", "proxy_lr_multiplier",
                   "seed", "centers_per_class", "distance", "tuple_reduction", "name", "reduction", "dtype",
                   "memory"),
@@ -176,6 +180,10 @@ LOSS_OPTIONS = {
     "fast_ap": ("num_bins", "distance", "seed", "tuple_reduction", "name", "reduction", "dtype", "memory"),
     "pddm": ("embedding_dim", "variant", "positives", "alpha", "beta", "lam", "units", "hidden_units", "seed",
              "distance", "tuple_reduction", "name", "reduction", "dtype", "memory"),
+    "hdc": ("levels", "loss", "filter_percentage", "level_weights", "seed", "tuple_reduction", "name", "reduction",
+            "dtype", "memory"),
+    "global": ("lam", "margin", "distance", "sampler", "seed", "tuple_reduction", "name", "reduction", "dtype",
+               "memory"),
 }
 
 #: Each loss of :data:`LOSSES` → what a config's sampler checks read of its class
@@ -248,6 +256,10 @@ LOSS_SAMPLING = {
                "learned": False, "distance": None, "takes_distance": False},
     "pddm": {"kinds": (), "takes_sampler": False, "required": False, "default": None,
              "learned": False, "distance": None, "takes_distance": False},
+    "hdc": {"kinds": (), "takes_sampler": False, "required": False, "default": None,
+            "learned": False, "distance": None, "takes_distance": False},
+    "global": {"kinds": ("pairs",), "takes_sampler": True, "required": False, "default": None,
+               "learned": False, "distance": None, "takes_distance": True},
 }
 
 #: Each sampler of :data:`SAMPLERS` → what a config's sampler checks read of its class

@@ -12,7 +12,16 @@ same K) trains level k on the pairs the levels before it found hard. The encoder
 
 import keras
 
-AUTO = "auto"
+from tfdml.cascade_spec import AUTO, DEFAULT_LEVELS
+
+#: The name of level k's Dense head (k = 1…K): a component of its variables' paths, which
+#: a learning-rate multiplier names (:mod:`tfdml.optimizers`).
+HEAD_NAME = "embedding_{}"
+
+
+def head_names(levels):
+    """The names of the K level heads of a cascade encoder, shallowest first."""
+    return [HEAD_NAME.format(k) for k in range(1, int(levels) + 1)]
 
 
 def _feature_maps(model):
@@ -57,7 +66,7 @@ def _holder(backbone, names):
                      f"{names}); name layers of the backbone, or use layers='auto'.")
 
 
-def build_cascade_encoder(backbone, layers=AUTO, levels=3, embedding_dim=128, name="encoder"):
+def build_cascade_encoder(backbone, layers=AUTO, levels=DEFAULT_LEVELS, embedding_dim=128, name="encoder"):
     """``inputs -> [e_1, …, e_K]``: K embedding heads on the backbone's features at K depths.
 
     Args:
@@ -105,7 +114,7 @@ def build_cascade_encoder(backbone, layers=AUTO, levels=3, embedding_dim=128, na
             feature = keras.layers.GlobalAveragePooling2D(name=f"pool_{k}")(feature)
         elif len(feature.shape) != 2:
             feature = keras.layers.Flatten(name=f"flatten_{k}")(feature)
-        emb = keras.layers.Dense(width, name=f"embedding_{k}", dtype=head_dtype)(feature)
+        emb = keras.layers.Dense(width, name=HEAD_NAME.format(k), dtype=head_dtype)(feature)
         blocks.append(keras.layers.UnitNormalization(name=f"l2_normalize_{k}", dtype=head_dtype)(emb))
     out = blocks[0] if len(blocks) == 1 else keras.layers.Concatenate(name="levels", dtype=head_dtype)(blocks)
     return keras.Model(inputs, out, name=name)

@@ -12,7 +12,7 @@ when a numeric option of a built-in class has no rule here. A rule is a :class:`
 import math
 from typing import NamedTuple
 
-from tfdml import distance_names
+from tfdml import builtin_names, distance_names
 
 
 class Rule(NamedTuple):
@@ -109,7 +109,8 @@ LOSS_RULES = {
                           "nmi_average": Rule(choices=("geometric", "arithmetic"))},
     "ddml": {"tau": Rule(low=1.0, low_open=True), "beta": POSITIVE},
     "daml": {"margin": POSITIVE, "metric_weight": NON_NEGATIVE, "reg_weight": NON_NEGATIVE,
-             "adv_weight": NON_NEGATIVE, "real_weight": NON_NEGATIVE, "hidden_units": COUNT_OR_NONE},
+             "adv_weight": NON_NEGATIVE, "real_weight": NON_NEGATIVE, "hidden_units": COUNT_OR_NONE,
+             "form": Rule(choices=builtin_names.DAML_FORMS)},
     "pddm": {"variant": Rule(choices=("quadruplet", "triplet")), "positives": Rule(choices=("hardest", "all")),
              "alpha": POSITIVE, "beta": POSITIVE, "lam": NON_NEGATIVE, "units": COUNT, "hidden_units": COUNT},
     "proxy_nca": {"embedding_scale": POSITIVE, "proxy_scale": POSITIVE},
@@ -125,6 +126,8 @@ LOSS_RULES = {
     "sub_center_arcface": {"scale": POSITIVE, "margin": Rule(low=0.0, high=math.pi, high_open=True)},
     "soft_triple": {"la": POSITIVE, "gamma": POSITIVE, "margin": NON_NEGATIVE, "tau": NON_NEGATIVE},
     "fast_ap": {"num_bins": COUNT},
+    "hdc": {"levels": COUNT, "filter_percentage": Rule(low=0.0, high=1.0, low_open=True)},
+    "global": {"lam": NON_NEGATIVE, "margin": NON_NEGATIVE},
 }
 
 #: Each built-in sampler (``loss.sampler``) → its options' rules.

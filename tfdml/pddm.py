@@ -12,17 +12,24 @@ only at their difference.
   chunks of queries (memory grows with chunk × gallery × width), for ranking a
   gallery by the learned similarity instead of the Euclidean distance.
 
-The unit, as the paper's Figure 2 and §3.1 describe it (the equation numbers of the
-paper could not be read where this module was written; none is cited):
+The unit as tfdml computes it:
 
     u1 = |f_i − f_j|,   v1 = (f_i + f_j) / 2,
     u = ReLU(W_u u1/‖u1‖ + b_u),   v = ReLU(W_v v1/‖v1‖ + b_v),
     c = ReLU(W_c [u/‖u‖ ; v/‖v‖] + b_c),
     S_ij = w_s · c + b_s,
 
-with f the model's (L2-normalised) embeddings. S is symmetric in i and j. A zero
-vector (u1 of identical features, a u or v that the ReLU zeroed) is normalised to
-zero, with a finite gradient (:func:`tfdml.distances.l2_normalize`).
+with f the model's (L2-normalised) embeddings. S is symmetric in i and j and unbounded
+(the last layer is linear). A zero vector (u1 of identical features, a u or v that the
+ReLU zeroed) is normalised to zero, with a finite gradient
+(:func:`tfdml.distances.l2_normalize`).
+
+Not checked against the paper: its equation for the unit (the inputs, the layers, where
+it normalises, the widths and the range of S) was not recovered from the paper's text,
+so no equation number is cited; the unit above is tfdml's, built on the abstract's
+idea of a metric "adaptive to local feature structure" (position-dependent), here
+through the pair's mean beside its difference. What was recovered and checked is the hard quadruplet mining that S
+drives (:class:`tfdml.losses.PDDMLoss`).
 """
 
 import keras
@@ -46,8 +53,8 @@ class PDDMLayer(keras.layers.Layer):
     unit has them before the first step (as :class:`tfdml.losses.Proxies`):
     ``w_u``, ``w_v`` [embedding_dim, units], ``w_c`` [2·units, hidden_units], ``w_s``
     [hidden_units] and the biases, Glorot-uniform kernels drawn with ``seed``, zero
-    biases. The paper's layer sizes are not reproduced here: ``units`` and
-    ``hidden_units`` are tfdml's defaults.
+    biases. ``units`` and ``hidden_units`` are tfdml's defaults (the paper's layer
+    widths were not recovered from its text).
 
     Args:
       embedding_dim: d, the size of a feature.

@@ -7,7 +7,7 @@ import os
 import keras
 import tensorflow as tf
 
-from tfdml import models
+from tfdml import cascade, cascade_spec, models
 from tfdml_app import config as config_lib
 from tfdml_app.errors import ExperimentError
 
@@ -53,7 +53,8 @@ def build_loss(cfg, num_classes, num_examples):
 def build_optimizer(cfg, loss=None):
     """Adam / AdamW / SGD (momentum 0.9) with the configured schedule. Learning-rate
     multipliers (:mod:`tfdml.optimizers`, one mechanism for all of them): the embedding
-    head's ``optimizer.head_lr_multiplier`` (Duan et al. §4: 10×) and the loss's own
+    head's ``optimizer.head_lr_multiplier`` (Duan et al. §4: 10×; with ``model.cascade``, of
+    every level's head) and the loss's own
     ``lr_multipliers`` (a proxy loss's ``proxy_lr_multiplier``); with any of them != 1
     the tfdml.optimizers variants scale those variables' learning rate."""
     from tfdml import optimizers as optimizers_lib
@@ -64,7 +65,9 @@ def build_optimizer(cfg, loss=None):
         lr = keras.optimizers.schedules.ExponentialDecay(
             lr, decay_steps=o["decay_steps"], decay_rate=o["decay_rate"], staircase=True
         )
-    multipliers = {"embedding": o["head_lr_multiplier"]}
+    levels = config_lib.cascade_levels(cfg)
+    heads = ["embedding"] if levels is None else cascade.head_names(levels)
+    multipliers = {head: o["head_lr_multiplier"] for head in heads}
     multipliers.update(getattr(loss, "lr_multipliers", None) or {})
     multipliers = {key: value for key, value in multipliers.items() if value != 1.0}
     library, extra = keras.optimizers, {}
@@ -99,7 +102,7 @@ def build_model(cfg, input_shape, num_classes, num_examples):
             backbone = models.get_backbone(m["backbone"], input_shape, **options)
         except (TypeError, ValueError, ImportError, FileNotFoundError) as err:
             raise ExperimentError(f"model: {err}") from None
-        encoder = models.build_encoder(backbone, m["embedding_dim"], normalize=m["normalize"])
+        encoder = build_encoder(cfg, backbone)
     loss = build_loss(cfg, num_classes, num_examples)
     if cfg["learned_sampler"] is not None:
         model = build_dsn_model(cfg, encoder, loss)
@@ -112,6 +115,20 @@ def build_model(cfg, input_shape, num_classes, num_examples):
         )
     model.build((None,) + tuple(input_shape))
     return model
+
+
+def build_encoder(cfg, backbone):
+    """The encoder on ``backbone``: one embedding head (:func:`tfdml.models.build_encoder`),
+    or with ``model.cascade`` one per level (:func:`tfdml.cascade.build_cascade_encoder`)."""
+    m = cfg["model"]
+    if m["cascade"] is None:
+        return models.build_encoder(backbone, m["embedding_dim"], normalize=m["normalize"])
+    spec = cascade_spec.resolve(m["cascade"])
+    try:
+        return cascade.build_cascade_encoder(backbone, layers=spec["layers"], levels=spec["levels"],
+                                             embedding_dim=m["embedding_dim"])
+    except ValueError as err:
+        raise ExperimentError(f"model.cascade: {err}") from None
 
 
 def build_dsn_model(cfg, encoder, loss):

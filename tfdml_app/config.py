@@ -28,8 +28,8 @@ import yaml
 
 from tfdml_app.config_checks import check_structure, check_values, moved  # noqa: F401 - part of this API
 from tfdml_app.loss_config import (  # noqa: F401 - the config's names, read here
-    LEARNED_SAMPLERS, NO_SAMPLER, VALIDATION_NUM_CLASSES, WEIGHTED_SUM, ConfigError, build_loss, check_loss,
-    suggest, valid_samplers)
+    LEARNED_SAMPLERS, NO_SAMPLER, VALIDATION_NUM_CLASSES, WEIGHTED_SUM, ConfigError, build_loss, cascade_levels,
+    check_loss, suggest, valid_samplers)
 from tfdml_app.schema import OLD_DESIGN_KEYS, SCHEMA, TERM_SCHEMA, _Field, defaults  # noqa: F401 - part of this API
 
 

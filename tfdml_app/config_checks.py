@@ -12,9 +12,9 @@ import copy
 import sys
 import warnings
 
-from tfdml import builtin_names, metric_names, option_rules
+from tfdml import builtin_names, cascade_spec, metric_names, option_rules
 from tfdml_app import sampler_fit
-from tfdml_app.loss_config import ConfigError, check_loss_options, suggest
+from tfdml_app.loss_config import ConfigError, check_cascade_loss, check_loss_options, suggest
 from tfdml_app.parts import LEARNED_SAMPLERS, WEIGHTED_SUM, loss_sections
 from tfdml_app.schema import OLD_DESIGN_KEYS, SCHEMA, TERM_SCHEMA
 
@@ -119,6 +119,7 @@ def _check_combinations(cfg, names=LIBRARY):
             f"training.jit_compile = {cfg['training']['jit_compile']!r} compiles a loss and its in-graph "
             "sampler; the learned sampler's step is one piece: use true (all of it) or false."
         )
+    _check_cascade(cfg)
     scale = cfg["image"]["crop_scale"]
     if len(scale) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scale) \
             or not 0.0 < scale[0] <= scale[1] <= 1.0:
@@ -149,6 +150,24 @@ def _check_combinations(cfg, names=LIBRARY):
         raise ConfigError(f"optimizer.head_lr_multiplier must be > 0, got {cfg['optimizer']['head_lr_multiplier']}.")
     if cfg["optimizer"]["learning_rate"] <= 0:
         raise ConfigError(f"optimizer.learning_rate must be > 0, got {cfg['optimizer']['learning_rate']}.")
+
+
+def _check_cascade(cfg):
+    """``model.cascade`` of a config whose fields are valid, resolved in place (its levels
+    filled in, :func:`tfdml.cascade_spec.resolve`), against the rest of ``model``."""
+    model = cfg["model"]
+    if model["cascade"] is None:
+        return
+    model["cascade"] = cascade = cascade_spec.resolve(model["cascade"])
+    levels = cascade["levels"]
+    if model["embedding_dim"] % levels:
+        raise ConfigError(f"model.embedding_dim = {model['embedding_dim']} does not divide into the {levels} levels "
+                          f"of model.cascade (each level has embedding_dim / {levels} dimensions): use a multiple "
+                          f"of {levels}, e.g. {max(1, model['embedding_dim'] // levels) * levels}.")
+    if not model["normalize"]:
+        raise ConfigError("model.normalize = false with model.cascade: the cascade L2-normalises each level's "
+                          "embedding (Yuan et al.), so it has no unnormalised form; set model.normalize: true "
+                          "or remove model.cascade.")
 
 
 def _design_options(name, names):
@@ -343,5 +362,6 @@ def check_structure(config, names=False):
         sampler_fit.check_learned_sampler(cfg, sampler_fit.builtin_facts())
         for section, where in loss_sections(cfg):
             check_loss_options(section, builtin_names.LOSS_OPTIONS[section["name"]], where)
+            check_cascade_loss(cfg, section, builtin_names.LOSS_OPTIONS[section["name"]], where)
             sampler_fit.check_sampler(section, sampler_fit.builtin_facts(), where)
             _check_option_values(section, where)

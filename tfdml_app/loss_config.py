@@ -9,6 +9,7 @@ library (the registries, each sampler's ``kind`` against each loss's
 ``sampler_kinds``), never copied here.
 """
 
+from tfdml import cascade_spec
 from tfdml_app import sampler_fit
 from tfdml_app.parts import (  # noqa: F401 - read through this module too
     LEARNED_SAMPLERS, NO_SAMPLER, WEIGHTED_SUM, ConfigError, _check_names, _check_option_names, _dsn,
@@ -25,7 +26,8 @@ VALIDATION_NUM_CLASSES = 2
 #: Loss arguments a run fills in itself (:func:`build_loss`), with where their value comes from;
 #: ``loss.options`` may not set them.
 RUN_ARGUMENTS = {"num_classes": "the number of classes of the training split",
-                 "embedding_dim": "model.embedding_dim (with model.projection_head: its last width)"}
+                 "embedding_dim": "model.embedding_dim (with model.projection_head: its last width)",
+                 "levels": "the number of levels of model.cascade"}
 #: The run arguments that ``loss.options`` may set to null, and what null means.
 NULLABLE_RUN_ARGUMENTS = {"num_classes": "no per-class parameters, e.g. MarginLoss without β_class"}
 
@@ -36,6 +38,36 @@ def loss_embedding_dim(cfg):
     ``model.embedding_dim``."""
     head = cfg["model"]["projection_head"]
     return head[-1] if head else cfg["model"]["embedding_dim"]
+
+
+def cascade_levels(cfg):
+    """K, the number of level embeddings of ``model.cascade``, or None without a cascade."""
+    spec = cfg["model"]["cascade"]
+    return None if spec is None else cascade_spec.resolve(spec)["levels"]
+
+
+def scores_cascade_levels(options):
+    """True for a loss that scores the levels of a cascade encoder (``HDCLoss``): one that
+    takes ``levels`` among ``options`` (its option names, or None: any), which a run sets to
+    the number of levels of ``model.cascade``."""
+    return options is not None and "levels" in options
+
+
+def check_cascade_loss(cfg, section, options, where="loss"):
+    """A loss that scores the levels of a cascade (:func:`scores_cascade_levels` of its option
+    names ``options``) needs ``model.cascade`` and no projection head between them and the
+    loss. Raises :class:`ConfigError`."""
+    if not scores_cascade_levels(options):
+        return
+    name = section["name"]
+    if cfg["model"]["cascade"] is None:
+        raise ConfigError(f"{where}.name = {name!r} trains the levels of a cascade encoder, but model.cascade "
+                          f"is null: set model.cascade, e.g. {{levels: {cascade_spec.DEFAULT_LEVELS}, layers: "
+                          f"{cascade_spec.AUTO}}} (its levels are the loss's), or use another loss.")
+    if cfg["model"]["projection_head"] is not None:
+        raise ConfigError(f"{where}.name = {name!r} splits what it scores into the cascade's levels, but "
+                          f"model.projection_head = {cfg['model']['projection_head']!r} would map the "
+                          "concatenated levels to one projection first: remove model.projection_head.")
 
 
 def valid_samplers(loss_name):
@@ -103,6 +135,9 @@ def _build_one(cfg, section, where, num_classes):
         kwargs.setdefault("num_classes", num_classes)  # loss.options may hold null only
     if "embedding_dim" in params:
         kwargs["embedding_dim"] = loss_embedding_dim(cfg)
+    check_cascade_loss(cfg, section, params, where)
+    if scores_cascade_levels(params):
+        kwargs["levels"] = cascade_levels(cfg)
     if section.get("memory") is not None:
         kwargs["memory"] = _memory_argument(cfg, cls)
     try:

@@ -13,7 +13,7 @@ imports no TensorFlow.
 import copy
 import math
 
-from tfdml import builtin_names, distance_names, metric_names, projection_widths
+from tfdml import builtin_names, cascade_spec, distance_names, metric_names, projection_widths
 from tfdml_app.parts import NO_SAMPLER, RENAMED_SAMPLERS, WEIGHTED_SUM, _losses, _samplers
 
 def _at_least(bound):
@@ -210,6 +210,15 @@ SCHEMA = {
                                       "exports, which use the embeddings; the loss's embedding size "
                                       "(proxies, memory) is then the last width; null: the loss scores "
                                       "the embeddings"),
+        "cascade": _Field((dict, type(None)), None,
+                          check=_requiring(cascade_spec.cascade_problem, cascade_spec.CASCADE_FORM),
+                          doc="Yuan et al.'s hard-aware deeply cascaded embedding (HDC; tfdml.cascade."
+                              "build_cascade_encoder): instead of one head on the backbone's output, K "
+                              "Dense heads on the backbone's features at K depths, each of "
+                              "model.embedding_dim / K dimensions and L2-normalised, concatenated into "
+                              "the embedding that evaluation and exports use; "
+                              "optimizer.head_lr_multiplier applies to "
+                              "every level's head; loss.name: hdc takes its levels from here"),
         "dtype_policy": _Field(str, "auto", _dtype_policies, absent="float32",
                                builtin=builtin_names.DTYPE_POLICY_CHOICES,
                                doc="Keras dtype policy of the backbone: 'mixed_bfloat16' computes it "

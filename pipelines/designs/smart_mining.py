@@ -40,7 +40,10 @@ class SmartMiningDesign(Design):
     that callback from them.
 
     The losses score every tuple of the batch as usual (a triplet loss with its sampler
-    sees the mined negatives beside the anchors); ``label`` keeps the classes. Columns:
+    sees the mined negatives beside the anchors; the paper adds the global loss,
+    :class:`tfdml.losses.GlobalLoss`, on the batch's distances); ``label`` keeps the classes.
+    Mined positives are not drawn: which positives the paper mines is in its method
+    section, which was not available (:mod:`tfdml.mining`). Columns:
     ``label``, ``class_size``, ``example_id``. No importance columns: the mined negatives'
     probability depends on the embedding, so Hong et al.'s weights (a known design Q) are
     not defined for them.

@@ -49,6 +49,7 @@ SAMPLER_FOR = {
     ("triplet", "triplets"): "hard",
     ("stable_contrast", "triplets"): "semi_hard",
     ("histogram", "pairs"): "all",
+    ("global", "pairs"): "random",
     ("lifted_structured", "pairs"): "all",
     ("lifted_structured", "triplets"): "random_triplets",
     ("binomial_deviance", "pairs"): "random",
@@ -74,6 +75,7 @@ REQUIRED = {
     "soft_triple": {"num_classes": NUM_CLASSES, "embedding_dim": EMBEDDING},
     "daml": {"embedding_dim": EMBEDDING},
     "pddm": {"embedding_dim": EMBEDDING},
+    "hdc": {"levels": 2},  # the MLP's embedding as two level blocks of 4
 }
 
 

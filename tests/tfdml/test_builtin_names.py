@@ -14,6 +14,7 @@ _LIVE = """
 import inspect, json
 from pipelines import designs, sources
 from tfdml import backbones, losses, metric_names, metrics, models, samplers
+from tfdml.losses import daml_forms
 from tfdml.metrics import knn
 from tfdml_app import loss_config, sampler_fit
 print(json.dumps({
@@ -30,6 +31,7 @@ print(json.dumps({
     "JIT_COMPILE_CHOICES": list(models.JIT_COMPILE_CHOICES),
     "LOSS_ONLY": models.LOSS_ONLY,
     "DTYPE_POLICY_CHOICES": list(models.DTYPE_POLICY_CHOICES),
+    "DAML_FORMS": list(daml_forms.FORMS),
     "METRICS": list(metrics.METRICS),
     "LOSS_OPTIONS": {n: loss_config._option_names(c) for n, c in losses.LOSSES.items()},
     "LOSS_SAMPLING": sampler_fit.library_facts().losses,

@@ -77,3 +77,43 @@ def test_fit_with_xla_save_load_and_export(tmp_path):
     model.export(export)
     served = tf.saved_model.load(export)
     np.testing.assert_allclose(served.serve(tf.constant(x)).numpy(), before, rtol=1e-5, atol=1e-6)
+
+
+def _compiled(jit_compile, seed=0):
+    keras.utils.set_random_seed(seed)
+    model = models.EmbeddingModel(cascade.build_cascade_encoder(_small(), levels=3, embedding_dim=12))
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=losses.HDCLoss(levels=3), jit_compile=jit_compile)
+    model.build((None, 16, 16, 1))
+    return model
+
+
+def test_jit_compile_auto_and_the_checkpoint_route_resume_the_same_next_step(tmp_path):
+    """``jit_compile="auto"`` (Keras' default: resolved by tfdml.models), trained an epoch,
+    written with ``tf.train.Checkpoint``; a fresh model restored from it takes the same next
+    step as the original (weights and Adam's slots of every level head restored)."""
+    data, x = _data()
+    model = _compiled("auto")
+    model.fit(data, epochs=1, verbose=0)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    path = checkpoint.write(str(tmp_path / "ckpt"))
+    fresh = _compiled("auto", seed=7)
+    fresh.optimizer.build(fresh.trainable_variables)
+    tf.train.Checkpoint(model=fresh, optimizer=fresh.optimizer).read(path).assert_consumed()
+    np.testing.assert_array_equal(fresh.predict(x, verbose=0), model.predict(x, verbose=0))
+    batch = next(iter(data))
+    model.train_on_batch(*batch)
+    fresh.train_on_batch(*batch)
+    for a, b in zip(model.trainable_variables, fresh.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.path)
+    assert {f"embedding_{k}" for k in (1, 2, 3)} <= {v.path.split("/")[0] for v in fresh.trainable_variables}
+
+
+def test_auto_layers_on_efficientnet_lite0_without_weights():
+    backbone = backbones.get_backbone("efficientnet_lite0", input_shape=(64, 64, 3), weights=None)
+    encoder = cascade.build_cascade_encoder(backbone, levels=3, embedding_dim=12)
+    taps = encoder.get_layer("encoder_taps")
+    assert [tuple(t.shape[1:3]) for t in taps.outputs] == [(8, 8), (4, 4), (2, 2)]  # the last three stages
+    out = encoder(np.random.default_rng(0).uniform(size=(2, 64, 64, 3)).astype(np.float32)).numpy()
+    assert out.shape == (2, 12)
+    for block in np.split(out, 3, axis=1):
+        np.testing.assert_allclose(np.linalg.norm(block, axis=1), 1.0, rtol=1e-5)

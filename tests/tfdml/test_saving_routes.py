@@ -31,6 +31,9 @@ LOSSES = {
     "margin_memory": lambda: losses.MarginLoss(num_classes=CLASSES, seed=3, memory={"size": 12}),
     # DAML's hard negative generator and its random sampler's seed stream
     "daml": lambda: losses.DAMLLoss(embedding_dim=D, seed=3),
+    # the generator of DAML's N-pair and lifted forms (the same layer, another objective)
+    "daml_npair": lambda: losses.DAMLLoss(embedding_dim=D, seed=3, form="npair", sampler="npair"),
+    "daml_lifted": lambda: losses.DAMLLoss(embedding_dim=D, seed=3, form="lifted"),
     "proxy_anchor": lambda: losses.ProxyAnchorLoss(num_classes=CLASSES, embedding_dim=D, seed=3),
     # the learned PDDM similarity unit beside the embedding
     "pddm": lambda: losses.PDDMLoss(embedding_dim=D, units=5, hidden_units=3, seed=3),

@@ -209,9 +209,13 @@ def test_config_accepts_exactly_the_samplers_a_loss_accepts():
         takes_sampler = "sampler" in loss_config._init_parameters(cls)  # also through **kwargs
         # The losses of two views need a design that shows each image twice.
         design = {"design": {"name": "two_views"}} if getattr(cls, "needs_two_views", False) else {}
+        # A loss of a cascade's levels (hdc) scores the levels of model.cascade.
+        if loss_config.scores_cascade_levels(loss_config._init_parameters(cls)):
+            design["model"] = {"cascade": {"levels": 2}}
         for sampler in samplers.SAMPLERS:
             per_class = getattr(samplers.get(sampler), "examples_per_class", None)  # the design must fit it
-            fitted = {"design": {"options": {"m": per_class}}} if per_class and not design else design
+            fitted = ({**design, "design": {"options": {"m": per_class}}} if per_class and "design" not in design
+                      else design)
             accepted = _config_accepts({**fitted, "loss": {"name": name, "sampler": sampler}})
             if takes_sampler:
                 assert accepted == _library_accepts(cls, sampler), (name, sampler)

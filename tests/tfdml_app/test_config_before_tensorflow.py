@@ -37,6 +37,8 @@ BAD_VALUES = {
     "loss.options.alpha=-1": "Config error: loss.options for 'margin': alpha must be a number > 0, got -1.",
     "loss.sampler_options.cutoff=2": ("Config error: loss.sampler_options for 'distance_weighted': cutoff must be "
                                       "a number in [0, 2), got 2."),
+    "model.cascade={levels: 0}": ("Config error: model.cascade = {'levels': 0} has levels = 0: it must be a "
+                                  "positive integer"),
 }
 
 

@@ -20,6 +20,8 @@ def test_memory_is_validated_with_every_loss_and_sampler(name, sampler):
     cls = losses.LOSSES[name]
     options = {"importance": False} if "importance" in loss_config._init_parameters(cls) else {}
     cfg = {"loss": {"name": name, "sampler": sampler, "memory": MEMORY, "options": options}}
+    if loss_config.scores_cascade_levels(loss_config._init_parameters(cls)):
+        cfg["model"] = {"cascade": {"levels": 2}}  # the encoder whose levels it scores (hdc)
     if cls.memory_refusal is not None:
         with pytest.raises(config.ConfigError, match="cannot use a cross-batch memory: "):
             config.validate(cfg)
@@ -29,7 +31,7 @@ def test_memory_is_validated_with_every_loss_and_sampler(name, sampler):
         except config.ConfigError as err:  # a refusal that is not the memory's
             assert "memory" not in str(err), str(err)
             with pytest.raises(config.ConfigError):
-                config.validate({"loss": {k: v for k, v in cfg["loss"].items() if k != "memory"}})
+                config.validate({**cfg, "loss": {k: v for k, v in cfg["loss"].items() if k != "memory"}})
             return
         assert resolved["loss"]["memory"] == MEMORY
         loss = loss_config.build_loss(resolved, 3)

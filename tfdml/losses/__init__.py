@@ -39,6 +39,7 @@ the scalar loss of the batch; see :mod:`tfdml.losses.base` and
 :class:`SoftTripleLoss`         Qian et al. 2019 §3, K centres (class weights)
 :class:`FastAPLoss`             Cakir et al. 2019 §3, histogram-binned AP
 :class:`PDDMLoss`               Huang, Loy & Tang 2016 (learned PDDM similarity, quadruplets)
+:class:`GlobalLoss`             Kumar B G et al. 2016 global loss (Harwood et al. 2017's second term)
 ==============================  ==============================================
 """
 
@@ -60,6 +61,7 @@ from tfdml.losses.daml import DAMLLoss, HardNegativeGenerator
 from tfdml.losses.ddml import DDMLLoss
 from tfdml.losses.facility_location import FacilityLocationLoss
 from tfdml.losses.fast_ap import FastAPLoss
+from tfdml.losses.global_loss import GlobalLoss
 from tfdml.losses.hdc import HDCLoss
 from tfdml.losses.histogram import HistogramLoss
 from tfdml.losses.lifted_structured import LiftedStructuredLoss
@@ -123,6 +125,8 @@ LOSSES.update({
     "soft_triple": SoftTripleLoss,
     "fast_ap": FastAPLoss,
     "pddm": PDDMLoss,
+    "hdc": HDCLoss,
+    "global": GlobalLoss,
 })
 
 
@@ -162,6 +166,7 @@ __all__ = [
     "DDMLLoss",
     "FacilityLocationLoss",
     "FastAPLoss",
+    "GlobalLoss",
     "HDCLoss",
     "HardNegativeGenerator",
     "HistogramLoss",

@@ -1,9 +1,10 @@
 """DAML: Duan, Zheng, Lin, Lu, Zhou, CVPR 2018, "Deep Adversarial Metric Learning": a
-generator of synthetic hard negatives, trained adversarially with the embedding.
+generator of synthetic hard negatives, trained adversarially with the embedding (the metric
+objectives of its four forms: :mod:`tfdml.losses.daml_forms`).
 
 * :class:`HardNegativeGenerator`: the generator G, a three-layer perceptron from the
   concatenated [anchor, positive, negative] embeddings to a synthetic negative.
-* :func:`daml_terms`: the per-triplet terms of both objectives.
+* :func:`daml_terms`: the per-triplet terms of the generator's objective.
 * :class:`DAMLLoss`: the loss that owns the generator (in ``parameter_layers``, as proxy
   losses own their proxies), forms its triplets through a triplet sampler and returns
   both objectives in one scalar whose gradients reach each parameter set from its own
@@ -13,8 +14,8 @@ generator of synthetic hard negatives, trained adversarially with the embedding.
 import keras
 import tensorflow as tf
 
-from tfdml import primitives
-from tfdml.losses import arguments, base
+from tfdml.losses import arguments, base, daml_forms
+from tfdml.losses.daml_forms import squared_distance
 from tfdml.losses.proxies import check_size
 
 
@@ -83,67 +84,74 @@ def take_rows(params, indices):
     return tf.gather(params, indices), grad
 
 
-def squared_distance(x, y):
-    """‖x_t − y_t‖² per row t of two [T, d] tensors (smooth everywhere, also at 0)."""
-    return primitives.squared_norms(x - y)
-
-
 def daml_terms(anchor, positive, negative, synthetic, margin):
-    """Per-triplet terms [T] of DAML's two objectives, for triplets (x, x⁺, x⁻) and the
-    generator's synthetic negatives x̃⁻ (rows of four [T, d] tensors), D² the squared
-    Euclidean distance and α the triplet margin:
+    """Per-triplet terms [T] of the generator's objective J_gen, for triplets (x, x⁺, x⁻) and
+    the generator's synthetic negatives x̃⁻ (rows of four [T, d] tensors), D² the squared
+    Euclidean distance and α the margin:
 
-    * ``"metric_synthetic"``: [D²(x, x⁺) − D²(x, x̃⁻) + α]_+, the triplet loss with the
-      synthetic negative (the metric objective J_m on the synthetic tuples);
-    * ``"metric_real"``: [D²(x, x⁺) − D²(x, x⁻) + α]_+, the triplet loss of the real tuple;
     * ``"hard"``: ‖x̃⁻ − x‖², J_hard (a synthetic negative near its anchor is hard);
     * ``"reg"``: ‖x̃⁻ − x⁻‖², J_reg (near the real negative it stays a negative);
-    * ``"adv"``: [D²(x, x̃⁻) − D²(x, x⁺) − α]_+, J_adv (the generator is penalised while
-      its negative still satisfies the metric's triplet constraint by the margin α; it
-      goes to 0 once D²(x, x̃⁻) ≤ D²(x, x⁺) − α, a violating negative).
+    * ``"adv"``: [D²(x̃⁻, x) − D²(x⁺, x) − α]_+, J_adv (the generator is penalised while its
+      negative still satisfies the metric's triplet constraint by the margin α; it goes to
+      0 once D²(x, x̃⁻) ≤ D²(x, x⁺) − α, a violating negative).
 
     Pure: no stop-gradient here (:meth:`DAMLLoss.compute` routes the gradients)."""
-    d_ap = squared_distance(anchor, positive)
     d_as = squared_distance(anchor, synthetic)
     return {
-        "metric_synthetic": tf.nn.relu(d_ap - d_as + margin),
-        "metric_real": tf.nn.relu(d_ap - squared_distance(anchor, negative) + margin),
         "hard": d_as,
         "reg": squared_distance(synthetic, negative),
-        "adv": tf.nn.relu(d_as - d_ap - margin),
+        "adv": tf.nn.relu(d_as - squared_distance(anchor, positive) - margin),
     }
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
 class DAMLLoss(base.MetricLoss):
-    """Deep adversarial metric learning (Duan et al. 2018), triplet form, DAML(triplet):
+    """Deep adversarial metric learning (Duan, Zheng, Lin, Lu, Zhou, CVPR 2018):
 
-        J_gen = Σ_t ‖x̃⁻_t − x_t‖² + λ₁ ‖x̃⁻_t − x⁻_t‖² + λ₂ [D²(x_t, x̃⁻_t) − D²(x_t, x⁺_t) − α]_+
-              =        J_hard     + λ₁       J_reg     + λ₂                J_adv
-        J_m   = Σ_t [D²(x_t, x⁺_t) − D²(x_t, x̃⁻_t) + α]_+  (+ w_real Σ_t [D²(x_t, x⁺_t) − D²(x_t, x⁻_t) + α]_+)
-        J     = J_gen + λ J_m
+        x̃⁻_t  = G(θ_g; x⁻_t, x_t, x⁺_t)
+        J_gen = Σ_t ‖x̃⁻_t − x_t‖² + λ₁ ‖x̃⁻_t − x⁻_t‖² + λ₂ [D(x̃⁻_t, x_t)² − D(x⁺_t, x_t)² − α]_+
+              =        J_hard     + λ₁       J_reg      + λ₂                 J_adv
+        J     = J_gen + λ J_m(θ_f; x, x⁺, x̃⁻)
 
-    over the triplets t = (x, x⁺, x⁻) of the ``sampler``, with x̃⁻_t = G([x_t, x⁺_t, x⁻_t])
-    the synthetic negative of :class:`HardNegativeGenerator` and D² the squared Euclidean
-    distance of the embeddings. The generator wants a negative near the anchor (J_hard),
-    near the real negative so that it stays one (J_reg) and inside the triplet margin of
-    the current metric (J_adv); the embedding learns to keep the synthetic negatives
-    (and, with ``real_weight``, the real ones) beyond its positives by α.
+    over the triplets t = (x, x⁺, x⁻) of the ``sampler``, with x̃⁻ the synthetic negative of
+    :class:`HardNegativeGenerator`, D the Euclidean distance of the embeddings and J_m the
+    metric objective of the chosen ``form`` on the synthetic negatives
+    (:mod:`tfdml.losses.daml_forms`): ``"triplet"``, DAML (tri),
+    J_m = Σ_t [D(x_t, x⁺_t)² − D(x_t, x̃⁻_t)² + α]_+; ``"contrastive"``, DAML (cont),
+    J_m = Σ_i D(x_i, x⁺_i)² + Σ_j [α − D(x_j, x̃⁻_j)²]_+; ``"npair"``, DAML (N-pair) and
+    ``"lifted"``, DAML (lifted), the N-pair and lifted structured losses with the synthetic
+    negatives in place of the real ones. The generator wants a negative near the anchor
+    (J_hard), near the real negative so that it stays one (J_reg), and violating the metric's
+    triplet constraint (J_adv is zero once D(x, x̃⁻)² ≤ D(x, x⁺)² − α); the embedding learns
+    to keep the synthetic negatives beyond its positives.
 
-    Source: the abstract and the section structure of the paper were read; its equations
-    (their numbers included) could not be read in the available text, so no equation
-    numbers are cited here and the terms are written from the description above. The
-    sign of J_adv follows that description: the generator minimises a hinge that is zero
-    once its negative violates the triplet constraint (as pytorch-metric-learning's DAML
-    trainer does with the triplet loss under a negated distance). The weights' defaults
-    (λ = λ₁ = λ₂ = 1, ``real_weight`` 1) are tfdml's, not the paper's.
+    Source: the objectives J_gen, J = J_gen + λ J_m and the triplet and contrastive J_m as
+    the paper writes them (read in readers' notes that restate its equations; the
+    equations' numbers could not be read, so none is cited). The paper's own N-pair and
+    lifted J_m could not be read: those forms follow its general objective
+    J_m(θ_f; x, x⁺, x̃⁻), the form's loss on the synthetic negatives. The paper's metric
+    learns from the synthetic negatives alone: ``real_weight`` (default 0) adds the form's
+    loss on the real negatives, a tfdml option. The values of λ, λ₁, λ₂ and α used in the
+    paper's experiments could not be read either: the defaults (λ = λ₁ = λ₂ = 1, α = 0.2
+    for embeddings of unit norm) are tfdml's.
 
-    Where the generator sits: the paper generates in the feature space of the network
-    before its metric layers; this loss sees the embeddings only, so G works on
-    embeddings, and the metric that J_adv attacks is the embedding's squared Euclidean
-    distance. (pytorch-metric-learning's DAML trainer also generates before its
-    embedder, and measures J_hard and J_reg as mean squared errors of L2-normalised
-    vectors; here they are the squared distances of the embeddings, unnormalised.)
+    Where tfdml differs from the paper, on purpose:
+
+    * Space. The paper's G produces features in the input space of the metric network f
+      (the CNN's features), J_hard and J_reg are measured there and D(x, y) = ‖f(x) − f(y)‖
+      is the learned metric. A loss sees the embeddings only, so here G works on the
+      embeddings: J_hard, J_reg and J_adv are all measured in the embedding space, and the
+      metric that J_adv attacks is the embeddings' Euclidean distance.
+    * Input order. G reads the concatenation [x, x⁺, x⁻] (the paper writes G(x⁻, x, x⁺)):
+      a permutation of the first layer's rows, the same family of functions.
+    * Schedule. The paper pre-trains the metric, then trains G against the fixed metric,
+      then trains both jointly. Here both parameter sets learn from the first step; a
+      pre-trained metric comes from a model trained first with the form's plain loss, and
+      ``metric_weight=0`` trains G alone against a metric that stays fixed.
+    * Reduction. Each objective is averaged over its tuples (``tuple_reduction="mean"``,
+      the default; ``"sum"`` sums them as the paper's Σ does): J_gen over the triplets,
+      J_m over the form's tuples (triplets; anchors for ``"npair"``; ordered positive
+      pairs for ``"lifted"``). A batch without a valid triplet gives 0 and zero gradients.
 
     Gradients (one optimizer, one step; :class:`tfdml.models.EmbeddingModel` trains both
     parameter sets): the returned value is J_gen + λ J_m, computed so that
@@ -155,12 +163,7 @@ class DAMLLoss(base.MetricLoss):
       embeddings are stopped, so it sends nothing to them.
 
     Each parameter set therefore descends its own objective in the same step: the
-    generator's J_gen and the encoder's λ J_m, the alternating updates of the paper made
-    simultaneous.
-
-    Reduction: each term is averaged over the selected triplets (``tuple_reduction=
-    "mean"``, the default; ``"sum"`` sums them). A batch without a valid triplet gives 0
-    and zero gradients.
+    generator's J_gen and the encoder's λ J_m, the paper's joint training.
 
     The generator is learned state beside the encoder, like the proxies of a proxy loss:
     in ``parameter_layers``, trained, saved and resumed by every route (``save_weights``,
@@ -169,12 +172,14 @@ class DAMLLoss(base.MetricLoss):
 
     Args:
       embedding_dim: size d of the embeddings (``train.py`` passes the model's).
-      margin: the triplet margin α > 0 (of J_m and J_adv).
+      margin: the margin α > 0 (of J_adv and of J_m).
       metric_weight: λ ≥ 0, the weight of J_m in J.
       reg_weight: λ₁ ≥ 0, the weight of J_reg in J_gen.
       adv_weight: λ₂ ≥ 0, the weight of J_adv in J_gen.
-      real_weight: w_real ≥ 0, the weight of the real triplets' loss inside J_m (0: the
-        metric is trained on synthetic negatives alone).
+      real_weight: ≥ 0, the weight of the form's loss on the real negatives, added to J_m
+        (0, the paper's: the metric learns from the synthetic negatives alone).
+      form: the metric objective J_m, one of ``"triplet"``, ``"contrastive"``, ``"npair"``
+        (use it with ``sampler="npair"``: Sohn's N-pair batches) or ``"lifted"``.
       hidden_units: width of G's two hidden layers (default 2·d).
       sampler: a triplet sampler (name or object) giving the tuples (x, x⁺, x⁻); the
         default ``"random_triplets"`` keeps the easy negatives that DAML turns into hard
@@ -191,7 +196,8 @@ class DAMLLoss(base.MetricLoss):
     default_tuple_reduction = "mean"
 
     def __init__(self, embedding_dim=None, margin=0.2, metric_weight=1.0, reg_weight=1.0, adv_weight=1.0,
-                 real_weight=1.0, hidden_units=None, sampler="random_triplets", seed=None, **kwargs):
+                 real_weight=0.0, form="triplet", hidden_units=None, sampler="random_triplets", seed=None,
+                 **kwargs):
         super().__init__(sampler=sampler, seed=seed, **kwargs)
         owner = type(self).__name__
         if embedding_dim is None:
@@ -207,6 +213,10 @@ class DAMLLoss(base.MetricLoss):
         self.reg_weight = arguments.check_positive("reg_weight", reg_weight, allow_zero=True)
         self.adv_weight = arguments.check_positive("adv_weight", adv_weight, allow_zero=True)
         self.real_weight = arguments.check_positive("real_weight", real_weight, allow_zero=True)
+        if form not in daml_forms.FORMS:
+            raise ValueError(f"{owner}(form={form!r}): the metric objective J_m is one of "
+                             f"{', '.join(map(repr, daml_forms.FORMS))}.")
+        self.form = form
         self.generator = HardNegativeGenerator(embedding_dim, hidden_units=hidden_units, seed=seed,
                                                dtype=self.dtype, name=f"{self.name}_generator")
 
@@ -233,17 +243,24 @@ class DAMLLoss(base.MetricLoss):
                                       (selection.anchor, selection.positive, selection.negative))
         frozen = [tf.stop_gradient(x) for x in (anchor, positive, negative)]
         synthetic = tf.cast(self.generator(*frozen), embeddings.dtype)
-        # J_m: embeddings live, synthetic negatives frozen; J_gen: generator live, embeddings frozen.
-        metric = daml_terms(anchor, positive, negative, tf.stop_gradient(synthetic), self.margin)
+        # J_gen: generator live, embeddings frozen; J_m: embeddings live, synthetic negatives frozen.
         gen = daml_terms(*frozen, synthetic, self.margin)
-        counts = tf.cast(selection.mask, embeddings.dtype)
-        j_m = self.reduce(metric["metric_synthetic"] + self.real_weight * metric["metric_real"], counts)
-        j_gen = self.reduce(gen["hard"] + self.reg_weight * gen["reg"] + self.adv_weight * gen["adv"], counts)
+        j_gen = self.reduce(gen["hard"] + self.reg_weight * gen["reg"] + self.adv_weight * gen["adv"],
+                            tf.cast(selection.mask, embeddings.dtype))
+        j_m = self.metric_objective(anchor, positive, tf.stop_gradient(synthetic), selection, dist)
+        if self.real_weight:
+            j_m = j_m + self.real_weight * self.metric_objective(anchor, positive, negative, selection, dist)
         return j_gen + self.metric_weight * j_m
+
+    def metric_objective(self, anchor, positive, negative, selection, dist):
+        """J_m of the loss's ``form`` on the triplets' rows, reduced over its tuples."""
+        terms, counts = daml_forms.metric_terms(self.form, anchor, positive, negative, selection, self.margin,
+                                                tf.shape(dist)[0], dist)
+        return self.reduce(terms, counts)
 
     def get_config(self):
         config = super().get_config()
         config.update(embedding_dim=self.embedding_dim, margin=self.margin, metric_weight=self.metric_weight,
                       reg_weight=self.reg_weight, adv_weight=self.adv_weight, real_weight=self.real_weight,
-                      hidden_units=self.hidden_units)
+                      form=self.form, hidden_units=self.hidden_units)
         return config

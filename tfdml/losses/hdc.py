@@ -5,7 +5,8 @@ import keras
 import tensorflow as tf
 
 from tfdml import candidates as candidates_lib
-from tfdml.losses import base
+from tfdml.cascade_spec import DEFAULT_LEVELS
+from tfdml.losses import arguments, base
 from tfdml.losses.contrastive import ContrastiveLoss
 from tfdml.samplers.hdc import HDCSampler
 
@@ -60,7 +61,8 @@ class HDCLoss(base.MetricLoss):
     (pytorch-metric-learning's ``HDCMiner`` rule). A level with no pair left contributes 0.
 
     Args:
-      levels: K, the number of level embeddings in ``y_pred`` (its width must divide by K).
+      levels: K, the number of level embeddings in ``y_pred`` (its width must divide by K); in a
+        config, the levels of ``model.cascade`` (a run passes them).
       loss: the level loss: a pair loss object (or its serialised config) without a sampler;
         None: :class:`~tfdml.losses.ContrastiveLoss` with its defaults.
       filter_percentage: f in (0, 1], the share of each level's positive and negative pairs
@@ -71,9 +73,11 @@ class HDCLoss(base.MetricLoss):
     sampler_kinds = ()
     takes_distance = False
     memory_refusal = "the cascade ranks the batch's own pairs, level after level"
+    fixed_arguments = {"distance": "ranks and scores each level with its level loss's distance (set it "
+                                   "there: loss=ContrastiveLoss(distance=...))"}
 
-    def __init__(self, levels=3, loss=None, filter_percentage=0.5, level_weights=None, **kwargs):
-        kwargs.pop("distance", None)
+    def __init__(self, levels=DEFAULT_LEVELS, loss=None, filter_percentage=0.5, level_weights=None, **kwargs):
+        arguments.refuse_fixed(type(self).__name__, kwargs, **self.fixed_arguments)
         super().__init__(**kwargs)
         self.levels = _check_levels(levels)
         self.level_loss = _resolve_level_loss(loss)

@@ -1,6 +1,6 @@
 """PDDM loss: hard quadruplets mined by the learned PDDM similarity, the double-header
 hinge on its scores and an embedding hinge on the features (Huang, Loy & Tang, NeurIPS
-2016, "Local Similarity-Aware Deep Feature Embedding")."""
+2016, "Local Similarity-Aware Deep Feature Embedding", arXiv:1610.08904)."""
 
 import keras
 import tensorflow as tf
@@ -24,15 +24,19 @@ def _check_choice(name, value, choices):
 
 
 def hardest_negatives(scores, negatives):
-    """k̂_i [B]: the negative of i with the highest score S_ik (the lowest index among
-    ties; 0 for a row without negatives, which the loss leaves out). No gradient."""
+    """k̂_i [B]: the negative of i with the highest score, k̂_i = argmax_{(i,k)∈N} S_ik (the
+    paper's hard negatives of the mined pair, arXiv:1610.08904 p. 4, taken for every row;
+    the lowest index among ties; 0 for a row without negatives, which the loss leaves
+    out). No gradient."""
     masked = tf.where(negatives, tf.stop_gradient(scores), tf.fill(tf.shape(scores), scores.dtype.min))
     return primitives.first_argmax(masked, axis=1)
 
 
 def hardest_positive_pair(scores, valid):
-    """[B, B] bool: the valid pair (i, j) with the lowest score S_ij (the first in row-major
-    order among ties), or no pair when none is valid. No gradient."""
+    """[B, B] bool: the valid pair (î, ĵ) = argmin_{(i,j) valid} S_ij, the paper's "most
+    dissimilar positive sample pair in the batch" (arXiv:1610.08904 p. 4); the first in
+    row-major order among ties (so î < ĵ, S being symmetric), or no pair when none is
+    valid. No gradient."""
     size = tf.shape(scores)[0]
     flat = tf.reshape(tf.where(valid, tf.stop_gradient(scores), tf.fill(tf.shape(scores), scores.dtype.max)),
                       [-1])
@@ -62,31 +66,40 @@ class PDDMLoss(base.MetricLoss):
     """Huang, Loy & Tang 2016 (PDDM), the objective E_m + λ E_e on hard quadruplets mined
     with the learned similarity S of a :class:`tfdml.pddm.PDDMLayer` this loss owns.
 
-    Mining, per batch, by S (without gradient): the hard positive pair (i, j) is the
-    positive pair with the lowest S_ij (``positives="hardest"``), and the hard negatives
-    are k̂ = argmax_k S_ik over the negatives of i and l̂ = argmax_l S_jl over those of j.
-    On that quadruplet (i, j, k̂, l̂):
+    Mining, as the paper states it (arXiv:1610.08904 p. 4, in the text, unnumbered): one
+    hard quadruplet from each batch, at each forward pass, by S (without gradient): the
+    most dissimilar positive pair (î, ĵ) = argmin_{(i,j)∈P} S_ij, then the hard negatives
+    of each of its two images, k̂ = argmax_{(î,k)∈N} S_îk and l̂ = argmax_{(ĵ,l)∈N} S_ĵl
+    (P and N, the paper's P̂ and N̂, the batch's positive and negative pairs). The paper
+    writes Ŝ in the positive pair's argmin and S in the negatives'; the passage read does
+    not say how Ŝ differs from S, and tfdml mines both with S. On that quadruplet:
 
-        E_m = [α + S_ik̂ − S_ij]_+ + [α + S_jl̂ − S_ij]_+      (the double-header hinge)
-        E_e = [β + D²_ij − D²_ik̂]_+ + [β + D²_ij − D²_jl̂]_+   (on the features)
+        E_m = [α + S_îk̂ − S_îĵ]_+ + [α + S_ĵl̂ − S_îĵ]_+      (the double-header hinge)
+        E_e = [β + D²_îĵ − D²_îk̂]_+ + [β + D²_îĵ − D²_ĵl̂]_+   (on the features)
         loss = E_m + λ E_e,
 
     D² the squared Euclidean distance of the embeddings. E_m trains the unit (and the
-    features through it); E_e, through the mined tuples, trains the features. The
-    equation numbers of the paper could not be read where this loss was written: none is
-    cited, and the default values of α, β and λ are tfdml's, not the paper's.
+    features through it); E_e, through the mined tuples, trains the features. The paper
+    motivates E_m as a cheap way to widen the margin between the similarities of positive
+    and negative pairs; the printed equations of E_m, E_e and of their sum, their numbers,
+    and the paper's values of α, β and λ were not recovered from its text: the forms
+    above are tfdml's reading (hinges on the mined quadruplet, margin α on S, margin β on
+    D²) and the defaults α = β = 0.5, λ = 1 are tfdml's.
 
-    ``variant="triplet"`` keeps only the first header of each hinge (the triplet (i, j,
-    k̂) mined by S, trained with E_m + λ E_e of one header each: "PDDM Triplet" of the
-    comparison tables); ``"quadruplet"`` is the double header. ``positives="all"``
-    scores every ordered positive pair (i, j) with its own hard negatives k̂_i, k̂_j and
-    averages the terms (``tuple_reduction``) instead of taking the one hardest pair.
+    Where tfdml differs on purpose: a positive pair counts only when both its images have
+    a negative in the batch (fixed shapes: the mining is a masked argmin over the [B, B]
+    scores); a batch without one (one class, no positive pair) gives 0 with zero gradient.
+    Ties go to the lowest index.
 
-    A positive pair counts only when both ends have a negative in the batch; a batch
-    without one (one class, no positive pair) gives 0 with zero gradient. Evaluation and
-    exports use the encoder's embeddings with the configured retrieval distance (the
-    unit is not exported); :func:`tfdml.pddm.pddm_scores` ranks a gallery by S with the
-    trained unit (``loss.unit``).
+    ``variant="triplet"`` keeps only the first header of each hinge (the triplet (î, ĵ,
+    k̂)); ``"quadruplet"`` is the double header. ``positives="all"`` is tfdml's extension,
+    not the paper's: every ordered positive pair (i, j) with its own hard negatives k̂_i,
+    k̂_j, the terms averaged (``tuple_reduction``), instead of the one quadruplet a batch.
+
+    Evaluation and exports use the encoder's embeddings with the configured retrieval
+    distance (the unit is not exported); :func:`tfdml.pddm.pddm_scores` ranks a gallery by
+    S with the trained unit (``loss.unit``). Which of the two the paper retrieves with was
+    not recovered from its text.
 
     Args:
       embedding_dim: size of the embeddings (``train.py`` passes ``model.embedding_dim``).

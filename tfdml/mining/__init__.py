@@ -9,12 +9,17 @@ embeddings refreshed as training goes.
 * :class:`SmartMiningRefresh` (:mod:`~tfdml.mining.refresh`): the ``model.fit`` callback
   that refreshes the table and runs the controller.
 
-What the paper says was read from its abstract and introduction and from summaries of it
-(the text of its method section was not available when this was written): a nearest-neighbour
-graph (FANNG) of the whole training set's embeddings, rebuilt as training goes, gives hard
-triplets, and an adaptive controller adjusts the mining's hyper-parameters. No section or
-equation numbers are cited for that reason; the controller's rule is this library's
-(:mod:`~tfdml.mining.controller`).
+What this follows of the paper, and from where: its abstract, introduction and Fig. 1 caption
+(the text available to this library's authors; its method section, with the equations of the
+mining and of the controller, was not) say that a nearest-neighbour graph (FANNG) of the whole
+training set's embeddings, rebuilt as training goes, supplies hard triplets; that the loss
+combines a triplet loss with a global loss on the embedding's distance distributions
+(:class:`tfdml.losses.GlobalLoss`, Kumar B G et al. 2016); and that an adaptive controller
+adjusts the mining's hyper-parameters. No section or equation numbers are cited for that
+reason. What the paper does not say in those parts is this library's choice, each stated where
+it is made: the k nearest neighbours of another class per example (no mined positives), their
+mix with random negatives through one probability, a refresh every ``refresh_every`` epochs,
+and the controller's rule (:mod:`~tfdml.mining.controller`).
 
 The batches come from the data side's ``pipelines.designs.SmartMiningDesign``, whose
 ``neighbours`` and ``hard_fraction`` variables these parts write.

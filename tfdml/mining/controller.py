@@ -1,11 +1,11 @@
 """The adaptive controller of smart mining: how hard the mined batches are, changed from what
 training shows (Harwood et al., "Smart Mining for Deep Metric Learning", ICCV 2017).
 
-The paper's abstract and introduction (the parts of the paper this library's authors could
-read) say that an adaptive controller "automatically adjusts the smart mining
-hyper-parameters" to speed up and stabilise training; the controller's own equation in the
-paper could not be read, and no equation number is cited here. The rule below is this
-library's, stated so it can be checked:
+The paper's abstract and introduction say that an adaptive controller "automatically adjusts
+the smart mining hyper-parameters" to speed up training. Which hyper-parameter it controls,
+from which signal, with which gains, is in the paper's method section, whose text was not
+available to this library's authors; no equation number is cited here, and the rule below is
+this library's, stated so it can be checked:
 
     after each epoch t with mean training loss L_t (the log key ``monitor``):
         p_{t+1} = clip(p_t + step, low, high)   if t > 0 and L_t <= L_{t-1}

@@ -160,7 +160,8 @@ def central_gradient(f, x, eps=1e-6):
 
 
 def check_xla_equals_eager_with_unknown_batch(loss, dim=6, cases=("mixed", "one_class")):
-    """``loss`` and its gradient compiled with XLA for an unknown batch size equal them eagerly."""
+    """``loss`` and its gradient compiled with XLA for an unknown batch size equal them eagerly,
+    on the label ``cases`` (names of :data:`LABELS`, or label arrays)."""
     import tensorflow as tf
 
     spec = [tf.TensorSpec([None], tf.int64), tf.TensorSpec([None, dim], tf.float32)]
@@ -173,7 +174,7 @@ def check_xla_equals_eager_with_unknown_batch(loss, dim=6, cases=("mixed", "one_
 
     jitted = tf.function(value_grad, input_signature=spec, jit_compile=True)
     for case in cases:
-        labels = LABELS[case].astype(np.int64)
+        labels = (LABELS[case] if isinstance(case, str) else np.asarray(case)).astype(np.int64)
         e = tf.constant(embeddings(len(labels), dim=dim, seed=3))
         want_v, want_g = value_grad(tf.constant(labels), e)
         got_v, got_g = jitted(tf.constant(labels), e)
@@ -199,6 +200,64 @@ def keras_file_round_trip(loss, path):
     return model, tfdml.load_model(str(path))
 
 
+def constant_daml_generator(loss, value):
+    """A DAMLLoss whose generator gives x̃⁻ = ``value`` for every triplet (zero kernels, the
+    last bias ``value``): hand cases with a known synthetic negative."""
+    import tensorflow as tf
+
+    for kernel, bias in zip(loss.generator.kernels, loss.generator.biases):
+        kernel.assign(tf.zeros_like(kernel))
+        bias.assign(tf.zeros_like(bias))
+    loss.generator.biases[-1].assign(np.asarray(value, np.float32))
+    return loss
+
+
+def shifted_daml_generator(loss, shift=1.0):
+    """``loss`` with its generator's output moved by ``shift`` along the diagonal: from a fresh
+    generator the synthetic negatives all sit well inside the margin (J_adv = 0); moved, the
+    adversarial hinge is active for some triplets and not for others."""
+    import tensorflow as tf
+
+    bias = loss.generator.biases[-1]
+    bias.assign_add(tf.fill(bias.shape, tf.cast(shift / np.sqrt(bias.shape[0]), bias.dtype)))
+    return loss
+def fixed_pairs(pos, neg):
+    """A pair sampler that returns the fixed multiplicities ``pos`` and ``neg`` [B, B]
+    whatever the batch (for reference tests of sampler-weighted losses)."""
+    import tensorflow as tf
+
+    from tfdml.samplers import base as samplers_base
+
+    class FixedPairs(samplers_base.Sampler):
+        kind = "pairs"
+        needs_seed = False
+
+        def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
+            return samplers_base.PairSelection(tf.constant(pos, tf.float32), tf.constant(neg, tf.float32))
+
+    return FixedPairs()
+
+
+def random_multiplicities(labels, seed):
+    """Random pair multiplicities (positive pairs 0..3, negative pairs 0..2 times) over the
+    candidate pairs of ``labels``: what a pair sampler could return."""
+    n = len(labels)
+    rng = np.random.default_rng(seed)
+    pos, neg = pos_neg(labels, candidates(labels))
+    return pos * rng.integers(0, 4, size=(n, n)), neg * rng.integers(0, 3, size=(n, n))
+
+
+def value_and_grad(loss, y, e):
+    """Eagerly: ``loss(y, e)`` and its gradient with respect to ``e``, as NumPy."""
+    import tensorflow as tf
+
+    e = tf.constant(e)
+    with tf.GradientTape() as tape:
+        tape.watch(e)
+        value = loss(y, e)
+    return value.numpy(), tape.gradient(value, e).numpy()
+
+
 @pytest.fixture(scope="session")
 def ref():
     return types.SimpleNamespace(
@@ -218,4 +277,9 @@ def ref():
         central_gradient=central_gradient,
         check_xla_equals_eager_with_unknown_batch=check_xla_equals_eager_with_unknown_batch,
         keras_file_round_trip=keras_file_round_trip,
+        constant_daml_generator=constant_daml_generator,
+        shifted_daml_generator=shifted_daml_generator,
+        fixed_pairs=fixed_pairs,
+        random_multiplicities=random_multiplicities,
+        value_and_grad=value_and_grad,
     )

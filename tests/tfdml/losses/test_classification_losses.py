@@ -321,3 +321,45 @@ def test_fit_trains_each_loss():
         model = _model(loss)
         history = model.fit(x, labels, batch_size=20, epochs=6, shuffle=False, verbose=0).history["loss"]
         assert np.all(np.isfinite(history)) and history[-1] < history[0], name
+
+
+def _autodiff_margin_cross_entropy(cos, labels, scale, target):
+    """The family's per-example term as TensorFlow differentiates it: a one-hot select and
+    a log-sum-exp, no written-out gradient."""
+    own = tf.one_hot(labels, tf.shape(cos)[1], dtype=cos.dtype) > 0
+    logits = scale * tf.where(own, target[:, None], cos)
+    return tf.reduce_logsumexp(logits, axis=1) - scale * target
+
+
+@pytest.mark.parametrize("dtype, tol", [("float64", 1e-12), ("float32", 1e-5)])
+@pytest.mark.parametrize("scale", [1.0, 64.0])
+@pytest.mark.parametrize("jit", [False, True])
+def test_margin_cross_entropy_gradient_equals_tensorflows(dtype, tol, scale, jit):
+    """The written-out gradient of ``margin_cross_entropy`` (∂L_i/∂cos θ_ij = s p_ij for
+    j ≠ y_i, ∂L_i/∂ψ_i = s (p_iy − 1)) and the own-class mask against TensorFlow's
+    derivative of the select and log-sum-exp, for random cosines, targets and upstream
+    weights (a reduction other than the mean)."""
+    from tfdml.losses import classification
+
+    rng = np.random.default_rng(7)
+    cos_v = tf.constant(rng.uniform(-1, 1, size=(9, 6)).astype(dtype))
+    target_v = tf.constant(rng.uniform(-1.2, 1, size=9).astype(dtype))
+    labels = tf.constant(rng.integers(0, 6, size=9))
+    upstream = tf.constant(rng.uniform(0, 2, size=9).astype(dtype))
+
+    def value_and_grads(fn):
+        @tf.function(jit_compile=jit)
+        def run(cos_v, target_v):
+            with tf.GradientTape() as tape:
+                tape.watch([cos_v, target_v])
+                own = classification.own_class(labels, cos_v)
+                shifted = target_v + 0.5 * classification.own_cosine(cos_v, own)  # ψ depends on cos θ_y
+                terms = fn(cos_v, labels, scale, shifted)
+                total = tf.reduce_sum(terms * upstream)
+            return [terms] + tape.gradient(total, [cos_v, target_v])
+        return [t.numpy() for t in run(cos_v, target_v)]
+
+    ours = value_and_grads(classification.margin_cross_entropy)
+    theirs = value_and_grads(_autodiff_margin_cross_entropy)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol * scale)

@@ -1,12 +1,14 @@
-"""DAMLLoss against brute-force NumPy written from Duan et al. 2018 (DAML), triplet form (the
-paper's equation numbers were not readable, see the loss's docstring):
+"""DAMLLoss against brute-force NumPy written from Duan et al. 2018 (DAML): the generator's
+objective J_gen, the whole objective J = J_gen + λ J_m and the metric objective of DAML (tri)
+(the paper's equation numbers were not readable, see the loss's docstring):
 
-    J_gen = Σ_t ‖x̃⁻ − x‖² + λ₁ ‖x̃⁻ − x⁻‖² + λ₂ [D²(x, x̃⁻) − D²(x, x⁺) − α]_+,
-    J_m   = Σ_t [D²(x, x⁺) − D²(x, x̃⁻) + α]_+ + w_real [D²(x, x⁺) − D²(x, x⁻) + α]_+,
+    J_gen = Σ_t ‖x̃⁻ − x‖² + λ₁ ‖x̃⁻ − x⁻‖² + λ₂ [D(x̃⁻, x)² − D(x⁺, x)² − α]_+,
+    J_m   = Σ_t [D(x, x⁺)² − D(x, x̃⁻)² + α]_+   (DAML (tri))
+            (+ real_weight Σ_t [D(x, x⁺)² − D(x, x⁻)² + α]_+, tfdml's option),
     J     = J_gen + λ J_m,   x̃⁻ = G([x, x⁺, x⁻]),
 
 each Σ_t a mean over the sampler's triplets; the generator's weights get ∂J_gen only, the
-embeddings λ ∂J_m only."""
+embeddings λ ∂J_m only. The other forms of J_m: test_daml_forms.py."""
 
 import keras
 import numpy as np
@@ -59,15 +61,6 @@ def params_of(loss):
     return [(k.numpy().astype(np.float64), b.numpy().astype(np.float64)) for k, b in zip(g.kernels, g.biases)]
 
 
-def shifted(loss, shift=1.0):
-    """``loss`` with G's output moved by ``shift`` along the diagonal: from a fresh G the synthetic
-    negatives all sit well inside the margin (J_adv = 0); moved, the adversarial hinge is active
-    for some triplets and not for others."""
-    bias = loss.generator.biases[-1]
-    bias.assign_add(tf.fill(bias.shape, tf.cast(shift / np.sqrt(bias.shape[0]), bias.dtype)))
-    return loss
-
-
 def selected(ref, sampler, labels, e):
     return ref.triplet_list(samplers.get(sampler)(ref.pairwise(e).astype(np.float32), labels))
 
@@ -77,7 +70,7 @@ def selected(ref, sampler, labels, e):
 def test_value_matches_the_reference(ref, sampler, seed):
     labels = ref.LABELS["mixed"]
     e = ref.embeddings(len(labels), seed=seed)
-    loss = shifted(losses.DAMLLoss(embedding_dim=D, sampler=sampler, seed=seed, **WEIGHTS))
+    loss = ref.shifted_daml_generator(losses.DAMLLoss(embedding_dim=D, sampler=sampler, seed=seed, **WEIGHTS))
     triplets = selected(ref, sampler, labels, e)
     assert triplets
     expected = np_daml(e.astype(np.float64), triplets, params_of(loss), **WEIGHTS)
@@ -89,7 +82,7 @@ def test_the_triplets_of_an_n_pair_batch_match_the_reference(ref):
     (x_i, x_i⁺, x_j⁺), j ≠ i."""
     labels = np.array([0, 1, 0, 2, 1, 2], np.int32)
     e = ref.embeddings(len(labels), seed=8)
-    loss = shifted(losses.DAMLLoss(embedding_dim=D, sampler="npair", **WEIGHTS))
+    loss = ref.shifted_daml_generator(losses.DAMLLoss(embedding_dim=D, sampler="npair", **WEIGHTS))
     triplets = selected(ref, "npair", labels, e)
     assert len(triplets) == 6
     expected = np_daml(e.astype(np.float64), triplets, params_of(loss), **WEIGHTS)
@@ -107,15 +100,7 @@ def test_random_triplets_of_the_same_seed_match_the_reference(ref):
     np.testing.assert_allclose(float(loss(labels, e)), expected, rtol=1e-5)
 
 
-def _constant_generator(loss, value):
-    """Zero kernels, the last bias ``value``: x̃⁻ = value for every triplet."""
-    for kernel, bias in zip(loss.generator.kernels, loss.generator.biases):
-        kernel.assign(tf.zeros_like(kernel))
-        bias.assign(tf.zeros_like(bias))
-    loss.generator.biases[-1].assign(np.asarray(value, np.float32))
-
-
-def test_hand_case():
+def test_hand_case(ref):
     """x = (0, 0), x⁺ = (1, 0), x⁻ = (0, 2), x̃⁻ = (0, 1) (a constant generator), α = 0.5,
     λ = λ₁ = λ₂ = w_real = 1, hard sampler (one triplet per positive pair, both directions):
 
@@ -123,14 +108,18 @@ def test_hand_case():
       J_hard = 1, J_reg = 1, J_adv = [1 − 1 − 0.5]_+ = 0, J_m = [1 − 1 + 0.5]_+ + [1 − 4 + 0.5]_+ = 0.5;
     anchor 1 (x = (1, 0), x⁺ = (0, 0), hardest negative (0, 2): D² = 5): D²(x, x̃⁻) = 2:
       J_hard = 2, J_reg = 1, J_adv = [2 − 1 − 0.5]_+ = 0.5, J_m = [1 − 2 + 0.5]_+ + 0 = 0.
-    Mean: J_gen = (2 + 3.5) / 2 = 2.75, J_m = 0.25, J = 3."""
+    Mean: J_gen = (2 + 3.5) / 2 = 2.75, J_m = 0.25, J = 3. Without the real triplets
+    (real_weight 0, the default): J_m = 0.5 / 2 = 0.25 too (the real terms are 0 here)."""
     e = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0]], np.float32)
     labels = np.array([0, 0, 1])
-    loss = losses.DAMLLoss(embedding_dim=2, sampler="hard", margin=0.5)
-    _constant_generator(loss, [0.0, 1.0])
+    loss = losses.DAMLLoss(embedding_dim=2, sampler="hard", margin=0.5, real_weight=1.0)
+    ref.constant_daml_generator(loss, [0.0, 1.0])
     assert float(loss(labels, e)) == pytest.approx(3.0, rel=1e-6)
+    default = losses.DAMLLoss(embedding_dim=2, sampler="hard", margin=0.5)
+    ref.constant_daml_generator(default, [0.0, 1.0])
+    assert float(default(labels, e)) == pytest.approx(3.0, rel=1e-6)
     sums = losses.DAMLLoss(embedding_dim=2, sampler="hard", margin=0.5, tuple_reduction="sum")
-    _constant_generator(sums, [0.0, 1.0])
+    ref.constant_daml_generator(sums, [0.0, 1.0])
     assert float(sums(labels, e)) == pytest.approx(6.0, rel=1e-6)
 
 
@@ -139,7 +128,7 @@ def test_a_wrong_formula_is_caught(ref, monkeypatch):
     whose adversarial term has the metric's sign (the generator helping the embedding)."""
     labels = ref.LABELS["mixed"]
     e = ref.embeddings(len(labels), seed=4)
-    loss = shifted(losses.DAMLLoss(embedding_dim=D, sampler="hard", **WEIGHTS))
+    loss = ref.shifted_daml_generator(losses.DAMLLoss(embedding_dim=D, sampler="hard", **WEIGHTS))
     triplets, params = selected(ref, "hard", labels, e), params_of(loss)
     got = float(loss(labels, e))
     assert got == pytest.approx(np_daml(e.astype(np.float64), triplets, params, **WEIGHTS), rel=1e-5)
@@ -151,7 +140,8 @@ def test_a_wrong_formula_is_caught(ref, monkeypatch):
 
     def metric_sign(anchor, positive, negative, synthetic, margin):
         terms = right(anchor, positive, negative, synthetic, margin)
-        return {**terms, "adv": terms["metric_synthetic"]}
+        d_ap, d_as = daml.squared_distance(anchor, positive), daml.squared_distance(anchor, synthetic)
+        return {**terms, "adv": tf.nn.relu(d_ap - d_as + margin)}
 
     monkeypatch.setattr(daml, "daml_terms", metric_sign)
     assert abs(float(loss(labels, e)) - got) > 1e-3
@@ -172,8 +162,8 @@ def test_gradients_reach_each_parameter_set_from_its_own_objective(ref, sampler)
     held fixed: central finite differences of the float64 reference."""
     labels = ref.LABELS["mixed"]
     e = ref.embeddings(len(labels), seed=5).astype(np.float64)
-    loss = shifted(losses.DAMLLoss(embedding_dim=D, sampler=sampler, hidden_units=5, seed=3, dtype="float64",
-                                   **WEIGHTS))
+    loss = ref.shifted_daml_generator(losses.DAMLLoss(embedding_dim=D, sampler=sampler, hidden_units=5, seed=3,
+                                                      dtype="float64", **WEIGHTS))
     triplets, params = selected(ref, sampler, labels, e), params_of(loss)
     synthetic = [np_generator(params, e[a], e[p], e[n]) for a, p, n in triplets]
     _, grad_e, grad_g = _value_and_gradients(loss, labels, e)
@@ -259,13 +249,20 @@ def test_an_invalid_label_is_counted_under_xla():
     assert np.isnan(float(fn(tf.constant(np.eye(4, D, dtype=np.float32)))))
 
 
+def test_the_defaults_are_the_papers_objective():
+    """The metric learns from the synthetic negatives alone (the paper's J_m(θ_f; x, x⁺, x̃⁻)),
+    in the triplet form."""
+    loss = losses.DAMLLoss(embedding_dim=D)
+    assert (loss.form, loss.real_weight) == ("triplet", 0.0)
+
+
 def test_config_round_trip_and_registry():
-    loss = losses.get("daml", embedding_dim=D, seed=4, hidden_units=7, sampler="semi_hard", **WEIGHTS)
+    loss = losses.get("daml", embedding_dim=D, seed=4, hidden_units=7, sampler="semi_hard", form="lifted", **WEIGHTS)
     assert isinstance(loss, losses.DAMLLoss)
     config = loss.get_config()
     again = losses.DAMLLoss.from_config(config)
     assert again.get_config() == config
-    assert (again.embedding_dim, again.hidden_units, again.margin) == (D, 7, WEIGHTS["margin"])
+    assert (again.embedding_dim, again.hidden_units, again.margin, again.form) == (D, 7, WEIGHTS["margin"], "lifted")
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
     assert isinstance(restored, losses.DAMLLoss) and restored.get_config() == config
     layer = loss.generator
@@ -282,6 +279,7 @@ def test_config_round_trip_and_registry():
     ({"embedding_dim": D, "margin": 0.0}, "margin"),
     ({"embedding_dim": D, "adv_weight": -1.0}, "adv_weight"),
     ({"embedding_dim": 0}, "embedding_dim must be an int >= 1"),
+    ({"embedding_dim": D, "form": "quadruplet"}, "J_m is one of 'triplet', 'contrastive', 'npair', 'lifted'"),
 ])
 def test_bad_arguments_are_refused_naming_the_fix(kwargs, message):
     with pytest.raises(ValueError, match=message):

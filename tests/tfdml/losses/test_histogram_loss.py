@@ -7,7 +7,6 @@ import tensorflow as tf
 
 from tfdml import losses
 from tfdml.losses.histogram import DEFAULT_NUM_BINS, histogram_loss
-from tfdml.samplers import base as samplers_base
 
 
 def np_delta(s, r, nodes, step):
@@ -56,14 +55,6 @@ def np_histogram_loss(ref, e, labels, num_bins, pos_mult=None, neg_mult=None, we
             w = mult * (1.0 if weights is None else weights[i, j])
             (pos if same else neg).append((s[i, j], w))
     return np_loss_from_pairs(pos, neg, num_bins)
-
-
-def value_and_grad(loss, y, e):
-    e = tf.constant(e)
-    with tf.GradientTape() as tape:
-        tape.watch(e)
-        value = loss(y, e)
-    return value.numpy(), tape.gradient(value, e).numpy()
 
 
 def test_default_num_bins_is_the_papers_step():
@@ -115,7 +106,7 @@ def test_equals_numpy_brute_force_value_and_gradient(ref, case, num_bins):
     labels = ref.LABELS[case]
     e = ref.embeddings(len(labels), dim=4, seed=num_bins, normalize=False).astype(np.float64)
     loss = losses.HistogramLoss(num_bins=num_bins, dtype="float64")
-    value, grad = value_and_grad(loss, labels, e)
+    value, grad = ref.value_and_grad(loss, labels, e)
     expected = np_histogram_loss(ref, e, labels, num_bins)
     np.testing.assert_allclose(value, expected, rtol=1e-7, atol=1e-10)
     fd = ref.central_gradient(lambda x: np_histogram_loss(ref, x, labels, num_bins), e, eps=1e-7)
@@ -124,28 +115,11 @@ def test_equals_numpy_brute_force_value_and_gradient(ref, case, num_bins):
         assert 0 < value < 1 and np.abs(grad).max() > 1e-3
 
 
-class FixedPairs(samplers_base.Sampler):
-    """A pair sampler that returns fixed multiplicities (for the reference test)."""
-
-    kind = "pairs"
-    needs_seed = False
-
-    def __init__(self, pos, neg):
-        self.pos, self.neg = pos, neg
-
-    def sample(self, dist, labels, candidates, seed=None, embedding_dim=None):
-        return samplers_base.PairSelection(tf.constant(self.pos, tf.float32), tf.constant(self.neg, tf.float32))
-
-
 def test_pair_sampler_multiplicities_weight_the_histograms(ref):
     labels = ref.LABELS["mixed"]
-    n = len(labels)
-    rng = np.random.default_rng(4)
-    pos_ref, neg_ref = ref.pos_neg(labels, ref.candidates(labels))
-    pos = pos_ref * rng.integers(0, 4, size=(n, n))
-    neg = neg_ref * rng.integers(0, 3, size=(n, n))
-    e = ref.embeddings(n, dim=5, seed=4)
-    got = float(losses.HistogramLoss(num_bins=21, sampler=FixedPairs(pos, neg))(labels, e))
+    pos, neg = ref.random_multiplicities(labels, seed=4)
+    e = ref.embeddings(len(labels), dim=5, seed=4)
+    got = float(losses.HistogramLoss(num_bins=21, sampler=ref.fixed_pairs(pos, neg))(labels, e))
     expected = np_histogram_loss(ref, e, labels, 21, pos_mult=pos, neg_mult=neg)
     np.testing.assert_allclose(got, expected, rtol=1e-5)
     assert got != pytest.approx(float(losses.HistogramLoss(num_bins=21)(labels, e)), rel=1e-3)
@@ -176,7 +150,7 @@ def test_degenerate_batches_give_zero_with_zero_gradient(ref, case):
     loss 0, gradient 0 (finite)."""
     labels = np.array([7, 7]) if case == "one_pair" else ref.LABELS[case]
     e = ref.embeddings(len(labels), seed=1)
-    value, grad = value_and_grad(losses.HistogramLoss(), labels, e)
+    value, grad = ref.value_and_grad(losses.HistogramLoss(), labels, e)
     assert value == 0.0
     assert np.all(grad == 0.0)
 
@@ -184,7 +158,7 @@ def test_degenerate_batches_give_zero_with_zero_gradient(ref, case):
 def test_identical_embeddings_and_zero_rows_are_finite(ref):
     labels = ref.LABELS["mixed"]
     for e in (np.tile([[1.0, 0, 0]], (len(labels), 1)), np.zeros((len(labels), 3))):
-        value, grad = value_and_grad(losses.HistogramLoss(), labels, e.astype(np.float32))
+        value, grad = ref.value_and_grad(losses.HistogramLoss(), labels, e.astype(np.float32))
         assert np.isfinite(value) and np.all(np.isfinite(grad))
 
 

@@ -37,6 +37,9 @@ FACTORIES = {
     "multi_similarity": lambda: losses.MultiSimilarityLoss(),
     "circle": lambda: losses.CircleLoss(),
     "circle_semi_hard": lambda: losses.CircleLoss(m=0.4, gamma=80.0, sampler="semi_hard"),
+    "global": lambda: losses.GlobalLoss(margin=2.0),
+    "global_random_pairs": lambda: losses.GlobalLoss(margin=2.0, sampler=samplers.RandomPairSampler(num_pairs=40),
+                                                     seed=6),
 }
 NAMES = [
     pytest.param(n, marks=pytest.mark.skipif(n == "precision_at_k" and not HAS_TOP_K, reason="no top_k sampler"))

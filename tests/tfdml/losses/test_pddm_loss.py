@@ -1,11 +1,16 @@
-"""PDDMLayer and PDDMLoss against brute-force NumPy written from Huang, Loy & Tang 2016
-(PDDM), §3 as described in tfdml.pddm and tfdml.losses.pddm (the paper's equation numbers
-are not cited: they could not be read where this was written):
+"""PDDMLayer and PDDMLoss against brute-force NumPy.
+
+The mining rule is the paper's (Huang, Loy & Tang 2016, arXiv:1610.08904 p. 4, stated
+in the text without an equation number): one hard quadruplet a batch, the most
+dissimilar positive pair (î, ĵ) = argmin_{(i,j)∈P̂} S_ij and the hard negatives
+k̂ = argmax_{(î,k)∈N̂} S_îk, l̂ = argmax_{(ĵ,l)∈N̂} S_ĵl; the hand cases below check it.
+The unit and the two hinges are tfdml's forms (the paper's printed equations for them
+were not recovered; see tfdml.pddm and tfdml.losses.pddm):
 
     S_ij = w_s · ReLU(W_c [û ; v̂] + b_c) + b_s,  û = n(ReLU(W_u n(|f_i − f_j|) + b_u)),
                                                   v̂ = n(ReLU(W_v n((f_i + f_j)/2) + b_v)),
-    loss = E_m + λ E_e on the hard quadruplet (i, j, k̂, l̂) mined by S:
-    E_m = [α + S_ik̂ − S_ij]_+ + [α + S_jl̂ − S_ij]_+,  E_e = [β + D²_ij − D²_ik̂]_+ + [β + D²_ij − D²_jl̂]_+.
+    loss = E_m + λ E_e on the hard quadruplet (î, ĵ, k̂, l̂) mined by S:
+    E_m = [α + S_îk̂ − S_îĵ]_+ + [α + S_ĵl̂ − S_îĵ]_+,  E_e = [β + D²_îĵ − D²_îk̂]_+ + [β + D²_îĵ − D²_ĵl̂]_+.
 """
 
 import keras
@@ -57,8 +62,9 @@ def randomised(unit, seed):
 
 def np_pddm(s, e, labels, alpha=0.5, beta=0.5, lam=1.0, variant="quadruplet", positives="hardest",
             wrong=None):
-    """The loss by loops: positive pairs whose both ends have negatives, the hardest by S (lowest
-    S_ij, first in row-major order) or all of them, each with the negatives of highest S."""
+    """The loss by loops: positive pairs whose both ends have negatives, the paper's hard pair
+    (î, ĵ) = argmin S_ij (first in row-major order) or all of them, each end with its hard
+    negative argmax_k S_ik (k̂ for î, l̂ for ĵ)."""
     e = np.asarray(e, np.float64)
     n = len(labels)
     d2 = np.array([[np.sum((e[i] - e[k]) ** 2) for k in range(n)] for i in range(n)])
@@ -70,7 +76,8 @@ def np_pddm(s, e, labels, alpha=0.5, beta=0.5, lam=1.0, variant="quadruplet", po
     if not pairs:
         return 0.0
     if positives == "hardest":
-        pairs = [min(pairs, key=lambda p: (s[p], p))]
+        pairs = [max(pairs, key=lambda p: (s[p], (-p[0], -p[1])))] if wrong == "easiest_positive" else \
+            [min(pairs, key=lambda p: (s[p], p))]
     dist = np.sqrt(d2) if wrong == "distance_not_squared" else d2
     total = 0.0
     for i, j in pairs:
@@ -157,11 +164,12 @@ def test_hand_case():
         assert float(loss(labels, e)) == pytest.approx(expected, rel=1e-6)
 
 
-@pytest.mark.parametrize("wrong", ["easiest_negative", "distance_not_squared", "one_header"])
-def test_a_wrong_formula_is_caught(ref, wrong):
+@pytest.mark.parametrize("wrong, positives", [("easiest_negative", "all"), ("distance_not_squared", "all"),
+                                              ("one_header", "all"), ("easiest_positive", "hardest")])
+def test_a_wrong_formula_is_caught(ref, wrong, positives):
     labels = ref.LABELS["mixed"]
     e = ref.embeddings(len(labels), seed=4)
-    loss = losses.PDDMLoss(embedding_dim=6, positives="all", seed=2)
+    loss = losses.PDDMLoss(embedding_dim=6, positives=positives, seed=2)
     randomised(loss.unit, 2)
     got = float(loss(labels, e))
     assert got == pytest.approx(reference(loss, labels, e), rel=1e-5)
@@ -179,8 +187,75 @@ def test_the_test_fails_when_the_terms_are_wrong(ref, monkeypatch):
     assert abs(float(loss(labels, e)) - expected) > 1e-3
 
 
+# -- the paper's mining rule, by hand ----------------------------------------------------------
+#: S of a batch of five, labels 0 0 0 1 1. Positive pairs: S_01 = 0.9, S_02 = 0.4, S_12 = 0.7,
+#: S_34 = 0.6, so the most dissimilar is (î, ĵ) = (0, 2). Negatives of 0: S_03 = 0.5, S_04 = 0.8,
+#: so k̂ = 4; of 2: S_23 = 0.3, S_24 = 0.1, so l̂ = 3; of 1: S_13 = S_14 = 0.2 (a tie: 3); of 3:
+#: S_30 = 0.5 > S_32 = 0.3 > S_31 = 0.2, so 0; of 4: S_40 = 0.8, so 0.
+HAND_LABELS = np.array([0, 0, 0, 1, 1])
+HAND_S = np.array([[1.0, 0.9, 0.4, 0.5, 0.8],
+                   [0.9, 1.0, 0.7, 0.2, 0.2],
+                   [0.4, 0.7, 1.0, 0.3, 0.1],
+                   [0.5, 0.2, 0.3, 1.0, 0.6],
+                   [0.8, 0.2, 0.1, 0.6, 1.0]])
+
+
+def _hand_masks(labels=HAND_LABELS):
+    same = labels[:, None] == labels[None, :]
+    return tf.constant(same & ~np.eye(len(labels), dtype=bool)), tf.constant(~same)
+
+
+def _mined_pair(scores, valid):
+    return [tuple(p) for p in np.argwhere(pddm_loss.hardest_positive_pair(tf.constant(scores), valid).numpy())]
+
+
+def test_mining_picks_the_most_dissimilar_positive_pair_and_its_hard_negatives():
+    positive, negative = _hand_masks()
+    assert _mined_pair(HAND_S, positive) == [(0, 2)]
+    np.testing.assert_array_equal(pddm_loss.hardest_negatives(tf.constant(HAND_S), negative).numpy(),
+                                  [4, 3, 3, 0, 0])
+
+
+def test_mining_ties_go_to_the_first_pair_in_row_major_order():
+    positive, _ = _hand_masks()
+    tied = HAND_S.copy()
+    tied[3, 4] = tied[4, 3] = 0.4          # S_34 = S_02: (0, 2) comes first
+    assert _mined_pair(tied, positive) == [(0, 2)]
+    tied[3, 4] = tied[4, 3] = 0.35         # now the lowest
+    assert _mined_pair(tied, positive) == [(3, 4)]
+    assert _mined_pair(tied, tf.zeros_like(positive)) == []
+
+
+def test_mining_under_xla_with_an_unknown_batch_gives_the_hand_quadruplet():
+    spec = [tf.TensorSpec([None, None], tf.float64), tf.TensorSpec([None, None], tf.bool),
+            tf.TensorSpec([None, None], tf.bool)]
+
+    @tf.function(jit_compile=True, input_signature=spec)
+    def mine(scores, positive, negative):
+        return pddm_loss.hardest_positive_pair(scores, positive), pddm_loss.hardest_negatives(scores, negative)
+
+    positive, negative = _hand_masks()
+    pair, negatives = mine(tf.constant(HAND_S), positive, negative)
+    assert [tuple(p) for p in np.argwhere(pair.numpy())] == [(0, 2)]
+    np.testing.assert_array_equal(negatives.numpy(), [4, 3, 3, 0, 0])
+
+def test_loss_on_the_hand_mined_quadruplet(monkeypatch):
+    """S fixed to HAND_S: the quadruplet is (î, ĵ, k̂, l̂) = (0, 2, 4, 3). With e_0 = (0, 0),
+    e_2 = (0, 1), e_3 = (2, 0), e_4 = (0, 0.5): D²_02 = 1, D²_04 = 0.25, D²_23 = 5.
+    E_m = [0.5 + 0.8 − 0.4]_+ + [0.5 + 0.3 − 0.4]_+ = 1.3, E_e = [0.5 + 1 − 0.25]_+ + [0.5 + 1 − 5]_+ = 1.25;
+    λ = 0.5: 1.3 + 0.625. Triplet: 0.9 + 0.5 · 1.25."""
+    e = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [2.0, 0.0], [0.0, 0.5]], np.float32)
+    for variant, expected in (("quadruplet", 1.925), ("triplet", 1.525)):
+        loss = losses.PDDMLoss(embedding_dim=2, variant=variant, alpha=0.5, beta=0.5, lam=0.5, seed=0)
+        monkeypatch.setattr(loss.unit, "scores", lambda x: tf.constant(HAND_S, x.dtype))
+        assert float(loss(HAND_LABELS, e)) == pytest.approx(expected, rel=1e-6)
+        assert np_pddm(HAND_S, e, HAND_LABELS, lam=0.5, variant=variant) == pytest.approx(expected, rel=1e-12)
+
+
 @pytest.mark.parametrize("positives", ["hardest", "all"])
 def test_gradient_matches_finite_differences_of_the_reference(ref, positives):
+    """d loss / d embeddings against central differences, in float64, of the reference (the
+    paper's mining rule on S, tfdml's unit and hinges)."""
     labels = ref.LABELS["mixed"]
     e = ref.embeddings(len(labels), dim=3, seed=5).astype(np.float64)
     loss = losses.PDDMLoss(embedding_dim=3, positives=positives, units=4, hidden_units=3, seed=7,

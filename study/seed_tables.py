@@ -17,7 +17,8 @@ from papers import DRAFT, DUAN, HONG, WU
 
 #: The shipped config of each system (``configs/<name>.yaml``).
 SYSTEM_CONFIGS = {"facility_location": "song_facility_location", "ddml": "ddml", "pddm": "huang_pddm",
-                  "daml": "daml", "npair_sampling": "duan_npair_triplet", "smart_mining": "harwood_smart_mining"}
+                  "daml": "daml", "npair_sampling": "duan_npair_triplet", "smart_mining": "harwood_smart_mining",
+                  "hdc": "yuan_hdc"}
 
 #: Triplets per batch of the smart-mining arm: 26 (anchor, positive, negative) rows, 78 images,
 #: the nearest to the other triplet arms' batch of 80.
@@ -35,12 +36,15 @@ def arms(others):
     npair_sampler = shipped_config(SYSTEM_CONFIGS["npair_sampling"])["loss"]["sampler"]
     smart = shipped_config(SYSTEM_CONFIGS["smart_mining"])["design"]
     hong = {key: value for key, value in others["balanced-group4x16-is"].items() if key != "loss"}
+    hdc_model = shipped_config(SYSTEM_CONFIGS["hdc"])["model"]  # the cascade and its embedding size
+    cascade = {"model": {"cascade": hdc_model["cascade"], "embedding_dim": hdc_model["embedding_dim"]}}
     return {
         "facility_location-b80": merge(batch80, section["facility_location"]),
         "ddml-b80": merge(batch80, section["ddml"]),
         "pddm-b80": merge(batch80, section["pddm"]),
         "pddm-triplet-b80": merge(batch80, section["pddm"], {"loss": {"options": {"variant": "triplet"}}}),
         "daml-b80": merge(batch80, section["daml"]),
+        "hdc-b80": merge(batch80, section["hdc"], cascade),
         # Hong's Tables 2–4: the clustering loss on the balanced arm's design and schedule.
         "facility_location-group4x16": merge(hong, section["facility_location"]),
         # Duan's Table 3: N-pair sampling on an N-pair batch (40 classes × 2: N = 40),
@@ -56,7 +60,7 @@ EXPERIMENTS = {
         "source": "Wu et al. 2017, Tables 4–6, and the draft's Tables 5 and 7: the other systems (SOP, R@1 % of "
                   "Wu's Table 4; PDDM has no SOP row)",
         "metric": "recall@1",
-        "paper": {"facility_location-b80": 67.0, "margin-dw-b80": 72.7},
+        "paper": {"facility_location-b80": 67.0, "hdc-b80": 69.5, "margin-dw-b80": 72.7},
     },
     "hong_tables": {
         "source": "Hong et al., Tables 2–4: the Cluster rows (CUB200, R@1 %)",
@@ -119,8 +123,11 @@ CLAIMS_AFTER = {
         {"id": "wu_t4_t6_hdc", "paper": WU, "where": "Tables 4–6, HDC rows",
          "claim": "the margin loss beats HDC (R@1: SOP 72.7 vs 69.5, CARS196 79.6 vs 73.7, CUB200 63.6 vs 53.6; "
                   "cropped 86.9 vs 83.8 and 63.9 vs 60.7)",
-         "untested": "no config can train HDC: tfdml/losses/hdc.py's loss is not in the losses' registry, so "
-                     "it has no arm"},
+         "experiment": "wu_tables",
+         "checks": [("margin-dw-b80", "hdc-b80")],
+         "protocol": _WU_TABLES + "; HDC as configs/yuan_hdc.yaml: three levels at the ends of the small CNN's "
+                                  "three stages, each globally pooled to 42 dimensions (126 in all, where the "
+                                  "other arms have 128), the contrastive loss per level, filter_percentage 0.5"},
     ],
     "hong_t2_t4": [
         {"id": "hong_t2_t4_cluster", "paper": HONG, "where": "Tables 2–4, Cluster rows", "experiment": "hong_tables",

@@ -5,8 +5,6 @@ read them sit in the claims table after the rows they follow."""
 import importlib.util
 import os
 
-from tfdml import builtin_names
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _spec = importlib.util.spec_from_file_location("reproduce", os.path.join(ROOT, "study", "reproduce.py"))
 rp = importlib.util.module_from_spec(_spec)
@@ -14,7 +12,7 @@ _spec.loader.exec_module(rp)
 tables = rp.seed_tables
 
 SYSTEM_ARMS = ("facility_location-b80", "ddml-b80", "pddm-b80", "pddm-triplet-b80", "daml-b80",
-               "facility_location-group4x16", "triplet-npair-b80", "triplet-smart_mining-t26")
+               "facility_location-group4x16", "triplet-npair-b80", "triplet-smart_mining-t26", "hdc-b80")
 
 
 def _without(spec, *keys):
@@ -72,10 +70,13 @@ def test_every_check_of_the_tables_claims_reads_arms_of_its_experiment():
                               ("triplet-learned-b80", "triplet-smart_mining-t26")]
 
 
-def test_hdc_is_untested_for_the_reason_it_gives():
-    """wu_t4_t6_hdc says no config can name HDC's loss: true while the losses' registry has no
-    ``hdc``; once it has, the claim needs its arm."""
-    row = rp.paper_claims.by_id("wu_t4_t6_hdc")
-    assert "not in the losses' registry" in row["untested"]
-    assert "hdc" not in builtin_names.LOSSES, "HDC's loss is in the registry now: give wu_t4_t6_hdc its arm"
-    assert not any(spec.get("loss", {}).get("name") == "hdc" for spec in rp.ARMS.values())
+def test_hdc_arm_is_the_shipped_cascade_beside_the_margin_arm():
+    """hdc-b80 trains configs/yuan_hdc.yaml's cascade and loss on margin-dw-b80's design, and
+    wu_t4_t6_hdc compares the two."""
+    arm = rp.ARMS["hdc-b80"]
+    shipped = tables.shipped_config("yuan_hdc")
+    assert arm["loss"] == shipped["loss"]
+    assert arm["model"]["cascade"] == shipped["model"]["cascade"]
+    assert arm["model"]["embedding_dim"] % shipped["model"]["cascade"]["levels"] == 0
+    assert arm["design"] == rp.ARMS["margin-dw-b80"]["design"]
+    assert rp.paper_claims.by_id("wu_t4_t6_hdc")["checks"] == [("margin-dw-b80", "hdc-b80")]

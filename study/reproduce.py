@@ -80,11 +80,16 @@ ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE, os.path.join(ROOT, "benchmarks")]
 
 import kanji_fonts  # noqa: E402  (study/kanji_fonts.py)
+from arm_parts import design as _design  # noqa: E402  (the parts an arm is built from)
+from arm_parts import loss as _loss  # noqa: E402
+from arm_parts import merge as _merge  # noqa: E402
+from arm_parts import paper_config as _paper_config  # noqa: E402
 import machine  # noqa: E402  (benchmarks/machine.py: the machine's description)
 import note_figures  # noqa: E402
 import pairing  # noqa: E402  (checks pairing different designs or views)
 import reproduction_claims as paper_claims  # noqa: E402
 import reruns  # noqa: E402  (training a finished run again: what the new result keeps)
+import seed_tables  # noqa: E402  (the arms of the seed papers' comparison systems)
 import verdicts  # noqa: E402
 from reruns import SAME_FIGURES_TOLERANCE, figure_differences  # noqa: E402
 from tfdml import files  # noqa: E402  (atomic writes: a temporary file of this writer's own, then a rename)
@@ -135,28 +140,6 @@ FLOOR_METRICS = ("recall@1", "precision@5", "map@r", "nmi")
 
 
 # --------------------------------------------------------------------------- arms
-
-
-def _design(m, n):
-    return {"design": {"name": "m_per_class", "options": {"m": m, "n": n}}}
-
-
-def _loss(name, sampler=None, **options):
-    section = {"name": name, "options": options}
-    if sampler is not None:
-        section["sampler"] = sampler
-    return {"loss": section}
-
-
-def _merge(*parts):
-    out = {}
-    for part in parts:
-        for key, value in part.items():
-            if isinstance(value, dict) and isinstance(out.get(key), dict):
-                out[key] = _merge(out[key], value)
-            else:
-                out[key] = copy.deepcopy(value)
-    return out
 
 
 def _wu_arms():
@@ -354,16 +337,6 @@ def _xbm_arms():
     return arms
 
 
-def _paper_config(name):
-    """The ``loss`` section of ``configs/<name>.yaml`` (the library's config of that paper's
-    setting: its hyper-parameters and sampler), and its ``model.normalize``."""
-    import yaml
-
-    with open(os.path.join(ROOT, "configs", f"{name}.yaml"), encoding="utf-8") as f:
-        cfg = yaml.safe_load(f)
-    return {"loss": cfg["loss"], "model": {"normalize": cfg["model"]["normalize"]}}
-
-
 #: The other losses of Wu et al.'s Table 4 and Lu et al.'s Table 1, each from its paper's config.
 LOSS_TABLE_CONFIGS = {"histogram": "ustinova_histogram", "binomial_deviance": "binomial_deviance",
                       "lifted_structured": "song_lifted_structured", "npair": "npair",
@@ -399,6 +372,7 @@ def _loss_table_arms():
 
 
 ARMS = {**_wu_arms(), **_hong_arms(), **_lu_duan_arms(), **_xbm_arms(), **_loss_table_arms()}
+ARMS.update(seed_tables.arms(ARMS))  # the seed papers' comparison systems, beside the arms they meet
 
 
 # --------------------------------------------------------------------------- experiments
@@ -542,6 +516,7 @@ CLAIMS = {
         "paper": {},
         "curves": [f"xbm-contrastive-mem{size}" for size in XBM_SIZES],
     },
+    **seed_tables.EXPERIMENTS,
 }
 
 

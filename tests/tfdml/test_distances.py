@@ -347,36 +347,3 @@ def test_near_duplicate_pairs_in_a_spread_batch_match_float64(gap, jit):
     # The other (far) pairs keep float32 accuracy.
     off = ~np.eye(len(a), dtype=bool)
     np.testing.assert_allclose(got[off], d_ref[off], rtol=1e-5)
-
-
-def _normalize_and_grad(normalize, x, upstream, axis, jit=False):
-    @tf.function(jit_compile=jit)
-    def run(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = normalize(x, axis=axis)
-            total = tf.reduce_sum(y * upstream)
-        return y, tape.gradient(total, x)
-    return [t.numpy() for t in run(tf.constant(x))]
-
-
-@pytest.mark.parametrize("dtype, rtol", [("float64", 1e-13), ("float32", 1e-6)])
-@pytest.mark.parametrize("axis", [-1, 0])
-@pytest.mark.parametrize("jit", [False, True])
-def test_l2_normalize_value_and_gradient_equal_tensorflows(dtype, rtol, axis, jit):
-    """The written-out gradient of ``l2_normalize`` against the one TensorFlow derives for
-    ``tf.math.l2_normalize``: ordinary rows, a row of zeros, and a row whose squared norm is
-    below ε (there y = x/√ε and the Jacobian is I/√ε, without the projection)."""
-    rng = np.random.default_rng(3)
-    x = rng.normal(size=(6, 5)).astype(dtype)
-    x[2] = 0.0
-    x[4] = 1e-8 * rng.normal(size=5)
-    if axis == 0:
-        x = np.ascontiguousarray(x.T)
-    upstream = tf.constant(rng.normal(size=x.shape).astype(dtype))
-    ours = _normalize_and_grad(distances.l2_normalize, x, upstream, axis, jit)
-    theirs = _normalize_and_grad(tf.math.l2_normalize, x, upstream, axis, jit)
-    for a, b in zip(ours, theirs):  # rounding relative to each row's largest entry (g − y Σg·y cancels)
-        a, b = np.moveaxis(a, axis, -1), np.moveaxis(b, axis, -1)
-        scale = np.max(np.abs(b), axis=-1, keepdims=True)
-        assert np.all(np.abs(a - b) <= rtol * scale), np.max(np.abs(a - b) / np.maximum(scale, 1e-300))

@@ -61,44 +61,12 @@ def class_cosines(embeddings, weights, centers_per_class):
     return tf.reduce_max(grouped, axis=1)
 
 
-def own_class(labels, cos):
-    """The [B, C] mask of each example's own class among the columns of ``cos``."""
-    return tf.one_hot(labels, tf.shape(cos)[1], dtype=cos.dtype) > 0
-
-
-def own_cosine(cos, own):
-    """cos θ_y [B]: each row's value at its own class (a masked sum, whose gradient is a
-    select, where a batched gather's is a scatter through a dozen index ops)."""
-    return tf.reduce_sum(tf.where(own, cos, tf.zeros_like(cos)), axis=1)
-
-
-def margin_cross_entropy(cos, labels, scale, target, own=None):
+def margin_cross_entropy(cos, labels, scale, target):
     """−log softmax of the logits s·cos θ_j with the own class's logit s·ψ(cos θ_y)
-    (``target`` = ψ(cos θ_y) [B]): [B] terms, stable (log-sum-exp). ``own``: the
-    :func:`own_class` mask, when the caller has it.
-
-    Its gradient is written out, ∂L_i/∂cos θ_ij = s p_ij for j ≠ y_i and ∂L_i/∂ψ_i =
-    s (p_iy − 1), p_i the softmax of row i's logits: the values TensorFlow derives through
-    the one-hot select and the log-sum-exp, in fewer ops (a step of small tensors pays per
-    op in graph mode)."""
-    if own is None:
-        own = own_class(labels, cos)
-
-    @tf.custom_gradient
-    def terms(cos, target):
-        logits = scale * tf.where(own, target[:, None], cos)
-        log_norm = tf.reduce_logsumexp(logits, axis=1)
-
-        def grad(upstream):
-            # ∂L_i/∂logit_ij = p_ij − [j = y_i], p the softmax of row i's logits
-            weighted = (scale * upstream)[:, None] * tf.exp(logits - log_norm[:, None])
-            d_cos = tf.where(own, tf.zeros_like(weighted), weighted)
-            d_target = tf.reduce_sum(weighted, axis=1) - tf.reduce_sum(d_cos, axis=1) - scale * upstream
-            return d_cos, d_target
-
-        return log_norm - scale * target, grad
-
-    return terms(cos, target)
+    (``target`` = ψ(cos θ_y) [B]): [B] terms, stable (log-sum-exp)."""
+    own = tf.one_hot(labels, tf.shape(cos)[1], dtype=cos.dtype) > 0
+    logits = scale * tf.where(own, target[:, None], cos)
+    return tf.reduce_logsumexp(logits, axis=1) - scale * target
 
 
 def angular_margin(cos, margin):
@@ -129,8 +97,8 @@ class CosineSoftmaxLoss(ProxyLoss):
     def example_terms(self, labels, embeddings, proxies):
         """L_i [B] of each example."""
         cos = class_cosines(embeddings, proxies, self.centers_per_class)
-        own = own_class(labels, cos)
-        return margin_cross_entropy(cos, labels, self.scale, self.target_logit(own_cosine(cos, own)), own=own)
+        cos_own = tf.gather(cos, labels, axis=1, batch_dims=1)
+        return margin_cross_entropy(cos, labels, self.scale, self.target_logit(cos_own))
 
     def compute(self, targets, embeddings):
         labels, proxies = self.labels_and_proxies(targets, embeddings)

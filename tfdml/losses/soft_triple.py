@@ -7,8 +7,7 @@ import tensorflow as tf
 
 from tfdml import distances as distances_lib
 from tfdml.losses import arguments
-from tfdml.losses.classification import (CosineSoftmaxLoss, margin_cross_entropy, own_class, own_cosine,
-                                         unit_rows_stddev)
+from tfdml.losses.classification import CosineSoftmaxLoss, margin_cross_entropy, unit_rows_stddev
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -81,8 +80,8 @@ class SoftTripleLoss(CosineSoftmaxLoss):
     def example_terms(self, labels, embeddings, proxies):
         """ℓ_i [B] of each example."""
         sim = self.relaxed_similarities(embeddings, proxies)
-        own = own_class(labels, sim)
-        return margin_cross_entropy(sim, labels, self.la, own_cosine(sim, own) - self.margin, own=own)
+        own = tf.gather(sim, labels, axis=1, batch_dims=1)
+        return margin_cross_entropy(sim, labels, self.la, own - self.margin)
 
     def center_regularizer(self, proxies):
         """Σ_c R(w_c) / (C K (K − 1)) (0 for K = 1)."""

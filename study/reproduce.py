@@ -260,7 +260,9 @@ def _lu_duan_arms():
     lu = _design(10, 8)
     triplet = {short: _loss("triplet", sampler, margin=0.2, squared=False) for short, sampler in (
         ("random", "random_triplets"), ("hard", "hard"), ("semi_hard", "semi_hard"), ("dw", "distance_weighted"))}
-    npair = _merge(_design(4, 20), _paper_config("npair"))  # 20 classes × 4: two N-pair tuples per class
+    # 20 classes × 4: two N-pair tuples per class; embeddings as configs/npair.yaml had them when
+    # these arms ran (not L2-normalised; the config now normalises them: RUN_WITH).
+    npair = _merge(_design(4, 20), _paper_config("npair"), RUN_WITH["npair"])
     return {
         "npair-m4": npair,
         # Duan's N-pair DSN (Fig. 2 (b)): K = 4 mini-batches of N-pair tuples drawn by the policy.
@@ -337,6 +339,12 @@ def _xbm_arms():
     return arms
 
 
+#: Settings an arm keeps from its paper's config as the config was when the arm's results
+#: were trained, where the config has changed since: the N-pair config now L2-normalises the
+#: embeddings (it did not), the lifted-structured config no longer does (it did). Rerunning
+#: those arms' seeds at the configs' current settings would drop these.
+RUN_WITH = {"npair": {"model": {"normalize": False}}, "lifted_structured": {"model": {"normalize": True}}}
+
 #: The other losses of Wu et al.'s Table 4 and Lu et al.'s Table 1, each from its paper's config.
 LOSS_TABLE_CONFIGS = {"histogram": "ustinova_histogram", "binomial_deviance": "binomial_deviance",
                       "lifted_structured": "song_lifted_structured", "npair": "npair",
@@ -357,7 +365,8 @@ def _loss_table_arms():
     Wu's at Wu's batch 80 (5 × 16; N-pair: 40 classes × 2, Sohn's N pairs), Lu's at Lu's
     10 × 8 design, beside the margin (Wu) and ℓ_k (Lu) arms they are compared with;
     Proxy NCA and ℓ_k on :data:`PROXY_TRAIN_CLASSES` training classes."""
-    section = {name: _paper_config(config) for name, config in LOSS_TABLE_CONFIGS.items()}
+    section = {name: _merge(_paper_config(config), RUN_WITH.get(name, {}))
+               for name, config in LOSS_TABLE_CONFIGS.items()}
     arms = {}
     for name in ("histogram", "binomial_deviance", "lifted_structured", "npair"):
         design = _design(2, 40) if name == "npair" else _design(5, 16)

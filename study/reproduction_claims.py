@@ -281,7 +281,8 @@ CLAIMS = [
      "checks": [("npair-learned-m4", "npair-m4")],
      "protocol": "Duan: batch 120, pretrained GoogLeNet, pools of classes; here: from scratch, 2,000 steps, "
                  "20 classes × 4 images, the N-pair DSN drawing 4 mini-batches of N-pair tuples (N = 20) from "
-                 "the batch, no pre-training; the N-pair loss of configs/npair.yaml on both arms"},
+                 "the batch, no pre-training; the N-pair loss of configs/npair.yaml on both arms, on embeddings not "
+                 "L2-normalised (the config's setting when they ran; reproduce.RUN_WITH)"},
     # ------------------------------------------------------------------ Deep Embeddings (draft)
     {"id": "draft_thesis", "paper": DRAFT, "where": "abstract, §1 (contribution 3)", "experiment": "wu_sampling",
      "claim": "with the right sampling, the plain contrastive loss is enough: not worse than the triplet and "

@@ -1320,3 +1320,24 @@ def test_wanted_lists_one_seed_of_each_arm_trained_only_from_uncommitted_code(tm
     paths[1].write_text(json.dumps(result))
     assert rp.unverified_arms(str(out)) == {}
     assert "--verify-provenance" not in rp.wanted_text(str(out))
+
+
+@pytest.mark.parametrize("folder", ["standard", "wu_scratch"])
+def test_every_stored_result_was_trained_with_its_arm_s_current_config(folder):
+    """A result counts for its arm only if the arm still builds the config it was trained with
+    (the same config key): a shipped config that an arm reads and that changed since, or an
+    option respelt, must show here rather than when the next run stops on it."""
+    import glob
+
+    stale = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "study", "results", folder, "arms", "*", "seed-*.json"))):
+        with open(path, encoding="utf-8") as fh:
+            stored = json.load(fh)
+        arm = stored["arm"]
+        if arm not in rp.ARMS:
+            continue
+        now = rp.arm_config(arm, stored["seed"], stored["config"]["data"]["options"]["path"], rp.BUDGETS[folder],
+                            stored["config"]["output_dir"])
+        if rp.config_key(now) != stored["config_key"]:
+            stale.append(os.path.relpath(path, ROOT))
+    assert not stale, f"results trained with another config than their arm's current one: {stale}"

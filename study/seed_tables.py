@@ -178,7 +178,8 @@ CLAIMS_AFTER = {
          "checks": [("daml-b80", other) for other in ("ddml-b80", "triplet-semi_hard-b80", "triplet-learned-b80")],
          "protocol": _DUAN_TABLES,
          "caveat": "the DAML arm takes configs/daml.yaml's options (the triplet form; λ = λ_1 = λ_2 = 1, "
-                   "DAMLLoss's defaults) and its random_triplets sampler"},
+                   "DAMLLoss's defaults; real_weight 1, the real negatives' loss added in place of the "
+                   "paper's metric pre-training) and its random_triplets sampler"},
     ],
     "draft_t4_t6": [
         {"id": "draft_t5", "paper": DRAFT, "where": "Table 5, original images", "experiment": "wu_tables",
